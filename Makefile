@@ -1,0 +1,88 @@
+# verishard: `make test` and `make demo` do all set-up on a fresh machine.
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+JOBS   ?= 2
+APT_PACKAGES := coq ocaml-nox ocaml-findlib openmpi-bin libopenmpi-dev g++ make
+EXT := $(shell python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+CORE_SO := python/verishard/_core$(EXT)
+THEORIES := $(wildcard coq/theories/*.v)
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+
+.PHONY: all deps apt venv coq extract bindings proofs test demo bench clean
+
+all: bindings
+
+## --- set-up -----------------------------------------------------------
+deps: apt venv
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+venv: $(VENV)/.deps-stamp
+
+$(VENV)/.deps-stamp: requirements.txt | apt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements.txt
+	touch $@
+
+## --- verified core ----------------------------------------------------
+coq/CoqMakefile: coq/_CoqProject | apt
+	cd coq && coq_makefile -f _CoqProject -o CoqMakefile
+
+coq: coq/CoqMakefile
+	$(MAKE) -C coq -f CoqMakefile -j$(JOBS) --no-print-directory
+
+coq/extract/verishard_core.ml: $(THEORIES) | coq
+	$(MAKE) coq
+	mkdir -p coq/extract
+	cd coq/extract && coqc -Q ../theories VS ../theories/Extract.v
+
+extract: coq/extract/verishard_core.ml
+
+## --- bindings: OCaml object with a C ABI, pybind11 module -------------
+build/vscore.o: coq/extract/verishard_core.ml bindings/glue.ml
+	mkdir -p build
+	cp coq/extract/verishard_core.ml coq/extract/verishard_core.mli bindings/glue.ml build/
+	cd build && ocamlfind ocamlopt -O2 -output-complete-obj -runtime-variant _pic \
+	  -o vscore.o verishard_core.mli verishard_core.ml glue.ml 2>/dev/null \
+	  || (cd build && ocamlfind ocamlopt -output-complete-obj -runtime-variant _pic \
+	  -o vscore.o verishard_core.mli verishard_core.ml glue.ml)
+
+$(CORE_SO): build/vscore.o bindings/stubs.c bindings/stubs.h bindings/module.cpp | venv
+	gcc -O2 -fPIC -c bindings/stubs.c -I$$(ocamlfind ocamlc -where) -o build/stubs.o
+	g++ -O2 -fPIC -shared -std=c++17 bindings/module.cpp build/stubs.o build/vscore.o \
+	  $$($(PY) -m pybind11 --includes) -Ibindings -lm -ldl -o $@
+
+bindings: $(CORE_SO) $(VENV)/.install-stamp
+
+$(VENV)/.install-stamp: pyproject.toml | venv
+	$(PIP) install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+## --- trust statement --------------------------------------------------
+proofs: coq
+	bash coq/check_assumptions.sh
+
+## --- the two README commands -----------------------------------------
+test: deps all proofs
+	$(PY) -m pytest -q -p no:cacheprovider tests python/verishard --doctest-modules
+
+demo: deps all
+	$(VENV)/bin/verishard demo
+
+bench: deps all
+	$(PY) bench/planner.py
+
+clean:
+	rm -rf build coq/extract $(CORE_SO)
+	-$(MAKE) -C coq -f CoqMakefile clean
+	rm -f coq/CoqMakefile coq/CoqMakefile.conf

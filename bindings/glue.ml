@@ -1,0 +1,130 @@
+(* Glue between flat int arrays (the C ABI) and the extracted core.
+   It decodes, calls and encodes; it decides nothing. It does refuse input
+   outside the domain where extracted naturals are sound (negative ints,
+   more than 2^20 devices, more than 2^50 elements), so that the core never
+   sees a value its proofs do not cover. *)
+open Verishard_core
+
+exception Bad_input of string
+
+(* A growable int buffer. *)
+module Buffer = struct
+  type t = { mutable data : int array; mutable len : int }
+  let create () = { data = Array.make 64 0; len = 0 }
+  let add_int b x =
+    if b.len = Array.length b.data then begin
+      let d = Array.make (2 * b.len) 0 in Array.blit b.data 0 d 0 b.len; b.data <- d end;
+    b.data.(b.len) <- x; b.len <- b.len + 1
+  let contents b = Array.sub b.data 0 b.len
+end
+
+let max_devices = 1 lsl 20
+let max_elements = 1 lsl 50
+
+let reader (a : int array) =
+  let pos = ref 0 in
+  fun () ->
+    if !pos >= Array.length a then raise (Bad_input "input ends early");
+    let x = a.(!pos) in
+    incr pos;
+    if x < 0 then raise (Bad_input "negative number");
+    x
+
+let list_of next n = let rec go k acc = if k = 0 then List.rev acc else go (k - 1) (next () :: acc) in go n []
+
+let read_mesh next : mesh =
+  let m = list_of next (next ()) in
+  if List.fold_left (fun acc n -> if n > max_devices then max_devices + 1 else min (acc * n) (max_devices + 1)) 1 m
+     > max_devices then raise (Bad_input "more than 2^20 devices");
+  m
+
+let read_dim next = let g = next () in let axes = list_of next (next ()) in { axes; gsize = g }
+
+let read_type next : atype =
+  let t = list_of (fun () -> read_dim next) (next ()) in
+  if List.fold_left (fun acc d -> if d.gsize > max_elements then max_elements + 1 else min (acc * d.gsize) (max_elements + 1)) 1 t
+     > max_elements then raise (Bad_input "more than 2^50 elements");
+  t
+
+let read_coll next =
+  match next () with
+  | 0 -> let d = next () in AllGather (d, list_of next (next ()))
+  | 1 -> let d = next () in DynSlice (d, list_of next (next ()))
+  | 2 -> let d = next () in let e = next () in AllToAll (d, e, list_of next (next ()))
+  | 3 -> AllPermute (read_type next)
+  | _ -> raise (Bad_input "unknown collective tag")
+
+let read_plan next : plan = list_of (fun () -> read_coll next) (next ())
+
+let put_type buf (t : atype) =
+  Buffer.add_int buf (List.length t);
+  List.iter (fun d -> Buffer.add_int buf d.gsize; Buffer.add_int buf (List.length d.axes);
+                      List.iter (Buffer.add_int buf) d.axes) t
+
+let put_coll buf = function
+  | AllGather (d, xs) -> List.iter (Buffer.add_int buf) ([0; d; List.length xs] @ xs)
+  | DynSlice (d, xs) -> List.iter (Buffer.add_int buf) ([1; d; List.length xs] @ xs)
+  | AllToAll (d, e, xs) -> List.iter (Buffer.add_int buf) ([2; d; e; List.length xs] @ xs)
+  | AllPermute t -> Buffer.add_int buf 3; put_type buf t
+
+(* Reason codes: constructors of Rules.error in order, with their argument. *)
+let error_code = function
+  | BadDim d -> (0, d) | NoAxes -> (1, 0) | NotMinorAxes -> (2, 0) | AxisOutOfRange a -> (3, a)
+  | RepeatedAxis -> (4, 0) | AxisInUse a -> (5, a) | NotDivisible -> (6, 0) | SameDim -> (7, 0)
+  | BadTarget -> (8, 0) | ShapeChanged -> (9, 0) | BadMesh -> (10, 0) | BadSource -> (11, 0)
+  | BadDest -> (12, 0) | GlobalShapeMismatch -> (13, 0) | WrongResult -> (14, 0)
+
+
+let finish buf = Buffer.contents buf
+
+let check_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_type next in let dst = read_type next in
+  let p = read_plan next in
+  let buf = Buffer.create () in
+  (match check m src dst p with
+   | Ok r ->
+       List.iter (Buffer.add_int buf) [0; r.peak; List.length p];
+       List.iter (put_type buf) r.types;
+       List.iter (Buffer.add_int buf) r.received
+   | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]);
+  finish buf
+
+let synthesize_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_type next in let dst = read_type next in
+  let (guaranteed, p) = synthesize m src dst in
+  let buf = Buffer.create () in
+  Buffer.add_int buf (if guaranteed then 1 else 0);
+  Buffer.add_int buf (List.length p);
+  List.iter (put_coll buf) p;
+  finish buf
+
+let blocks_fn a =
+  let next = reader a in
+  let m = read_mesh next in let t = read_type next in
+  Array.of_list (block_starts m t)
+
+let permute_fn a =
+  let next = reader a in
+  let m = read_mesh next in let t = read_type next in let t' = read_type next in
+  Array.of_list (permute_table m t t')
+
+let movement_fn a =
+  let next = reader a in
+  let m = read_mesh next in let t = read_type next in let op = read_coll next in
+  let t' = read_type next in
+  Array.of_list (movement m t op t')
+
+(* Exceptions become a message for the C side, never a crash. *)
+let guard f a = try f a with
+  | Bad_input msg -> failwith ("bad input to the verified core: " ^ msg)
+  | Stack_overflow -> failwith "input too large for the verified core"
+  | Out_of_memory -> failwith "out of memory in the verified core"
+
+let () =
+  Callback.register "vs_check" (guard check_fn);
+  Callback.register "vs_synthesize" (guard synthesize_fn);
+  Callback.register "vs_blocks" (guard blocks_fn);
+  Callback.register "vs_permute" (guard permute_fn);
+  Callback.register "vs_movement" (guard movement_fn)

@@ -1,0 +1,39 @@
+(** Extraction of the executable core to OCaml.
+
+    Naturals become OCaml native ints. The realizers below replace Coq's
+    unary arithmetic by machine arithmetic; they agree with Coq's functions
+    on every value below [max_int] (2^62 - 1), and the Python layer rejects
+    inputs whose intermediate values could reach it (at most 2^20 devices,
+    at most 2^50 global elements: every size, product, offset and traffic
+    figure stays below 2^51). Division and modulo by zero follow Coq
+    ([n / 0 = 0], [n mod 0 = n]). *)
+From Coq Require Import Arith Extraction ExtrOcamlBasic ExtrOcamlNatInt.
+From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Synth.
+
+(** [Nat] of the prelude (what [+], [*], ... denote) *)
+Extract Inlined Constant Coq.Init.Nat.add => "(+)".
+Extract Inlined Constant Coq.Init.Nat.mul => "( * )".
+Extract Constant Coq.Init.Nat.sub => "fun n m -> Stdlib.max 0 (n - m)".
+Extract Constant Coq.Init.Nat.pred => "fun n -> Stdlib.max 0 (n - 1)".
+Extract Constant Coq.Init.Nat.div => "fun n m -> if m = 0 then 0 else n / m".
+Extract Constant Coq.Init.Nat.modulo => "fun n m -> if m = 0 then n else n mod m".
+Extract Inlined Constant Coq.Init.Nat.max => "Stdlib.max".
+Extract Inlined Constant Coq.Init.Nat.min => "Stdlib.min".
+Extract Inlined Constant Coq.Init.Nat.eqb => "(=)".
+Extract Inlined Constant Coq.Init.Nat.leb => "(<=)".
+Extract Inlined Constant Coq.Init.Nat.ltb => "(<)".
+(** [Nat] of [PeanoNat] (what [Nat.div] etc. denote once [Arith] is imported) *)
+Extract Inlined Constant PeanoNat.Nat.add => "(+)".
+Extract Inlined Constant PeanoNat.Nat.mul => "( * )".
+Extract Constant PeanoNat.Nat.sub => "fun n m -> Stdlib.max 0 (n - m)".
+Extract Constant PeanoNat.Nat.pred => "fun n -> Stdlib.max 0 (n - 1)".
+Extract Constant PeanoNat.Nat.div => "fun n m -> if m = 0 then 0 else n / m".
+Extract Constant PeanoNat.Nat.modulo => "fun n m -> if m = 0 then n else n mod m".
+Extract Inlined Constant PeanoNat.Nat.max => "Stdlib.max".
+Extract Inlined Constant PeanoNat.Nat.min => "Stdlib.min".
+Extract Inlined Constant PeanoNat.Nat.eqb => "(=)".
+Extract Inlined Constant PeanoNat.Nat.leb => "(<=)".
+Extract Inlined Constant PeanoNat.Nat.ltb => "(<)".
+Extract Constant PeanoNat.Nat.eq_dec => "fun n m -> n = m".
+
+Extraction "verishard_core.ml" check synthesize block_starts permute_table movement.

@@ -1,0 +1,17 @@
+"""verishard: verified array redistribution for SPMD programs.
+
+>>> from verishard import Mesh, ArrayType
+>>> ArrayType.parse("[3{x}6, 4]", Mesh.parse("x=2,y=3")).local_shape
+(3, 4)
+"""
+
+from .collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice
+from .errors import LimitError, MeshError, ParseError, PlanError, ShardingError, VerishardError
+from .mesh import Mesh
+from .sharding import ArrayType, DimType
+
+__all__ = [
+    "Mesh", "DimType", "ArrayType",
+    "Collective", "AllGather", "DynSlice", "AllToAll", "AllPermute",
+    "VerishardError", "ParseError", "MeshError", "ShardingError", "PlanError", "LimitError",
+]

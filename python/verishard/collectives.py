@@ -1,0 +1,336 @@
+"""The four collectives of the model, with text, JSON and integer encodings.
+
+``axes`` are axis or part names as written (``"y"`` or ``"y.0"``); they are
+resolved to mesh parts only when encoding.
+
+>>> m = Mesh.parse("x=2,y=3")
+>>> steps = [DynSlice(0, "y"), AllPermute(ArrayType.parse("[1{y,x}6]", m)), AllGather(0, "x")]
+>>> [str(s) for s in steps]
+['DynSlice(0, y)', 'AllPermute([1{y,x}6])', 'AllGather(0, x)']
+>>> [s.encode(m) for s in steps]
+[[1, 0, 1, 1], [3, 1, 6, 2, 1, 0], [0, 0, 1, 0]]
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ParseError, PlanError, ShardingError, VerishardError, show
+from .mesh import Mesh
+from .sharding import ArrayType
+
+
+def _dim(value: object, what: str) -> int:
+    if isinstance(value, bool):
+        raise PlanError(f"{what} {value!r} is not an integer")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise PlanError(f"{what} {value!r} is not an integer") from None
+    if v < 0:
+        raise PlanError(f"{what} {v} is negative")
+    return v
+
+
+def _axes(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, (tuple, list)):
+        raise PlanError(f"axes {value!r} must be a name or a sequence of names")
+    for a in value:
+        if not isinstance(a, str):
+            raise PlanError(f"axis {a!r} is not a name")
+    return tuple(value)
+
+
+def _show_axes(axes: tuple[str, ...]) -> str:
+    return axes[0] if len(axes) == 1 else "{" + ",".join(axes) + "}"
+
+
+def _resolve(mesh: Mesh, axes: tuple[str, ...]) -> tuple[int, ...]:
+    return tuple(p for a in axes for p in mesh.resolve(a))
+
+
+class Collective:
+    """Base class of the four collectives."""
+
+    def parts(self, mesh: Mesh) -> tuple[int, ...]:
+        """The mesh parts this collective acts over, in order.
+
+        >>> AllGather(0, "y").parts(Mesh.parse("x=2,y=2*2"))
+        (1, 2)
+        """
+        return _resolve(mesh, getattr(self, "axes", ()))
+
+    def encode(self, mesh: Mesh) -> list[int]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def to_json(self) -> dict[str, Any]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @staticmethod
+    def decode(mesh: Mesh, ints: Sequence[int], pos: int = 0) -> tuple["Collective", int]:
+        """Decode one collective from ``ints[pos:]``; returns it and the next position.
+
+        >>> m = Mesh.parse("x=2,y=2*2")
+        >>> Collective.decode(m, [2, 0, 1, 2, 1, 2])
+        (AllToAll(src_dim=0, dst_dim=1, axes=('y',)), 6)
+        """
+        def get() -> int:
+            nonlocal pos
+            if pos >= len(ints):
+                raise ParseError(f"truncated collective encoding at position {pos}")
+            pos += 1
+            return ints[pos - 1]
+
+        def axes() -> tuple[str, ...]:
+            m = get()
+            return mesh.names(tuple(get() for _ in range(m)))
+
+        tag = get()
+        if tag == 0:
+            d = get()
+            return AllGather(d, axes()), pos
+        if tag == 1:
+            d = get()
+            return DynSlice(d, axes()), pos
+        if tag == 2:
+            d, e = get(), get()
+            return AllToAll(d, e, axes()), pos
+        if tag == 3:
+            t, pos = ArrayType.decode(mesh, ints, pos)
+            return AllPermute(t), pos
+        raise ParseError(f"unknown collective tag {tag!r} at position {pos - 1}")
+
+    @staticmethod
+    def from_json(obj: object, mesh: Mesh) -> "Collective":
+        """Build a collective from its JSON object (see ``to_json``); names are checked against ``mesh``.
+
+        >>> Collective.from_json({"op": "all_to_all", "src_dim": 0, "dst_dim": 1, "axes": ["x"]}, Mesh.parse("x=2"))
+        AllToAll(src_dim=0, dst_dim=1, axes=('x',))
+        """
+        if not isinstance(obj, dict):
+            raise ParseError(f"a collective must be a JSON object, not {type(obj).__name__}")
+        op = obj.get("op")
+        fields = {"all_gather": ("dim", "axes"), "dyn_slice": ("dim", "axes"),
+                  "all_to_all": ("src_dim", "dst_dim", "axes"), "all_permute": ("target",)}
+        if not isinstance(op, str) or op not in fields:
+            raise ParseError(f"unknown collective op {show(op) if isinstance(op, str) else repr(op)}; "
+                             f"expected one of {', '.join(fields)}")
+        want = set(fields[op]) | {"op"}
+        for key in obj:
+            if key not in want:
+                raise ParseError(f"unexpected key {show(key) if isinstance(key, str) else repr(key)} in {op} object")
+        for key in fields[op]:
+            if key not in obj:
+                raise ParseError(f"missing key {key!r} in {op} object")
+        try:
+            if op == "all_permute":
+                target = obj["target"]
+                if not isinstance(target, str):
+                    raise ParseError(f"all_permute target {target!r} must be a type string like '[1{{y,x}}6]'")
+                return AllPermute(ArrayType.parse(target, mesh))
+            if not isinstance(obj["axes"], list):
+                raise ParseError(f"axes {obj['axes']!r} of {op} must be a list of names")
+            c: Collective
+            if op == "all_to_all":
+                c = AllToAll(obj["src_dim"], obj["dst_dim"], tuple(obj["axes"]))
+            elif op == "all_gather":
+                c = AllGather(obj["dim"], tuple(obj["axes"]))
+            else:
+                c = DynSlice(obj["dim"], tuple(obj["axes"]))
+            c.parts(mesh)
+            return c
+        except ParseError:
+            raise
+        except VerishardError as e:
+            raise type(e)(f"in {op} object: {e}") from None
+
+    @staticmethod
+    def parse(text: str, mesh: Mesh) -> "Collective":
+        """Parse the printed form of a collective; names are checked against ``mesh``.
+
+        >>> m = Mesh.parse("x=2,y=3")
+        >>> Collective.parse("AllGather(0, {x,y})", m)
+        AllGather(dim=0, axes=('x', 'y'))
+        >>> str(Collective.parse("AllPermute([1{y,x}6])", m))
+        'AllPermute([1{y,x}6])'
+        """
+        if not isinstance(text, str):
+            raise ParseError(f"collective text must be a string, not {type(text).__name__}")
+        name = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[0-9]+)?"
+        axes = rf"({name}|\{{\s*(?:{name}(?:\s*,\s*{name})*)?\s*\}})"
+        m = re.fullmatch(rf"\s*(AllGather|DynSlice)\s*\(\s*([0-9]{{1,9}})\s*,\s*{axes}\s*\)\s*", text)
+        if m:
+            cls = AllGather if m.group(1) == "AllGather" else DynSlice
+            c: Collective = cls(int(m.group(2)), _split_axes(m.group(3)))
+        elif m := re.fullmatch(rf"\s*AllToAll\s*\(\s*([0-9]{{1,9}})\s*->\s*([0-9]{{1,9}})\s*,\s*{axes}\s*\)\s*", text):
+            c = AllToAll(int(m.group(1)), int(m.group(2)), _split_axes(m.group(3)))
+        elif m := re.fullmatch(r"\s*AllPermute\s*\((.*)\)\s*", text, re.S):
+            return AllPermute(ArrayType.parse(m.group(1), mesh))
+        else:
+            raise ParseError(f"cannot parse collective {show(text)}")
+        c.parts(mesh)
+        return c
+
+
+def _split_axes(text: str) -> tuple[str, ...]:
+    text = text.strip().strip("{}")
+    return tuple(a.strip() for a in text.split(",") if a.strip())
+
+
+@dataclass(frozen=True)
+class AllGather(Collective):
+    """Remove the suffix ``axes`` of dimension ``dim``'s axes.
+
+    >>> str(AllGather(0, "x")), str(AllGather(0, ("x", "y")))
+    ('AllGather(0, x)', 'AllGather(0, {x,y})')
+    """
+
+    dim: int
+    axes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dim", _dim(self.dim, "dimension"))
+        object.__setattr__(self, "axes", _axes(self.axes))
+
+    def encode(self, mesh: Mesh) -> list[int]:
+        """``[0, d, m, parts...]``.
+
+        >>> AllGather(0, "y").encode(Mesh.parse("y=2*2"))
+        [0, 0, 2, 0, 1]
+        """
+        ps = self.parts(mesh)
+        return [0, self.dim, len(ps), *ps]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON object of this collective.
+
+        >>> AllGather(0, "x").to_json()
+        {'op': 'all_gather', 'dim': 0, 'axes': ['x']}
+        """
+        return {"op": "all_gather", "dim": self.dim, "axes": list(self.axes)}
+
+    def __str__(self) -> str:
+        return f"AllGather({self.dim}, {_show_axes(self.axes)})"
+
+
+@dataclass(frozen=True)
+class DynSlice(Collective):
+    """Append the replicated ``axes`` to dimension ``dim``.
+
+    >>> str(DynSlice(1, "y"))
+    'DynSlice(1, y)'
+    """
+
+    dim: int
+    axes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dim", _dim(self.dim, "dimension"))
+        object.__setattr__(self, "axes", _axes(self.axes))
+
+    def encode(self, mesh: Mesh) -> list[int]:
+        """``[1, d, m, parts...]``.
+
+        >>> DynSlice(1, "y.1").encode(Mesh.parse("y=2*2"))
+        [1, 1, 1, 1]
+        """
+        ps = self.parts(mesh)
+        return [1, self.dim, len(ps), *ps]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON object of this collective.
+
+        >>> DynSlice(1, ("x", "y")).to_json()
+        {'op': 'dyn_slice', 'dim': 1, 'axes': ['x', 'y']}
+        """
+        return {"op": "dyn_slice", "dim": self.dim, "axes": list(self.axes)}
+
+    def __str__(self) -> str:
+        return f"DynSlice({self.dim}, {_show_axes(self.axes)})"
+
+
+@dataclass(frozen=True)
+class AllToAll(Collective):
+    """Move the suffix ``axes`` of ``src_dim`` to the minor end of ``dst_dim``.
+
+    >>> str(AllToAll(0, 1, "x"))
+    'AllToAll(0->1, x)'
+    """
+
+    src_dim: int
+    dst_dim: int
+    axes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "src_dim", _dim(self.src_dim, "source dimension"))
+        object.__setattr__(self, "dst_dim", _dim(self.dst_dim, "target dimension"))
+        object.__setattr__(self, "axes", _axes(self.axes))
+
+    def encode(self, mesh: Mesh) -> list[int]:
+        """``[2, d, e, m, parts...]``.
+
+        >>> AllToAll(0, 1, "x").encode(Mesh.parse("x=2"))
+        [2, 0, 1, 1, 0]
+        """
+        ps = self.parts(mesh)
+        return [2, self.src_dim, self.dst_dim, len(ps), *ps]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON object of this collective.
+
+        >>> AllToAll(0, 1, "x").to_json()
+        {'op': 'all_to_all', 'src_dim': 0, 'dst_dim': 1, 'axes': ['x']}
+        """
+        return {"op": "all_to_all", "src_dim": self.src_dim, "dst_dim": self.dst_dim, "axes": list(self.axes)}
+
+    def __str__(self) -> str:
+        return f"AllToAll({self.src_dim}->{self.dst_dim}, {_show_axes(self.axes)})"
+
+
+@dataclass(frozen=True)
+class AllPermute(Collective):
+    """Move whole local arrays so that the result has type ``target``.
+
+    >>> t = ArrayType.parse("[1{y,x}6]", "x=2,y=3")
+    >>> str(AllPermute(t)), AllPermute(t).to_json()
+    ('AllPermute([1{y,x}6])', {'op': 'all_permute', 'target': '[1{y,x}6]'})
+    """
+
+    target: ArrayType
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, ArrayType):
+            raise PlanError(f"AllPermute target {self.target!r} is not an ArrayType")
+
+    def parts(self, mesh: Mesh) -> tuple[int, ...]:
+        return ()
+
+    def encode(self, mesh: Mesh) -> list[int]:
+        """``[3, type...]``.
+
+        >>> t = ArrayType.parse("[3{x}6]", "x=2")
+        >>> AllPermute(t).encode(t.mesh)
+        [3, 1, 6, 1, 0]
+        """
+        if self.target.mesh != mesh:
+            raise ShardingError(f"AllPermute target {self.target} is over mesh {self.target.mesh}, not {mesh}")
+        return [3, *self.target.encode()]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": "all_permute", "target": str(self.target)}
+
+    def __str__(self) -> str:
+        return f"AllPermute({self.target})"
+
+
+decode = Collective.decode
+from_json = Collective.from_json
+parse = Collective.parse
+
+__all__ = ["Collective", "AllGather", "DynSlice", "AllToAll", "AllPermute", "decode", "from_json", "parse"]

@@ -1,0 +1,66 @@
+"""Errors raised by verishard.
+
+Every error is a :class:`VerishardError`, itself a :class:`ValueError`, and
+its message is one line naming the problem and the offending token.
+
+>>> from verishard.errors import ShardingError, VerishardError
+>>> issubclass(ShardingError, VerishardError) and issubclass(ShardingError, ValueError)
+True
+"""
+
+from __future__ import annotations
+
+
+class VerishardError(ValueError):
+    """Base class of every error verishard raises on bad input."""
+
+
+class ParseError(VerishardError):
+    """Text (a mesh, a type, a collective, a JSON plan) is malformed."""
+
+
+class MeshError(VerishardError):
+    """A mesh is ill-formed: bad axis name, duplicate axis, size < 1, ..."""
+
+
+class ShardingError(VerishardError):
+    """An array type is ill-formed: unknown or duplicate axis, sizes that do not divide, ..."""
+
+
+class PlanError(VerishardError):
+    """A plan is rejected.
+
+    ``step`` is the index of the offending step (0 for the source, target or
+    mesh themselves, ``i`` for the i-th collective) or None when not tied to a
+    step; ``reason`` is a short machine-readable reason (or None).
+
+    >>> e = PlanError("step 2: axis 'x' is not the minor axis of dimension 0", step=2, reason="not_suffix")
+    >>> (e.step, e.reason, str(e))
+    (2, 'not_suffix', "step 2: axis 'x' is not the minor axis of dimension 0")
+    """
+
+    def __init__(self, message: str, step: int | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.step = step
+        self.reason = reason
+
+
+class LimitError(VerishardError):
+    """An input exceeds the supported limits (2**20 devices, 2**50 global elements)."""
+
+
+def show(token: object, limit: int = 40) -> str:
+    """Quote a token for an error message, shortened to about ``limit`` characters.
+
+    >>> show('z')
+    "'z'"
+    >>> show('9' * 100)
+    "'9999999999999999999999999999999999999999...'"
+    """
+    text = token if isinstance(token, str) else str(token)
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    return repr(text)
+
+
+__all__ = ["VerishardError", "ParseError", "MeshError", "ShardingError", "PlanError", "LimitError"]

@@ -1,0 +1,415 @@
+"""Distributed array types: ``[3{x}6, 4]`` over a :class:`~verishard.mesh.Mesh`.
+
+Canonically a type is, per dimension, its global size and the tuple of mesh
+part indices sharding it (major to minor), so whole-axis and part notation
+of the same type are equal.
+
+>>> m = Mesh.parse("x=2,y=2*2")
+>>> t = ArrayType.parse("[2{y}8, 3{x}6]", m)
+>>> t == ArrayType.parse("[2{y.0, y.1}8, 3{x}6]", m)
+True
+>>> t, t.local_shape, t.size, t.encode()
+([2{y}8, 3{x}6], (2, 3), 6, [2, 8, 2, 1, 2, 6, 1, 0])
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .errors import LimitError, ParseError, ShardingError, show
+from .mesh import MAX_DIGITS, Mesh
+
+MAX_ELEMENTS = 2**50
+
+
+def _int(value: object, what: str) -> int:
+    if isinstance(value, bool):
+        raise ShardingError(f"{what} {value!r} is not an integer")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ShardingError(f"{what} {value!r} is not an integer") from None
+
+
+@dataclass(frozen=True)
+class DimType:
+    """One dimension: global size and the mesh parts sharding it, major to minor.
+
+    >>> DimType(6, (0,))
+    DimType(global_size=6, parts=(0,))
+    """
+
+    global_size: int
+    parts: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "global_size", _int(self.global_size, "global size"))
+        parts = self.parts
+        if isinstance(parts, (str, bytes)) or not isinstance(parts, Iterable):
+            raise ShardingError(f"parts {parts!r} of a dimension must be a sequence of part indices")
+        parts = tuple(_int(p, "part index") for p in parts)
+        for p in parts:
+            if p < 0:
+                raise ShardingError(f"part index {p} is negative")
+        object.__setattr__(self, "parts", parts)
+
+
+def _as_dim(d: object) -> DimType:
+    if isinstance(d, DimType):
+        return d
+    if isinstance(d, (tuple, list)) and len(d) == 2:
+        return DimType(d[0], d[1])
+    return DimType(d)
+
+
+def _render(mesh: Mesh, dims: Sequence[DimType]) -> str:
+    out = []
+    for d in dims:
+        if not d.parts:
+            out.append(str(d.global_size))
+            continue
+        n = 1
+        for p in d.parts:
+            n *= mesh.part_sizes[p]
+        out.append(f"{d.global_size // n}{{{','.join(mesh.names(d.parts))}}}{d.global_size}")
+    return "[" + ", ".join(out) + "]"
+
+
+@dataclass(frozen=True, repr=False)
+class ArrayType:
+    """A well-formed distributed array type over ``mesh``.
+
+    ``dims`` holds a :class:`DimType` (or a ``(global_size, parts)`` pair, or a
+    bare global size) per dimension; parts are indices into ``mesh.parts``.
+
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> ArrayType(m, [(6, (0, 1)), 4])
+    [1{x,y}6, 4]
+    """
+
+    mesh: Mesh
+    dims: tuple[DimType, ...]
+
+    def __post_init__(self) -> None:
+        mesh = self.mesh
+        if not isinstance(mesh, Mesh):
+            raise ShardingError(f"the mesh of an array type must be a Mesh, not {type(mesh).__name__}")
+        raw = self.dims
+        if isinstance(raw, (str, bytes)) or not isinstance(raw, Iterable):
+            raise ShardingError(f"dims {raw!r} must be a sequence of dimension types")
+        dims = tuple(_as_dim(d) for d in raw)
+        object.__setattr__(self, "dims", dims)
+        if not dims:
+            raise ShardingError("an array type has at least one dimension")
+        sizes = mesh.part_sizes
+        for i, d in enumerate(dims):
+            for p in d.parts:
+                if p >= len(sizes):
+                    raise ShardingError(
+                        f"unknown part {p} in dimension {i}; the mesh has parts "
+                        f"{', '.join(name for name, _ in mesh.parts)}")
+            if d.global_size < 1:
+                raise ShardingError(f"global size {d.global_size} of dimension {i} must be at least 1")
+        total = 1
+        for d in dims:
+            total *= d.global_size
+            if total > MAX_ELEMENTS:
+                shape = "(" + ", ".join(str(d.global_size) for d in dims) + ")"
+                raise LimitError(f"global shape {shape} has more than 2**50 elements")
+        seen = set()
+        for d in dims:
+            for p in d.parts:
+                if p in seen:
+                    raise ShardingError(f"duplicate axis {show(mesh.part_name(p))} in {_render(mesh, dims)}")
+                seen.add(p)
+        for i, d in enumerate(dims):
+            n = 1
+            for p in d.parts:
+                n *= sizes[p]
+            if d.global_size % n:
+                raise ShardingError(
+                    f"global size {d.global_size} of dimension {i} is not divisible by {n} "
+                    f"(axes {', '.join(mesh.names(d.parts))})")
+
+    # construction -----------------------------------------------------------
+
+    @classmethod
+    def from_parts(cls, mesh: Mesh, global_shape: Sequence[int],
+                   parts_per_dim: Sequence[Sequence[int]]) -> "ArrayType":
+        """Build from global shape and part indices per dimension.
+
+        >>> ArrayType.from_parts(Mesh.parse("x=2,y=3"), (6, 4), [(1, 0), ()])
+        [1{y,x}6, 4]
+        """
+        global_shape, parts_per_dim = tuple(global_shape), tuple(parts_per_dim)
+        if len(global_shape) != len(parts_per_dim):
+            raise ShardingError(
+                f"global shape has {len(global_shape)} dimensions but {len(parts_per_dim)} part lists were given")
+        return cls(mesh, tuple(DimType(g, ps) for g, ps in zip(global_shape, parts_per_dim)))
+
+    @classmethod
+    def from_axes(cls, mesh: Mesh, global_shape: Sequence[int],
+                  axes_per_dim: Sequence[Sequence[str] | str | None]) -> "ArrayType":
+        """Build from global shape and axis (or part) names per dimension; a
+        dimension's entry may be a tuple of names, one name, or None.
+
+        >>> m = Mesh.parse("x=2,y=2*2")
+        >>> ArrayType.from_axes(m, (8, 6), [("y",), "x"])
+        [2{y}8, 3{x}6]
+        """
+        parts_per_dim = []
+        for axes in axes_per_dim:
+            if axes is None:
+                axes = ()
+            elif isinstance(axes, str):
+                axes = (axes,)
+            parts_per_dim.append(tuple(p for a in axes for p in mesh.resolve(a)))
+        return cls.from_parts(mesh, global_shape, parts_per_dim)
+
+    @classmethod
+    def parse(cls, text: str, mesh: Mesh | str) -> "ArrayType":
+        """Parse ``[3{x}6, 4]``; each dimension is ``g`` or ``l{a,...}g`` where
+        the written local size ``l`` must equal ``g / prod(axis sizes)``.
+
+        >>> m = Mesh.parse("x=2,y=3")
+        >>> ArrayType.parse("[ 3 {x} 6 , 4]", m)
+        [3{x}6, 4]
+        >>> ArrayType.parse("[6{}6]", m) == ArrayType.parse("[6]", m)
+        True
+        """
+        if isinstance(mesh, str):
+            mesh = Mesh.parse(mesh)
+        if not isinstance(text, str):
+            raise ParseError(f"type text must be a string, not {type(text).__name__}")
+        toks = _tokens(text)
+        pos = 0
+
+        def peek() -> str | None:
+            return toks[pos] if pos < len(toks) else None
+
+        def take(what: str) -> str:
+            nonlocal pos
+            if pos >= len(toks):
+                raise ParseError(f"expected {what}, found end of text in {show(text)}")
+            pos += 1
+            return toks[pos - 1]
+
+        def expect(tok: str, after: str) -> None:
+            got = take(repr(tok))
+            if got != tok:
+                raise ParseError(f"expected {tok!r} {after}, found {show(got)} in {show(text)}")
+
+        def integer(what: str) -> int:
+            tok = take(what)
+            if not re.fullmatch(r"-?[0-9]+", tok):
+                raise ParseError(f"expected {what}, found {show(tok)} in {show(text)}")
+            if len(tok) > MAX_DIGITS:
+                raise LimitError(f"{what} {show(tok)} is too large")
+            return int(tok)
+
+        expect("[", "at the start")
+        if peek() == "]":
+            raise ParseError(f"empty type {show(text)}; an array type has at least one dimension")
+        dims, written = [], []
+        while True:
+            i = len(dims)
+            first = integer(f"a size for dimension {i}")
+            if peek() == "{":
+                take("'{'")
+                names = []
+                if peek() == "}":
+                    take("'}'")
+                else:
+                    while True:
+                        tok = take(f"an axis name in dimension {i}")
+                        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[0-9]+)?", tok):
+                            raise ParseError(f"expected an axis name in dimension {i}, found {show(tok)} in {show(text)}")
+                        names.append(tok)
+                        sep = take("',' or '}'")
+                        if sep == "}":
+                            break
+                        if sep != ",":
+                            raise ParseError(
+                                f"expected ',' or '}}' after axis {show(tok)}, found {show(sep)} in {show(text)}")
+                g = integer(f"the global size of dimension {i}")
+                parts = tuple(p for a in names for p in mesh.resolve(a))
+                dims.append(DimType(g, parts))
+                written.append(first)
+            else:
+                dims.append(DimType(first, ()))
+                written.append(None)
+            sep = take("',' or ']'")
+            if sep == "]":
+                break
+            if sep != ",":
+                raise ParseError(f"expected ',' or ']' after dimension {i}, found {show(sep)} in {show(text)}")
+        if pos != len(toks):
+            raise ParseError(f"unexpected {show(toks[pos])} after the closing ']' in {show(text)}")
+        t = cls(mesh, tuple(dims))
+        for i, (l, local) in enumerate(zip(written, t.local_shape)):
+            if l is not None and l != local:
+                g = t.dims[i].global_size
+                raise ShardingError(
+                    f"local size {l} written for dimension {i} does not match {g} / {g // local} = {local}")
+        return t
+
+    # properties -------------------------------------------------------------
+
+    @property
+    def rank(self) -> int:
+        """Number of dimensions.
+
+        >>> ArrayType.parse("[3{x}6, 4]", "x=2").rank
+        2
+        """
+        return len(self.dims)
+
+    ndim = rank
+
+    @property
+    def global_shape(self) -> tuple[int, ...]:
+        """Global sizes.
+
+        >>> ArrayType.parse("[3{x}6, 4]", "x=2").global_shape
+        (6, 4)
+        """
+        return tuple(d.global_size for d in self.dims)
+
+    def _group(self, d: DimType) -> int:
+        n = 1
+        for p in d.parts:
+            n *= self.mesh.part_sizes[p]
+        return n
+
+    @property
+    def local_shape(self) -> tuple[int, ...]:
+        """Local sizes, per device.
+
+        >>> ArrayType.parse("[3{x}6, 4]", "x=2").local_shape
+        (3, 4)
+        """
+        return tuple(d.global_size // self._group(d) for d in self.dims)
+
+    @property
+    def size(self) -> int:
+        """Local elements per device.
+
+        >>> ArrayType.parse("[3{x}6, 4]", "x=2").size
+        12
+        """
+        n = 1
+        for l in self.local_shape:
+            n *= l
+        return n
+
+    @property
+    def used_parts(self) -> frozenset[int]:
+        """Part indices that shard some dimension (the others are replicated).
+
+        >>> sorted(ArrayType.parse("[3{y}6]", "x=2,y=2").used_parts)
+        [1]
+        """
+        return frozenset(p for d in self.dims for p in d.parts)
+
+    def dim_parts(self, d: int) -> tuple[int, ...]:
+        """Part indices of dimension ``d``, major to minor.
+
+        >>> ArrayType.parse("[1{y,x}6]", "x=2,y=3").dim_parts(0)
+        (1, 0)
+        """
+        return self.dims[d].parts
+
+    def dim_axes(self, d: int) -> tuple[str, ...]:
+        """Axis names of dimension ``d`` as printed.
+
+        >>> ArrayType.parse("[2{y.1,x}8]", "x=2,y=2*2").dim_axes(0)
+        ('y.1', 'x')
+        """
+        return self.mesh.names(self.dims[d].parts)
+
+    def box(self, rank: int) -> tuple[slice, ...]:
+        """The global index box held by device ``rank`` (one slice per dimension).
+
+        >>> ArrayType.parse("[1{x,y}6]", "x=2,y=3").box(4)
+        (slice(4, 5, None),)
+        """
+        coords = self.mesh.part_coords(rank)
+        sizes = self.mesh.part_sizes
+        out = []
+        for d, l in zip(self.dims, self.local_shape):
+            b = 0
+            for p in d.parts:
+                b = b * sizes[p] + coords[p]
+            out.append(slice(b * l, b * l + l))
+        return tuple(out)
+
+    def refined(self) -> "ArrayType":
+        """The same type over ``mesh.refined()``.
+
+        >>> r = ArrayType.parse("[1{y,x}24]", "x=2,y=12").refined()
+        >>> r, r.mesh, r.dim_parts(0)
+        ([1{y,x}24], {x:2, y:2*2*3}, (1, 2, 3, 0))
+        """
+        table = self.mesh.refinement()
+        return ArrayType(self.mesh.refined(),
+                         tuple(DimType(d.global_size, tuple(q for p in d.parts for q in table[p])) for d in self.dims))
+
+    # encoding and printing ----------------------------------------------------
+
+    def encode(self) -> list[int]:
+        """The core's encoding ``[r, g, m, parts..., ...]``.
+
+        >>> ArrayType.parse("[3{x}6, 4]", "x=2").encode()
+        [2, 6, 1, 0, 4, 0]
+        """
+        out = [len(self.dims)]
+        for d in self.dims:
+            out += [d.global_size, len(d.parts), *d.parts]
+        return out
+
+    @classmethod
+    def decode(cls, mesh: Mesh, ints: Sequence[int], pos: int = 0) -> tuple["ArrayType", int]:
+        """Decode a type from ``ints[pos:]``; returns the type and the next position.
+
+        >>> m = Mesh.parse("x=2")
+        >>> ArrayType.decode(m, [9, 2, 6, 1, 0, 4, 0], 1)
+        ([3{x}6, 4], 7)
+        """
+        def get() -> int:
+            nonlocal pos
+            if pos >= len(ints):
+                raise ParseError(f"truncated type encoding at position {pos}")
+            pos += 1
+            return ints[pos - 1]
+
+        r = get()
+        dims = []
+        for _ in range(r):
+            g, m = get(), get()
+            dims.append(DimType(g, tuple(get() for _ in range(m))))
+        return cls(mesh, tuple(dims)), pos
+
+    def __str__(self) -> str:
+        return _render(self.mesh, self.dims)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+_TOKEN = re.compile(r"\s*(?:(-?[0-9]+)|([A-Za-z_][A-Za-z0-9_]*(?:\.[0-9]+)?)|([\[\]{},]))")
+
+
+def _tokens(text: str) -> list[str]:
+    toks, pos = [], 0
+    end = len(text.rstrip())
+    while pos < end:
+        m = _TOKEN.match(text, pos)
+        if not m:
+            bad = text[pos:].lstrip()[:1]
+            raise ParseError(f"unexpected character {bad!r} in {show(text)}")
+        toks.append(m.group(m.lastindex))
+        pos = m.end()
+    return toks
