@@ -15,3 +15,7 @@ __all__ = [
     "Collective", "AllGather", "DynSlice", "AllToAll", "AllPermute",
     "VerishardError", "ParseError", "MeshError", "ShardingError", "PlanError", "LimitError",
 ]
+
+from .plan import Plan, Step, check, plan  # noqa: E402  (needs the types above)
+
+__all__ += ["Plan", "Step", "check", "plan"]

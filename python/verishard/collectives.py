@@ -52,6 +52,8 @@ def _show_axes(axes: tuple[str, ...]) -> str:
 
 
 def _resolve(mesh: Mesh, axes: tuple[str, ...]) -> tuple[int, ...]:
+    if not isinstance(mesh, Mesh):
+        raise ShardingError(f"expected a Mesh, not {type(mesh).__name__}")
     return tuple(p for a in axes for p in mesh.resolve(a))
 
 

@@ -182,6 +182,8 @@ class ArrayType:
         """
         if isinstance(mesh, str):
             mesh = Mesh.parse(mesh)
+        if not isinstance(mesh, Mesh):
+            raise ShardingError(f"the mesh of an array type must be a Mesh, not {type(mesh).__name__}")
         if not isinstance(text, str):
             raise ParseError(f"type text must be a string, not {type(text).__name__}")
         toks = _tokens(text)

@@ -1,0 +1,141 @@
+"""The bridge to the verified core: the only module that imports ``_core``.
+
+Each function encodes its arguments as in ``docs/internals.md``, calls the
+extracted Coq function, and decodes the answer. Nothing here decides
+anything about plans: validation beyond "is this well-formed Python data"
+happens in the core.
+
+>>> from verishard import Mesh, ArrayType
+>>> t = ArrayType.parse("[3{x}6]", Mesh.parse("x=2,y=3"))
+>>> block_starts(t).tolist()
+[[0], [0], [0], [3], [3], [3]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _core
+from .collectives import Collective
+from .errors import LimitError, PlanError, ShardingError
+from .mesh import Mesh
+from .sharding import ArrayType
+
+# Constructors of Rules.error in order: (code, template). Templates get
+# `detail` (the constructor's argument) and `names` (mesh part names).
+REASONS = (
+    ("bad_dim", "the type has no dimension {detail}"),
+    ("no_axes", "the collective names no axes"),
+    ("not_minor_axes", "the axes are not the minor (last) axes of that dimension"),
+    ("axis_out_of_range", "the mesh has no axis number {detail}"),
+    ("repeated_axis", "an axis is named twice"),
+    ("axis_in_use", "axis {name} already shards the array"),
+    ("not_divisible", "the group size does not divide the local size"),
+    ("same_dim", "an all-to-all needs two different dimensions"),
+    ("bad_target", "the permute target is not a well-formed type"),
+    ("shape_changed", "the permute target has another global or local shape"),
+    ("bad_mesh", "the mesh has an axis of size 0"),
+    ("bad_source", "the source type is not well formed"),
+    ("bad_dest", "the target type is not well formed"),
+    ("global_shape_mismatch", "source and target have different global shapes"),
+    ("wrong_result", "the plan does not end at the target type"),
+)
+
+
+def _call(fn, ints: list[int]) -> list[int]:
+    try:
+        return fn(ints)
+    except ValueError as e:  # the core refused the input (bounds, encoding)
+        raise LimitError(str(e)) from None
+
+
+def _same_mesh(mesh: Mesh, *types: ArrayType) -> None:
+    for t in types:
+        if not isinstance(t, ArrayType):
+            raise ShardingError(f"expected an ArrayType, not {type(t).__name__}")
+        if t.mesh != mesh:
+            raise ShardingError(f"type {t} is over mesh {t.mesh}, not {mesh}")
+
+
+@dataclass(frozen=True)
+class CheckOk:
+    """What the verified checker reports for an accepted plan."""
+
+    peak: int
+    types: tuple[ArrayType, ...]
+    received: tuple[int, ...]
+
+
+def check(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]) -> CheckOk:
+    """Run the extracted checker (``Checker.check``); raise :class:`PlanError` on rejection.
+
+    >>> from verishard import Mesh, ArrayType, DynSlice, AllPermute, AllGather
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> P = lambda s: ArrayType.parse(s, m)
+    >>> ok = check(m, P("[3{x}6]"), P("[2{y}6]"), [DynSlice(0, "y"), AllPermute(P("[1{y,x}6]")), AllGather(0, "x")])
+    >>> ok.peak, ok.received
+    (3, (0, 1, 1))
+    """
+    _same_mesh(mesh, src, dst)
+    ints = mesh.encode() + src.encode() + dst.encode() + [len(plan)]
+    for c in plan:
+        if not isinstance(c, Collective):
+            raise PlanError(f"plan step {c!r} is not a collective")
+        ints += c.encode(mesh)
+    out = _call(_core.check, ints)
+    if out[0] == 1:
+        step, code, detail = out[1], out[2], out[3]
+        key, template = REASONS[code]
+        name = mesh.part_name(detail) if key == "axis_in_use" and detail < len(mesh.parts) else detail
+        why = template.format(detail=detail, name=name)
+        where = "the problem itself" if step == 0 else f"step {step} ({plan[step - 1]})"
+        if key == "wrong_result":
+            where = f"step {step}" if step else "the empty plan"
+        raise PlanError(f"{where}: {why}", step=step, reason=key)
+    peak, s = out[1], out[2]
+    pos, types = 3, []
+    for _ in range(s + 1):
+        t, pos = ArrayType.decode(mesh, out, pos)
+        types.append(t)
+    return CheckOk(peak, tuple(types), tuple(out[pos:pos + s]))
+
+
+def synthesize(mesh: Mesh, src: ArrayType, dst: ArrayType) -> tuple[bool, list[Collective]]:
+    """Run the extracted synthesizer (``Synth.synthesize``) on ``mesh`` as given.
+
+    Returns whether the memory bound is guaranteed, and the collectives.
+    """
+    _same_mesh(mesh, src, dst)
+    out = _call(_core.synthesize, mesh.encode() + src.encode() + dst.encode())
+    guaranteed, s, pos, plan = bool(out[0]), out[1], 2, []
+    for _ in range(s):
+        c, pos = Collective.decode(mesh, out, pos)
+        plan.append(c)
+    return guaranteed, plan
+
+
+def block_starts(t: ArrayType) -> np.ndarray:
+    """Global offset of every rank's block in every dimension, shape ``(N, rank)``
+    (``Types.block_starts``: block index times local size)."""
+    out = _call(_core.blocks, t.mesh.encode() + t.encode())
+    return np.asarray(out, dtype=np.int64).reshape(t.mesh.num_devices, t.rank)
+
+
+def permute_sources(src: ArrayType, dst: ArrayType) -> np.ndarray:
+    """``p[c]``: the rank that sends its whole local array to rank ``c`` in an
+    ``AllPermute`` from ``src`` to ``dst`` (``Permute.permute_table``)."""
+    _same_mesh(src.mesh, dst)
+    out = _call(_core.permute, src.mesh.encode() + src.encode() + dst.encode())
+    return np.asarray(out, dtype=np.int64)
+
+
+def movement(t: ArrayType, op: Collective, t2: ArrayType) -> np.ndarray:
+    """For every rank and every row-major local offset after ``op``, the rank
+    and local offset it comes from (``Semantics.movement``); shape ``(N, L, 2)``.
+    Meant for tests on small cases: it is as large as the whole array."""
+    _same_mesh(t.mesh, t2)
+    out = _call(_core.movement, t.mesh.encode() + t.encode() + op.encode(t.mesh) + t2.encode())
+    return np.asarray(out, dtype=np.int64).reshape(t.mesh.num_devices, -1, 2)

@@ -1,0 +1,287 @@
+"""Plans: checked sequences of collectives, with their memory and traffic.
+
+Every :class:`Plan` is built from the verified checker's report: its types,
+peak and per-step traffic are what ``Checker.check`` computed, never a
+second Python computation.
+
+>>> from verishard import Mesh, ArrayType, plan
+>>> m = Mesh.parse("x=2,y=3")
+>>> p = plan(m, "[3{x}6]", "[2{y}6]")
+>>> [str(c) for c in p.collectives]
+['DynSlice(0, y)', 'AllPermute([1{y,x}6])', 'AllGather(0, x)']
+>>> p.peak, p.bound, p.traffic, p.lower_bound
+(3, 3, 2, 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import core
+from .collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice
+from .errors import ParseError, PlanError, ShardingError, VerishardError
+from .mesh import Mesh
+from .sharding import ArrayType
+
+
+@dataclass(frozen=True)
+class Step:
+    """One collective, the type after it, and the elements each device receives (at most)."""
+
+    collective: Collective
+    type: ArrayType
+    received: int
+
+    @property
+    def local_size(self) -> int:
+        return self.type.size
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A redistribution from ``src`` to ``dst`` over ``mesh``, accepted by the verified checker.
+
+    ``mesh`` is the mesh the collectives run over: the user's mesh, with an
+    axis split into sub-axes only where the plan needs one.
+    ``guaranteed`` is the synthesizer's flag (memory bound and normal form
+    proved for this plan), or None for a plan the user wrote.
+    """
+
+    mesh: Mesh
+    src: ArrayType
+    dst: ArrayType
+    steps: tuple[Step, ...]
+    peak: int
+    guaranteed: bool | None = None
+
+    @property
+    def collectives(self) -> tuple[Collective, ...]:
+        return tuple(s.collective for s in self.steps)
+
+    @property
+    def types(self) -> tuple[ArrayType, ...]:
+        return (self.src,) + tuple(s.type for s in self.steps)
+
+    @property
+    def bound(self) -> int:
+        """``max(size(src), size(dst))``: no plan can peak lower."""
+        return max(self.src.size, self.dst.size)
+
+    @property
+    def traffic(self) -> int:
+        """Elements received per device, summed over steps (each step's worst device)."""
+        return sum(s.received for s in self.steps)
+
+    @property
+    def lower_bound(self) -> int:
+        """The spec's transfer lower bound: the most any device must receive."""
+        return int(transfer_lower_bounds(self.src, self.dst).max())
+
+    @property
+    def traffic_ratio(self) -> float:
+        lb = self.lower_bound
+        if lb == 0:
+            return 1.0 if self.traffic == 0 else float("inf")
+        return self.traffic / lb
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __str__(self) -> str:
+        rows = [("step", "collective", "type after", "local size", "received/device")]
+        rows.append(("0", "(source)", str(self.src), str(self.src.size), "0"))
+        for i, s in enumerate(self.steps, 1):
+            rows.append((str(i), str(s.collective), str(s.type), str(s.local_size), str(s.received)))
+        widths = [max(len(r[k]) for r in rows) for k in range(5)]
+        lines = [f"plan on {self.mesh}: {self.src} -> {self.dst}"]
+        for r in rows:
+            lines.append("  " + "  ".join(
+                r[k].ljust(widths[k]) if k in (1, 2) else r[k].rjust(widths[k]) for k in range(5)))
+        lines.append(f"peak {self.peak} elements/device; bound max({self.src.size}, {self.dst.size}) = {self.bound}"
+                     + _guarantee_note(self.guaranteed))
+        lines.append(f"traffic {self.traffic} elements/device; lower bound {self.lower_bound}"
+                     f" (ratio {self.traffic_ratio:.2f})")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data: mesh, source, target and steps (see ``docs/plan.md``)."""
+        return {
+            "mesh": str(self.mesh), "src": str(self.src), "dst": str(self.dst),
+            "steps": [s.collective.to_json() for s in self.steps],
+            "peak": self.peak, "bound": self.bound, "traffic": self.traffic,
+            "lower_bound": self.lower_bound, "guaranteed": self.guaranteed,
+            "types": [str(t) for t in self.types], "received": [s.received for s in self.steps],
+        }
+
+    @staticmethod
+    def from_json(obj: object) -> "Plan":
+        """Re-check a plan given as data (only mesh, src, dst and steps are read)."""
+        if not isinstance(obj, dict):
+            raise ParseError(f"a plan must be a JSON object, not {type(obj).__name__}")
+        for key in ("mesh", "src", "dst", "steps"):
+            if key not in obj:
+                raise ParseError(f"missing key {key!r} in plan object")
+        if not isinstance(obj["mesh"], str) or not isinstance(obj["src"], str) or not isinstance(obj["dst"], str):
+            raise ParseError("plan keys 'mesh', 'src' and 'dst' must be strings")
+        if not isinstance(obj["steps"], list):
+            raise ParseError("plan key 'steps' must be a list")
+        mesh = Mesh.parse(obj["mesh"])
+        steps = [Collective.from_json(s, mesh) for s in obj["steps"]]
+        return check(mesh, obj["src"], obj["dst"], steps)
+
+
+def _guarantee_note(guaranteed: bool | None) -> str:
+    if guaranteed is None:
+        return ""
+    if guaranteed:
+        return " (guaranteed by Synth.synthesize_memory)"
+    return " (NOT guaranteed: fallback plan)"
+
+
+def _as_type(t: ArrayType | str, mesh: Mesh, what: str) -> ArrayType:
+    if isinstance(t, str):
+        return ArrayType.parse(t, mesh)
+    if not isinstance(t, ArrayType):
+        raise ShardingError(f"{what} must be an ArrayType or its notation, not {type(t).__name__}")
+    if t.mesh != mesh:
+        raise ShardingError(f"{what} {t} is over mesh {t.mesh}, not {mesh}")
+    return t
+
+
+def _as_mesh(mesh: Mesh | str) -> Mesh:
+    if isinstance(mesh, str):
+        return Mesh.parse(mesh)
+    if not isinstance(mesh, Mesh):
+        raise ShardingError(f"expected a Mesh or its notation, not {type(mesh).__name__}")
+    return mesh
+
+
+def _problem(mesh, src, dst) -> tuple[Mesh, ArrayType, ArrayType]:
+    mesh = _as_mesh(mesh)
+    src, dst = _as_type(src, mesh, "source"), _as_type(dst, mesh, "target")
+    if src.global_shape != dst.global_shape:
+        raise ShardingError(f"global shapes differ: source {src} has {src.global_shape}, "
+                            f"target {dst} has {dst.global_shape}")
+    return mesh, src, dst
+
+
+def check(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str,
+          plan: Sequence[Collective], guaranteed: bool | None = None) -> Plan:
+    """Check ``plan`` with the verified checker; return it as a :class:`Plan`.
+
+    Raises :class:`PlanError` naming the first bad step and why.
+
+    >>> from verishard import DynSlice, AllGather
+    >>> check("x=2", "[2{x}4]", "[4]", [AllGather(0, "x")]).peak
+    4
+    >>> check("x=2", "[2{x}4]", "[4]", [DynSlice(0, "x")])
+    Traceback (most recent call last):
+    ...
+    verishard.errors.PlanError: step 1 (DynSlice(0, x)): axis x already shards the array
+    """
+    mesh, src, dst = _problem(mesh, src, dst)
+    if isinstance(plan, (str, bytes)) or not isinstance(plan, Sequence):
+        raise PlanError(f"a plan is a sequence of collectives, not {type(plan).__name__}")
+    ok = core.check(mesh, src, dst, list(plan))
+    steps = tuple(Step(c, t, r) for c, t, r in zip(plan, ok.types[1:], ok.received))
+    return Plan(mesh, src, dst, steps, ok.peak, guaranteed)
+
+
+def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> Plan:
+    """Synthesize a redistribution with the verified synthesizer and check it.
+
+    The synthesizer runs over the refined mesh (every axis split into prime
+    factors); the plan is then expressed over the user's mesh, splitting only
+    the axes it really acts on in parts, and checked again there.
+
+    >>> p = plan("x=2,y=4", "[2{x}4]", "[1{y}4]")
+    >>> str(p.mesh), [str(c) for c in p.collectives], p.peak
+    ('{x:2, y:2*2}', ['DynSlice(0, y.0)', 'AllPermute([1{y}4])'], 2)
+    """
+    mesh, src, dst = _problem(mesh, src, dst)
+    fine = mesh.refined()
+    guaranteed, raw = core.synthesize(fine, src.refined(), dst.refined())
+    return _express(mesh, src, dst, fine, raw, guaranteed)
+
+
+def _express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine: Mesh,
+             raw: list[Collective], guaranteed: bool) -> Plan:
+    """Rewrite a plan over ``fine = mesh.refined()`` over the coarsest mesh
+    between the two that can express it, and check it there."""
+    split: set[int] = set()
+    while True:
+        coarse, groups, owner = _partial_refinement(mesh, split)
+        try:
+            steps = [_translate_collective(c, fine, coarse, groups, owner) for c in raw]
+        except _NeedsSplit as e:
+            split.add(e.part)
+            continue
+        return check(coarse, _translate_type(src.refined(), coarse, groups, owner),
+                     _translate_type(dst.refined(), coarse, groups, owner), steps, guaranteed)
+
+
+class _NeedsSplit(Exception):
+    def __init__(self, part: int):
+        self.part = part
+
+
+def _partial_refinement(mesh: Mesh, split: set[int]):
+    """``mesh`` with the parts in ``split`` refined into primes; also, for every
+    new part, the fine parts it stands for, and the user part it comes from."""
+    table, fine_sizes = mesh.refinement(), mesh.refined().part_sizes
+    axes, groups, owner, u = [], [], [], 0
+    for name, factors in mesh.axes:
+        new = []
+        for f in factors:
+            if u in split and len(table[u]) > 1:
+                new += [fine_sizes[r] for r in table[u]]
+                groups += [(r,) for r in table[u]]
+                owner += [u] * len(table[u])
+            else:
+                new.append(f)
+                groups.append(table[u])
+                owner.append(u)
+            u += 1
+        axes.append((name, tuple(new)))
+    return Mesh(tuple(axes)), groups, owner
+
+
+def _translate_parts(parts: Sequence[int], groups, owner) -> tuple[int, ...]:
+    where = {r: q for q, g in enumerate(groups) for r in g}
+    out, i = [], 0
+    while i < len(parts):
+        q = where[parts[i]]
+        if tuple(parts[i:i + len(groups[q])]) != groups[q]:
+            raise _NeedsSplit(owner[q])
+        out.append(q)
+        i += len(groups[q])
+    return tuple(out)
+
+
+def _translate_type(t: ArrayType, coarse: Mesh, groups, owner) -> ArrayType:
+    return ArrayType.from_parts(coarse, t.global_shape,
+                                [_translate_parts(t.dim_parts(d), groups, owner) for d in range(t.rank)])
+
+
+def _translate_collective(c: Collective, fine: Mesh, coarse: Mesh, groups, owner) -> Collective:
+    if isinstance(c, AllPermute):
+        return AllPermute(_translate_type(c.target, coarse, groups, owner))
+    names = coarse.names(_translate_parts(c.parts(fine), groups, owner))
+    if isinstance(c, AllGather):
+        return AllGather(c.dim, names)
+    if isinstance(c, DynSlice):
+        return DynSlice(c.dim, names)
+    return AllToAll(c.src_dim, c.dst_dim, names)
+
+
+def transfer_lower_bounds(src: ArrayType, dst: ArrayType) -> np.ndarray:
+    """Per device: elements it needs under ``dst`` and does not hold under
+    ``src`` (the spec's transfer lower bound), from the verified block starts."""
+    s0, d0 = core.block_starts(src), core.block_starts(dst)
+    sl, dl = np.array(src.local_shape), np.array(dst.local_shape)
+    overlap = np.clip(np.minimum(s0 + sl, d0 + dl) - np.maximum(s0, d0), 0, None)
+    return dst.size - np.prod(overlap, axis=1)
