@@ -80,14 +80,66 @@ Definition check (m : mesh) (src dst : atype) (p : plan) : result (nat * error) 
 Definition valid_problem (m : mesh) (src dst : atype) : Prop :=
   wf m src /\ wf m dst /\ map gsize src = map gsize dst.
 
+Lemma trace_nonempty : forall m t p ts rs, trace m t p ts rs -> ts <> [].
+Proof. intros m t p ts rs H. destruct H; discriminate. Qed.
+
 Lemma trace_chain : forall m t p ts rs, trace m t p ts rs -> chain m t p (last ts t).
 Proof.
-Admitted.
+  intros m t p ts rs H. induction H as [t|t c t1 p ts rs Hs Ht IH].
+  - constructor.
+  - pose proof (trace_nonempty _ _ _ _ _ Ht) as Hne.
+    rewrite last_cons_ne by exact Hne. rewrite (last_indep _ ts t t1) by exact Hne.
+    econstructor; eauto.
+Qed.
 
 Lemma chain_trace : forall m t p t', chain m t p t' ->
   exists ts rs, trace m t p ts rs /\ last ts t = t'.
 Proof.
-Admitted.
+  intros m t p t' H. induction H as [t|t c t1 p t' Hs Hc IH].
+  - exists [t], []. split; [constructor|reflexivity].
+  - destruct IH as [ts [rs [Ht Hl]]].
+    exists (t :: ts), (recv m t c t1 :: rs). split; [constructor; auto|].
+    pose proof (trace_nonempty _ _ _ _ _ Ht) as Hne.
+    rewrite last_cons_ne by exact Hne. rewrite (last_indep _ ts t t1) by exact Hne. exact Hl.
+Qed.
+
+(** [run] computes the trace of a plan from a well-formed type. *)
+Lemma run_trace : forall m p t i ts rs, wf m t -> run m t p i = Ok (ts, rs) -> trace m t p ts rs.
+Proof.
+  intros m p. induction p as [|c p IH]; intros t i ts rs Hwf H; cbn [run] in H.
+  - inversion H; subst. constructor.
+  - destruct (apply m t c) as [t1|e] eqn:Ha; [|discriminate].
+    destruct (run m t1 p (S i)) as [[ts' rs']|x] eqn:Hr; [|discriminate].
+    inversion H; subst. apply apply_sound in Ha; auto.
+    constructor; auto. apply (IH t1 (S i)); auto. eapply step_wf; eauto.
+Qed.
+
+Lemma trace_run : forall m t p ts rs, wf m t -> trace m t p ts rs -> forall i, run m t p i = Ok (ts, rs).
+Proof.
+  intros m t p ts rs Hwf H. induction H as [t|t c t1 p ts rs Hs Ht IH]; intros i.
+  - reflexivity.
+  - cbn [run]. rewrite (apply_complete m t c t1 Hwf Hs).
+    rewrite IH by (eapply step_wf; eauto). reflexivity.
+Qed.
+
+Lemma run_error : forall m p t k i e, wf m t -> run m t p k = Err (i, e) ->
+  k <= i /\ exists t', chain m t (firstn (i - k) p) t' /\
+                       exists c, nth_error p (i - k) = Some c /\ apply m t' c = Err e.
+Proof.
+  intros m p. induction p as [|c p IH]; intros t k i e Hwf H; cbn [run] in H.
+  - discriminate.
+  - destruct (apply m t c) as [t1|e0] eqn:Ha.
+    + destruct (run m t1 p (S k)) as [[ts rs]|x] eqn:Hr; [discriminate|].
+      inversion H; subst x.
+      assert (Hs : step m t c t1) by (apply apply_sound; auto).
+      apply IH in Hr as [Hle [t' [Hc [c' [Hn Ha']]]]]; [|eapply step_wf; eauto].
+      split; [lia|]. replace (i - k) with (S (i - S k)) by lia.
+      exists t'. split.
+      * cbn [firstn]. econstructor; eauto.
+      * exists c'. split; auto.
+    + inversion H; subst. split; auto. rewrite Nat.sub_diag.
+      exists t. split; [constructor|]. exists c. split; auto.
+Qed.
 
 (** Success means exactly: a valid problem, a well-typed chain from [src] to
     [dst], and a report whose types, peak and traffic are those of the chain. *)
@@ -96,12 +148,38 @@ Theorem check_ok_iff : forall m src dst p r,
   valid_problem m src dst /\ trace m src p (types r) (received r) /\
   last (types r) src = dst /\ peak r = peak_of m (types r).
 Proof.
-Admitted.
+  intros m src dst p r. split.
+  - unfold check. intros H.
+    destruct (wf_meshb m) eqn:Hm; cbn [negb] in H; [|discriminate].
+    destruct (wfb m src) eqn:Hs; cbn [negb] in H; [|discriminate].
+    destruct (wfb m dst) eqn:Hd; cbn [negb] in H; [|discriminate].
+    destruct (nat_list_eqb (map gsize src) (map gsize dst)) eqn:Hg; cbn [negb] in H; [|discriminate].
+    destruct (run m src p 1) as [[ts rs]|x] eqn:Hr; [|discriminate].
+    destruct (atype_eqb (last ts src) dst) eqn:He; [|discriminate].
+    inversion H; subst r. cbn [types received peak].
+    apply wfb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. apply atype_eqb_spec in He.
+    split; [split; [|split]; auto|split; [|split]; auto]. apply (run_trace m p src 1); auto.
+  - intros [[Hs [Hd Hg]] [Ht [Hl Hp]]]. unfold check.
+    assert (Hm : wf_meshb m = true) by (apply wf_meshb_spec; apply Hs).
+    assert (Hs' : wfb m src = true) by (apply wfb_spec; auto).
+    assert (Hd' : wfb m dst = true) by (apply wfb_spec; auto).
+    assert (Hg' : nat_list_eqb (map gsize src) (map gsize dst) = true) by (apply nat_list_eqb_spec; auto).
+    assert (He : atype_eqb (last (types r) src) dst = true) by (apply atype_eqb_spec; auto).
+    rewrite Hm, Hs', Hd', Hg'. cbn [negb].
+    rewrite (trace_run m src p (types r) (received r) Hs Ht 1).
+    rewrite He. destruct r as [ts pk rs]. cbn [types peak received] in *. subst pk. reflexivity.
+Qed.
 
 Corollary check_accepts_iff_chain : forall m src dst p,
   (exists r, check m src dst p = Ok r) <-> valid_problem m src dst /\ chain m src p dst.
 Proof.
-Admitted.
+  intros m src dst p. split.
+  - intros [r Hr]. apply check_ok_iff in Hr as [Hv [Ht [Hl _]]].
+    split; auto. rewrite <- Hl. eapply trace_chain; eauto.
+  - intros [Hv Hc]. destruct (chain_trace m src p dst Hc) as [ts [rs [Ht Hl]]].
+    exists (mkreport ts (peak_of m ts) rs). apply check_ok_iff. cbn [types received peak].
+    auto.
+Qed.
 
 (** An error at step [i >= 1] names the first step that is ill-typed: the
     steps before it form a chain, and step [i] is rejected for reason [e]. *)
@@ -110,4 +188,13 @@ Theorem check_error_first : forall m src dst p i e,
   exists t, chain m src (firstn (i - 1) p) t /\
             exists c, nth_error p (i - 1) = Some c /\ apply m t c = Err e.
 Proof.
-Admitted.
+  intros m src dst p i e H Hi Hne. unfold check in H.
+  destruct (wf_meshb m) eqn:Hm; cbn [negb] in H; [|inversion H; lia].
+  destruct (wfb m src) eqn:Hs; cbn [negb] in H; [|inversion H; lia].
+  destruct (wfb m dst) eqn:Hd; cbn [negb] in H; [|inversion H; lia].
+  destruct (nat_list_eqb (map gsize src) (map gsize dst)) eqn:Hg; cbn [negb] in H; [|inversion H; lia].
+  destruct (run m src p 1) as [[ts rs]|x] eqn:Hr.
+  - destruct (atype_eqb (last ts src) dst); inversion H; subst; congruence.
+  - inversion H; subst x. apply wfb_spec in Hs.
+    apply run_error in Hr as [_ Hr]; auto.
+Qed.

@@ -92,3 +92,42 @@ Inductive result (E A : Type) : Type :=
 | Err : E -> result E A.
 Arguments Ok {E A} _.
 Arguments Err {E A} _.
+
+(** Helpers for reasoning about [set_nth] and duplicate freedom. *)
+Lemma set_nth_app_mid : forall A (L R : list A) x y,
+  set_nth (L ++ x :: R) (length L) y = L ++ y :: R.
+Proof. induction L; simpl; intros; f_equal; auto. Qed.
+
+Lemma Forall_set_nth : forall A (P : A -> Prop) l n x,
+  Forall P l -> P x -> Forall P (set_nth l n x).
+Proof.
+  induction l; destruct n; simpl; intros x HF Hx; inversion HF; subst; constructor; auto.
+Qed.
+
+Lemma nodup_app_r : forall A (l l' : list A), NoDup (l ++ l') -> NoDup l'.
+Proof. induction l; simpl; intros l' H; auto. inversion H; auto. Qed.
+
+Lemma nodup_app_intro : forall A (l l' : list A),
+  NoDup l -> NoDup l' -> (forall x, In x l -> ~ In x l') -> NoDup (l ++ l').
+Proof.
+  induction l as [|a l IH]; simpl; intros l' H1 H2 H3; auto.
+  inversion H1; subst. constructor.
+  - rewrite in_app_iff. intros [H|H]; [contradiction|]. apply (H3 a); auto.
+  - apply IH; auto.
+Qed.
+
+Lemma find_none_intro : forall A (f : A -> bool) l,
+  (forall x, In x l -> f x = false) -> find f l = None.
+Proof.
+  induction l as [|a l IH]; simpl; intros H; auto.
+  rewrite H by auto. apply IH. intros; apply H; auto.
+Qed.
+
+Lemma last_indep : forall A (l : list A) d d', l <> [] -> last l d = last l d'.
+Proof.
+  induction l as [|a l IH]; intros d d' H; [congruence|].
+  destruct l as [|b l]; auto. simpl. apply IH. discriminate.
+Qed.
+
+Lemma last_cons_ne : forall A (x d : A) l, l <> [] -> last (x :: l) d = last l d.
+Proof. intros A x d l H. destruct l; [congruence|reflexivity]. Qed.

@@ -105,3 +105,18 @@ Qed.
     every dimension: what the runtime uses to lay out data. *)
 Definition block_starts (m : mesh) (t : atype) : list nat :=
   flat_map (fun r => map (fun D => gidx m D (coords_of_rank m r) 0) t) (seq 0 (ndevices m)).
+
+(** [used] over list structure. *)
+Lemma used_app : forall t1 t2, used (t1 ++ t2) = used t1 ++ used t2.
+Proof. intros. unfold used. apply flat_map_app. Qed.
+
+Lemma used_cons : forall D t, used (D :: t) = axes D ++ used t.
+Proof. reflexivity. Qed.
+
+(** Appending axes whose group divides the local size keeps the dimension divisible. *)
+Lemma nprod_app_divide : forall m D xs, wf_mesh m -> wf_dim m D ->
+  Nat.divide (nprod m xs) (lsize m D) -> Nat.divide (nprod m (axes D ++ xs)) (gsize D).
+Proof.
+  intros m D xs Hm HD Hdiv. rewrite nprod_app, <- (lsize_mul m D Hm HD).
+  rewrite (Nat.mul_comm (lsize m D)). apply Nat.mul_divide_mono_l. exact Hdiv.
+Qed.
