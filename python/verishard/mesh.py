@@ -15,6 +15,7 @@ import operator
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 
 from .errors import LimitError, MeshError, ParseError, ShardingError, show
 
@@ -166,7 +167,7 @@ class Mesh:
 
     # axes and parts ---------------------------------------------------------
 
-    @property
+    @cached_property
     def axis_names(self) -> tuple[str, ...]:
         """Names of the whole axes, in order.
 
@@ -175,7 +176,7 @@ class Mesh:
         """
         return tuple(name for name, _ in self.axes)
 
-    @property
+    @cached_property
     def axis_sizes(self) -> tuple[int, ...]:
         """Sizes of the whole axes (product of their factors).
 
@@ -190,7 +191,7 @@ class Mesh:
             out.append(n)
         return tuple(out)
 
-    @property
+    @cached_property
     def num_devices(self) -> int:
         """Number of devices.
 
@@ -202,7 +203,7 @@ class Mesh:
             n *= s
         return n
 
-    @property
+    @cached_property
     def parts(self) -> tuple[tuple[str, int], ...]:
         """``(part_name, size)`` of every part in order (the flat mesh of the core).
 
@@ -217,7 +218,7 @@ class Mesh:
                 out.extend((f"{name}.{j}", f) for j, f in enumerate(fs))
         return tuple(out)
 
-    @property
+    @cached_property
     def part_sizes(self) -> tuple[int, ...]:
         """Sizes of the parts.
 
@@ -237,6 +238,7 @@ class Mesh:
             raise ShardingError(f"unknown part {i!r}; the mesh {self} has {len(parts)} parts")
         return parts[i][0]
 
+    @lru_cache(maxsize=4096)  # meshes are immutable; planning calls these often
     def _axis_ranges(self) -> dict[str, tuple[int, int]]:
         out, start = {}, 0
         for name, fs in self.axes:
@@ -300,6 +302,7 @@ class Mesh:
                 return a
         raise ShardingError(f"unknown part {p!r}; the mesh {self} has {len(self.part_sizes)} parts")
 
+    @lru_cache(maxsize=4096)  # meshes are immutable; planning calls these often
     def refinement(self) -> tuple[tuple[int, ...], ...]:
         """For each part, the indices of the parts that replace it in :meth:`refined`.
 
@@ -313,6 +316,7 @@ class Mesh:
             k += n
         return tuple(out)
 
+    @lru_cache(maxsize=4096)  # meshes are immutable; planning calls these often
     def refined(self) -> "Mesh":
         """Every part split into its prime factors (ascending); parts of prime
         size or size 1 stay as they are.

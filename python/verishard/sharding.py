@@ -18,6 +18,7 @@ import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .errors import LimitError, ParseError, ShardingError, show
 from .mesh import MAX_DIGITS, Mesh
@@ -348,6 +349,7 @@ class ArrayType:
             out.append(slice(b * l, b * l + l))
         return tuple(out)
 
+    @lru_cache(maxsize=4096)  # immutable; planning asks for it repeatedly
     def refined(self) -> "ArrayType":
         """The same type over ``mesh.refined()``.
 
