@@ -135,7 +135,7 @@ def test_spec_examples():
     q = vs.plan("x=2,y=4", "[2{x}4]", "[1{y}4]")
     assert q.peak == 2 and q.guaranteed
     assert str(q.mesh) == "{x:2, y:2*2}"          # needs a sub-axis
-    r = vs.plan("x=2,y=4", "[2{x}8]", "[2{y}8]")
+    r = vs.plan("x=2,y=4", "[4{x}8]", "[2{y}8]")
     assert str(r.mesh) == "{x:2, y:4}"            # needs none
     assert vs.plan("x=2", "[1{x}2, 2]", "[2, 1{x}2]").collectives == (AllToAll(0, 1, ("x",)),)
     assert vs.plan("x=2,y=3", "[3{x}6]", "[3{x}6]").collectives == ()

@@ -1,0 +1,644 @@
+"""The ``verishard`` command line.
+
+::
+
+    verishard plan  --mesh x=2,y=3 --src '[3{x}6]' --dst '[2{y}6]' [--format json]
+    verishard plan  --mesh x=2,y=2 --shape 16,16 --jax --src "P('x', None)" --dst "P(None, 'x')"
+    verishard plan  --mesh x=2,y=2 --shape 16,16 --dtensor --src "Shard(0),Replicate()" --dst "Replicate(),Shard(1)"
+    verishard check plan.json
+    verishard show  --mesh x=2,y=3 --src '[3{x}6]' --dst '[2{y}6]' [--picture plan.png]
+    verishard show  plan.json --picture plan.svg
+    verishard demo
+
+Exit codes: 0 success; 1 a plan was rejected by the verified checker (or a
+demo case failed); 2 bad input (one line on stderr naming the problem and
+the offending token); 3 an internal error. ``--debug`` adds the traceback.
+
+Everything the CLI prints about a plan comes from :mod:`verishard.plan`,
+that is from the verified checker's report.
+
+>>> import json, os, tempfile
+>>> path = os.path.join(tempfile.mkdtemp(), "plan.json")
+>>> with open(path, "w") as f:
+...     json.dump({"mesh": "x=2", "src": "[2{x}4]", "dst": "[4]",
+...                "steps": [{"op": "all_gather", "dim": 0, "axes": ["x"]}]}, f)
+>>> main(["check", path])  # doctest: +ELLIPSIS
+plan on {x:2}: [2{x}4] -> [4]
+  step  collective       type after  local size  received/device
+     0  (source)         [2{x}4]              2                0
+     1  AllGather(0, x)  [4]                  4                2
+peak 4 elements/device; bound max(2, 4) = 4
+traffic 2 elements/device; lower bound 2 (ratio 1.00)
+guarantees:
+  Checker.check_ok_iff        each step is well typed, the plan ends at the target, ...
+  Rules.step_wf               every intermediate type is well formed
+  Semantics.movement_correct  each step's data movement yields exactly the distribution ...
+  (no theorem)                memory: peak 4 meets the bound max(size(src), size(dst)) = 4 ...
+  (no theorem)                traffic 2 against the lower bound 2 is measured, not proved optimal
+OK: the verified checker accepts .../plan.json
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import ParseError, PlanError, ShardingError, VerishardError, show
+from .mesh import MAX_DIGITS, Mesh
+from .sharding import ArrayType
+
+__all__ = ["main", "SCHEMA", "dumps", "plan_document", "guarantees", "check_document", "load_plan_file", "DEMO_CASES"]
+
+SCHEMA = "verishard.plan/1"
+MAX_PLAN_FILE = 16 * 2**20
+
+EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class UsageError(VerishardError):
+    """A command-line argument is missing or malformed."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (exit code 2)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+# ---------------------------------------------------------------------------
+# What the plan is guaranteed to do
+
+
+def guarantees(plan) -> list[tuple[str | None, str]]:
+    """``(theorem, claim)`` for every guarantee the Coq development gives
+    ``plan``, then ``(None, claim)`` for what is measured but not proved.
+
+    >>> from verishard import check, AllGather
+    >>> [name for name, _ in guarantees(check("x=2", "[2{x}4]", "[4]", [AllGather(0, "x")]))]
+    ['Checker.check_ok_iff', 'Rules.step_wf', 'Semantics.movement_correct', None, None]
+    """
+    from .collectives import AllPermute
+
+    out = [
+        ("Checker.check_ok_iff", "each step is well typed, the plan ends at the target, "
+                                 "and the peak and traffic shown are the checker's"),
+        ("Rules.step_wf", "every intermediate type is well formed"),
+        ("Semantics.movement_correct", "each step's data movement yields exactly the distribution "
+                                       "its type names, for any global array"),
+    ]
+    if any(isinstance(c, AllPermute) for c in plan.collectives):
+        out.append(("Permute.permute_table_perm", "each AllPermute is a bijection of devices"))
+        out.append(("Permute.perm_src_blocks", "... sending every device exactly the block it needs"))
+        out.append(("Permute.perm_src_fixed", "... and nothing to a device whose block does not change"))
+    if plan.guaranteed is not None:
+        out.append(("Synth.synthesize_correct", "the synthesizer returns a plan the checker accepts "
+                                                "for every valid problem"))
+    if plan.guaranteed:
+        out.append(("Synth.synthesize_memory", f"memory: peak {plan.peak} = max(size(src), size(dst)), "
+                                               f"the least any plan can reach"))
+        out.append(("Synth.synthesize_normal_form", "slices first, gathers last: memory goes down, stays flat, "
+                                                    "goes up, and no device discards data it received"))
+        out.append(("Synth.synthesize_gather_traffic", "the final gathers receive exactly the growth of the "
+                                                       "local size up to size(dst)"))
+    elif plan.peak == plan.bound:
+        out.append((None, f"memory: peak {plan.peak} meets the bound max(size(src), size(dst)) = {plan.bound} "
+                          f"(measured by the checker; no plan can do better)"))
+    elif plan.guaranteed is None:
+        out.append((None, f"memory: a given plan: peak {plan.peak} exceeds the bound {plan.bound} "
+                          f"(measured by the checker)"))
+    else:
+        out.append((None, f"memory: the fallback plan: peak {plan.peak} exceeds the bound {plan.bound}; "
+                          f"no memory guarantee"))
+    out.append((None, f"traffic {plan.traffic} against the lower bound {plan.lower_bound} "
+                                f"is measured, not proved optimal"))
+    return out
+
+
+def _format_guarantees(plan) -> str:
+    rows = [(n or "(no theorem)", c) for n, c in guarantees(plan)]
+    w = max(len(n) for n, _ in rows)
+    return "guarantees:\n" + "\n".join(f"  {n.ljust(w)}  {c}" for n, c in rows)
+
+
+# ---------------------------------------------------------------------------
+# The plan JSON document
+
+_DERIVED = ("types", "local_sizes", "received", "peak", "bound", "traffic", "lower_bound")
+_KEYS = {"schema", "mesh", "src", "dst", "steps", "guaranteed", "theorems", "comment", *_DERIVED}
+
+
+def plan_document(plan) -> dict[str, Any]:
+    """The JSON document of a plan (schema ``verishard.plan/1``, see ``docs/plan.md``).
+
+    >>> from verishard import check, AllGather
+    >>> doc = plan_document(check("x=2", "[2{x}4]", "[4]", [AllGather(0, "x")]))
+    >>> doc["schema"], doc["steps"], doc["local_sizes"], doc["peak"]
+    ('verishard.plan/1', [{'op': 'all_gather', 'dim': 0, 'axes': ['x']}], [2, 4], 4)
+    """
+    doc = {"schema": SCHEMA}
+    doc.update(plan.to_json())
+    doc["local_sizes"] = [t.size for t in plan.types]
+    doc["theorems"] = [{"name": n, "claim": c} for n, c in guarantees(plan)]
+    order = ["schema", "mesh", "src", "dst", "steps", "types", "local_sizes", "received",
+             "peak", "bound", "traffic", "lower_bound", "guaranteed", "theorems"]
+    return {k: doc[k] for k in order if k in doc} | {k: v for k, v in doc.items() if k not in order}
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """JSON text of a plan document: one top-level key per line, one step per line.
+
+    >>> print(dumps({"mesh": "{x:2}", "steps": [{"op": "all_gather", "dim": 0, "axes": ["x"]}], "peak": 4}))
+    {
+      "mesh": "{x:2}",
+      "steps": [
+        {"op": "all_gather", "dim": 0, "axes": ["x"]}
+      ],
+      "peak": 4
+    }
+    """
+    lines = []
+    for key, value in doc.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            inner = ",\n".join("    " + json.dumps(v) for v in value)
+            lines.append(f"  {json.dumps(key)}: [\n{inner}\n  ]")
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}"
+
+
+def _reject_constant(name: str):
+    raise ParseError(f"JSON constant {name} is not allowed in a plan file")
+
+
+def load_plan_file(path: str) -> dict[str, Any]:
+    """Read a plan file (``-`` for stdin) as JSON data (never code).
+
+    >>> load_plan_file("/nonexistent/plan.json")
+    Traceback (most recent call last):
+    ...
+    verishard.errors.ParseError: cannot read plan file '/nonexistent/plan.json': No such file or directory
+    """
+    try:
+        if path == "-":
+            text = sys.stdin.read(MAX_PLAN_FILE + 1)
+        else:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_PLAN_FILE + 1)
+            if len(raw) > MAX_PLAN_FILE:
+                raise ParseError(f"plan file {show(path, 200)} is larger than {MAX_PLAN_FILE} bytes")
+            text = raw.decode("utf-8")
+    except OSError as e:
+        raise ParseError(f"cannot read plan file {show(path, 200)}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ParseError(f"plan file {show(path, 200)} is not UTF-8 text (byte {e.start})") from None
+    if len(text) > MAX_PLAN_FILE:
+        raise ParseError(f"plan file {show(path, 200)} is larger than {MAX_PLAN_FILE} bytes")
+    return parse_plan_text(text, path)
+
+
+def parse_plan_text(text: str, where: str = "plan") -> dict[str, Any]:
+    """Parse plan JSON text into a dict; any malformation is a :class:`ParseError`.
+
+    >>> parse_plan_text('{"mesh": "x=2"}')
+    {'mesh': 'x=2'}
+    >>> parse_plan_text('[1, 2]')
+    Traceback (most recent call last):
+    ...
+    verishard.errors.ParseError: plan must hold a JSON object, not list
+    """
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise ParseError(f"{where} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise ParseError(f"{where} is nested too deeply") from None
+    except ValueError as e:  # huge integers
+        if isinstance(e, VerishardError):
+            raise ParseError(f"{where}: {e}") from None
+        raise ParseError(f"{where} is not valid JSON: {str(e).splitlines()[0]}") from None
+    if not isinstance(obj, dict):
+        raise ParseError(f"{where} must hold a JSON object, not {type(obj).__name__}")
+    return obj
+
+
+def check_document(doc: dict[str, Any]):
+    """Re-check a plan document with the verified checker; return the :class:`~verishard.plan.Plan`.
+
+    Only ``mesh``, ``src``, ``dst`` and ``steps`` are read as input; the
+    derived fields (``types``, ``local_sizes``, ``received``, ``peak``,
+    ``bound``, ``traffic``, ``lower_bound``), where present, must equal what
+    the checker computes, else :class:`~verishard.errors.PlanError`.
+
+    >>> from verishard import check, AllGather
+    >>> doc = plan_document(check("x=2", "[2{x}4]", "[4]", [AllGather(0, "x")]))
+    >>> check_document(doc).peak
+    4
+    >>> check_document(doc | {"peak": 2})
+    Traceback (most recent call last):
+    ...
+    verishard.errors.PlanError: field 'peak' says 2 but the verified checker computes 4
+    """
+    from .plan import Plan
+
+    if not isinstance(doc, dict):
+        raise ParseError(f"a plan must be a JSON object, not {type(doc).__name__}")
+    for key in doc:
+        if key not in _KEYS:
+            raise ParseError(f"unexpected key {show(key)} in plan object; expected {', '.join(sorted(_KEYS))}")
+    if "schema" in doc and doc["schema"] != SCHEMA:
+        raise ParseError(f"unknown schema {show(str(doc['schema']))}; this verishard reads {SCHEMA!r}")
+    checked = Plan.from_json(doc)
+    ours = plan_document(checked)
+    for key in _DERIVED:
+        if key in doc and doc[key] != ours[key]:
+            raise PlanError(f"field {key!r} says {_short(doc[key])} but the verified checker computes "
+                            f"{_short(ours[key])}", step=None, reason="wrong_claim")
+    return checked
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+# ---------------------------------------------------------------------------
+# Reading the problem from the command line
+
+
+def _in(e: VerishardError, opt: str) -> VerishardError:
+    """``e`` with ``in <opt>`` inserted before the first ``; `` of its message."""
+    msg = str(e)
+    head, sep, tail = msg.partition("; ")
+    new = f"{head} in {opt}{sep}{tail}" if sep else f"{msg} (in {opt})"
+    out = type(e)(new)
+    if isinstance(e, PlanError):
+        out.step, out.reason = e.step, e.reason
+    return out
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """Parse ``--shape``: ``16,16``, ``(16, 16)``, ``16x16`` or ``6``.
+
+    >>> parse_shape("16,16"), parse_shape("(6, 4)"), parse_shape("8x2"), parse_shape("6")
+    ((16, 16), (6, 4), (8, 2), (6,))
+    >>> parse_shape("6,-1")
+    Traceback (most recent call last):
+    ...
+    verishard.errors.ShardingError: size '-1' in shape '6,-1' must be at least 1
+    """
+    if not isinstance(text, str):
+        raise ParseError(f"shape must be a string, not {type(text).__name__}")
+    body = text.strip()
+    if body.startswith("(") or body.startswith("["):
+        close = ")" if body[0] == "(" else "]"
+        if not body.endswith(close):
+            raise ParseError(f"unbalanced brackets in shape {show(text)}")
+        body = body[1:-1]
+    parts = [p.strip() for p in body.replace("x", ",").split(",")]
+    if parts and parts[-1] == "" and len(parts) > 1:
+        parts = parts[:-1]
+    out = []
+    for p in parts:
+        if not p:
+            raise ParseError(f"empty size in shape {show(text)}")
+        digits = p[1:] if p.startswith("-") else p
+        if not digits.isascii() or not digits.isdigit():
+            raise ParseError(f"size {show(p)} in shape {show(text)} is not an integer")
+        if len(p) > MAX_DIGITS:
+            raise ParseError(f"size {show(p)} in shape {show(text)} is too large")
+        v = int(p)
+        if v < 1:
+            raise ShardingError(f"size {show(p)} in shape {show(text)} must be at least 1")
+        out.append(v)
+    return tuple(out)
+
+
+def _problem(args) -> tuple[Mesh, ArrayType, ArrayType, str | None]:
+    """Mesh, source and target types from ``--mesh --src --dst [--shape] [--jax|--dtensor]``."""
+    from . import notation
+
+    for opt in ("mesh", "src", "dst"):
+        if getattr(args, opt) is None:
+            raise UsageError(f"missing --{opt} (see 'verishard {args.command} --help')")
+    try:
+        mesh = Mesh.parse(args.mesh)
+    except VerishardError as e:
+        raise _in(e, "--mesh") from None
+    shape = None
+    if args.shape is not None:
+        try:
+            shape = parse_shape(args.shape)
+        except VerishardError as e:
+            raise _in(e, "--shape") from None
+    kind = "jax" if args.jax else "dtensor" if args.dtensor else None
+    if kind and shape is None:
+        raise UsageError(f"--{kind} needs --shape (the global shape, e.g. --shape 16,16)")
+    types = []
+    for opt in ("src", "dst"):
+        text = getattr(args, opt)
+        try:
+            if kind == "jax":
+                t = notation.from_partition_spec(mesh, shape, notation.parse_partition_spec(text))
+            elif kind == "dtensor":
+                t = notation.from_placements(mesh, shape, notation.parse_placements(text))
+            else:
+                t = ArrayType.parse(text, mesh)
+                if shape is not None and t.global_shape != shape:
+                    raise ShardingError(f"global shape {t.global_shape} of {t} does not match --shape {shape}")
+        except VerishardError as e:
+            raise _in(e, f"--{opt}") from None
+        types.append(t)
+    src, dst = types
+    if src.global_shape != dst.global_shape:
+        raise ShardingError(f"global shapes differ: --src {src} has {src.global_shape}, "
+                            f"--dst {dst} has {dst.global_shape}")
+    return mesh, src, dst, kind
+
+
+def _notation_lines(plan, kind: str | None) -> str:
+    from . import notation
+
+    if kind is None:
+        return ""
+    lines = []
+    for what, t in (("source", plan.src), ("target", plan.dst)):
+        try:
+            if kind == "jax":
+                text = notation.format_partition_spec(notation.to_partition_spec(t))
+            else:
+                text = notation.format_placements(*notation.to_placements(t))
+        except VerishardError:
+            text = "(not expressible)"
+        lines.append(f"{what} {text} = {t}")
+    return "\n".join(lines) + "\n"
+
+
+def _plan_from_args(args):
+    from .plan import plan as synthesize
+
+    if getattr(args, "file", None) is not None:
+        if any(getattr(args, o) is not None for o in ("mesh", "src", "dst", "shape")) or args.jax or args.dtensor:
+            raise UsageError("give either a plan file or --mesh/--src/--dst, not both")
+        return check_document(load_plan_file(args.file)), None
+    mesh, src, dst, kind = _problem(args)
+    return synthesize(mesh, src, dst), kind
+
+
+# ---------------------------------------------------------------------------
+# Commands
+
+
+def _emit(text: str, out) -> None:
+    out.write(text if text.endswith("\n") else text + "\n")
+
+
+def cmd_plan(args, out) -> int:
+    p, kind = _plan_from_args(args)
+    if args.format == "json":
+        _emit(dumps(plan_document(p)), out)
+    else:
+        _emit(_notation_lines(p, kind) + str(p) + "\n" + _format_guarantees(p), out)
+    return EXIT_OK
+
+
+def cmd_check(args, out) -> int:
+    doc = load_plan_file(args.file)
+    try:
+        p = check_document(doc)
+    except PlanError as e:
+        if e.step is None and e.reason is None:
+            raise PlanError(f"{args.file}: {e}") from None
+        raise PlanError(f"{args.file}: rejected: {e}", step=e.step, reason=e.reason) from None
+    except VerishardError as e:
+        raise type(e)(f"{args.file}: {e}") from None
+    if args.format == "json":
+        _emit(dumps(plan_document(p)), out)
+    else:
+        _emit(str(p) + "\n" + _format_guarantees(p) + f"\nOK: the verified checker accepts {args.file}", out)
+    return EXIT_OK
+
+
+def cmd_show(args, out) -> int:
+    from . import picture
+
+    p, kind = _plan_from_args(args)
+    text = _notation_lines(p, kind) + str(p) + "\n\n" + picture.text_picture(p)
+    if args.picture:
+        n = picture.draw(p, args.picture)
+        text += f"\nwrote {args.picture} ({n} panels)"
+    _emit(text, out)
+    return EXIT_OK
+
+
+# (title, mesh, src, dst, what it teaches)
+DEMO_CASES: tuple[tuple[str, str, str, str, str], ...] = (
+    ("the spec's worked example", "x=2,y=3", "[3{x}6]", "[2{y}6]",
+     "dimension 0 moves from x to y; slice, permute, gather meets the bound max(3, 2) = 3"),
+    ("a bound that needs a split axis", "x=2,y=4", "[2{x}4]", "[1{y}4]",
+     "over whole axes only a full gather works; with y split into y.0, y.1 the peak is 2"),
+    ("transpose of a sharding", "x=2,y=2", "[4{x}8, 4{y}8]", "[4{y}8, 4{x}8]",
+     "the two dimensions trade axes at the same local shape: one permute suffices"),
+    ("reorder the axes of a dimension", "x=2,y=3", "[2{x,y}12]", "[2{y,x}12]",
+     "major and minor axes swap: blocks move between devices, local size stays 2"),
+    ("all-to-all", "x=4", "[2{x}8, 8]", "[8, 2{x}8]",
+     "the sharding moves from dimension 0 to 1; one all-to-all keeps the local size at 16"),
+    ("multi-axis all-to-all", "x=2,y=2", "[2{x,y}8, 8]", "[8, 2{x,y}8]",
+     "both axes move together; one all-to-all over the group of 4 receives 3/4 of the local array"),
+    ("splitting an axis", "x=2*2", "[2{x}8, 8]", "[4{x.0}8, 4{x.1}8]",
+     "an axis written as two factors; its minor half x.1 moves to dimension 1"),
+    ("replicate to shard", "x=2,y=3", "[6, 4]", "[2{y}6, 2{x}4]",
+     "every device slices its own block: no communication at all"),
+    ("shard to replicate", "x=2,y=3", "[1{x,y}6, 4]", "[6, 4]",
+     "one all-gather over both axes; the target itself is the peak"),
+    ("multi-dimensional, three axes", "x=2,y=2,z=2", "[4{x}8, 2{y,z}8]", "[2{z,y}8, 4{x}8]",
+     "three axes rearranged across two dimensions at constant local size 8"),
+    ("three-dimensional array", "x=2,y=2", "[2{x}4, 2{y}4, 4]", "[4, 2{x}4, 2{y}4]",
+     "each axis shifts one dimension to the right"),
+    ("uneven mesh", "x=4,y=2", "[4{x}16, 8{y}16]", "[2{y,x}16, 16]",
+     "two dimensions' axes combine on dimension 0 at constant local size 32"),
+)
+
+
+def _run_demo_case(i: int, title: str, mesh: str, src: str, dst: str, what: str, out) -> bool:
+    import verishard
+    from . import picture
+
+    out.write(f"\n== {i}. {title}: {Mesh.parse(mesh)}  {src} -> {dst}\n   {what}\n")
+    try:
+        p = verishard.plan(mesh, src, dst)
+        again = verishard.check(p.mesh, p.src, p.dst, list(p.collectives))
+        via_json = check_document(json.loads(json.dumps(plan_document(p))))
+        if (again.types, again.peak) != (p.types, p.peak) or (via_json.types, via_json.peak) != (p.types, p.peak):
+            raise PlanError("re-checking the plan gave another result")
+        if p.peak < p.bound:
+            raise PlanError(f"peak {p.peak} is below the bound {p.bound}, which is impossible")
+    except VerishardError as e:
+        out.write(f"FAILED: {e}\n")
+        return False
+    out.write(str(p) + "\n")
+    if i == 1:
+        out.write("\n" + picture.text_picture(p) + "\n")
+    out.write("checked: the verified checker accepts it again, directly and through its JSON document\n")
+    return True
+
+
+def _run_mpi_demo(nranks: int, out) -> bool:
+    try:
+        runtime = importlib.import_module("verishard.runtime")
+    except ModuleNotFoundError as e:
+        if e.name in ("verishard.runtime",):
+            out.write("\nMPI demo: verishard.runtime is not available; skipped\n")
+            return True
+        out.write(f"\nMPI demo FAILED: cannot import verishard.runtime: {e}\n")
+        return False
+    except Exception as e:  # noqa: BLE001 - a broken runtime is a demo failure, reported in one line
+        out.write(f"\nMPI demo FAILED: cannot import verishard.runtime: {type(e).__name__}: {e}\n")
+        return False
+    fn = getattr(runtime, "run_mpi_demo", None)
+    if fn is None:
+        out.write("\nMPI demo: verishard.runtime.run_mpi_demo is not available; skipped\n")
+        return True
+    out.write(f"\nMPI demo: running verishard.runtime.run_mpi_demo(nranks={nranks})\n")
+    out.flush()
+    try:
+        rc = fn(nranks=nranks)
+    except Exception as e:  # noqa: BLE001
+        out.write(f"MPI demo FAILED: {type(e).__name__}: {e}\n")
+        return False
+    if rc != 0:
+        out.write(f"MPI demo FAILED: exit code {rc}\n")
+        return False
+    out.write("MPI demo: ok\n")
+    return True
+
+
+def cmd_demo(args, out) -> int:
+    out.write("verishard demo: redistributions planned and checked through the verified core\n")
+    ok = 0
+    for i, case in enumerate(DEMO_CASES, 1):
+        ok += _run_demo_case(i, *case, out)
+    failed = len(DEMO_CASES) - ok
+    out.write(f"\n{ok} of {len(DEMO_CASES)} redistributions planned and checked"
+              + (f"; {failed} FAILED\n" if failed else "\n"))
+    mpi_ok = True if args.no_mpi else _run_mpi_demo(args.nranks, out)
+    out.flush()
+    return EXIT_OK if not failed and mpi_ok else EXIT_REJECTED
+
+
+# ---------------------------------------------------------------------------
+# Entry point
+
+
+def _problem_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mesh", help="the mesh: x=2,y=3 or {x:2, y:3} (split axes: y=2*2)")
+    p.add_argument("--src", help="the source sharding (our type notation unless --jax/--dtensor)")
+    p.add_argument("--dst", help="the target sharding")
+    p.add_argument("--shape", help="global shape, e.g. 16,16 (needed with --jax and --dtensor)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--jax", action="store_true", help="--src/--dst are JAX PartitionSpecs: \"P('x', None)\"")
+    g.add_argument("--dtensor", action="store_true",
+                   help="--src/--dst are DTensor placements, one per mesh axis: \"Shard(0),Replicate()\"")
+
+
+_PLAN_EXAMPLES = """examples:
+  verishard plan --mesh x=2,y=3 --src '[3{x}6]' --dst '[2{y}6]'
+  verishard plan --mesh x=2,y=3 --src '[3{x}6]' --dst '[2{y}6]' --format json > plan.json
+  verishard plan --mesh x=2,y=2 --shape 16,16 --jax --src "P('x', None)" --dst "P(None, 'x')"
+  verishard plan --mesh x=2,y=2 --shape 16,16 --dtensor --src "Shard(0),Replicate()" --dst "Replicate(),Shard(1)"
+
+notations: docs/types.md, docs/jax.md, docs/dtensor.md; reading the output: docs/reading-a-plan.md"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (its ``error`` raises :class:`UsageError`).
+
+    >>> build_parser().parse_args(["check", "p.json"]).command
+    'check'
+    """
+    common = _Parser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="print a traceback on errors")
+    parser = _Parser(prog="verishard", description="Verified array redistribution for SPMD programs.",
+                     parents=[common])
+    sub = parser.add_subparsers(dest="command", metavar="{plan,check,show,demo}", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("plan", parents=[common], help="synthesize a plan and print it",
+                       description="Synthesize a redistribution with the verified core and print it.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_PLAN_EXAMPLES)
+    _problem_options(p)
+    p.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+
+    c = sub.add_parser("check", parents=[common], help="validate a plan JSON file with the verified checker",
+                       description="Validate a plan file (schema verishard.plan/1) with the verified checker.")
+    c.add_argument("file", help="plan JSON file, or - for stdin")
+    c.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+
+    s = sub.add_parser("show", parents=[common], help="draw a plan (text, or PNG/SVG with --picture)",
+                       description="Draw a plan given as a file or as --mesh/--src/--dst.")
+    s.add_argument("file", nargs="?", help="plan JSON file (instead of --mesh/--src/--dst)")
+    _problem_options(s)
+    s.add_argument("--picture", metavar="FILE", help="also write a picture: FILE.png or FILE.svg")
+
+    d = sub.add_parser("demo", parents=[common], help="plan and check a dozen redistributions (make demo)",
+                       description="Plan and check a dozen instructive redistributions, then run the MPI demo.")
+    d.add_argument("--no-mpi", action="store_true", help="skip the MPI runtime demo")
+    d.add_argument("--nranks", type=int, default=8, help="MPI ranks for the runtime demo (default 8)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (``sys.exit(main())`` in the script).
+
+    >>> import contextlib, sys
+    >>> with contextlib.redirect_stderr(sys.stdout):
+    ...     main(["plan", "--mesh", "x=2,y=3", "--src", "[3{z}6]", "--dst", "[6]"])
+    verishard: error: unknown axis 'z' in --src; the mesh has x, y
+    2
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    out = sys.stdout
+    try:
+        args = build_parser().parse_args(argv)
+        handler = {"plan": cmd_plan, "check": cmd_check, "show": cmd_show, "demo": cmd_demo}[args.command]
+        code = handler(args, out)
+        out.flush()
+        return code
+    except PlanError as e:
+        return _fail(e, EXIT_REJECTED if (e.step is not None or e.reason is not None) else EXIT_USAGE, debug)
+    except VerishardError as e:
+        return _fail(e, EXIT_USAGE, debug)
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else EXIT_OK
+    except BrokenPipeError:
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 - a bug: still one line unless --debug
+        return _fail(e, EXIT_INTERNAL, debug, internal=True)
+
+
+def _fail(e: BaseException, code: int, debug: bool, internal: bool = False) -> int:
+    if debug:
+        traceback.print_exc()
+    msg = " ".join(str(e).split()) or type(e).__name__
+    if internal:
+        msg = f"internal error: {type(e).__name__}: {msg}" + ("" if debug else " (rerun with --debug)")
+    try:
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    print(f"verishard: error: {msg}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
