@@ -19,3 +19,7 @@ __all__ = [
 from .plan import Plan, Step, check, plan  # noqa: E402  (needs the types above)
 
 __all__ += ["Plan", "Step", "check", "plan"]
+
+from .runtime import assemble, distribute  # noqa: E402
+
+__all__ += ["distribute", "assemble"]

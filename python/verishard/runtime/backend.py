@@ -1,0 +1,285 @@
+"""The backend interface and the shared executor.
+
+A backend runs the four collectives of the model and nothing else. The
+executor (:func:`execute`) walks a checked :class:`~verishard.plan.Plan` and
+calls the backend once per step; plan validation, the device bijection of a
+permute, group tables and trivial-step elimination live here, so a new
+backend (JAX, PyTorch, ...) is one module with four methods.
+
+Interface
+---------
+
+A backend is any object with these four methods (subclass :class:`Backend`
+for the documentation and a helpful error on a missing one). ``x`` is the
+backend's own value for "the local array of the calling device": a
+``numpy.ndarray`` for MPI, a traced ``jax.Array`` inside ``shard_map`` for
+JAX, or the list of every device's array for the simulator. Dimensions are
+local-array dimensions; local shapes are row-major (C order).
+
+``all_gather(x, dim, group) -> y``
+    Within each group, device with group index ``k`` contributes ``x``;
+    every device returns the concatenation along ``dim`` of the group's
+    arrays in order ``k = 0 .. group.size-1`` (``y.shape[dim] ==
+    x.shape[dim] * group.size``). JAX: ``lax.all_gather(x, group.names,
+    axis=dim, tiled=True)``.
+
+``dyn_slice(x, dim, group) -> y``
+    Device with group index ``k`` keeps the ``k``-th of ``group.size`` equal
+    pieces of ``x`` along ``dim``. No communication. JAX:
+    ``lax.dynamic_slice_in_dim(x, lax.axis_index(group.names) * l, l, dim)``.
+
+``all_to_all(x, src_dim, dst_dim, group) -> y``
+    Device ``k`` splits ``x`` into ``group.size`` equal pieces along
+    ``dst_dim`` and sends piece ``j`` to device ``j``; it returns what it
+    received concatenated along ``src_dim`` in order of the sender's index
+    (``src_dim`` grows by ``group.size``, ``dst_dim`` shrinks by it). JAX:
+    ``lax.all_to_all(x, group.names, split_axis=dst_dim, concat_axis=src_dim,
+    tiled=True)``.
+
+``all_permute(x, sources) -> y``
+    ``sources`` is an int array over linear ranks: rank ``c`` returns the
+    ``x`` of rank ``sources[c]`` (a bijection from the verified core,
+    ``Permute.permute_table``). Ranks with ``sources[c] == c`` keep their
+    array and must send nothing. JAX: ``lax.ppermute(x, all_names,
+    [(int(s), c) for c, s in enumerate(sources) if s != c])`` then keep ``x``
+    on the fixed ranks (``all_names`` = every part name of ``group.mesh``, in
+    order).
+
+A :class:`AxisGroup` names the mesh parts a collective runs over, major to
+minor (``group.names``, e.g. ``("y.1", "x")``); a device's index in its group
+is the mixed-radix number of its coordinates on those parts, in that order
+(``group.index[rank]``, from the verified block function). The mesh
+(``group.mesh``) is the plan's mesh: it may split an axis into parts (``y=4``
+as ``y.0:2, y.1:2``); linear ranks are row-major over the parts, which is
+row-major over the whole axes, so ranks never change. A JAX backend builds
+its ``jax.sharding.Mesh`` from ``plan.mesh.parts`` (names and sizes) over the
+devices in rank order.
+
+The executor never calls a backend for a step that moves nothing: a group
+of size 1, or a permute whose bijection is the identity.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import core
+from ..collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice
+from ..errors import PlanError, VerishardError
+from ..mesh import Mesh
+from ..plan import Plan, Step, check
+from ..sharding import ArrayType, DimType
+from .layout import block_starts
+
+
+class RedistributionError(VerishardError):
+    """A redistribution was refused before any data moved (bad plan or input)."""
+
+
+class RuntimeCheckError(AssertionError):
+    """A backend's result disagrees with the verified rule of its step (a bug)."""
+
+
+@dataclass(frozen=True)
+class AxisGroup:
+    """The mesh parts a collective runs over, major to minor.
+
+    >>> g = AxisGroup.of(Mesh.parse("x=2,y=2*2"), (2, 0))
+    >>> g.names, g.size, g.index.tolist()
+    (('y.1', 'x'), 4, [0, 2, 0, 2, 1, 3, 1, 3])
+    >>> g.members.tolist()
+    [[0, 4, 1, 5], [2, 6, 3, 7]]
+    """
+
+    mesh: Mesh
+    parts: tuple[int, ...]
+
+    @staticmethod
+    @functools.lru_cache(maxsize=1024)
+    def of(mesh: Mesh, parts: tuple[int, ...]) -> "AxisGroup":
+        return AxisGroup(mesh, tuple(parts))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Part names, major to minor (``"x"``, ``"y.0"``)."""
+        return tuple(self.mesh.part_name(p) for p in self.parts)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for p in self.parts:
+            n *= self.mesh.part_sizes[p]
+        return n
+
+    @functools.cached_property
+    def _table(self) -> np.ndarray:
+        # Group index and group number of every rank, from the verified block
+        # function: a type whose dimension 1 is sharded by the group's parts
+        # (local size 1, so its block start is the mixed-radix index) and whose
+        # dimension 0 is sharded by all other parts (in mesh order).
+        rest = tuple(p for p in range(len(self.mesh.part_sizes)) if p not in self.parts)
+        n_rest = 1
+        for p in rest:
+            n_rest *= self.mesh.part_sizes[p]
+        t = ArrayType(self.mesh, (DimType(n_rest, rest), DimType(self.size, self.parts)))
+        return block_starts(t)
+
+    @property
+    def index(self) -> np.ndarray:
+        """``index[rank]``: the rank's index in its group (read-only)."""
+        return self._table[:, 1]
+
+    @property
+    def key(self) -> np.ndarray:
+        """``key[rank]``: which group the rank belongs to, ``0 .. N/size - 1``."""
+        return self._table[:, 0]
+
+    @functools.cached_property
+    def members(self) -> np.ndarray:
+        """``members[g, k]``: the rank with index ``k`` in group ``g``."""
+        out = np.empty((self.mesh.num_devices // self.size, self.size), dtype=np.int64)
+        out[self.key, self.index] = np.arange(self.mesh.num_devices)
+        out.flags.writeable = False
+        return out
+
+
+@functools.lru_cache(maxsize=1024)
+def permute_sources(t: ArrayType, target: ArrayType) -> np.ndarray:
+    """``sources[c]``: the rank whose array rank ``c`` receives in ``AllPermute(target)``
+    from ``t`` (verified ``Permute.permute_table``; read-only, cached)."""
+    p = core.permute_sources(t, target)
+    p.flags.writeable = False
+    return p
+
+
+class Backend:
+    """Base class of backends: the four collectives (see the module docstring)."""
+
+    name = "abstract"
+
+    def all_gather(self, x: Any, dim: int, group: AxisGroup) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not implement all_gather")
+
+    def dyn_slice(self, x: Any, dim: int, group: AxisGroup) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not implement dyn_slice")
+
+    def all_to_all(self, x: Any, src_dim: int, dst_dim: int, group: AxisGroup) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not implement all_to_all")
+
+    def all_permute(self, x: Any, sources: np.ndarray) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not implement all_permute")
+
+
+class Donated:
+    """Hand an input over to the runtime: ``execute(plan, Donated(x), ...)``.
+
+    The runtime then holds the only reference it keeps and drops it as soon
+    as the first step has produced its output, so the source array does not
+    stay resident for the whole plan (provided the caller keeps no other
+    reference). The box is empty afterwards.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def take(self) -> Any:
+        if self.value is None:
+            raise RedistributionError("this Donated box was already used")
+        v, self.value = self.value, None
+        return v
+
+
+def validate_plan(plan: Plan) -> Plan:
+    """Re-check ``plan`` with the verified checker and return the checked plan.
+
+    Raises :class:`~verishard.errors.PlanError` when the checker rejects a step,
+    or when the Plan object's recorded types, traffic or peak are not what the
+    checker computes (a Plan built or edited by hand).
+    """
+    if not isinstance(plan, Plan):
+        raise PlanError(f"expected a verishard Plan, not {type(plan).__name__}")
+    if not isinstance(plan.mesh, Mesh):
+        raise PlanError(f"the plan's mesh is a {type(plan.mesh).__name__}, not a Mesh")
+    for i, s in enumerate(plan.steps, 1):
+        if not isinstance(s, Step):
+            raise PlanError(f"plan step {i} is a {type(s).__name__}, not a Step")
+    ok = check(plan.mesh, plan.src, plan.dst, list(plan.collectives), plan.guaranteed)
+    if ok.types != plan.types:
+        bad = next(i for i, (a, b) in enumerate(zip(ok.types, plan.types)) if a != b)
+        raise PlanError(f"step {bad}: the plan records type {plan.types[bad]}, "
+                        f"the verified checker computes {ok.types[bad]}", step=bad, reason="inconsistent_plan")
+    if tuple(s.received for s in ok.steps) != tuple(s.received for s in plan.steps) or ok.peak != plan.peak:
+        raise PlanError("the plan's recorded traffic or peak differ from the verified checker's",
+                        reason="inconsistent_plan")
+    return ok
+
+
+def naive_plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> Plan:
+    """The gather-everything-then-slice plan, checked by the verified checker:
+    one multi-axis ``AllGather`` per sharded source dimension, then one
+    multi-axis ``DynSlice`` per sharded target dimension.
+
+    >>> p = naive_plan("x=2,y=3", "[3{x}6]", "[2{y}6]")
+    >>> [str(c) for c in p.collectives], p.peak
+    (['AllGather(0, x)', 'DynSlice(0, y)'], 6)
+    """
+    from .layout import as_mesh, as_type
+    mesh = as_mesh(mesh)
+    src, dst = as_type(src, mesh), as_type(dst, mesh)
+    steps: list[Collective] = [AllGather(d, mesh.names(src.dim_parts(d)))
+                               for d in range(src.rank) if src.dim_parts(d)]
+    steps += [DynSlice(d, mesh.names(dst.dim_parts(d))) for d in range(dst.rank) if dst.dim_parts(d)]
+    return check(mesh, src, dst, steps)
+
+
+def step_call(mesh: Mesh, t: ArrayType, c: Collective) -> tuple[str, tuple] | None:
+    """The backend method and arguments for collective ``c`` applied to type
+    ``t``, or None when the step moves nothing."""
+    if isinstance(c, AllPermute):
+        sources = permute_sources(t, c.target)
+        if np.array_equal(sources, np.arange(len(sources))):
+            return None
+        return "all_permute", (sources,)
+    group = AxisGroup.of(mesh, c.parts(mesh))
+    if group.size == 1:
+        return None
+    if isinstance(c, AllGather):
+        return "all_gather", (c.dim, group)
+    if isinstance(c, DynSlice):
+        return "dyn_slice", (c.dim, group)
+    if isinstance(c, AllToAll):
+        return "all_to_all", (c.src_dim, c.dst_dim, group)
+    raise PlanError(f"unknown collective {c!r}")  # pragma: no cover
+
+
+def execute(plan: Plan, x: Any, backend: Backend,
+            on_step: Callable[[int, Step, ArrayType, Any], None] | None = None) -> Any:
+    """Run the steps of ``plan`` (already validated) on ``backend``.
+
+    ``x`` is the backend's value for the source (or ``Donated(value)``).
+    ``on_step(i, step, type_before, y)`` is called after step ``i`` (from 1)
+    with its result ``y``. Returns the final value.
+    """
+    if isinstance(x, Donated):
+        x = x.take()
+    t = plan.src
+    for i, step in enumerate(plan.steps, 1):
+        call = step_call(plan.mesh, t, step.collective)
+        if call is not None:
+            name, args = call
+            x = getattr(backend, name)(x, *args)
+        if on_step is not None:
+            on_step(i, step, t, x)
+        t = step.type
+    return x
+
+
+__all__ = ["Backend", "AxisGroup", "Donated", "execute", "validate_plan", "naive_plan", "step_call",
+           "permute_sources", "RedistributionError", "RuntimeCheckError"]

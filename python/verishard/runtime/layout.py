@@ -1,0 +1,177 @@
+"""Layout: the ``type`` distribution of a global numpy array, and its inverse.
+
+Which global box a device holds comes only from the verified core
+(:func:`verishard.core.block_starts`, extracted from ``Types.block_starts``):
+this module never recomputes the mixed-radix block formula.
+
+>>> from verishard import Mesh
+>>> import numpy as np
+>>> A = np.arange(6)
+>>> parts = distribute(A, "x=2,y=3", "[3{x}6]")
+>>> [p.tolist() for p in parts]
+[[0, 1, 2], [0, 1, 2], [0, 1, 2], [3, 4, 5], [3, 4, 5], [3, 4, 5]]
+>>> assemble(parts, "x=2,y=3", "[3{x}6]").tolist()
+[0, 1, 2, 3, 4, 5]
+>>> box("x=2,y=3", "[1{y,x}6]", 4)
+(slice(3, 4, None),)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
+from .. import core
+from ..errors import ShardingError, VerishardError
+from ..mesh import Mesh
+from ..sharding import ArrayType
+
+
+class LayoutError(VerishardError):
+    """Local arrays that are not a distribution of any global array under the type."""
+
+
+def as_mesh(mesh: Mesh | str) -> Mesh:
+    if isinstance(mesh, str):
+        return Mesh.parse(mesh)
+    if not isinstance(mesh, Mesh):
+        raise ShardingError(f"expected a Mesh or its notation, not {type(mesh).__name__}")
+    return mesh
+
+
+def as_type(t: ArrayType | str, mesh: Mesh | str | None = None) -> ArrayType:
+    """``t`` as an ArrayType over ``mesh`` (parsed when it is a string)."""
+    if isinstance(t, str):
+        if mesh is None:
+            raise ShardingError(f"type {t!r} given as text needs a mesh")
+        return ArrayType.parse(t, as_mesh(mesh))
+    if not isinstance(t, ArrayType):
+        raise ShardingError(f"expected an ArrayType or its notation, not {type(t).__name__}")
+    if mesh is not None:
+        m = as_mesh(mesh)
+        if t.mesh != m and (t.mesh.axis_names, t.mesh.axis_sizes) != (m.axis_names, m.axis_sizes):
+            # a type over a partial refinement of ``mesh`` (same axes, some split) is fine: same ranks
+            raise ShardingError(f"type {t} is over mesh {t.mesh}, not {m}")
+    return t
+
+
+@functools.lru_cache(maxsize=512)
+def block_starts(t: ArrayType) -> np.ndarray:
+    """Global start of every rank's block in every dimension, shape ``(N, rank)``,
+    from the verified core (read-only, cached per type)."""
+    starts = core.block_starts(t)
+    starts.flags.writeable = False
+    return starts
+
+
+def boxes(mesh: Mesh | str, t: ArrayType | str) -> list[tuple[slice, ...]]:
+    """The global index box (one slice per dimension) of every rank.
+
+    >>> boxes("x=2", "[2{x}4, 3]")
+    [(slice(0, 2, None), slice(0, 3, None)), (slice(2, 4, None), slice(0, 3, None))]
+    """
+    t = as_type(t, mesh)
+    ls = t.local_shape
+    return [tuple(slice(int(s), int(s) + l) for s, l in zip(row, ls)) for row in block_starts(t)]
+
+
+def box(mesh: Mesh | str, t: ArrayType | str, rank: int) -> tuple[slice, ...]:
+    """The global index box held by ``rank`` under ``t``."""
+    t = as_type(t, mesh)
+    starts = block_starts(t)
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < len(starts):
+        raise ShardingError(f"rank {rank!r} is out of range for {len(starts)} devices")
+    return tuple(slice(int(s), int(s) + l) for s, l in zip(starts[int(rank)], t.local_shape))
+
+
+def _global(global_array, t: ArrayType) -> np.ndarray:
+    A = np.asarray(global_array)
+    if A.shape != t.global_shape:
+        raise ShardingError(f"global array has shape {A.shape}, but {t} has global shape {t.global_shape}")
+    return A
+
+
+def local_block(global_array, mesh: Mesh | str, t: ArrayType | str, rank: int) -> np.ndarray:
+    """Rank ``rank``'s local array (a C-contiguous copy) under ``t``.
+
+    >>> local_block(np.arange(6), "x=2,y=3", "[1{y,x}6]", 1).tolist()
+    [2]
+    """
+    t = as_type(t, mesh)
+    A = _global(global_array, t)
+    return np.array(A[box(mesh, t, rank)], order="C", copy=True)
+
+
+def distribute(global_array, mesh: Mesh | str, t: ArrayType | str) -> list[np.ndarray]:
+    """Every device's local array under ``t``, indexed by linear rank
+    (C-contiguous copies, any dtype)."""
+    t = as_type(t, mesh)
+    A = _global(global_array, t)
+    return [np.array(A[b], order="C", copy=True) for b in boxes(mesh, t)]
+
+
+def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Exact equality: same dtype, shape and bytes (NaN payloads, -0.0); a
+    structured dtype compares every field (not padding bytes); object arrays
+    compare their elements."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.fields is not None:  # field by field: padding bytes carry no data
+        return all(same_bytes(a[name], b[name]) for name in a.dtype.names)
+    if a.dtype.hasobject:
+        return all(x is y or bool(x == y) for x, y in zip(a.ravel().tolist(), b.ravel().tolist()))
+    return bool(np.array_equal(byte_view(a), byte_view(b)))
+
+
+def byte_view(a: np.ndarray) -> np.ndarray:
+    """The bytes of ``a`` (C order) as a flat uint8 array (a view when ``a`` is C-contiguous)."""
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
+
+def check_locals(locals_: Sequence, t: ArrayType, what: str = "local arrays") -> np.dtype:
+    """Check ``locals_`` is one array of ``t``'s local shape per device, all of one
+    dtype; return the dtype."""
+    n = t.mesh.num_devices
+    if isinstance(locals_, np.ndarray) or not isinstance(locals_, Sequence):
+        raise LayoutError(f"{what} must be a sequence of {n} numpy arrays (one per device), "
+                          f"not {type(locals_).__name__}")
+    if len(locals_) != n:
+        raise LayoutError(f"{what}: got {len(locals_)} arrays for {n} devices of {t.mesh}")
+    dtype = None
+    for r, a in enumerate(locals_):
+        if not isinstance(a, np.ndarray):
+            raise LayoutError(f"{what}: device {r} holds a {type(a).__name__}, not a numpy array")
+        if a.shape != t.local_shape:
+            raise LayoutError(f"{what}: device {r} holds shape {a.shape}, but {t} has local shape {t.local_shape}")
+        if dtype is None:
+            dtype = a.dtype
+        elif a.dtype != dtype:
+            raise LayoutError(f"{what}: device {r} holds dtype {a.dtype}, device 0 holds {dtype}")
+    return dtype
+
+
+def assemble(locals_: Sequence[np.ndarray], mesh: Mesh | str, t: ArrayType | str,
+             check: bool = True) -> np.ndarray:
+    """The global array whose ``t`` distribution is ``locals_`` (the inverse of
+    :func:`distribute`).
+
+    With ``check`` (the default), devices holding the same block (replicas)
+    must hold the same bytes, else :class:`LayoutError` names the two devices.
+    """
+    t = as_type(t, mesh)
+    dtype = check_locals(locals_, t)
+    out = np.empty(t.global_shape, dtype=dtype)
+    first: dict[tuple[int, ...], int] = {}
+    for r, (b, row) in enumerate(zip(boxes(mesh, t), block_starts(t))):
+        key = tuple(int(s) for s in row)
+        if key not in first:
+            first[key] = r
+            out[b] = locals_[r]
+        elif check and not same_bytes(locals_[r], locals_[first[key]]):
+            raise LayoutError(f"devices {first[key]} and {r} hold the same block of {t} "
+                              f"(starting at {key}) but different data")
+    if len(first) * t.size != out.size:  # the blocks of a well-formed type tile the array
+        raise LayoutError(f"the blocks of {t} do not cover the global array")  # pragma: no cover
+    return out

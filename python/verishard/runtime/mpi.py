@@ -1,0 +1,577 @@
+"""The MPI backend: one rank per device (mpi4py over Open MPI).
+
+Run under ``mpirun -n N`` with ``N`` the number of devices of the plan's
+mesh; every rank calls :func:`redistribute` with the same plan and its own
+local array (a numpy array of any non-object dtype)::
+
+    from verishard.runtime import mpi, local_block
+    out = mpi.redistribute(plan, local)          # out.output: this rank's result
+    # or, to let the runtime free the source array as soon as possible:
+    out = mpi.redistribute(plan, Donated(local))
+
+How it runs:
+
+- Communicators: a Cartesian communicator over the plan mesh's parts
+  (``reorder=False``, so its ranks are the communicator's ranks, row-major),
+  with sub-communicators per part and per whole axis, created once per
+  (communicator, mesh) and cached (:func:`mesh_comm`). A group over several
+  parts in mesh order is a Cartesian sub-communicator; in another order it is
+  a split keyed by the verified group index. Every sub-communicator's rank
+  order is checked against the verified group index when it is created.
+- ``AllGather``: ``MPI_Allgather``; the receive datatype places block ``k``
+  at offset ``k * l`` of the gathered dimension, so the reorder into the
+  type's layout happens inside MPI with no extra buffer.
+- ``AllToAll``: ``MPI_Alltoall`` with a send datatype that cuts the pieces
+  along the target dimension and a receive datatype that stacks them along
+  the source dimension (again no packing buffers).
+- ``AllPermute``: one ``MPI_Sendrecv`` per moving rank, driven by the
+  verified bijection (``core.permute_sources``); ranks that keep their block
+  send and receive nothing.
+- ``DynSlice``: a local copy of the rank's piece.
+
+Data goes straight from and into numpy memory (buffer protocol with
+explicit MPI datatypes), never pickled.
+
+Validation: every rank re-checks the plan with the verified checker and
+checks its input (shape, dtype, communicator size) before anything is sent;
+then the ranks exchange a small fixed-size record (plan fingerprint, dtype,
+problems found). If any rank found a problem, or ranks disagree on the plan
+or the dtype, every rank raises the same :class:`RedistributionRefused`
+naming every failing rank. With ``timeout`` the exchange gives up after that
+many seconds (a rank that crashed or never called ``redistribute``) and
+aborts the job with a message instead of hanging. An exception while data
+moves (after validation) prints the error with its rank and calls
+``MPI_Abort``, since the other ranks could otherwise wait forever.
+
+Scripts should run their main function through :func:`guarded`, which turns
+an exception on any rank into a clear message and a prompt end of the job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from ..collectives import AllPermute, Collective
+from ..errors import VerishardError
+from ..mesh import Mesh
+from ..plan import Plan, Step
+from ..sharding import ArrayType
+from .backend import (AxisGroup, Backend, Donated, RedistributionError, RuntimeCheckError, execute,
+                      validate_plan)
+
+
+
+class _LazyMPI:
+    """``mpi4py.MPI``, imported (which initialises MPI) on first use, so that
+    importing this module (e.g. for doctests) starts nothing."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):  # introspection (doctest, inspect) must not start MPI
+            raise AttributeError(name)
+        from mpi4py import MPI as real
+        globals()["MPI"] = real
+        return getattr(real, name)
+
+
+MPI: Any = _LazyMPI()
+
+MAX_COUNT = 2**31 - 1
+RECORD = 4096  # bytes per rank in the validation exchange
+
+
+class RedistributionRefused(RedistributionError):
+    """Raised on every rank when any rank's plan or input is bad (nothing was sent)."""
+
+
+# ---------------------------------------------------------------------------
+# communicators
+
+
+class MeshComm:
+    """A Cartesian communicator over a mesh's parts and its group sub-communicators."""
+
+    def __init__(self, comm: MPI.Comm, mesh: Mesh):
+        self.comm, self.mesh = comm, mesh
+        sizes = list(mesh.part_sizes)
+        self.cart = comm.Create_cart(dims=sizes, periods=[False] * len(sizes), reorder=False)
+        if self.cart.Get_rank() != comm.Get_rank():  # pragma: no cover - excluded by reorder=False
+            raise RuntimeCheckError(f"Cartesian rank {self.cart.Get_rank()} != rank {comm.Get_rank()}")
+        self.groups: dict[tuple[int, ...], MPI.Comm] = {}
+        self.types: dict[tuple, MPI.Datatype] = {}
+        for p in range(len(sizes)):  # every part (sub-axis) ...
+            self.group_comm((p,))
+        for name in mesh.axis_names:  # ... and every whole axis made of several parts
+            parts = mesh.resolve(name)
+            if len(parts) > 1:
+                self.group_comm(parts)
+
+    def group_comm(self, parts: tuple[int, ...]) -> MPI.Comm:
+        """The communicator of this rank's group over ``parts`` (cached; collective on first use)."""
+        parts = tuple(parts)
+        sub = self.groups.get(parts)
+        if sub is not None:
+            return sub
+        g = AxisGroup.of(self.mesh, parts)
+        r = self.cart.Get_rank()
+        if list(parts) == sorted(parts):
+            sub = self.cart.Sub([p in parts for p in range(len(self.mesh.part_sizes))])
+        else:
+            sub = self.cart.Split(color=int(g.key[r]), key=int(g.index[r]))
+        if sub.Get_size() != g.size or sub.Get_rank() != int(g.index[r]):
+            raise RuntimeCheckError(f"sub-communicator over {g.names}: rank {sub.Get_rank()} of "
+                                    f"{sub.Get_size()}, the verified group index is {int(g.index[r])} of {g.size}")
+        self.groups[parts] = sub
+        return sub
+
+    def datatype(self, key: tuple, make: Callable[[], MPI.Datatype]) -> MPI.Datatype:
+        dt = self.types.get(key)
+        if dt is None:
+            dt = self.types[key] = make()
+        return dt
+
+    def free(self) -> None:
+        for dt in self.types.values():
+            dt.Free()
+        for sub in self.groups.values():
+            sub.Free()
+        self.cart.Free()
+        self.types.clear()
+        self.groups.clear()
+
+
+_MESH_COMMS: dict[tuple[int, Mesh], MeshComm] = {}
+
+
+def mesh_comm(comm: MPI.Comm, mesh: Mesh) -> MeshComm:
+    """The cached :class:`MeshComm` of ``mesh`` over ``comm`` (collective when first created)."""
+    key = (comm.py2f(), mesh)
+    mc = _MESH_COMMS.get(key)
+    if mc is None:
+        mc = _MESH_COMMS[key] = MeshComm(comm, mesh)
+    return mc
+
+
+def free_mesh_comms() -> None:
+    """Free every cached communicator and datatype (collective over their ranks)."""
+    for mc in _MESH_COMMS.values():
+        mc.free()
+    _MESH_COMMS.clear()
+
+
+_UNITS: dict[int, MPI.Datatype] = {}
+
+
+def _unit(itemsize: int) -> MPI.Datatype:
+    """An MPI datatype of one array element (``itemsize`` contiguous bytes)."""
+    if itemsize == 1:
+        return MPI.BYTE
+    dt = _UNITS.get(itemsize)
+    if dt is None:
+        dt = _UNITS[itemsize] = MPI.BYTE.Create_contiguous(itemsize).Commit()
+    return dt
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1).view(np.uint8)
+
+
+def _block_type(unit: MPI.Datatype, shape: tuple[int, ...], sub: tuple[int, ...], dim: int,
+                itemsize: int) -> MPI.Datatype:
+    """The elements of a ``sub``-shaped corner box of a C-order ``shape`` array,
+    resized so that the ``k``-th such box along ``dim`` starts at ``k`` extents."""
+    box = unit.Create_subarray(list(shape), list(sub), [0] * len(shape), order=MPI.ORDER_C)
+    extent = sub[dim] * prod(shape[dim + 1:]) * itemsize
+    out = box.Create_resized(0, extent).Commit()
+    box.Free()
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the backend
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """This rank's figures for one step (bytes)."""
+
+    index: int
+    collective: Collective
+    type: ArrayType
+    sent: int
+    received: int
+    held: int   # after the step
+    peak: int   # while it runs: input and output at once
+
+
+class MPIBackend(Backend):
+    """The four collectives over one rank's numpy array."""
+
+    name = "mpi"
+
+    def __init__(self, mc: MeshComm):
+        self.mc = mc
+        self.rank = mc.cart.Get_rank()
+        self.sent = self.received = 0
+
+    def all_gather(self, x, dim, group):
+        n, it = group.size, x.dtype.itemsize
+        shape = x.shape
+        out_shape = shape[:dim] + (shape[dim] * n,) + shape[dim + 1:]
+        out = np.empty(out_shape, dtype=x.dtype)
+        unit = _unit(it)
+        sub = self.mc.group_comm(group.parts)
+        if prod(shape[:dim]) == 1:  # blocks are contiguous in the result
+            sub.Allgather([_bytes(x), x.size, unit], [_bytes(out), x.size, unit])
+        else:
+            rtype = self.mc.datatype(("gather", it, shape, dim, n),
+                                     lambda: _block_type(unit, out_shape, shape, dim, it))
+            sub.Allgather([_bytes(x), x.size, unit], [_bytes(out), 1, rtype])
+        self.sent = self.received = (n - 1) * x.nbytes
+        return out
+
+    def dyn_slice(self, x, dim, group):
+        l = x.shape[dim] // group.size
+        k = int(group.index[self.rank])
+        idx = [slice(None)] * x.ndim
+        idx[dim] = slice(k * l, k * l + l)
+        self.sent = self.received = 0
+        return np.array(x[tuple(idx)], order="C", copy=True)
+
+    def all_to_all(self, x, src_dim, dst_dim, group):
+        n, it = group.size, x.dtype.itemsize
+        d, e, shape = src_dim, dst_dim, x.shape
+        piece = list(shape)
+        piece[e] //= n
+        piece = tuple(piece)
+        out_shape = list(piece)
+        out_shape[d] *= n
+        out_shape = tuple(out_shape)
+        out = np.empty(out_shape, dtype=x.dtype)
+        unit = _unit(it)
+        count = prod(piece)
+        if prod(shape[:e]) == 1:
+            send = [_bytes(x), count, unit]
+        else:
+            stype = self.mc.datatype(("a2a-send", it, shape, e, n), lambda: _block_type(unit, shape, piece, e, it))
+            send = [_bytes(x), 1, stype]
+        if prod(out_shape[:d]) == 1:
+            recv = [_bytes(out), count, unit]
+        else:
+            rtype = self.mc.datatype(("a2a-recv", it, out_shape, d, n),
+                                     lambda: _block_type(unit, out_shape, piece, d, it))
+            recv = [_bytes(out), 1, rtype]
+        self.mc.group_comm(group.parts).Alltoall(send, recv)
+        self.sent = self.received = (n - 1) * count * it
+        return out
+
+    def all_permute(self, x, sources):
+        r = self.rank
+        src = int(sources[r])
+        if src == r:
+            self.sent = self.received = 0
+            return x
+        dest = int(np.flatnonzero(sources == r)[0])
+        out = np.empty_like(x, order="C")
+        unit = _unit(x.dtype.itemsize)
+        self.mc.cart.Sendrecv([_bytes(x), x.size, unit], dest, 7, [_bytes(out), x.size, unit], src, 7)
+        self.sent = self.received = x.nbytes
+        return out
+
+
+# ---------------------------------------------------------------------------
+# validation
+
+
+def _fingerprint(plan: Plan) -> str:
+    obj = {"mesh": str(plan.mesh), "src": str(plan.src), "dst": str(plan.dst),
+           "steps": [c.to_json() for c in plan.collectives]}
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _local_check(plan: Any, local: Any, comm: MPI.Comm) -> tuple[Plan | None, dict]:
+    """Check this rank's plan and input; return the checked plan and the record to exchange."""
+    rec: dict[str, Any] = {"errors": []}
+    checked = None
+    try:
+        checked = validate_plan(plan)
+    except VerishardError as e:
+        rec["errors"].append(f"the plan is invalid: {e}")
+    except Exception as e:  # a broken Plan object
+        rec["errors"].append(f"the plan is invalid: {type(e).__name__}: {e}")
+    if checked is not None:
+        rec["plan"] = _fingerprint(checked)
+        rec["desc"] = f"{checked.mesh}: {checked.src} -> {checked.dst}, {len(checked.steps)} steps"
+        n = checked.mesh.num_devices
+        if comm.Get_size() != n:
+            rec["errors"].append(f"the plan's mesh {checked.mesh} has {n} devices but the communicator "
+                                 f"has {comm.Get_size()} ranks (run with mpirun -n {n})")
+        big = max(t.size for t in checked.types)
+        if big > MAX_COUNT:
+            rec["errors"].append(f"a local array of {big} elements exceeds the MPI count limit 2**31-1")
+    if not isinstance(local, np.ndarray):
+        rec["errors"].append(f"the local input is a {type(local).__name__}, not a numpy array")
+    else:
+        rec["dtype"] = local.dtype.str if local.dtype.fields is None else repr(local.dtype.descr)
+        rec["dtype_name"] = str(local.dtype)
+        if local.dtype.hasobject:
+            rec["errors"].append(f"dtype {local.dtype} holds Python objects, which cannot be sent without pickling")
+        elif local.dtype.itemsize == 0:
+            rec["errors"].append(f"dtype {local.dtype} has item size 0")
+        if checked is not None and local.shape != checked.src.local_shape:
+            rec["errors"].append(f"the local input has shape {local.shape}, but the source type "
+                                 f"{checked.src} has local shape {checked.src.local_shape}")
+    return checked, rec
+
+
+def _encode_record(rec: dict) -> np.ndarray:
+    errors = [e if len(e) <= 600 else e[:600] + "..." for e in rec["errors"]][:4]
+    for cut in range(len(errors) + 1):
+        data = json.dumps({**rec, "errors": errors[:len(errors) - cut] +
+                           ([f"(and {cut} more)"] if cut else [])}).encode()
+        if len(data) <= RECORD:
+            break
+    buf = np.zeros(RECORD, dtype=np.uint8)
+    buf[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+    return buf
+
+
+def _decode_record(buf: np.ndarray) -> dict:
+    raw = bytes(buf).rstrip(b"\0")
+    try:
+        return json.loads(raw.decode())
+    except (ValueError, UnicodeDecodeError):
+        return {"errors": ["sent an unreadable validation record"]}
+
+
+def _ranks(rs: list[int]) -> str:
+    out, i = [], 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ("rank " if len(rs) == 1 else "ranks ") + ",".join(out)
+
+
+def _verdict(records: list[dict]) -> str | None:
+    """One message naming every problem, identical on every rank, or None."""
+    errors: dict[str, list[int]] = {}
+    for r, rec in enumerate(records):
+        for e in rec.get("errors", []):
+            errors.setdefault(e, []).append(r)
+    lines = [f"{_ranks(rs)}: {e}" for e, rs in errors.items()]
+    for key, what in (("plan", "plan"), ("dtype", "dtype")):
+        seen: dict[str, list[int]] = {}
+        for r, rec in enumerate(records):
+            if key in rec:
+                seen.setdefault(rec[key], []).append(r)
+        if len(seen) > 1:
+            label = "desc" if key == "plan" else "dtype_name"
+            parts = [f"{_ranks(rs)}: {records[rs[0]].get(label, v)}" + (f" [{v}]" if key == "plan" else "")
+                     for v, rs in sorted(seen.items(), key=lambda kv: kv[1][0])]
+            lines.append(f"the ranks disagree on the {what}: " + "; ".join(parts))
+    if not lines:
+        return None
+    return "redistribution refused before any data moved:\n  " + "\n  ".join(lines)
+
+
+def _abort(comm: MPI.Comm, message: str, code: int = 1) -> None:
+    rank = MPI.COMM_WORLD.Get_rank()
+    sys.stdout.flush()
+    sys.stderr.write("".join(f"[rank {rank}] {line}\n" for line in message.splitlines()))
+    sys.stderr.flush()
+    comm.Abort(code)
+
+
+def _exchange(comm: MPI.Comm, buf: np.ndarray, timeout: float | None) -> np.ndarray:
+    out = np.empty(comm.Get_size() * RECORD, dtype=np.uint8)
+    if timeout is None:
+        comm.Allgather(buf, out)
+        return out
+    req = comm.Iallgather(buf, out)
+    start = time.monotonic()
+    deadline = start + timeout
+    pause = 0.0
+    while not req.Test():
+        now = time.monotonic()
+        if now > deadline:
+            _abort(comm, f"verishard.mpi: no answer from the other ranks within {timeout:g} s while validating "
+                         "the redistribution (a rank failed before it, or did not call redistribute); "
+                         "aborting the job", 2)
+        time.sleep(pause)  # yield the core at first (ranks may share cores), then back off up to 2 ms
+        if now - start > 2e-3:
+            pause = min(max(pause * 2, 1e-5), 2e-3)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# redistribute
+
+
+@dataclass(frozen=True)
+class MPIResult:
+    """This rank's result of :func:`redistribute`."""
+
+    plan: Plan
+    output: np.ndarray
+    steps: tuple[StepStats, ...]
+    itemsize: int
+
+    @property
+    def source_bytes(self) -> int:
+        return self.plan.src.size * self.itemsize
+
+    @property
+    def peak_bytes(self) -> int:
+        """Most bytes this rank's runtime held at once (input and output of a step together)."""
+        return max([self.source_bytes] + [s.peak for s in self.steps])
+
+    @property
+    def received_bytes(self) -> int:
+        return sum(s.received for s in self.steps)
+
+    @property
+    def sent_bytes(self) -> int:
+        return sum(s.sent for s in self.steps)
+
+
+def _expected_received(mesh: Mesh, t: ArrayType, c: Collective, rank: int) -> int:
+    from .simulator import expected_received
+    return int(expected_received(t, c, mesh)[rank])
+
+
+DEFAULT_TIMEOUT = 300.0
+
+
+def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None = None,
+                 timeout: float | None = DEFAULT_TIMEOUT, abort_on_error: bool = True) -> MPIResult:
+    """Redistribute this rank's ``local`` array (its ``plan.src`` block) with ``plan``.
+
+    Collective over ``comm`` (default ``MPI.COMM_WORLD``), whose size must be
+    the plan mesh's number of devices; rank ``r`` is device ``r``. Raises
+    :class:`RedistributionRefused` on every rank if any rank's plan or input
+    is bad (see the module docstring); nothing has been sent then, and the
+    communicator can be used again.
+
+    ``timeout``: seconds to wait for every rank to reach the validation
+    exchange before aborting the job with a message (None: wait forever).
+    ``abort_on_error``: an exception after validation (while data moves)
+    prints the error and calls ``MPI_Abort`` (else it propagates, and the
+    other ranks may wait forever).
+    """
+    comm = MPI.COMM_WORLD if comm is None else comm
+    donated = isinstance(local, Donated)
+    value = local.value if donated else local
+    try:
+        checked, rec = _local_check(plan, value, comm)
+    except Exception as e:  # never skip the exchange: the other ranks are waiting in it
+        checked, rec = None, {"errors": [f"validation failed: {type(e).__name__}: {e}"]}
+    del value
+    records = _exchange(comm, _encode_record(rec), timeout)
+    verdict = _verdict([_decode_record(records[r * RECORD:(r + 1) * RECORD]) for r in range(comm.Get_size())])
+    if verdict is not None:
+        raise RedistributionRefused(verdict)
+    assert checked is not None
+    x = local.take() if donated else local
+    del local
+    step_index = [0]
+    phase = ["creating the communicators"]
+    try:
+        mc = mesh_comm(comm, checked.mesh)
+        for c in checked.collectives:  # create every group's communicator before any data moves
+            if not isinstance(c, AllPermute):
+                ps = c.parts(checked.mesh)
+                if AxisGroup.of(checked.mesh, ps).size > 1:
+                    mc.group_comm(ps)
+        x = np.ascontiguousarray(x)
+        itemsize = x.dtype.itemsize
+        backend = MPIBackend(mc)
+        rank = comm.Get_rank()
+        stats: list[StepStats] = []
+        prev = {"x": x, "bytes": x.nbytes}
+
+        def on_step(i: int, step: Step, t: ArrayType, y: np.ndarray) -> None:
+            step_index[0] = i
+            moved = y is not prev["x"]
+            sent, recv = (backend.sent, backend.received) if moved else (0, 0)
+            backend.sent = backend.received = 0
+            if y.shape != step.type.local_shape:
+                raise RuntimeCheckError(f"step {i} ({step.collective}): result has shape {y.shape}, the verified "
+                                        f"type {step.type} has local shape {step.type.local_shape}")
+            want = _expected_received(checked.mesh, t, step.collective, rank) * itemsize
+            if recv != want:
+                raise RuntimeCheckError(f"step {i} ({step.collective}): received {recv} B, the spec's figure "
+                                        f"for rank {rank} is {want} B")
+            peak = prev["bytes"] + y.nbytes if moved else prev["bytes"]
+            stats.append(StepStats(i, step.collective, step.type, sent, recv, y.nbytes, peak))
+            prev["x"], prev["bytes"] = y, y.nbytes
+
+        del x
+        phase[0] = "moving data"
+        out = execute(checked, Donated(prev["x"]), backend, on_step)
+        prev.clear()
+        return MPIResult(checked, out, tuple(stats), itemsize)
+    except BaseException as e:
+        if not abort_on_error:
+            raise
+        if phase[0] == "moving data":
+            where = (f"step {step_index[0] + 1} of {len(checked.steps)}" if step_index[0] < len(checked.steps)
+                     else "after the last step")
+        else:
+            where = phase[0]
+        _abort(comm, f"verishard.mpi: error after validation ({where}): "
+                     f"{type(e).__name__}: {e}\n" + traceback.format_exc())
+        raise  # pragma: no cover - Abort does not return
+
+
+# ---------------------------------------------------------------------------
+# running SPMD mains
+
+
+def guarded(main: Callable[[], Any], comm: MPI.Comm | None = None, barrier_timeout: float = 30.0) -> int:
+    """Run ``main()`` on every rank; return its exit code (0), or end the job
+    cleanly on an error.
+
+    - :class:`RedistributionRefused` (raised on every rank at once): every rank
+      prints the message prefixed with its rank, waits (up to
+      ``barrier_timeout`` s) until all ranks have printed, and exits with 1.
+    - Any other exception: the rank prints it with its traceback and calls
+      ``MPI_Abort``, so the other ranks do not wait forever.
+    """
+    comm = MPI.COMM_WORLD if comm is None else comm
+    rank = comm.Get_rank()
+    try:
+        main()
+        return 0
+    except RedistributionRefused as e:
+        sys.stdout.flush()
+        sys.stderr.write("".join(f"[rank {rank}] error: {line}\n" for line in str(e).splitlines()))
+        sys.stderr.flush()
+        req = comm.Ibarrier()
+        deadline = time.monotonic() + barrier_timeout
+        while not req.Test() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        os._exit(1)  # skip MPI_Finalize: the ranks agreed to stop
+    except SystemExit as e:
+        if e.code in (0, None):
+            return 0
+        _abort(comm, f"exited with status {e.code}", e.code if isinstance(e.code, int) else 1)
+    except BaseException as e:
+        _abort(comm, f"error: {type(e).__name__}: {e}\n" + traceback.format_exc())
+    return 1  # pragma: no cover
+
+
+__all__ = ["redistribute", "MPIResult", "StepStats", "MPIBackend", "MeshComm", "mesh_comm", "free_mesh_comms",
+           "RedistributionRefused", "guarded"]

@@ -1,0 +1,280 @@
+"""The simulator backend: every device's local array in one process.
+
+Each collective is implemented literally as the spec's data movement
+(``/work/shared/spec/model.md``, "Data movement"), over groups and device
+bijections computed by the verified core. Per device and per step it records
+bytes sent, bytes received, and bytes held: after the step, and at the peak
+while the step runs, when the step's input and output buffers are both alive
+(a device whose array does not change holds just its input). So the peak it
+reports is the real one of this implementation, not only ``max size(t)``.
+
+After every step :func:`simulate` checks the step against the verified rule
+it implements, and raises :class:`~verishard.runtime.backend.RuntimeCheckError`
+on any difference:
+
+- every device's array has the local shape of the type the verified checker
+  computed for this step;
+- the bytes each device received are the spec's figure for that device
+  (``(N-1)*size(t)`` for a gather, ``size(t) - size(t)/N`` for an all-to-all,
+  ``size(t)`` for a permute on devices whose block changes, else 0), and the
+  largest is the checker's per-step figure (``Checker.recv``) times the item
+  size; bytes sent in total equal bytes received in total;
+- the data: the arrays are exactly the distribution, under the step's type,
+  of the global array the source distribution holds (``Semantics.movement_correct``).
+
+>>> import numpy as np
+>>> from verishard import Mesh, ArrayType, check, DynSlice, AllPermute, AllGather
+>>> m = Mesh.parse("x=2,y=3"); P = lambda s: ArrayType.parse(s, m)
+>>> plan = check(m, "[3{x}6]", "[2{y}6]", [DynSlice(0, "y"), AllPermute(P("[1{y,x}6]")), AllGather(0, "x")])
+>>> from verishard.runtime import distribute
+>>> A = np.arange(6, dtype=np.int16)
+>>> r = simulate(plan, distribute(A, m, plan.src))
+>>> [a.tolist() for a in r.outputs] == [a.tolist() for a in distribute(A, m, plan.dst)]
+True
+>>> r.received_bytes.tolist(), r.peak_bytes.tolist()
+([2, 4, 4, 4, 4, 2], [8, 8, 8, 8, 8, 8])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice
+from ..plan import Plan, Step
+from ..sharding import ArrayType
+from .backend import (AxisGroup, Backend, Donated, RedistributionError, RuntimeCheckError, execute,
+                      permute_sources, validate_plan)
+from .layout import LayoutError, assemble, check_locals, distribute, same_bytes
+
+
+class SimBackend(Backend):
+    """Collectives over the list of every device's local array, as the spec
+    moves data. Each call stores the bytes every device sent and received in
+    ``last_sent``/``last_received`` (int64 arrays over ranks)."""
+
+    name = "simulate"
+
+    def __init__(self, num_devices: int):
+        self.n = num_devices
+        self.last_sent = np.zeros(num_devices, dtype=np.int64)
+        self.last_received = np.zeros(num_devices, dtype=np.int64)
+
+    def _reset(self) -> tuple[np.ndarray, np.ndarray]:
+        self.last_sent = np.zeros(self.n, dtype=np.int64)
+        self.last_received = np.zeros(self.n, dtype=np.int64)
+        return self.last_sent, self.last_received
+
+    def all_gather(self, xs, dim, group: AxisGroup):
+        sent, recv = self._reset()
+        out = [None] * self.n
+        for members in group.members:
+            blocks = [xs[r] for r in members]  # in group order k = 0..N-1
+            for j, r in enumerate(members):
+                out[r] = np.concatenate(blocks, axis=dim, dtype=blocks[0].dtype)
+                for k, s in enumerate(members):
+                    if k != j:
+                        sent[s] += blocks[k].nbytes
+                        recv[r] += blocks[k].nbytes
+        return out
+
+    def dyn_slice(self, xs, dim, group: AxisGroup):
+        self._reset()
+        out = []
+        for r, x in enumerate(xs):
+            l = x.shape[dim] // group.size
+            k = int(group.index[r])
+            idx = [slice(None)] * x.ndim
+            idx[dim] = slice(k * l, k * l + l)
+            out.append(np.array(x[tuple(idx)], order="C", copy=True))
+        return out
+
+    def all_to_all(self, xs, src_dim, dst_dim, group: AxisGroup):
+        sent, recv = self._reset()
+        n = group.size
+        out = [None] * self.n
+        for members in group.members:
+            pieces = [np.split(xs[s], n, axis=dst_dim) for s in members]  # pieces[k][j]: k sends to j
+            for j, r in enumerate(members):
+                out[r] = np.concatenate([pieces[k][j] for k in range(n)], axis=src_dim, dtype=xs[r].dtype)
+                for k, s in enumerate(members):
+                    if k != j:
+                        sent[s] += pieces[k][j].nbytes
+                        recv[r] += pieces[k][j].nbytes
+        return out
+
+    def all_permute(self, xs, sources):
+        sent, recv = self._reset()
+        out = []
+        for c, s in enumerate(sources):
+            s = int(s)
+            if s == c:
+                out.append(xs[c])  # keeps its block: nothing moves, no new buffer
+            else:
+                out.append(xs[s].copy())
+                sent[s] += xs[s].nbytes
+                recv[c] += xs[s].nbytes
+        return out
+
+
+@dataclass(frozen=True)
+class SimStep:
+    """Per-device figures of one step (int64 arrays over ranks, in bytes)."""
+
+    index: int
+    collective: Collective
+    type: ArrayType
+    sent: np.ndarray
+    received: np.ndarray
+    held: np.ndarray       # after the step
+    peak: np.ndarray       # while it runs: input and output at once
+    predicted_received: int  # verified checker's per-device maximum, in bytes
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """What :func:`simulate` returns."""
+
+    plan: Plan
+    outputs: list[np.ndarray]
+    steps: tuple[SimStep, ...]
+    itemsize: int
+
+    @property
+    def source_bytes(self) -> np.ndarray:
+        return np.full(self.plan.mesh.num_devices, self.plan.src.size * self.itemsize, dtype=np.int64)
+
+    @property
+    def peak_bytes(self) -> np.ndarray:
+        """Per device: the most bytes held at once over the whole run."""
+        out = self.source_bytes
+        for s in self.steps:
+            out = np.maximum(out, s.peak)
+        return out
+
+    @property
+    def received_bytes(self) -> np.ndarray:
+        """Per device: bytes received over the whole run."""
+        return sum((s.received for s in self.steps), np.zeros(self.plan.mesh.num_devices, dtype=np.int64))
+
+    @property
+    def sent_bytes(self) -> np.ndarray:
+        return sum((s.sent for s in self.steps), np.zeros(self.plan.mesh.num_devices, dtype=np.int64))
+
+    def __str__(self) -> str:
+        rows = [("step", "collective", "type after", "max recv B", "max held B", "max peak B")]
+        rows.append(("0", "(source)", str(self.plan.src), "0", str(self.plan.src.size * self.itemsize),
+                     str(self.plan.src.size * self.itemsize)))
+        for s in self.steps:
+            rows.append((str(s.index), str(s.collective), str(s.type), str(int(s.received.max())),
+                         str(int(s.held.max())), str(int(s.peak.max()))))
+        w = [max(len(r[k]) for r in rows) for k in range(6)]
+        lines = [f"simulated on {self.plan.mesh}: {self.plan.src} -> {self.plan.dst}"]
+        lines += ["  " + "  ".join(r[k].ljust(w[k]) if k in (1, 2) else r[k].rjust(w[k]) for k in range(6))
+                  for r in rows]
+        lines.append(f"peak {int(self.peak_bytes.max())} B/device (type-level "
+                     f"{self.plan.peak * self.itemsize} B); received {int(self.received_bytes.max())} B/device")
+        return "\n".join(lines)
+
+
+def expected_received(t: ArrayType, c: Collective, mesh) -> np.ndarray:
+    """The spec's elements received by every device for one step (table in
+    "Collectives and their typing rules"), with the permute's bijection from
+    the verified core."""
+    n = mesh.num_devices
+    if isinstance(c, DynSlice):
+        return np.zeros(n, dtype=np.int64)
+    if isinstance(c, AllPermute):
+        moved = permute_sources(t, c.target) != np.arange(n)
+        return np.where(moved, t.size, 0).astype(np.int64)
+    g = AxisGroup.of(mesh, c.parts(mesh)).size
+    if isinstance(c, AllGather):
+        return np.full(n, (g - 1) * t.size, dtype=np.int64)
+    assert isinstance(c, AllToAll)
+    return np.full(n, t.size - t.size // g, dtype=np.int64)
+
+
+def simulate(plan: Plan, locals_: Sequence[np.ndarray] | Donated, check: bool = True,
+             check_data: bool | None = None) -> SimResult:
+    """Run ``plan`` on the local arrays of every device (``locals_[rank]``,
+    e.g. ``distribute(A, plan.mesh, plan.src)``) and return the results and
+    the per-device, per-step traffic and memory.
+
+    The plan is re-checked by the verified checker first. ``check`` runs the
+    per-step checks of the module docstring; ``check_data`` (default: same as
+    ``check``) includes the data check, which needs the source arrays to be a
+    distribution of some global array (replicas equal).
+    """
+    plan = validate_plan(plan)
+    if isinstance(locals_, Donated):
+        locals_ = locals_.take()
+    try:
+        dtype = check_locals(locals_, plan.src, "simulate: source arrays")
+    except LayoutError as e:
+        raise RedistributionError(str(e)) from None
+    if check_data is None:
+        check_data = check
+    itemsize = dtype.itemsize
+    mesh = plan.mesh
+    A = None
+    if check_data:
+        try:
+            A = assemble(locals_, mesh, plan.src)
+        except LayoutError as e:
+            raise RedistributionError(f"simulate: the source arrays are not a distribution of {plan.src}: {e}"
+                                      " (pass check_data=False to move them anyway)") from None
+    backend = SimBackend(mesh.num_devices)
+    records: list[SimStep] = []
+    before = {"xs": list(locals_)}
+
+    def on_step(i: int, step: Step, t: ArrayType, ys: list[np.ndarray]) -> None:
+        xs = before["xs"]
+        moved = ys is not xs
+        sent = backend.last_sent if moved else np.zeros(mesh.num_devices, dtype=np.int64)
+        recv = backend.last_received if moved else np.zeros(mesh.num_devices, dtype=np.int64)
+        backend._reset()
+        held_in = np.array([x.nbytes for x in xs], dtype=np.int64)
+        held_out = np.array([y.nbytes for y in ys], dtype=np.int64)
+        fresh = np.array([y is not x for x, y in zip(xs, ys)])
+        peak = np.where(fresh, held_in + held_out, held_in)
+        rec = SimStep(i, step.collective, step.type, sent, recv, held_out, peak, step.received * itemsize)
+        if check:
+            _check_step(plan, rec, t, ys, dtype, A)
+        records.append(rec)
+        before["xs"] = ys
+
+    outputs = execute(plan, list(locals_), backend, on_step)
+    given = {id(x) for x in locals_}
+    outputs = [y.copy() if id(y) in given else y for y in outputs]  # never alias the caller's arrays
+    return SimResult(plan, outputs, tuple(records), itemsize)
+
+
+def _check_step(plan: Plan, rec: SimStep, t: ArrayType, ys, dtype: np.dtype, A) -> None:
+    where = f"simulate, step {rec.index} ({rec.collective})"
+    itemsize = dtype.itemsize
+    for r, y in enumerate(ys):
+        if y.shape != rec.type.local_shape:
+            raise RuntimeCheckError(f"{where}: device {r} holds shape {y.shape}, the verified type "
+                                    f"{rec.type} has local shape {rec.type.local_shape}")
+        if y.dtype != dtype:
+            raise RuntimeCheckError(f"{where}: device {r} holds dtype {y.dtype}, not {dtype}")
+    want = expected_received(t, rec.collective, plan.mesh) * itemsize
+    if not np.array_equal(rec.received, want):
+        bad = int(np.flatnonzero(rec.received != want)[0])
+        raise RuntimeCheckError(f"{where}: device {bad} received {int(rec.received[bad])} B, "
+                                f"the spec's figure is {int(want[bad])} B")
+    if int(rec.received.max()) != rec.predicted_received:
+        raise RuntimeCheckError(f"{where}: the most any device received is {int(rec.received.max())} B, "
+                                f"the verified checker predicts {rec.predicted_received} B")
+    if int(rec.sent.sum()) != int(rec.received.sum()):
+        raise RuntimeCheckError(f"{where}: {int(rec.sent.sum())} B sent but {int(rec.received.sum())} B received")
+    if A is not None:
+        want_data = distribute(A, plan.mesh, rec.type)
+        for r, (y, w) in enumerate(zip(ys, want_data)):
+            if not same_bytes(y, w):
+                raise RuntimeCheckError(f"{where}: device {r} does not hold its block of {rec.type}")
+
+
+__all__ = ["SimBackend", "SimStep", "SimResult", "simulate", "expected_received"]

@@ -1,0 +1,283 @@
+"""The SPMD job of the MPI runtime tests; run as ``mpirun -n N python tests/mpi_job.py SUITE...``.
+
+Suites (each rank checks its own result against numpy; rank 0 prints
+``SUITE <name> OK <count>`` or ``SUITE <name> FAILED <count>``; failures are
+printed as ``[rank r] FAIL ...`` lines):
+
+- ``pairs``: every pair of types on small meshes with N devices, with
+  ``verishard.plan`` and, when the local shapes agree, a direct ``AllPermute``.
+- ``random``: random hand-built plans (every collective, multi-axis and
+  sub-axis ones, split meshes) on larger arrays of random dtypes.
+- ``movement``: every collective kind moves each element as ``core.movement``
+  (the verified ``Semantics.source``) says.
+- ``bad``: bad plans and inputs; every rank must get the same
+  ``RedistributionRefused`` naming the failing ranks, and the communicator
+  must work afterwards.
+
+Scenarios that end the job (run alone): ``exit-refused`` (one rank's input
+is bad and nobody catches the error), ``exit-crash`` (one rank raises before
+calling ``redistribute``), ``exit-timeout`` (one rank never calls it; the
+others give up after 3 s), ``exit-size`` (the plan's mesh needs another
+number of ranks).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mpi_cases as mc  # noqa: E402
+
+import verishard  # noqa: E402
+from verishard import AllGather, DynSlice, Mesh, Plan, Step, check, core  # noqa: E402
+from verishard.runtime import AxisGroup, Donated, local_block, naive_plan  # noqa: E402
+from verishard.runtime.layout import same_bytes  # noqa: E402
+from verishard.runtime.mpi import RedistributionRefused, guarded, mesh_comm, redistribute  # noqa: E402
+
+# set by main(); importing this module (pytest --doctest-modules does) must not start MPI
+MPI = COMM = None
+RANK = SIZE = 0
+
+PAIR_MESHES = {
+    4: [("x=2,y=2", (4, 6)), ("x=4", (8, 2)), ("x=2*2", (4,))],
+    6: [("x=2,y=3", (6, 6)), ("x=3,y=2", (6, 2)), ("x=2*3", (12, 6))],
+    8: [("x=2,y=2,z=2", (8,)), ("x=2,y=2,z=2", (4, 2)), ("x=4,y=2", (8, 4)), ("x=2,y=4", (4, 8))],
+}
+RANDOM_MESHES = {
+    4: ["x=4", "x=2,y=2", "x=2*2", "x=1,y=2*2", "x=2,y=1,z=2"],
+    6: ["x=2,y=3", "x=3,y=2", "x=2*3", "x=6"],
+    8: ["x=2,y=2,z=2", "x=4,y=2", "x=2,y=4", "x=2,y=2*2", "x=2*2,y=2", "x=2*2*2", "x=8"],
+}
+
+
+class Suite:
+    def __init__(self, name: str):
+        self.name, self.count, self.failures = name, 0, []
+
+    def fail(self, what: str) -> None:
+        self.failures.append(what)
+
+    def finish(self) -> bool:
+        counts = COMM.allgather(len(self.failures))
+        for f in self.failures[:5]:
+            print(f"[rank {RANK}] FAIL {self.name}: {f}", flush=True)
+        COMM.Barrier()
+        total = sum(counts)
+        if RANK == 0:
+            status = "OK" if total == 0 else "FAILED"
+            print(f"SUITE {self.name} {status} cases={self.count} failures={total}", flush=True)
+        return total == 0
+
+
+def run_case(suite: Suite, plan: Plan, A: np.ndarray, label: str, donate: bool = False) -> None:
+    suite.count += 1
+    local = local_block(A, plan.mesh, plan.src, RANK)
+    res = redistribute(plan, Donated(local) if donate else local, timeout=60)
+    want = local_block(A, plan.mesh, plan.dst, RANK)
+    if not same_bytes(res.output, want):
+        suite.fail(f"{label}: wrong data")
+    it = A.dtype.itemsize
+    for s, step in zip(res.steps, plan.steps):
+        if s.received > step.received * it:
+            suite.fail(f"{label}: step {s.index} received {s.received} B > verified {step.received * it} B")
+    mine = np.array([s.received for s in res.steps], dtype=np.int64)
+    worst = np.empty_like(mine)
+    COMM.Allreduce(mine, worst, op=MPI.MAX)
+    want = [step.received * it for step in plan.steps]
+    if worst.tolist() != want:
+        suite.fail(f"{label}: most bytes received per step {worst.tolist()}, the checker predicts {want}")
+
+
+def suite_pairs() -> bool:
+    suite = Suite("pairs")
+    rng = np.random.default_rng(0)
+    for mesh_text, shape in PAIR_MESHES[SIZE]:
+        mesh = Mesh.parse(mesh_text)
+        A = mc.global_array(rng, shape, np.int32)
+        types = mc.all_types(mesh, shape)
+        for src in types:
+            for dst in types:
+                label = f"{mesh}: {src} -> {dst}"
+                run_case(suite, verishard.plan(mesh, src, dst), A, label)
+                direct = mc.direct_permute(mesh, src, dst)
+                if direct is not None and src != dst:
+                    run_case(suite, direct, A, label + " (AllPermute)")
+    return suite.finish()
+
+
+def suite_random(cases: int = 60) -> bool:
+    suite = Suite("random")
+    rng = random.Random(1234 + SIZE)
+    for i in range(cases):
+        mesh = Mesh.parse(rng.choice(RANDOM_MESHES[SIZE]))
+        shape = mc.random_shape(rng, mesh, max_elements=1 << 16)
+        scale = [1] * len(shape)
+        scale[rng.randrange(len(shape))] = rng.choice((8, 16, 32))   # larger arrays than the pairs
+        shape = tuple(g * s for g, s in zip(shape, scale))
+        src = mc.random_type(rng, mesh, shape)
+        dtype = mc.DTYPES[i % len(mc.DTYPES)]
+        A = mc.global_array(rng, shape, dtype)
+        plan = mc.random_walk(rng, mesh, src, rng.randint(2, 7))
+        run_case(suite, plan, A, f"case {i}: {plan.mesh}: {plan.src} -> {plan.dst} "
+                 f"[{', '.join(map(str, plan.collectives))}] {dtype}", donate=bool(i % 2))
+        run_case(suite, naive_plan(mesh, plan.src, plan.dst), A, f"case {i} naive")
+    return suite.finish()
+
+
+def suite_movement() -> bool:
+    suite = Suite("movement")
+    rng = random.Random(99)
+    meshes = {4: [("x=2,y=2", (4, 4)), ("x=2*2", (8, 2))], 6: [("x=2,y=3", (6, 6))],
+              8: [("x=2,y=2,z=2", (4, 2, 4)), ("x=2,y=2*2", (4, 8)), ("x=4,y=2", (8, 4))]}[SIZE]
+    for mesh_text, shape in meshes:
+        mesh = Mesh.parse(mesh_text)
+        for kind in ("gather", "slice", "a2a", "permute"):
+            cases = mc.one_step_cases(mesh, shape, kind, 10**6, rng)
+            cases = [c for c in cases if len(c[1].parts(mesh)) <= 1][:6] + \
+                [c for c in cases if len(c[1].parts(mesh)) > 1][:6]
+            for t, c, t2 in cases:
+                suite.count += 1
+                L = t.size
+                x = np.arange(RANK * L, (RANK + 1) * L, dtype=np.int64).reshape(t.local_shape)
+                res = redistribute(check(mesh, t, t2, [c]), x, timeout=60)
+                mv = core.movement(t, c, t2)[RANK]
+                if res.output.ravel().tolist() != (mv[:, 0] * L + mv[:, 1]).tolist():
+                    suite.fail(f"{mesh}: {c} from {t}: data does not move as core.movement says")
+        # communicators: one Cartesian communicator per mesh, cached, with a sub-communicator
+        # per part and per whole axis whose rank order is the verified group index
+        suite.count += 1
+        mcomm = mesh_comm(COMM, mesh)
+        if mesh_comm(COMM, mesh) is not mcomm or mcomm.cart.Get_topo()[0] != list(mesh.part_sizes):
+            suite.fail(f"{mesh}: the Cartesian communicator is not cached or has the wrong shape")
+        wanted = [(p,) for p in range(len(mesh.part_sizes))] + [mesh.resolve(a) for a in mesh.axis_names]
+        for parts in wanted:
+            g = AxisGroup.of(mesh, parts)
+            sub = mcomm.groups.get(tuple(parts))
+            if sub is None or sub.Get_size() != g.size or sub.Get_rank() != int(g.index[RANK]):
+                suite.fail(f"{mesh}: no correct sub-communicator over {g.names}")
+    return suite.finish()
+
+
+def expect_refused(suite: Suite, label: str, plan, local, *needles: str) -> None:
+    suite.count += 1
+    try:
+        redistribute(plan, local, timeout=60)
+    except RedistributionRefused as e:
+        msg = str(e)
+        for needle in needles:
+            if needle not in msg:
+                suite.fail(f"{label}: message lacks {needle!r}: {msg}")
+        if not msg.startswith("redistribution refused before any data moved"):
+            suite.fail(f"{label}: unexpected message {msg}")
+        messages = COMM.allgather(msg)
+        if len(set(messages)) != 1:
+            suite.fail(f"{label}: ranks got different messages")
+    else:
+        suite.fail(f"{label}: no error")
+
+
+def suite_bad() -> bool:
+    suite = Suite("bad")
+    mesh = Mesh.parse({4: "x=2,y=2", 6: "x=2,y=3", 8: "x=2,y=4"}[SIZE])
+    plan = verishard.plan(mesh, "[6{x}12, 12]", f"[12, {12 // mesh.axis_sizes[1]}{{y}}12]")
+    A = np.arange(144, dtype=np.float64).reshape(12, 12)
+    good = local_block(A, mesh, plan.src, RANK)
+    last = SIZE - 1
+
+    def ok_after(label: str) -> None:  # the communicator still works after a refusal
+        run_case(suite, plan, A, f"{label}: good run afterwards")
+
+    expect_refused(suite, "wrong shape", plan, good[:1] if RANK == 1 else good,
+                   f"rank 1: the local input has shape (1, 12), but the source type {plan.src} "
+                   f"has local shape {plan.src.local_shape}")
+    ok_after("wrong shape")
+    expect_refused(suite, "dtype", plan, good.astype(np.float32) if RANK == 2 else good,
+                   "the ranks disagree on the dtype", "rank 2: float32", "float64")
+    expect_refused(suite, "not an array", plan, good.tolist() if RANK == 0 else good,
+                   "rank 0: the local input is a list, not a numpy array")
+    expect_refused(suite, "object dtype", plan, good.astype(object), "holds Python objects")
+    other = naive_plan(mesh, plan.src, plan.src)
+    expect_refused(suite, "plans differ", other if RANK == 3 else plan, good,
+                   "the ranks disagree on the plan", "rank 3:")
+    forged = Plan(plan.mesh, plan.src, plan.dst, (Step(DynSlice(0, "y"), plan.src, 0),), plan.peak)
+    expect_refused(suite, "invalid plan", forged, good, f"ranks 0-{last}: the plan is invalid: step 1")
+    expect_refused(suite, "no plan", None if RANK == last else plan, good,
+                   f"rank {last}: the plan is invalid: expected a verishard Plan, not NoneType")
+    big = Mesh.parse(f"x={SIZE},y=2")
+    bplan = check(big, f"[1{{x}}{SIZE}]", f"[{SIZE}]", [AllGather(0, "x")])
+    expect_refused(suite, "mesh size", bplan, np.zeros(1),
+                   f"ranks 0-{last}: the plan's mesh {big} has {2 * SIZE} devices but the communicator has {SIZE} ranks")
+    expect_refused(suite, "several ranks", plan,
+                   good[:, :1] if RANK in (0, last) else (good.astype(np.int8) if RANK == 1 else good),
+                   f"ranks 0,{last}: the local input has shape", "rank 1: int8",
+                   "the ranks disagree on the dtype")
+    ok_after("end")
+    return suite.finish()
+
+
+# ---------------------------------------------------------------------------
+# scenarios that end the job
+
+
+def exit_refused() -> None:
+    mesh = Mesh.parse(f"x={SIZE}")
+    plan = check(mesh, f"[2{{x}}{2 * SIZE}]", f"[{2 * SIZE}]", [AllGather(0, "x")])
+    x = np.zeros(3 if RANK == 1 else 2)
+    redistribute(plan, x, timeout=60)
+
+
+def exit_crash() -> None:
+    mesh = Mesh.parse(f"x={SIZE}")
+    plan = check(mesh, f"[2{{x}}{2 * SIZE}]", f"[{2 * SIZE}]", [AllGather(0, "x")])
+    if RANK == 2:
+        raise ValueError("rank 2 could not load its input")
+    redistribute(plan, np.zeros(2), timeout=60)
+
+
+def exit_timeout() -> None:
+    mesh = Mesh.parse(f"x={SIZE}")
+    plan = check(mesh, f"[2{{x}}{2 * SIZE}]", f"[{2 * SIZE}]", [AllGather(0, "x")])
+    if RANK == 1:
+        time.sleep(60)   # never calls redistribute (the others give up after 3 s)
+    redistribute(plan, np.zeros(2), timeout=3)
+
+
+def exit_size() -> None:
+    mesh = Mesh.parse("x=2,y=2,z=3")   # 12 devices; the tests run this with 4, 6 or 8 ranks
+    plan = check(mesh, "[1{x,y,z}12]", "[12]", [AllGather(0, ("x", "y", "z"))])
+    redistribute(plan, np.zeros(1), timeout=60)
+
+
+SUITES = {"pairs": suite_pairs, "random": suite_random, "movement": suite_movement, "bad": suite_bad}
+EXITS = {"exit-refused": exit_refused, "exit-crash": exit_crash, "exit-timeout": exit_timeout,
+         "exit-size": exit_size}
+
+
+def main() -> None:
+    global MPI, COMM, RANK, SIZE
+    from mpi4py import MPI
+    COMM = MPI.COMM_WORLD
+    RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+    names = sys.argv[1:] or list(SUITES)
+    ok = True
+    for name in names:
+        if name in EXITS:
+            EXITS[name]()
+            continue
+        start = time.monotonic()
+        ok &= SUITES[name]()
+        if RANK == 0:
+            print(f"time {name} {time.monotonic() - start:.1f} s", flush=True)
+    if not ok:  # every rank knows (Suite.finish is collective): end together, quietly
+        sys.stdout.flush()
+        COMM.Barrier()
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    sys.exit(guarded(main))
