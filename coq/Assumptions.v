@@ -12,3 +12,12 @@ Print Assumptions permute_table_perm.
 Print Assumptions perm_src_fixed.
 Print Assumptions source_sound.
 Print Assumptions movement_correct.
+Print Assumptions synthesize_correct.
+Print Assumptions synthesize_memory.
+Print Assumptions synthesize_normal_form.
+Print Assumptions synthesize_gather_traffic.
+Print Assumptions gathers_traffic.
+Print Assumptions normal_form_peak.
+Print Assumptions synthesize_guaranteed.
+Print Assumptions synthesize_guaranteed_pow2.
+Print Assumptions synthesize_guaranteed_prime.

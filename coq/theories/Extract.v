@@ -36,4 +36,14 @@ Extract Inlined Constant PeanoNat.Nat.leb => "(<=)".
 Extract Inlined Constant PeanoNat.Nat.ltb => "(<)".
 Extract Constant PeanoNat.Nat.eq_dec => "fun n m -> n = m".
 
+(** Tail-recursive realizers for the list functions that run over every
+    device (up to 2^20 of them): the plain extraction would overflow the
+    native stack. Each computes the same list as the Coq definition. *)
+Extract Constant List.seq =>
+  "fun start len -> let rec go i acc = if i < start then acc else go (i - 1) (i :: acc) in go (start + len - 1) []".
+Extract Constant List.map => "fun f l -> List.rev (List.rev_map f l)".
+Extract Constant List.flat_map =>
+  "fun f l -> List.rev (List.fold_left (fun acc x -> List.rev_append (f x) acc) [] l)".
+Extract Constant List.app => "fun l m -> List.rev_append (List.rev l) m".
+
 Extraction "verishard_core.ml" check synthesize block_starts permute_table movement.
