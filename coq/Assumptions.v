@@ -7,6 +7,8 @@ Print Assumptions step_wf.
 Print Assumptions check_ok_iff.
 Print Assumptions check_accepts_iff_chain.
 Print Assumptions check_error_first.
+Print Assumptions moves_spec.
+Print Assumptions moves_enum_iff.
 Print Assumptions perm_src_blocks.
 Print Assumptions permute_table_perm.
 Print Assumptions perm_src_fixed.

@@ -13,8 +13,23 @@ Inductive chain (m : mesh) : atype -> plan -> atype -> Prop :=
 | chain_nil : forall t, chain m t [] t
 | chain_cons : forall t c t1 p t', step m t c t1 -> chain m t1 p t' -> chain m t (c :: p) t'.
 
-(** Some device's block changes between [t] and [t']. *)
-Definition moves (m : mesh) (t t' : atype) : bool :=
+(** Some device's block changes between [t] and [t'], decided without
+    enumerating devices: a dimension's block is the same on every device
+    exactly when its axes, with the size-1 axes left out, are the same list
+    ([moves_spec]; [moves_enum_iff] relates it to the enumeration of ranks). *)
+Definition strip1 (m : mesh) (A : list nat) : list nat := filter (fun a => negb (asize m a =? 1)) A.
+
+Fixpoint moves_dims (m : mesh) (t t' : atype) : bool :=
+  match t, t' with
+  | [], [] => false
+  | D :: u, D' :: u' => negb (nat_list_eqb (strip1 m (axes D)) (strip1 m (axes D'))) || moves_dims m u u'
+  | _, _ => true
+  end.
+
+Definition moves (m : mesh) (t t' : atype) : bool := moves_dims m t t'.
+
+(** The enumerating definition: some rank whose blocks differ. *)
+Definition moves_enum (m : mesh) (t t' : atype) : bool :=
   existsb (fun r => negb (nat_list_eqb (blocks m t (coords_of_rank m r)) (blocks m t' (coords_of_rank m r))))
           (seq 0 (ndevices m)).
 
@@ -197,4 +212,160 @@ Proof.
   - destruct (atype_eqb (last ts src) dst); inversion H; subst; congruence.
   - inversion H; subst x. apply wfb_spec in Hs.
     apply run_error in Hr as [_ Hr]; auto.
+Qed.
+
+(** * [moves] decides whether some device's block changes *)
+
+Lemma mr_zero : forall m A c, (forall a, In a A -> c a = 0) -> mr m A c = 0.
+Proof.
+  intros m A c. induction A as [|a A IH] using rev_ind; intros H; [reflexivity|].
+  rewrite mr_app, mr_single, IH by (intros; apply H, in_or_app; auto).
+  rewrite H by (apply in_or_app; simpl; auto). lia.
+Qed.
+
+Lemma mr_strip1 : forall m A c, valid m c -> (forall a, In a A -> a < length m) ->
+  mr m A c = mr m (strip1 m A) c.
+Proof.
+  intros m A c Hc. induction A as [|a A IH] using rev_ind; intros HA; [reflexivity|].
+  unfold strip1. rewrite filter_app. fold (strip1 m A). simpl.
+  rewrite mr_app, mr_single, IH by (intros; apply HA, in_or_app; auto).
+  assert (Ha : a < length m) by (apply HA, in_or_app; simpl; auto).
+  destruct (Nat.eqb_spec (asize m a) 1) as [E|E]; simpl.
+  - rewrite nprod_single, E. specialize (Hc a Ha). rewrite E in Hc. rewrite app_nil_r. lia.
+  - rewrite mr_app, mr_single, nprod_single. reflexivity.
+Qed.
+
+(** The device with coordinate 1 on axis [b] and 0 elsewhere. *)
+Definition unit_dev (b : nat) : coords := fun x => if x =? b then 1 else 0.
+
+Lemma unit_dev_eq : forall b, unit_dev b b = 1.
+Proof. intros. unfold unit_dev. now rewrite Nat.eqb_refl. Qed.
+
+Lemma unit_dev_neq : forall b x, x <> b -> unit_dev b x = 0.
+Proof. intros. unfold unit_dev. destruct (Nat.eqb_spec x b); congruence. Qed.
+
+Lemma unit_dev_valid : forall m b, wf_mesh m -> 1 < asize m b -> valid m (unit_dev b).
+Proof.
+  intros m b Hm Hb a Ha. unfold unit_dev. destruct (Nat.eqb_spec a b); subst; [lia|].
+  specialize (Hm a Ha). lia.
+Qed.
+
+Lemma nprod_ge1 : forall m A, (forall a, In a A -> 0 < asize m a) -> 1 <= nprod m A.
+Proof.
+  intros m A H. unfold nprod. apply prod_pos. intros x Hx. apply in_map_iff in Hx.
+  destruct Hx as [a [<- Ha]]. auto.
+Qed.
+
+(** Two lists of distinct axes of sizes at least 2 give the same block on
+    every device only if they are equal: otherwise a device tells them apart. *)
+Lemma mr_distinguish : forall m B B', wf_mesh m -> NoDup B -> NoDup B' ->
+  (forall a, In a B -> 1 < asize m a) -> (forall a, In a B' -> 1 < asize m a) ->
+  B <> B' -> exists c, valid m c /\ mr m B c <> mr m B' c.
+Proof.
+  intros m B. induction B as [|b P IH] using rev_ind; intros B' Hm HnB HnB' HB HB' Hne.
+  - destruct B' as [|b' P'] using rev_ind; [congruence|]. clear IHP'.
+    exists (unit_dev b'). split; [apply unit_dev_valid; auto; apply HB', in_or_app; simpl; auto|].
+    rewrite mr_app, mr_single. rewrite unit_dev_eq, mr_nil. lia.
+  - assert (Hb : 1 < asize m b) by (apply HB, in_or_app; simpl; auto).
+    apply NoDup_remove in HnB. rewrite app_nil_r in HnB. destruct HnB as [HnP HbP].
+    destruct B' as [|b' P'] using rev_ind.
+    + exists (unit_dev b). split; [apply unit_dev_valid; auto|].
+      rewrite mr_app, mr_single. rewrite unit_dev_eq, mr_nil. lia.
+    + clear IHP'.
+      assert (Hb' : 1 < asize m b') by (apply HB', in_or_app; simpl; auto).
+      apply NoDup_remove in HnB'. rewrite app_nil_r in HnB'. destruct HnB' as [HnP' HbP'].
+      destruct (Nat.eq_dec b b') as [<-|Hbb].
+      * assert (HP : P <> P') by (intro; subst; congruence).
+        destruct (IH P' Hm HnP HnP' (fun a Ha => HB a (in_or_app _ _ _ (or_introl Ha)))
+                     (fun a Ha => HB' a (in_or_app _ _ _ (or_introl Ha))) HP) as [c [Hc Hd]].
+        exists c. split; auto. rewrite !mr_app, !mr_single, !nprod_single. intro E.
+        apply Hd. apply (Nat.mul_cancel_r _ _ (asize m b)); [lia|]. lia.
+      * exists (unit_dev b). split; [apply unit_dev_valid; auto|].
+        rewrite !mr_app, !mr_single, !nprod_single.
+        rewrite (mr_zero m P) by (intros a Ha; apply unit_dev_neq; intro; subst; tauto).
+        rewrite unit_dev_eq, (unit_dev_neq b b') by congruence.
+        intro E. assert (Hmod := f_equal (fun x => x mod asize m b') E). simpl in Hmod.
+        rewrite Nat.add_0_r, Nat.mod_mul in Hmod by lia.
+        rewrite Nat.mod_small in Hmod by lia. lia.
+Qed.
+
+Lemma strip1_props : forall m A, wf_mesh m -> NoDup A -> (forall a, In a A -> a < length m) ->
+  NoDup (strip1 m A) /\ forall a, In a (strip1 m A) -> 1 < asize m a.
+Proof.
+  intros m A Hm Hn HA. split.
+  - apply NoDup_filter; auto.
+  - intros a Ha. unfold strip1 in Ha. apply filter_In in Ha as [Ha Hs].
+    apply negb_true_iff, Nat.eqb_neq in Hs. specialize (Hm a (HA a Ha)). lia.
+Qed.
+
+Lemma nodup_app_l : forall A (l l' : list A), NoDup (l ++ l') -> NoDup l.
+Proof.
+  induction l as [|x l IH]; simpl; intros l' H; [constructor|]. inversion H; subst.
+  constructor; eauto. intro; apply H2, in_or_app; auto.
+Qed.
+
+Lemma wf_dims : forall m t, wf m t -> forall D, In D t -> NoDup (axes D) /\ (forall a, In a (axes D) -> a < length m).
+Proof.
+  intros m t [_ [HF Hn]] D HD. rewrite Forall_forall in HF. destruct (HF D HD) as [_ [Ha _]].
+  split; auto. unfold used in Hn. apply in_split in HD as [L [R ->]].
+  rewrite flat_map_app in Hn. simpl in Hn. apply nodup_app_r in Hn. eapply nodup_app_l; eauto.
+Qed.
+
+Lemma zero_valid : forall m, wf_mesh m -> valid m (fun _ => 0).
+Proof. intros m Hm a Ha. apply Hm; auto. Qed.
+
+(** Spec of [moves] on well-formed types: some device's block changes. *)
+Theorem moves_spec : forall m t t', wf m t -> wf m t' ->
+  (moves m t t' = true <-> exists c, valid m c /\ blocks m t c <> blocks m t' c).
+Proof.
+  intros m t t' Hw Hw'. assert (Hm : wf_mesh m) by apply Hw.
+  assert (Ht := wf_dims m t Hw). assert (Ht' := wf_dims m t' Hw'). clear Hw Hw'.
+  unfold moves, blocks. revert t' Ht Ht'. induction t as [|D u IH]; intros [|D' u'] Ht Ht'; simpl.
+  - split; [discriminate|]. intros [c [_ H]]. congruence.
+  - split; auto. intros _. exists (fun _ => 0). split; [apply zero_valid; auto|discriminate].
+  - split; auto. intros _. exists (fun _ => 0). split; [apply zero_valid; auto|discriminate].
+  - assert (HD := Ht D (or_introl eq_refl)). assert (HD' := Ht' D' (or_introl eq_refl)).
+    specialize (IH u' (fun X HX => Ht X (or_intror HX)) (fun X HX => Ht' X (or_intror HX))).
+    rewrite orb_true_iff, negb_true_iff, IH. split.
+    + intros [E|[c [Hc Hd]]].
+      * destruct (nat_list_eqb_spec (strip1 m (axes D)) (strip1 m (axes D'))) as [_ Hr].
+        assert (Hne : strip1 m (axes D) <> strip1 m (axes D')) by (intro X; apply Hr in X; congruence).
+        destruct (strip1_props m (axes D) Hm (proj1 HD) (proj2 HD)) as [N1 S1].
+        destruct (strip1_props m (axes D') Hm (proj1 HD') (proj2 HD')) as [N2 S2].
+        destruct (mr_distinguish m _ _ Hm N1 N2 S1 S2 Hne) as [c [Hc Hd]].
+        exists c. split; auto. unfold block. rewrite (mr_strip1 m (axes D)), (mr_strip1 m (axes D')) by (tauto || auto).
+        congruence.
+      * exists c. split; auto. congruence.
+    + intros [c [Hc Hd]]. destruct (nat_list_eqb (strip1 m (axes D)) (strip1 m (axes D'))) eqn:E; [|auto].
+      right. exists c. split; auto. intro X. apply Hd. f_equal; auto.
+      apply nat_list_eqb_spec in E. unfold block.
+      rewrite (mr_strip1 m (axes D)), (mr_strip1 m (axes D')), E by (tauto || auto). reflexivity.
+Qed.
+
+
+Lemma blocks_ext : forall m t c c', wf m t -> (forall a, a < length m -> c a = c' a) ->
+  blocks m t c = blocks m t c'.
+Proof.
+  intros m t c c' Hw H. unfold blocks. apply map_ext_in. intros D HD. unfold block.
+  apply mr_ext. intros a Ha. apply H. apply (wf_dims m t Hw D HD); auto.
+Qed.
+
+Lemma moves_enum_spec : forall m t t', wf m t -> wf m t' ->
+  (moves_enum m t t' = true <-> exists c, valid m c /\ blocks m t c <> blocks m t' c).
+Proof.
+  intros m t t' Hw Hw'. assert (Hm : wf_mesh m) by apply Hw. unfold moves_enum.
+  rewrite existsb_exists. split.
+  - intros [r [_ Hr]]. exists (coords_of_rank m r). split; [apply coords_of_rank_valid; auto|].
+    intro E. rewrite E in Hr. replace (nat_list_eqb _ _) with true in Hr; [discriminate|].
+    symmetry. apply nat_list_eqb_spec. auto.
+  - intros [c [Hc Hd]]. exists (rank m c). split; [apply in_seq; pose proof (rank_lt m c Hc); lia|].
+    rewrite (blocks_ext m t _ c), (blocks_ext m t' _ c) by (auto; intros; apply coords_of_rank_rank; auto).
+    apply negb_true_iff. destruct (nat_list_eqb_spec (blocks m t c) (blocks m t' c)) as [H _].
+    destruct (nat_list_eqb (blocks m t c) (blocks m t' c)); auto. exfalso. apply Hd, H; auto.
+Qed.
+
+(** On well-formed types the device-free [moves] agrees with the enumeration. *)
+Corollary moves_enum_iff : forall m t t', wf m t -> wf m t' -> moves m t t' = moves_enum m t t'.
+Proof.
+  intros m t t' Hw Hw'. apply eq_true_iff_eq. rewrite moves_spec, moves_enum_spec by auto. tauto.
 Qed.

@@ -6,7 +6,9 @@
     inputs whose intermediate values could reach it (at most 2^20 devices,
     at most 2^50 global elements: every size, product, offset and traffic
     figure stays below 2^51). Division and modulo by zero follow Coq
-    ([n / 0 = 0], [n mod 0 = n]). *)
+    ([n / 0 = 0], [n mod 0 = n]). Comparisons, [max] and [min] are written
+    at type [int] so that OCaml compiles them to machine comparisons rather
+    than calls to its polymorphic compare. *)
 From Coq Require Import Arith Extraction ExtrOcamlBasic ExtrOcamlNatInt.
 From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Synth.
 
@@ -17,11 +19,11 @@ Extract Constant Coq.Init.Nat.sub => "fun n m -> Stdlib.max 0 (n - m)".
 Extract Constant Coq.Init.Nat.pred => "fun n -> Stdlib.max 0 (n - 1)".
 Extract Constant Coq.Init.Nat.div => "fun n m -> if m = 0 then 0 else n / m".
 Extract Constant Coq.Init.Nat.modulo => "fun n m -> if m = 0 then n else n mod m".
-Extract Inlined Constant Coq.Init.Nat.max => "Stdlib.max".
-Extract Inlined Constant Coq.Init.Nat.min => "Stdlib.min".
-Extract Inlined Constant Coq.Init.Nat.eqb => "(=)".
-Extract Inlined Constant Coq.Init.Nat.leb => "(<=)".
-Extract Inlined Constant Coq.Init.Nat.ltb => "(<)".
+Extract Inlined Constant Coq.Init.Nat.max => "(fun (x : int) (y : int) -> if x >= y then x else y)".
+Extract Inlined Constant Coq.Init.Nat.min => "(fun (x : int) (y : int) -> if x <= y then x else y)".
+Extract Inlined Constant Coq.Init.Nat.eqb => "(fun (x : int) (y : int) -> x = y)".
+Extract Inlined Constant Coq.Init.Nat.leb => "(fun (x : int) (y : int) -> x <= y)".
+Extract Inlined Constant Coq.Init.Nat.ltb => "(fun (x : int) (y : int) -> x < y)".
 (** [Nat] of [PeanoNat] (what [Nat.div] etc. denote once [Arith] is imported) *)
 Extract Inlined Constant PeanoNat.Nat.add => "(+)".
 Extract Inlined Constant PeanoNat.Nat.mul => "( * )".
@@ -29,12 +31,12 @@ Extract Constant PeanoNat.Nat.sub => "fun n m -> Stdlib.max 0 (n - m)".
 Extract Constant PeanoNat.Nat.pred => "fun n -> Stdlib.max 0 (n - 1)".
 Extract Constant PeanoNat.Nat.div => "fun n m -> if m = 0 then 0 else n / m".
 Extract Constant PeanoNat.Nat.modulo => "fun n m -> if m = 0 then n else n mod m".
-Extract Inlined Constant PeanoNat.Nat.max => "Stdlib.max".
-Extract Inlined Constant PeanoNat.Nat.min => "Stdlib.min".
-Extract Inlined Constant PeanoNat.Nat.eqb => "(=)".
-Extract Inlined Constant PeanoNat.Nat.leb => "(<=)".
-Extract Inlined Constant PeanoNat.Nat.ltb => "(<)".
-Extract Constant PeanoNat.Nat.eq_dec => "fun n m -> n = m".
+Extract Inlined Constant PeanoNat.Nat.max => "(fun (x : int) (y : int) -> if x >= y then x else y)".
+Extract Inlined Constant PeanoNat.Nat.min => "(fun (x : int) (y : int) -> if x <= y then x else y)".
+Extract Inlined Constant PeanoNat.Nat.eqb => "(fun (x : int) (y : int) -> x = y)".
+Extract Inlined Constant PeanoNat.Nat.leb => "(fun (x : int) (y : int) -> x <= y)".
+Extract Inlined Constant PeanoNat.Nat.ltb => "(fun (x : int) (y : int) -> x < y)".
+Extract Constant PeanoNat.Nat.eq_dec => "fun (n : int) (m : int) -> n = m".
 
 (** Tail-recursive realizers for the list functions that run over every
     device (up to 2^20 of them): the plain extraction would overflow the

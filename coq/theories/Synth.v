@@ -37,8 +37,11 @@ Definition naive (m : mesh) (src dst : atype) : plan :=
 (** * Helpers *)
 
 (** Number of axes of size [v] in [l]. *)
-Definition cnt (m : mesh) (v : nat) (l : list nat) : nat :=
-  length (filter (fun a => asize m a =? v) l).
+Fixpoint cnt (m : mesh) (v : nat) (l : list nat) : nat :=
+  match l with
+  | [] => 0
+  | a :: l' => if asize m a =? v then S (cnt m v l') else cnt m v l'
+  end.
 
 (** Dimension [d] of a type: its axes and global size. Types under
     construction are functions from dimensions to axis lists. *)
@@ -141,6 +144,48 @@ Definition extra_step (m : mesh) (r : nat) (D A : nat -> list nat) := grow (extr
 Definition extras (m : mesh) (r : nat) (D A : nat -> list nat) : nat -> list nat :=
   fold_left (extra_step m r D A) (pairs r A (seq 0 (length m))) (fun _ => []).
 
+(** * The same folds, faster
+
+    [slicer_f] and [extras_f] compute [slicer] and [extras]
+    ([slicer_f_eq], [extras_f_eq]) while carrying the axes added so far
+    and computing the fixed axis lists once, instead of rebuilding every
+    [allax] at every pair. *)
+Definition grow_f (ok : (nat -> list nat) -> list nat -> nat -> nat -> bool)
+    (st : (nat -> list nat) * list nat) (p : nat * nat) : (nat -> list nat) * list nat :=
+  if ok (fst st) (snd st) (fst p) (snd p)
+  then (upd (fst st) (fst p) (fst st (fst p) ++ [snd p]), snd p :: snd st) else st.
+
+Definition slice_ok_f (m : mesh) (AS AD : list nat) (S D : nat -> list nat) (budget : bool)
+    (X : nat -> list nat) (AX : list nat) (d a : nat) : bool :=
+  let v := asize m a in
+  negb (memb a AS) && negb (memb a AX) &&
+  (cnt m v (S d ++ X d) <? cnt m v (D d)) &&
+  (negb budget || (cnt m v AS + cnt m v AX <? cnt m v AD)).
+
+Definition slicer_f (m : mesh) (r : nat) (S D : nat -> list nat) (budget : bool) : nat -> list nat :=
+  let AD := allax r D in
+  fst (fold_left (grow_f (slice_ok_f m (allax r S) AD S D budget)) (pairs r D AD) (fun _ => [], [])).
+
+Definition slicer_div_f (m : mesh) (r : nat) (S D : nat -> list nat) (g : nat -> nat) : nat -> list nat :=
+  let AS := allax r S in
+  let AD := allax r D in
+  fst (fold_left (grow_f (fun X AX d a =>
+    slice_ok_f m AS AD S D false X AX d a ||
+    (negb (memb a AS) && negb (memb a AX) && memb a (D d) &&
+     (g d mod nprod m (S d ++ X d ++ [a]) =? 0))))
+    (pairs r D AD) (fun _ => [], [])).
+
+Definition extra_ok_f (m : mesh) (AD AA : list nat) (D A : nat -> list nat)
+    (E : nat -> list nat) (AE : list nat) (d a : nat) : bool :=
+  let v := asize m a in
+  negb (memb a AD) && negb (memb a AE) &&
+  (cnt m v (D d ++ E d) <? cnt m v (A d)) &&
+  (cnt m v AD + cnt m v AE <? cnt m v AA).
+
+Definition extras_f (m : mesh) (r : nat) (D A : nat -> list nat) : nat -> list nat :=
+  fst (fold_left (grow_f (extra_ok_f m (allax r D) (allax r A) D A))
+                 (pairs r A (seq 0 (length m))) (fun _ => [], [])).
+
 (** The end of every plan: a permute to the pre-gather type [T] unless
     already there, then one gather per dimension. *)
 Definition finish (src : atype) (C T E : nat -> list nat) : plan :=
@@ -181,16 +226,19 @@ Fixpoint move_loop (m : mesh) (src : atype) (T : nat -> list nat) (fuel : nat)
       end
   end.
 
-Definition canonical (m : mesh) (src dst : atype) : plan :=
+Definition canonical_x (m : mesh) (src dst : atype) (X : nat -> list nat) : plan :=
   let r := length src in
   let S := sax src in
   let D := sax dst in
-  let X := slicer m r S D false in
   let A := fun d => S d ++ X d in
-  let E := extras m r D A in
+  let E := extras_f m r D A in
   let T := fun d => D d ++ E d in
   let (mv, C) := move_loop m src T (length m * length m + 1) A in
   slices_of r X ++ mv ++ finish src C T E.
+
+(** [canonical] slices within the target's counts ([slicer] without budget). *)
+Definition canonical (m : mesh) (src dst : atype) : plan :=
+  canonical_x m src dst (slicer_f m (length src) (sax src) (sax dst) false).
 
 (** * The greedy construction
 
@@ -296,20 +344,37 @@ Fixpoint greedy_loop (m : mesh) (src : atype) (D : list (list nat)) (single : bo
       end
   end.
 
+Definition greedy_x (m : mesh) (src dst : atype) (X : nat -> list nat) (single : bool) : plan :=
+  let r := length src in
+  let S := sax src in
+  let D := sax dst in
+  let (mv, Cl) := greedy_loop m src (map D (seq 0 r)) single (2 * length m + 2)
+                              (map (fun d => S d ++ X d) (seq 0 r)) in
+  let C := ax Cl in
+  let E := extras_f m r D C in
+  slices_of r X ++ mv ++ finish src C (fun d => D d ++ E d) E.
+
+(** [single] only matters when some all-to-all moves several axes: without
+    one, both runs make the same plan, which is computed once. *)
+Definition multi_a2a (p : plan) : bool :=
+  existsb (fun c => match c with AllToAll _ _ (_ :: _ :: _) => true | _ => false end) p.
+
+Definition greedy_both (m : mesh) (src dst : atype) (X : nat -> list nat) : list plan :=
+  let p := greedy_x m src dst X false in
+  if multi_a2a p then [p; greedy_x m src dst X true] else [p].
+
+(** Slicing modes: 0 within the target's counts and budget, 1 within the
+    counts, 2 also into the target's own dimension while the size divides. *)
 Definition greedy (m : mesh) (src dst : atype) (mode : nat) (single : bool) : plan :=
   let r := length src in
   let S := sax src in
   let D := sax dst in
   let X := match mode with
-           | 0 => slicer m r S D true
-           | 1 => slicer m r S D false
-           | _ => slicer_div m r S D (gs src)
+           | 0 => slicer_f m r S D true
+           | 1 => slicer_f m r S D false
+           | _ => slicer_div_f m r S D (gs src)
            end in
-  let (mv, Cl) := greedy_loop m src (map D (seq 0 r)) single (2 * length m + 2)
-                              (map (fun d => S d ++ X d) (seq 0 r)) in
-  let C := ax Cl in
-  let E := extras m r D C in
-  slices_of r X ++ mv ++ finish src C (fun d => D d ++ E d) E.
+  greedy_x m src dst X single.
 
 (** * Validation *)
 
@@ -387,23 +452,51 @@ Fixpoint better (x y : list nat) : bool :=
   | _, _ => false
   end.
 
+(** The canonical plan, then the greedy ones for each slicing mode (see
+    [greedy]), a mode whose slices equal an earlier mode's being skipped
+    (it would make the same plans). *)
 Definition candidates (m : mesh) (src dst : atype) : list plan :=
-  canonical m src dst ::
-  flat_map (fun mode => [greedy m src dst mode false; greedy m src dst mode true]) [0; 1; 2].
+  let r := length src in
+  let S := sax src in
+  let D := sax dst in
+  let X0 := slicer_f m r S D true in
+  let X1 := slicer_f m r S D false in
+  let X2 := slicer_div_f m r S D (gs src) in
+  let k0 := map X0 (seq 0 r) in
+  let k1 := map X1 (seq 0 r) in
+  let k2 := map X2 (seq 0 r) in
+  let same := fun k k' => if list_eq_dec (list_eq_dec Nat.eq_dec) k k' then true else false in
+  canonical_x m src dst X1 ::
+  greedy_both m src dst X0 ++
+  (if same k1 k0 then [] else greedy_both m src dst X1) ++
+  (if same k2 k0 || same k2 k1 then [] else greedy_both m src dst X2).
 
-Definition pick_step (m : mesh) (src dst : atype) (G : list nat) (acc : option (plan * list nat))
-    (p : plan) : option (plan * list nat) :=
-  match validate m src dst p with
-  | None => acc
-  | Some r =>
-      match acc with
-      | Some (_, k) => if better (cost G p r) k then Some (p, cost G p r) else acc
-      | None => Some (p, cost G p r)
-      end
-  end.
+Definition coll_eq_dec : forall x y : coll, {x = y} + {x <> y}.
+Proof.
+  decide equality; try apply Nat.eq_dec; try apply (list_eq_dec Nat.eq_dec).
+  apply (list_eq_dec dim_eq_dec).
+Defined.
+
+Definition plan_eqb (p q : plan) : bool := if list_eq_dec coll_eq_dec p q then true else false.
+
+(** Validate each distinct candidate once (a repeated candidate cannot be
+    strictly better than itself); keep the first of the least cost. *)
+Definition pick_step (m : mesh) (src dst : atype) (G : list nat)
+    (acc : list plan * option (plan * list nat)) (p : plan) : list plan * option (plan * list nat) :=
+  if existsb (plan_eqb p) (fst acc) then acc else
+  (p :: fst acc,
+   match validate m src dst p with
+   | None => snd acc
+   | Some r =>
+       let k := cost G p r in
+       match snd acc with
+       | Some (_, k0) => if better k k0 then Some (p, k) else snd acc
+       | None => Some (p, k)
+       end
+   end).
 
 Definition pick (m : mesh) (src dst : atype) (ps : list plan) : option plan :=
-  option_map fst (fold_left (pick_step m src dst (glue m src dst)) ps None).
+  option_map fst (snd (fold_left (pick_step m src dst (glue m src dst)) ps ([], None))).
 
 (** The plan and whether the memory bound is guaranteed for it. *)
 Definition synthesize (m : mesh) (src dst : atype) : bool * plan :=
@@ -418,18 +511,19 @@ Lemma pick_some : forall m src dst ps p,
   pick m src dst ps = Some p -> exists r, validate m src dst p = Some r.
 Proof.
   intros m src dst ps p. unfold pick. set (G := glue m src dst).
-  assert (H : forall acc, (forall q k, acc = Some (q, k) -> exists r, validate m src dst q = Some r) ->
-    forall q k, fold_left (pick_step m src dst G) ps acc = Some (q, k) ->
+  assert (H : forall acc, (forall q k, snd acc = Some (q, k) -> exists r, validate m src dst q = Some r) ->
+    forall q k, snd (fold_left (pick_step m src dst G) ps acc) = Some (q, k) ->
     exists r, validate m src dst q = Some r).
   { induction ps as [|x ps IH]; simpl; intros acc Hacc q k Hf; [eapply Hacc; eauto|].
     eapply IH; [|exact Hf]. intros q' k' E. unfold pick_step in E.
+    destruct (existsb (plan_eqb x) (fst acc)); [eapply Hacc; eauto|]. cbn [snd] in E.
     destruct (validate m src dst x) eqn:Ev; [|eapply Hacc; eauto].
-    destruct acc as [[q0 k0]|].
+    destruct (snd acc) as [[q0 k0]|] eqn:Ea.
     - destruct (better (cost G x r) k0).
       + inversion E; subst. eauto.
       + eapply Hacc; eauto.
     - inversion E; subst. eauto. }
-  destruct (fold_left _ ps None) as [[q k]|] eqn:E; simpl; intros Hp; inversion Hp; subst.
+  destruct (snd (fold_left _ ps ([], None))) as [[q k]|] eqn:E; simpl; intros Hp; inversion Hp; subst.
   eapply H; [|exact E]. intros; discriminate.
 Qed.
 
@@ -795,14 +889,17 @@ From Coq Require Import Permutation.
 
 (** ** Generic lemmas *)
 
+Lemma cnt_filter : forall m v l, cnt m v l = length (filter (fun a => asize m a =? v) l).
+Proof. induction l as [|a l IH]; simpl; auto. destruct (asize m a =? v); simpl; auto. Qed.
+
 Lemma cnt_app : forall m v l1 l2, cnt m v (l1 ++ l2) = cnt m v l1 + cnt m v l2.
-Proof. intros. unfold cnt. now rewrite filter_app, app_length. Qed.
+Proof. intros. rewrite !cnt_filter. now rewrite filter_app, app_length. Qed.
 
 Lemma cnt_cons : forall m v a l, cnt m v (a :: l) = (if asize m a =? v then 1 else 0) + cnt m v l.
-Proof. intros. unfold cnt. simpl. destruct (asize m a =? v); reflexivity. Qed.
+Proof. intros. simpl. destruct (asize m a =? v); reflexivity. Qed.
 
 Lemma cnt_single : forall m v a, cnt m v [a] = if asize m a =? v then 1 else 0.
-Proof. intros. rewrite cnt_cons. unfold cnt. simpl. lia. Qed.
+Proof. intros. rewrite cnt_cons. simpl. lia. Qed.
 
 Lemma cnt_perm : forall m v l l', Permutation l l' -> cnt m v l = cnt m v l'.
 Proof.
@@ -811,7 +908,7 @@ Qed.
 
 Lemma cnt_pos_in : forall m v l, 0 < cnt m v l -> exists a, In a l /\ asize m a = v.
 Proof.
-  induction l as [|a l IH]; intros H; [unfold cnt in H; simpl in H; lia|].
+  induction l as [|a l IH]; intros H; [simpl in H; lia|].
   rewrite cnt_cons in H. destruct (Nat.eqb_spec (asize m a) v).
   - exists a. simpl. auto.
   - destruct (IH H) as [b [Hb Hv]]. exists b. simpl. auto.
@@ -819,7 +916,7 @@ Qed.
 
 Lemma cnt_nodup_incl : forall m v l l', NoDup l -> incl l l' -> cnt m v l <= cnt m v l'.
 Proof.
-  intros. unfold cnt. apply NoDup_incl_length.
+  intros. rewrite !cnt_filter. apply NoDup_incl_length.
   - apply NoDup_filter; auto.
   - intros x Hx. apply filter_In in Hx. apply filter_In. destruct Hx. split; auto.
 Qed.
@@ -828,14 +925,14 @@ Qed.
 Lemma cnt_nodup_incl_v : forall m v l l', NoDup l ->
   (forall a, In a l -> asize m a = v -> In a l') -> cnt m v l <= cnt m v l'.
 Proof.
-  intros. unfold cnt. apply NoDup_incl_length.
+  intros. rewrite !cnt_filter. apply NoDup_incl_length.
   - apply NoDup_filter; auto.
   - intros x Hx. apply filter_In in Hx. apply filter_In. destruct Hx as [H1 H2].
     apply Nat.eqb_eq in H2. split; auto. apply Nat.eqb_eq; auto.
 Qed.
 
 Lemma cnt_le_length : forall m v l, cnt m v l <= length l.
-Proof. intros. unfold cnt. induction l; simpl; auto. destruct (asize m a =? v); simpl; lia. Qed.
+Proof. intros. rewrite cnt_filter. induction l; simpl; auto. destruct (asize m a =? v); simpl; lia. Qed.
 
 Lemma nprod_perm : forall m l l', Permutation l l' -> nprod m l = nprod m l'.
 Proof.
@@ -850,7 +947,7 @@ Lemma nprod_cnt_eq : forall m l l', (forall v, cnt m v l = cnt m v l') -> nprod 
 Proof.
   intros m l. induction l as [|a l IH]; intros l' H.
   - destruct l' as [|b l']; auto. specialize (H (asize m b)). rewrite cnt_cons, Nat.eqb_refl in H.
-    unfold cnt in H. simpl in H. lia.
+    simpl in H. lia.
   - assert (Hp : 0 < cnt m (asize m a) l') by (rewrite <- H, cnt_cons, Nat.eqb_refl; lia).
     destruct (cnt_pos_in _ _ _ Hp) as [b [Hb Hv]].
     destruct (in_split _ _ Hb) as [l1 [l2 ->]].
@@ -1382,7 +1479,7 @@ Proof.
   - unfold extras_inv. rewrite !allax_nil, app_nil_r. split; [|split; [|split]]; auto.
     + intros a [].
     + intros d v Hd. rewrite app_nil_r. lia.
-    + intros v. unfold cnt at 2. simpl. lia.
+    + intros v. simpl. lia.
 Qed.
 
 (** The extras reach the budget: the pre-gather type holds as many axes of
@@ -1899,11 +1996,54 @@ Proof.
   - rewrite Hc. auto.
 Qed.
 
+(** ** The faster folds compute the same functions *)
+
+Lemma memb_perm : forall a l l', Permutation l l' -> memb a l = memb a l'.
+Proof.
+  intros a l l' H. destruct (memb a l) eqn:E1, (memb a l') eqn:E2; auto.
+  - apply memb_spec in E1. apply (Permutation_in _ H), memb_spec in E1. congruence.
+  - apply memb_spec in E2. apply (Permutation_in _ (Permutation_sym H)), memb_spec in E2. congruence.
+Qed.
+
+Lemma fold_grow_f : forall r ok okf ps X AX,
+  (forall X AX d a, d < r -> Permutation AX (allax r X) -> okf X AX d a = ok X d a) ->
+  (forall p, In p ps -> fst p < r) ->
+  Permutation AX (allax r X) ->
+  fst (fold_left (grow_f okf) ps (X, AX)) = fold_left (grow ok) ps X.
+Proof.
+  intros r ok okf ps. induction ps as [|[d a] ps IH]; intros X AX Hok Hps HP; [reflexivity|].
+  assert (Hd : d < r) by (apply (Hps (d, a)); simpl; auto).
+  cbn [fold_left]. unfold grow_f at 2, grow at 2. cbn [fst snd]. rewrite (Hok X AX d a Hd HP).
+  destruct (ok X d a).
+  - apply IH; auto. intros; apply Hps; simpl; auto.
+    rewrite (allax_upd_app r X d [a] Hd). simpl. constructor. auto.
+  - apply IH; auto. intros; apply Hps; simpl; auto.
+Qed.
+
+Lemma pairs_fst : forall r F l p, In p (pairs r F l) -> fst p < r.
+Proof. intros r F l [d a] H. apply pairs_in in H. apply H. Qed.
+
+Lemma slicer_f_eq : forall m r S D budget, slicer_f m r S D budget = slicer m r S D budget.
+Proof.
+  intros. unfold slicer_f, slicer, slice_step. cbv zeta.
+  apply (fold_grow_f r); [|apply pairs_fst|rewrite allax_nil; reflexivity].
+  intros X AX d a _ HP. unfold slice_ok_f, slice_ok.
+  rewrite (memb_perm a AX (allax r X) HP), (cnt_perm m _ AX (allax r X) HP). reflexivity.
+Qed.
+
+Lemma extras_f_eq : forall m r D A, extras_f m r D A = extras m r D A.
+Proof.
+  intros. unfold extras_f, extras, extra_step.
+  apply (fold_grow_f r); [|apply pairs_fst|rewrite allax_nil; reflexivity].
+  intros X AX d a _ HP. unfold extra_ok_f, extra_ok.
+  rewrite (memb_perm a AX (allax r X) HP), (cnt_perm m _ AX (allax r X) HP). reflexivity.
+Qed.
+
 Lemma canonical_ok : forall m src dst, valid_problem m src dst -> cap_ok m src dst ->
   chain m src (canonical m src dst) dst /\ nf_slices (canonical m src dst) = true /\
   forallb (axes_ok dst) (canonical m src dst) = true.
 Proof.
-  intros m src dst Hv Hc. unfold canonical. cbv zeta.
+  intros m src dst Hv Hc. unfold canonical, canonical_x. cbv zeta. rewrite slicer_f_eq, extras_f_eq.
   destruct (valid_facts m src dst Hv) as [HnS [HnD [HrS HrD]]].
   set (r := length src) in *. set (Sf := sax src) in *. set (Df := sax dst) in *.
   set (X := slicer m r Sf Df false).
@@ -1988,13 +2128,15 @@ Lemma pick_validated : forall m src dst p ps r, validate m src dst p = Some r ->
   pick m src dst (p :: ps) <> None.
 Proof.
   intros m src dst p ps r Hp. unfold pick. simpl. set (G := glue m src dst).
-  assert (H : forall ps acc, acc <> None -> fold_left (pick_step m src dst G) ps acc <> None).
+  assert (H : forall ps acc, snd acc <> None -> snd (fold_left (pick_step m src dst G) ps acc) <> None).
   { induction ps0 as [|q ps0 IH]; simpl; intros acc Hacc; auto. apply IH.
-    unfold pick_step. destruct (validate m src dst q); auto. destruct acc as [[q0 k0]|]; [|congruence].
+    unfold pick_step. destruct (existsb (plan_eqb q) (fst acc)); auto. cbn [snd].
+    destruct (validate m src dst q); auto. destruct (snd acc) as [[q0 k0]|]; [|congruence].
     destruct (better (cost G q r0) k0); congruence. }
-  assert (Hs : pick_step m src dst G None p <> None) by (unfold pick_step; rewrite Hp; discriminate).
+  assert (Hs : snd (pick_step m src dst G ([], None) p) <> None)
+    by (unfold pick_step; simpl; rewrite Hp; discriminate).
   specialize (H ps _ Hs).
-  destruct (fold_left _ ps _); simpl; congruence.
+  destruct (snd (fold_left _ ps _)); simpl; congruence.
 Qed.
 
 (** * Theorem 5: when the flag is guaranteed *)
@@ -2004,9 +2146,9 @@ Theorem synthesize_guaranteed : forall m src dst, valid_problem m src dst -> cap
   fst (synthesize m src dst) = true.
 Proof.
   intros m src dst Hv Hc. destruct (canonical_validates m src dst Hv Hc) as [r Hr].
-  unfold synthesize. unfold candidates.
+  unfold synthesize. unfold candidates. cbv zeta.
   destruct (pick m src dst _) eqn:E; auto.
-  exfalso. eapply pick_validated; eauto.
+  exfalso. eapply pick_validated; [exact Hr|]. exact E.
 Qed.
 
 Lemma nprod_all2 : forall m l, (forall a, In a l -> asize m a = 2) -> nprod m l = 2 ^ length l.
@@ -2132,7 +2274,7 @@ Qed.
 
 Lemma cnt_cntv : forall m v L, cnt m v L = cntv v (map (asize m) L).
 Proof.
-  intros m v L. unfold cnt, cntv. induction L as [|a L IH]; simpl; auto.
+  intros m v L. rewrite cnt_filter. unfold cntv. induction L as [|a L IH]; simpl; auto.
   destruct (asize m a =? v); simpl; auto.
 Qed.
 
