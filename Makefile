@@ -10,6 +10,7 @@ EXT := $(shell python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT
 CORE_SO := python/verishard/_core$(EXT)
 THEORIES := $(wildcard coq/theories/*.v)
 export OMPI_ALLOW_RUN_AS_ROOT := 1
+export XLA_FLAGS := --xla_force_host_platform_device_count=8
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
 .PHONY: all deps apt venv coq extract bindings proofs test demo bench clean
@@ -74,7 +75,7 @@ proofs: coq
 
 ## --- the two README commands -----------------------------------------
 test: deps all proofs
-	$(PY) -m pytest -q -p no:cacheprovider tests python/verishard --doctest-modules
+	$(PY) -m pytest -q -p no:cacheprovider -rs tests python/verishard --doctest-modules
 
 demo: deps all
 	$(VENV)/bin/verishard demo

@@ -205,13 +205,21 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> Plan:
     mesh, src, dst = _problem(mesh, src, dst)
     fine = mesh.refined()
     guaranteed, raw = core.synthesize(fine, src.refined(), dst.refined())
-    return _express(mesh, src, dst, fine, raw, guaranteed)
+    return express(mesh, src, dst, fine, raw, guaranteed)
 
 
-def _express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine: Mesh,
-             raw: list[Collective], guaranteed: bool) -> Plan:
+def express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine: Mesh,
+            raw: Sequence[Collective], guaranteed: bool | None) -> Plan:
     """Rewrite a plan over ``fine = mesh.refined()`` over the coarsest mesh
-    between the two that can express it, and check it there."""
+    between the two that can express it, and check it there with the
+    verified checker.
+
+    >>> m = Mesh.parse("x=2,y=4")
+    >>> fine = m.refined()
+    >>> p = express(m, ArrayType.parse("[4{x}8]", m), ArrayType.parse("[8]", m), fine, [AllGather(0, "x")], None)
+    >>> str(p.mesh), p.peak
+    ('{x:2, y:4}', 8)
+    """
     split: set[int] = set()
     while True:
         coarse, groups, owner = _partial_refinement(mesh, split)

@@ -1,0 +1,239 @@
+"""PyTorch DTensor: placements, shard orders and ``DTensorSpec`` to and from
+our types.
+
+The placement-level conversion (``("shard", d)`` / ``("replicate",)`` tuples)
+is :mod:`verishard.notation`; this module maps PyTorch's objects onto it:
+
+* ``Shard(d)`` on mesh dimension ``i``: mesh axis ``i`` shards tensor
+  dimension ``d``; ``Replicate()``: mesh axis ``i`` is replicated;
+  ``Partial()`` is refused (pending reductions are not a sharding).
+* Several mesh dimensions sharding one tensor dimension: by default the lower
+  mesh dimension is major (DTensor's left-to-right order); another order is
+  DTensor's ``shard_order`` (``ShardOrderEntry(tensor_dim, mesh_dims)``,
+  ``mesh_dims`` major first) or, in the older encoding, ``_StridedShard``
+  placements, which are decoded with DTensor's own rule.
+
+A DTensor mesh dimension is one whole mesh axis: a type over split axes has
+no placements (refused with a clear error, by :mod:`verishard.notation`).
+
+Importing this module imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import Partial, Replicate, Shard
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
+from torch.distributed.tensor.placement_types import _StridedShard
+
+from . import notation
+from .errors import ShardingError
+from .mesh import Mesh
+from .sharding import ArrayType
+
+__all__ = ["placements_to_tuples", "tuples_to_placements", "shard_order_dict", "full_shard_order",
+           "from_placements", "to_placements", "from_spec", "to_spec", "device_mesh", "fake_process_group",
+           "planning_mesh"]
+
+
+class _Sizes:
+    """What DTensor's _StridedShard decoding needs of a mesh: ``size(i)``."""
+
+    def __init__(self, sizes: Sequence[int]):
+        self.sizes = tuple(sizes)
+
+    def size(self, i: int) -> int:
+        return self.sizes[i]
+
+
+def placements_to_tuples(placements: Iterable[Any]) -> tuple[tuple, ...]:
+    """``Shard(d)``/``Replicate()`` objects as notation tuples (``_StridedShard`` as a shard).
+
+    >>> placements_to_tuples([Shard(1), Replicate()])
+    (('shard', 1), ('replicate',))
+    """
+    out = []
+    for p in placements:
+        if isinstance(p, (Shard, _StridedShard)):
+            out.append(("shard", int(p.dim)))
+        elif isinstance(p, Replicate):
+            out.append(("replicate",))
+        elif isinstance(p, Partial) or (hasattr(p, "is_partial") and p.is_partial()):
+            raise ShardingError(f"{notation.PARTIAL_MESSAGE}: {p!r}")
+        elif isinstance(p, tuple):
+            out.extend(notation._normalise_placements([p]))
+        else:
+            raise ShardingError(f"placement {p!r} is not Shard, Replicate or a notation tuple")
+    return tuple(out)
+
+
+def tuples_to_placements(tuples: Iterable[tuple]) -> tuple[Any, ...]:
+    """Notation tuples as DTensor placement objects.
+
+    >>> tuples_to_placements([("shard", 0), ("replicate",)])
+    (Shard(dim=0), Replicate())
+    """
+    return tuple(Shard(p[1]) if p[0] == "shard" else Replicate() for p in notation._normalise_placements(tuples))
+
+
+def shard_order_dict(shard_order: Any) -> dict[int, tuple[int, ...]] | None:
+    """A DTensor ``ShardOrder`` (tuple of ``ShardOrderEntry``) or a mapping, as
+    ``{tensor_dim: mesh dims major first}``.
+
+    >>> shard_order_dict((ShardOrderEntry(tensor_dim=0, mesh_dims=(1, 0)),))
+    {0: (1, 0)}
+    """
+    if shard_order is None:
+        return None
+    if isinstance(shard_order, Mapping):
+        return {int(d): tuple(int(i) for i in m) for d, m in shard_order.items()}
+    out = {}
+    for e in shard_order:
+        d, dims = (e.tensor_dim, e.mesh_dims) if isinstance(e, ShardOrderEntry) else e
+        out[int(d)] = tuple(int(i) for i in dims)
+    return out
+
+
+def full_shard_order(t: ArrayType) -> tuple[ShardOrderEntry, ...]:
+    """DTensor's ``ShardOrder`` for ``t``: every sharded dimension with its mesh
+    dimensions, major first.
+
+    >>> full_shard_order(ArrayType.parse("[2{y,x}12, 4]", "x=2,y=3"))
+    (ShardOrderEntry(tensor_dim=0, mesh_dims=(1, 0)),)
+    """
+    pl, order = notation.to_placements(t)
+    by_dim: dict[int, list[int]] = {}
+    for i, p in enumerate(pl):
+        if p[0] == "shard":
+            by_dim.setdefault(p[1], []).append(i)
+    order = order or {}
+    return tuple(ShardOrderEntry(tensor_dim=d, mesh_dims=tuple(order.get(d, by_dim[d])))
+                 for d in sorted(by_dim))
+
+
+def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: Iterable[Any],
+                    shard_order: Any = None) -> ArrayType:
+    """Our type for DTensor placements (objects or notation tuples), one per
+    mesh axis, with an optional ``shard_order`` (DTensor ``ShardOrder`` or
+    ``{d: mesh dims major first}``). ``_StridedShard`` placements are decoded
+    with DTensor's rule (and may not be combined with ``shard_order``).
+
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> from_placements(m, (12, 4), [Shard(0), Shard(0)])
+    [2{x,y}12, 4]
+    >>> from_placements(m, (12, 4), [Shard(0), Shard(0)], (ShardOrderEntry(0, (1, 0)),))
+    [2{y,x}12, 4]
+    >>> from_placements(m, (12, 4), [_StridedShard(0, split_factor=3), Shard(0)])
+    [2{y,x}12, 4]
+    """
+    if isinstance(mesh, str):
+        mesh = Mesh.parse(mesh)
+    placements = tuple(placements)
+    if any(isinstance(p, _StridedShard) for p in placements):
+        if shard_order is not None:
+            raise ShardingError("give either _StridedShard placements or a shard_order, not both")
+        if len(placements) != len(mesh.axis_sizes):
+            raise ShardingError(f"{len(placements)} placements for a mesh with {len(mesh.axis_sizes)} axes")
+        decoded = DTensorSpec._maybe_convert_StridedShard_to_shard_order(placements, _Sizes(mesh.axis_sizes))
+        if decoded is None:
+            raise ShardingError(f"_StridedShard placements {placements} have no shard order on mesh {mesh}")
+        shard_order = decoded
+    order = shard_order_dict(shard_order)
+    return notation.from_placements(mesh, global_shape, placements_to_tuples(placements), order)
+
+
+def to_placements(t: ArrayType) -> tuple[tuple[Any, ...], tuple[ShardOrderEntry, ...] | None]:
+    """DTensor placements of ``t`` and its ``ShardOrder`` (None when every
+    dimension's mesh axes are in the default left-to-right order).
+
+    >>> to_placements(ArrayType.parse("[2{y,x}12, 4]", "x=2,y=3"))
+    ((Shard(dim=0), Shard(dim=0)), (ShardOrderEntry(tensor_dim=0, mesh_dims=(1, 0)),))
+    """
+    pl, order = notation.to_placements(t)
+    return tuples_to_placements(pl), (full_shard_order(t) if order else None)
+
+
+def to_spec(t: ArrayType, mesh: Any, dtype: torch.dtype = torch.float32) -> DTensorSpec:
+    """A ``DTensorSpec`` for ``t`` on a DTensor ``DeviceMesh`` with ``t``'s axes."""
+    if tuple(mesh.shape) != t.mesh.axis_sizes:
+        raise ShardingError(f"DeviceMesh of shape {tuple(mesh.shape)} is not the mesh {t.mesh}")
+    pl, _ = to_placements(t)
+    shape = torch.Size(t.global_shape)
+    stride, acc = [], 1
+    for g in reversed(t.global_shape):
+        stride.insert(0, acc)
+        acc *= g
+    stride = tuple(stride)
+    meta = TensorMeta(shape, stride, dtype)
+    return DTensorSpec(mesh, pl, tensor_meta=meta, shard_order=full_shard_order(t))
+
+
+def from_spec(mesh: Mesh | str, spec: DTensorSpec) -> ArrayType:
+    """Our type for a ``DTensorSpec`` (needs its ``tensor_meta`` for the shape)."""
+    if spec.tensor_meta is None:
+        raise ShardingError("the DTensorSpec has no tensor_meta, so no global shape")
+    order = None if spec.use_strided_shard_as_shard_order else spec.shard_order
+    return from_placements(mesh, tuple(spec.tensor_meta.shape), spec.placements, order)
+
+
+@contextlib.contextmanager
+def fake_process_group(world_size: int):
+    """A default process group of PyTorch's fake backend (no communication) with
+    ``world_size`` ranks, this process being rank 0; restores the previous
+    state (none) on exit. Planning needs a DeviceMesh, which needs one."""
+    if dist.is_initialized():
+        if dist.get_world_size() != world_size:
+            raise ShardingError(f"a process group of size {dist.get_world_size()} is already initialized; "
+                                f"DTensor planning needs {world_size}")
+        yield
+        return
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def device_mesh(mesh: Mesh | str, device_type: str = "cpu"):
+    """A DTensor ``DeviceMesh`` for ``mesh`` (whole axes, ranks row-major);
+    needs an initialized default process group of ``mesh.num_devices`` ranks."""
+    from torch.distributed.device_mesh import DeviceMesh
+    if isinstance(mesh, str):
+        mesh = Mesh.parse(mesh)
+    ranks = torch.arange(mesh.num_devices).reshape(mesh.axis_sizes)
+    return DeviceMesh(device_type, ranks, mesh_dim_names=mesh.axis_names)
+
+
+_FAKE = {"size": None}
+_MESHES: dict[Mesh, Any] = {}
+
+
+def planning_mesh(mesh: Mesh | str):
+    """A DTensor ``DeviceMesh`` for planning only: on a fake process group that
+    this module starts (and keeps) with ``mesh.num_devices`` ranks. Refuses to
+    touch a process group that someone else started with another size."""
+    if isinstance(mesh, str):
+        mesh = Mesh.parse(mesh)
+    n = mesh.num_devices
+    if dist.is_initialized():
+        if dist.get_world_size() != n:
+            if _FAKE["size"] is None:
+                raise ShardingError(f"a process group of size {dist.get_world_size()} is already initialized; "
+                                    f"DTensor planning on {mesh} needs {n}")
+            dist.destroy_process_group()
+            _FAKE["size"] = None
+            _MESHES.clear()
+    if not dist.is_initialized():
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        dist.init_process_group("fake", rank=0, world_size=n, store=FakeStore())
+        _FAKE["size"] = n
+        _MESHES.clear()
+    if mesh not in _MESHES:
+        _MESHES[mesh] = device_mesh(mesh)
+    return _MESHES[mesh]

@@ -1,0 +1,5 @@
+"""Test-wide set-up: JAX sees 8 CPU devices (set before any test imports jax)."""
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
