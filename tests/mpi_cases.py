@@ -39,6 +39,17 @@ def to_ref(t: ArrayType) -> tuple:
     return tuple((d.global_size, d.parts) for d in t.dims)
 
 
+def to_ref_collective(mesh: Mesh, c):
+    """A collective as the reference model's plain tuple over ``mesh``'s parts."""
+    if isinstance(c, AllGather):
+        return ("gather", c.dim, c.parts(mesh))
+    if isinstance(c, DynSlice):
+        return ("slice", c.dim, c.parts(mesh))
+    if isinstance(c, AllToAll):
+        return ("a2a", c.src_dim, c.dst_dim, c.parts(mesh))
+    return ("permute", to_ref(c.target))
+
+
 def from_ref(mesh: Mesh, rt) -> ArrayType:
     return ArrayType(mesh, rt)
 

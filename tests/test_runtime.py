@@ -294,19 +294,11 @@ def test_simulate_agrees_with_the_reference_simulator():
         res = simulate(walk, xs, check_data=False)
         ys = xs
         for t, c in zip(walk.types, walk.collectives):
-            rc = _ref_collective(mesh, c)
+            rc = mc.to_ref_collective(mesh, c)
             ys = ref.simulate(mesh.part_sizes, mc.to_ref(t), rc, ys)
         assert all(np.array_equal(a, b) for a, b in zip(res.outputs, ys))
 
 
-def _ref_collective(mesh, c):
-    if isinstance(c, AllGather):
-        return ("gather", c.dim, c.parts(mesh))
-    if isinstance(c, DynSlice):
-        return ("slice", c.dim, c.parts(mesh))
-    if isinstance(c, AllToAll):
-        return ("a2a", c.src_dim, c.dst_dim, c.parts(mesh))
-    return ("permute", mc.to_ref(c.target))
 
 
 # ---------------------------------------------------------------------------

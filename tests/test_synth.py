@@ -19,24 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import mpi_cases as mc
 import reference as ref
 import verishard as vs
 from verishard import AllGather, AllPermute, AllToAll, DynSlice
 
 
-def as_ref(t: vs.ArrayType):
-    """An ArrayType as the reference's plain tuple over its mesh's parts."""
-    return tuple((g, t.dim_parts(d)) for d, g in enumerate(t.global_shape))
-
-
-def as_ref_coll(c, mesh):
-    if isinstance(c, AllGather):
-        return ("gather", c.dim, c.parts(mesh))
-    if isinstance(c, DynSlice):
-        return ("slice", c.dim, c.parts(mesh))
-    if isinstance(c, AllToAll):
-        return ("a2a", c.src_dim, c.dst_dim, c.parts(mesh))
-    return ("permute", as_ref(c.target))
+as_ref = mc.to_ref
 
 
 class Graph:
@@ -181,7 +170,7 @@ def test_random_plans_move_the_data(problem):
     t = as_ref(p.src)
     local = ref.distribute(n, A, t)
     for step in p.steps:
-        local = ref.simulate(n, t, as_ref_coll(step.collective, p.mesh), local)
+        local = ref.simulate(n, t, mc.to_ref_collective(p.mesh, step.collective), local)
         t = as_ref(step.type)
     want = ref.distribute(n, A, as_ref(p.dst))
     assert all(np.array_equal(a, b) for a, b in zip(local, want))

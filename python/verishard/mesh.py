@@ -155,6 +155,19 @@ class Mesh:
         return cls(tuple(axes))
 
     @classmethod
+    def coerce(cls, mesh: "Mesh | str") -> "Mesh":
+        """``mesh`` itself, or parsed from its notation.
+
+        >>> Mesh.coerce("x=2") == Mesh.coerce(Mesh.parse("{x:2}"))
+        True
+        """
+        if isinstance(mesh, str):
+            return cls.parse(mesh)
+        if not isinstance(mesh, Mesh):
+            raise ShardingError(f"expected a Mesh or its notation, not {type(mesh).__name__}")
+        return mesh
+
+    @classmethod
     def from_dict(cls, sizes: Mapping[str, object]) -> "Mesh":
         """Build a mesh from ``{name: size}`` (size an int or a tuple of factors).
 

@@ -281,14 +281,6 @@ def _shape(global_shape: object) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _mesh(mesh: Mesh | str) -> Mesh:
-    if isinstance(mesh, str):
-        return Mesh.parse(mesh)
-    if not isinstance(mesh, Mesh):
-        raise ShardingError(f"expected a Mesh or its notation, not {type(mesh).__name__}")
-    return mesh
-
-
 def from_partition_spec(mesh: Mesh | str, global_shape: Sequence[int], entries: Iterable[object]) -> ArrayType:
     """The array type of a PartitionSpec over ``mesh`` for an array of ``global_shape``.
 
@@ -303,7 +295,7 @@ def from_partition_spec(mesh: Mesh | str, global_shape: Sequence[int], entries: 
     ...
     verishard.errors.ShardingError: PartitionSpec P(None, 'x') has 2 entries but the array has rank 1 (shape (6,))
     """
-    mesh = _mesh(mesh)
+    mesh = Mesh.coerce(mesh)
     shape = _shape(global_shape)
     spec = _normalise_entries(entries)
     if len(spec) > len(shape):
@@ -460,7 +452,7 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
     ...
     verishard.errors.ShardingError: 1 placements [Shard(0)] for a mesh with 2 axes (x, y); give one per mesh axis
     """
-    mesh = _mesh(mesh)
+    mesh = Mesh.coerce(mesh)
     shape = _shape(global_shape)
     pl = _normalise_placements(placements)
     names = mesh.axis_names

@@ -152,16 +152,8 @@ def _as_type(t: ArrayType | str, mesh: Mesh, what: str) -> ArrayType:
     return t
 
 
-def _as_mesh(mesh: Mesh | str) -> Mesh:
-    if isinstance(mesh, str):
-        return Mesh.parse(mesh)
-    if not isinstance(mesh, Mesh):
-        raise ShardingError(f"expected a Mesh or its notation, not {type(mesh).__name__}")
-    return mesh
-
-
 def _problem(mesh, src, dst) -> tuple[Mesh, ArrayType, ArrayType]:
-    mesh = _as_mesh(mesh)
+    mesh = Mesh.coerce(mesh)
     src, dst = _as_type(src, mesh, "source"), _as_type(dst, mesh, "target")
     if src.global_shape != dst.global_shape:
         raise ShardingError(f"global shapes differ: source {src} has {src.global_shape}, "

@@ -230,8 +230,8 @@ def naive_plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> 
     >>> [str(c) for c in p.collectives], p.peak
     (['AllGather(0, x)', 'DynSlice(0, y)'], 6)
     """
-    from .layout import as_mesh, as_type
-    mesh = as_mesh(mesh)
+    from .layout import as_type
+    mesh = Mesh.coerce(mesh)
     src, dst = as_type(src, mesh), as_type(dst, mesh)
     steps: list[Collective] = [AllGather(d, mesh.names(src.dim_parts(d)))
                                for d in range(src.rank) if src.dim_parts(d)]

@@ -33,24 +33,16 @@ class LayoutError(VerishardError):
     """Local arrays that are not a distribution of any global array under the type."""
 
 
-def as_mesh(mesh: Mesh | str) -> Mesh:
-    if isinstance(mesh, str):
-        return Mesh.parse(mesh)
-    if not isinstance(mesh, Mesh):
-        raise ShardingError(f"expected a Mesh or its notation, not {type(mesh).__name__}")
-    return mesh
-
-
 def as_type(t: ArrayType | str, mesh: Mesh | str | None = None) -> ArrayType:
     """``t`` as an ArrayType over ``mesh`` (parsed when it is a string)."""
     if isinstance(t, str):
         if mesh is None:
             raise ShardingError(f"type {t!r} given as text needs a mesh")
-        return ArrayType.parse(t, as_mesh(mesh))
+        return ArrayType.parse(t, Mesh.coerce(mesh))
     if not isinstance(t, ArrayType):
         raise ShardingError(f"expected an ArrayType or its notation, not {type(t).__name__}")
     if mesh is not None:
-        m = as_mesh(mesh)
+        m = Mesh.coerce(mesh)
         if t.mesh != m and (t.mesh.axis_names, t.mesh.axis_sizes) != (m.axis_names, m.axis_sizes):
             # a type over a partial refinement of ``mesh`` (same axes, some split) is fine: same ranks
             raise ShardingError(f"type {t} is over mesh {t.mesh}, not {m}")
