@@ -75,7 +75,8 @@ def _render(mesh: Mesh, dims: Sequence[DimType]) -> str:
         n = 1
         for p in d.parts:
             n *= mesh.part_sizes[p]
-        out.append(f"{d.global_size // n}{{{','.join(mesh.names(d.parts))}}}{d.global_size}")
+        local = str(d.global_size // n) if d.global_size % n == 0 else "?"  # ill-formed: no local size
+        out.append(f"{local}{{{','.join(mesh.names(d.parts))}}}{d.global_size}")
     return "[" + ", ".join(out) + "]"
 
 
