@@ -62,7 +62,13 @@ EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 class UsageError(VerishardError):
-    """A command-line argument is missing or malformed."""
+    """A command-line argument is missing or malformed.
+
+    >>> build_parser().parse_args(["check"])
+    Traceback (most recent call last):
+    ...
+    verishard.cli.UsageError: the following arguments are required: file (see 'verishard check --help')
+    """
 
 
 class _Parser(argparse.ArgumentParser):
@@ -400,6 +406,21 @@ def _emit(text: str, out) -> None:
 
 
 def cmd_plan(args, out) -> int:
+    """``verishard plan``: synthesize a plan and write it (table or JSON) to ``out``.
+
+    >>> args = build_parser().parse_args(["plan", "--mesh", "x=2", "--src", "[2{x}4]", "--dst", "[4]"])
+    >>> cmd_plan(args, sys.stdout)  # doctest: +ELLIPSIS
+    plan on {x:2}: [2{x}4] -> [4]
+      step  collective       type after  local size  received/device
+         0  (source)         [2{x}4]              2                0
+         1  AllGather(0, x)  [4]                  4                2
+    peak 4 elements/device; bound max(2, 4) = 4 (guaranteed by Synth.synthesize_memory)
+    traffic 2 elements/device; lower bound 2 (ratio 1.00)
+    guarantees:
+      Checker.check_ok_iff             each step is well typed, ...
+      (no theorem)                     traffic 2 against the lower bound 2 is measured, not proved optimal
+    0
+    """
     p, kind = _plan_from_args(args)
     if args.format == "json":
         _emit(dumps(plan_document(p)), out)
@@ -409,6 +430,25 @@ def cmd_plan(args, out) -> int:
 
 
 def cmd_check(args, out) -> int:
+    """``verishard check FILE``: re-check a plan file with the verified checker.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "plan.json")
+    >>> with open(path, "w") as f:
+    ...     _ = f.write('{"mesh": "x=2", "src": "[2{x}4]", "dst": "[4]", '
+    ...                 '"steps": [{"op": "all_gather", "dim": 0, "axes": ["x"]}]}')
+    >>> cmd_check(build_parser().parse_args(["check", path]), sys.stdout)  # doctest: +ELLIPSIS
+    plan on {x:2}: [2{x}4] -> [4]
+    ...
+    OK: the verified checker accepts .../plan.json
+    0
+    >>> with open(path, "w") as f:
+    ...     _ = f.write('{"mesh": "x=2", "src": "[2{x}4]", "dst": "[4]", "steps": []}')
+    >>> cmd_check(build_parser().parse_args(["check", path]), sys.stdout)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    verishard.errors.PlanError: .../plan.json: rejected: the empty plan: the plan does not end at the target type
+    """
     doc = load_plan_file(args.file)
     try:
         p = check_document(doc)
@@ -426,6 +466,22 @@ def cmd_check(args, out) -> int:
 
 
 def cmd_show(args, out) -> int:
+    """``verishard show``: the plan, then which block every device holds after each step.
+
+    >>> args = build_parser().parse_args(["show", "--mesh", "x=2", "--src", "[2{x}4]", "--dst", "[4]"])
+    >>> cmd_show(args, sys.stdout)  # doctest: +ELLIPSIS
+    plan on {x:2}: [2{x}4] -> [4]
+    ...
+    step 0: source [2{x}4], local size 2
+         x=0     x=1
+      A 0..1  B 2..3
+        |  AllGather(0, x)
+        v
+    step 1: target [4], local size 4
+         x=0     x=1
+      A 0..3  A 0..3
+    0
+    """
     from . import picture
 
     p, kind = _plan_from_args(args)
@@ -520,6 +576,17 @@ def _run_mpi_demo(nranks: int, out) -> bool:
 
 
 def cmd_demo(args, out) -> int:
+    """``verishard demo``: plan and check :data:`DEMO_CASES`, then (unless
+    ``--no-mpi``) run the MPI demo; 0 when everything passed.
+
+    >>> cmd_demo(build_parser().parse_args(["demo", "--no-mpi"]), sys.stdout)  # doctest: +ELLIPSIS
+    verishard demo: redistributions planned and checked through the verified core
+    <BLANKLINE>
+    == 1. the spec's worked example: {x:2, y:3}  [3{x}6] -> [2{y}6]
+    ...
+    12 of 12 redistributions planned and checked
+    0
+    """
     out.write("verishard demo: redistributions planned and checked through the verified core\n")
     ok = 0
     for i, case in enumerate(DEMO_CASES, 1):

@@ -58,7 +58,13 @@ def _resolve(mesh: Mesh, axes: tuple[str, ...]) -> tuple[int, ...]:
 
 
 class Collective:
-    """Base class of the four collectives."""
+    """Base class of the four collectives.
+
+    >>> m = Mesh.parse("x=2")
+    >>> c = Collective.parse("AllGather(0, x)", m)
+    >>> isinstance(c, Collective), c
+    (True, AllGather(dim=0, axes=('x',)))
+    """
 
     def parts(self, mesh: Mesh) -> tuple[int, ...]:
         """The mesh parts this collective acts over, in order.
@@ -69,9 +75,20 @@ class Collective:
         return _resolve(mesh, getattr(self, "axes", ()))
 
     def encode(self, mesh: Mesh) -> list[int]:  # pragma: no cover - overridden
+        """The integer encoding the verified core reads (see each subclass).
+
+        >>> DynSlice(0, "x").encode(Mesh.parse("x=2"))
+        [1, 0, 1, 0]
+        """
         raise NotImplementedError
 
     def to_json(self) -> dict[str, Any]:  # pragma: no cover - overridden
+        """JSON object of this collective (see each subclass); ``from_json`` reads it back.
+
+        >>> m = Mesh.parse("x=2")
+        >>> Collective.from_json(AllToAll(0, 1, "x").to_json(), m)
+        AllToAll(src_dim=0, dst_dim=1, axes=('x',))
+        """
         raise NotImplementedError
 
     @staticmethod
@@ -311,6 +328,11 @@ class AllPermute(Collective):
             raise PlanError(f"AllPermute target {self.target!r} is not an ArrayType")
 
     def parts(self, mesh: Mesh) -> tuple[int, ...]:
+        """No axes: a permute names none.
+
+        >>> AllPermute(ArrayType.parse("[2{x}4]", "x=2")).parts(Mesh.parse("x=2"))
+        ()
+        """
         return ()
 
     def encode(self, mesh: Mesh) -> list[int]:
@@ -325,6 +347,11 @@ class AllPermute(Collective):
         return [3, *self.target.encode()]
 
     def to_json(self) -> dict[str, Any]:
+        """JSON object of this collective; the target is written in type notation.
+
+        >>> AllPermute(ArrayType.parse("[1{y,x}6]", "x=2,y=3")).to_json()
+        {'op': 'all_permute', 'target': '[1{y,x}6]'}
+        """
         return {"op": "all_permute", "target": str(self.target)}
 
     def __str__(self) -> str:

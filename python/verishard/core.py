@@ -62,7 +62,13 @@ def _same_mesh(mesh: Mesh, *types: ArrayType) -> None:
 
 @dataclass(frozen=True)
 class CheckOk:
-    """What the verified checker reports for an accepted plan."""
+    """What the verified checker reports for an accepted plan.
+
+    >>> from verishard import Mesh, ArrayType, AllGather
+    >>> m = Mesh.parse("x=2")
+    >>> check(m, ArrayType.parse("[2{x}4]", m), ArrayType.parse("[4]", m), [AllGather(0, "x")])
+    CheckOk(peak=4, types=([2{x}4], [4]), received=(2,))
+    """
 
     peak: int
     types: tuple[ArrayType, ...]
@@ -107,6 +113,11 @@ def synthesize(mesh: Mesh, src: ArrayType, dst: ArrayType) -> tuple[bool, list[C
     """Run the extracted synthesizer (``Synth.synthesize``) on ``mesh`` as given.
 
     Returns whether the memory bound is guaranteed, and the collectives.
+
+    >>> from verishard import Mesh, ArrayType
+    >>> m = Mesh.parse("x=2")
+    >>> synthesize(m, ArrayType.parse("[2{x}4]", m), ArrayType.parse("[4]", m))
+    (True, [AllGather(dim=0, axes=('x',))])
     """
     _same_mesh(mesh, src, dst)
     out = _call(_core.synthesize, mesh.encode() + src.encode() + dst.encode())
@@ -119,14 +130,25 @@ def synthesize(mesh: Mesh, src: ArrayType, dst: ArrayType) -> tuple[bool, list[C
 
 def block_starts(t: ArrayType) -> np.ndarray:
     """Global offset of every rank's block in every dimension, shape ``(N, rank)``
-    (``Types.block_starts``: block index times local size)."""
+    (``Types.block_starts``: block index times local size).
+
+    >>> from verishard import ArrayType
+    >>> block_starts(ArrayType.parse("[2{x}4, 3{y}6]", "x=2,y=2")).tolist()
+    [[0, 0], [0, 3], [2, 0], [2, 3]]
+    """
     out = _call(_core.blocks, t.mesh.encode() + t.encode())
     return np.asarray(out, dtype=np.int64).reshape(t.mesh.num_devices, t.rank)
 
 
 def permute_sources(src: ArrayType, dst: ArrayType) -> np.ndarray:
     """``p[c]``: the rank that sends its whole local array to rank ``c`` in an
-    ``AllPermute`` from ``src`` to ``dst`` (``Permute.permute_table``)."""
+    ``AllPermute`` from ``src`` to ``dst`` (``Permute.permute_table``).
+
+    >>> from verishard import Mesh, ArrayType
+    >>> m = Mesh.parse("x=2,y=2")
+    >>> permute_sources(ArrayType.parse("[2{x}4]", m), ArrayType.parse("[2{y}4]", m)).tolist()
+    [0, 2, 1, 3]
+    """
     _same_mesh(src.mesh, dst)
     out = _call(_core.permute, src.mesh.encode() + src.encode() + dst.encode())
     return np.asarray(out, dtype=np.int64)
@@ -135,7 +157,16 @@ def permute_sources(src: ArrayType, dst: ArrayType) -> np.ndarray:
 def movement(t: ArrayType, op: Collective, t2: ArrayType) -> np.ndarray:
     """For every rank and every row-major local offset after ``op``, the rank
     and local offset it comes from (``Semantics.movement``); shape ``(N, L, 2)``.
-    Meant for tests on small cases: it is as large as the whole array."""
+    Meant for tests on small cases: it is as large as the whole array.
+
+    After an all-gather over two devices, both hold rank 0's two elements
+    followed by rank 1's:
+
+    >>> from verishard import Mesh, ArrayType, AllGather
+    >>> m = Mesh.parse("x=2")
+    >>> movement(ArrayType.parse("[2{x}4]", m), AllGather(0, "x"), ArrayType.parse("[4]", m)).tolist()
+    [[[0, 0], [0, 1], [1, 0], [1, 1]], [[0, 0], [0, 1], [1, 0], [1, 1]]]
+    """
     _same_mesh(t.mesh, t2)
     out = _call(_core.movement, t.mesh.encode() + t.encode() + op.encode(t.mesh) + t2.encode())
     return np.asarray(out, dtype=np.int64).reshape(t.mesh.num_devices, -1, 2)

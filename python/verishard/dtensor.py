@@ -159,7 +159,14 @@ def to_placements(t: ArrayType) -> tuple[tuple[Any, ...], tuple[ShardOrderEntry,
 
 
 def to_spec(t: ArrayType, mesh: Any, dtype: torch.dtype = torch.float32) -> DTensorSpec:
-    """A ``DTensorSpec`` for ``t`` on a DTensor ``DeviceMesh`` with ``t``'s axes."""
+    """A ``DTensorSpec`` for ``t`` on a DTensor ``DeviceMesh`` with ``t``'s axes.
+
+    >>> s = to_spec(ArrayType.parse("[2{y,x}8, 4]", "x=2,y=2"), planning_mesh("x=2,y=2"))
+    >>> s.placements, s.shard_order
+    ((Shard(dim=0), Shard(dim=0)), (ShardOrderEntry(tensor_dim=0, mesh_dims=(1, 0)),))
+    >>> s.tensor_meta
+    TensorMeta(shape=torch.Size([8, 4]), stride=(4, 1), dtype=torch.float32)
+    """
     if tuple(mesh.shape) != t.mesh.axis_sizes:
         raise ShardingError(f"DeviceMesh of shape {tuple(mesh.shape)} is not the mesh {t.mesh}")
     pl, _ = to_placements(t)
@@ -174,7 +181,12 @@ def to_spec(t: ArrayType, mesh: Any, dtype: torch.dtype = torch.float32) -> DTen
 
 
 def from_spec(mesh: Mesh | str, spec: DTensorSpec) -> ArrayType:
-    """Our type for a ``DTensorSpec`` (needs its ``tensor_meta`` for the shape)."""
+    """Our type for a ``DTensorSpec`` (needs its ``tensor_meta`` for the shape).
+
+    >>> t = ArrayType.parse("[2{y,x}8, 4]", "x=2,y=2")
+    >>> from_spec("x=2,y=2", to_spec(t, planning_mesh("x=2,y=2")))
+    [2{y,x}8, 4]
+    """
     if spec.tensor_meta is None:
         raise ShardingError("the DTensorSpec has no tensor_meta, so no global shape")
     order = None if spec.use_strided_shard_as_shard_order else spec.shard_order
@@ -185,7 +197,12 @@ def from_spec(mesh: Mesh | str, spec: DTensorSpec) -> ArrayType:
 def fake_process_group(world_size: int):
     """A default process group of PyTorch's fake backend (no communication) with
     ``world_size`` ranks, this process being rank 0; restores the previous
-    state (none) on exit. Planning needs a DeviceMesh, which needs one."""
+    state (none) on exit. Planning needs a DeviceMesh, which needs one.
+
+    >>> with fake_process_group(4):
+    ...     print(dist.get_world_size(), dist.get_rank())
+    4 0
+    """
     if dist.is_initialized():
         if dist.get_world_size() != world_size:
             raise ShardingError(f"a process group of size {dist.get_world_size()} is already initialized; "
@@ -202,7 +219,13 @@ def fake_process_group(world_size: int):
 
 def device_mesh(mesh: Mesh | str, device_type: str = "cpu"):
     """A DTensor ``DeviceMesh`` for ``mesh`` (whole axes, ranks row-major);
-    needs an initialized default process group of ``mesh.num_devices`` ranks."""
+    needs an initialized default process group of ``mesh.num_devices`` ranks.
+
+    >>> with fake_process_group(4):
+    ...     dm = device_mesh("x=2,y=2")
+    ...     print(dm.mesh_dim_names, dm.mesh.tolist())
+    ('x', 'y') [[0, 1], [2, 3]]
+    """
     from torch.distributed.device_mesh import DeviceMesh
     if isinstance(mesh, str):
         mesh = Mesh.parse(mesh)
@@ -217,7 +240,12 @@ _MESHES: dict[Mesh, Any] = {}
 def planning_mesh(mesh: Mesh | str):
     """A DTensor ``DeviceMesh`` for planning only: on a fake process group that
     this module starts (and keeps) with ``mesh.num_devices`` ranks. Refuses to
-    touch a process group that someone else started with another size."""
+    touch a process group that someone else started with another size.
+
+    >>> dm = planning_mesh("x=2,y=2")
+    >>> dm, planning_mesh("x=2,y=2") is dm
+    (DeviceMesh((x=2, y=2), 'cpu', stride=(2, 1)), True)
+    """
     if isinstance(mesh, str):
         mesh = Mesh.parse(mesh)
     n = mesh.num_devices

@@ -12,19 +12,48 @@ from __future__ import annotations
 
 
 class VerishardError(ValueError):
-    """Base class of every error verishard raises on bad input."""
+    """Base class of every error verishard raises on bad input.
+
+    >>> from verishard import Mesh
+    >>> try:
+    ...     Mesh.parse("x=0")
+    ... except VerishardError as e:
+    ...     print(type(e).__name__, isinstance(e, ValueError))
+    MeshError True
+    """
 
 
 class ParseError(VerishardError):
-    """Text (a mesh, a type, a collective, a JSON plan) is malformed."""
+    """Text (a mesh, a type, a collective, a JSON plan) is malformed.
+
+    >>> from verishard import Collective, Mesh
+    >>> Collective.parse("Gather(0, x)", Mesh.parse("x=2"))
+    Traceback (most recent call last):
+    ...
+    verishard.errors.ParseError: cannot parse collective 'Gather(0, x)'
+    """
 
 
 class MeshError(VerishardError):
-    """A mesh is ill-formed: bad axis name, duplicate axis, size < 1, ..."""
+    """A mesh is ill-formed: bad axis name, duplicate axis, size < 1, ...
+
+    >>> from verishard import Mesh
+    >>> Mesh.parse("x=2,x=3")
+    Traceback (most recent call last):
+    ...
+    verishard.errors.MeshError: duplicate axis 'x' in the mesh
+    """
 
 
 class ShardingError(VerishardError):
-    """An array type is ill-formed: unknown or duplicate axis, sizes that do not divide, ..."""
+    """An array type is ill-formed: unknown or duplicate axis, sizes that do not divide, ...
+
+    >>> from verishard import ArrayType
+    >>> ArrayType.parse("[2{z}4]", "x=2")
+    Traceback (most recent call last):
+    ...
+    verishard.errors.ShardingError: unknown axis 'z'; the mesh has x
+    """
 
 
 class PlanError(VerishardError):
@@ -46,7 +75,14 @@ class PlanError(VerishardError):
 
 
 class LimitError(VerishardError):
-    """An input exceeds the supported limits (2**20 devices, 2**50 global elements)."""
+    """An input exceeds the supported limits (2**20 devices, 2**50 global elements).
+
+    >>> from verishard import Mesh
+    >>> Mesh.parse("x=2048,y=1024")
+    Traceback (most recent call last):
+    ...
+    verishard.errors.LimitError: mesh {x:2048, y:1024} has more than 2**20 devices
+    """
 
 
 def show(token: object, limit: int = 40) -> str:

@@ -63,6 +63,11 @@ def mesh_from_jax(jmesh: JaxMesh) -> Mesh:
 
     Part names of a parts-level JAX mesh (``y.0``, ``y.1``, as made by
     :func:`jax_mesh`) are folded back into a split axis.
+
+    >>> mesh_from_jax(JaxMesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y")))
+    {x:2, y:2}
+    >>> mesh_from_jax(jax_mesh("x=2,y=2*2"))
+    {x:2, y:2*2}
     """
     if not isinstance(jmesh, JaxMesh):
         raise ShardingError(f"expected a jax.sharding.Mesh, not {type(jmesh).__name__}")
@@ -93,6 +98,10 @@ def jax_mesh(mesh: Mesh | str, devices: Sequence | JaxMesh | None = None) -> Jax
 
     Unsplit axes keep their names; a split axis ``y=2*2`` becomes the parts
     ``y.0`` and ``y.1``.
+
+    >>> jm = jax_mesh("x=2,y=2*2")
+    >>> jm.axis_names, [d.id for d in jm.devices.flat]
+    (('x', 'y.0', 'y.1'), [0, 1, 2, 3, 4, 5, 6, 7])
     """
     if isinstance(mesh, str):
         mesh = Mesh.parse(mesh)
@@ -186,7 +195,11 @@ def to_partition_spec(t: ArrayType, parts: bool = False) -> PartitionSpec:
 
 
 def from_named_sharding(sharding: NamedSharding, global_shape: Sequence[int]) -> ArrayType:
-    """Our type for a ``NamedSharding`` of an array of ``global_shape``."""
+    """Our type for a ``NamedSharding`` of an array of ``global_shape``.
+
+    >>> from_named_sharding(NamedSharding(jax_mesh("x=2"), PartitionSpec(None, "x")), (3, 4))
+    [3, 2{x}4]
+    """
     if not isinstance(sharding, NamedSharding):
         raise ShardingError(f"expected a jax.sharding.NamedSharding, not {type(sharding).__name__}")
     return from_partition_spec(mesh_from_jax(sharding.mesh), global_shape, sharding.spec)
@@ -198,6 +211,12 @@ def to_named_sharding(t: ArrayType, mesh: JaxMesh | Sequence | None = None) -> N
     ``mesh`` is a JAX mesh with the axes of ``t.mesh`` (or a device list, or
     None for the first devices). A type over split axes gets a parts-level
     mesh over the same devices (see :func:`jax_mesh`).
+
+    >>> to_named_sharding(ArrayType.parse("[2{x}4]", "x=2"), jax_mesh("x=2"))
+    NamedSharding(mesh=Mesh('x': 2, axis_types=(Auto,)), spec=P('x',), memory_kind=device)
+    >>> s = to_named_sharding(ArrayType.parse("[1{y}4]", "y=2*2"))
+    >>> s.mesh.axis_names, s.spec
+    (('y.0', 'y.1'), P(('y.0', 'y.1'),))
     """
     split = len(t.mesh.parts) != len(t.mesh.axes)
     if isinstance(mesh, JaxMesh) and not split:
@@ -214,7 +233,21 @@ def to_named_sharding(t: ArrayType, mesh: JaxMesh | Sequence | None = None) -> N
 
 class JaxBackend(Backend):
     """The four collectives inside ``jax.shard_map`` over a JAX mesh whose
-    axes are the parts of ``mesh`` (see :func:`jax_mesh`)."""
+    axes are the parts of ``mesh`` (see :func:`jax_mesh`).
+
+    Normally driven by :func:`execute`; its methods can also be called
+    directly inside ``jax.shard_map``:
+
+    >>> b = JaxBackend(Mesh.parse("x=2"))
+    >>> b.name, b.all_names
+    ('jax', ('x',))
+    >>> x = jax.device_put(jnp.arange(4), NamedSharding(jax_mesh(b.mesh), PartitionSpec("x")))
+    >>> g = AxisGroup.of(b.mesh, (0,))
+    >>> f = jax.shard_map(lambda v: b.all_gather(v, 0, g), mesh=jax_mesh(b.mesh),
+    ...                   in_specs=PartitionSpec("x"), out_specs=PartitionSpec(), check_vma=False)
+    >>> [s.data.tolist() for s in f(x).addressable_shards]
+    [[0, 1, 2, 3], [0, 1, 2, 3]]
+    """
 
     name = "jax"
 
@@ -223,16 +256,55 @@ class JaxBackend(Backend):
         self.all_names = tuple(name for name, _ in mesh.parts)
 
     def all_gather(self, x, dim: int, group: AxisGroup):
+        """``lax.all_gather(..., tiled=True)`` over the group's part names.
+
+        >>> b = JaxBackend(Mesh.parse("x=2")); jm = jax_mesh(b.mesh)
+        >>> x = jax.device_put(jnp.arange(4), NamedSharding(jm, PartitionSpec("x")))
+        >>> f = jax.shard_map(lambda v: b.all_gather(v, 0, AxisGroup.of(b.mesh, (0,))), mesh=jm,
+        ...                   in_specs=PartitionSpec("x"), out_specs=PartitionSpec(), check_vma=False)
+        >>> f(x).tolist()
+        [0, 1, 2, 3]
+        """
         return lax.all_gather(x, group.names, axis=dim, tiled=True)
 
     def dyn_slice(self, x, dim: int, group: AxisGroup):
+        """Each device keeps its piece along ``dim`` (``lax.dynamic_slice_in_dim``); no communication.
+
+        >>> b = JaxBackend(Mesh.parse("x=2")); jm = jax_mesh(b.mesh)
+        >>> x = jax.device_put(jnp.arange(4), NamedSharding(jm, PartitionSpec()))
+        >>> f = jax.shard_map(lambda v: b.dyn_slice(v, 0, AxisGroup.of(b.mesh, (0,))), mesh=jm,
+        ...                   in_specs=PartitionSpec(), out_specs=PartitionSpec("x"), check_vma=False)
+        >>> [s.data.tolist() for s in f(x).addressable_shards]
+        [[0, 1], [2, 3]]
+        """
         n = x.shape[dim] // group.size
         return lax.dynamic_slice_in_dim(x, lax.axis_index(group.names) * n, n, axis=dim)
 
     def all_to_all(self, x, src_dim: int, dst_dim: int, group: AxisGroup):
+        """``lax.all_to_all(..., tiled=True)``: split along ``dst_dim``, concatenate along ``src_dim``.
+
+        From ``[2{x}4, 2]`` to ``[4, 1{x}2]``: same global array, other layout.
+
+        >>> b = JaxBackend(Mesh.parse("x=2")); jm = jax_mesh(b.mesh)
+        >>> x = jax.device_put(jnp.arange(8).reshape(4, 2), NamedSharding(jm, PartitionSpec("x")))
+        >>> f = jax.shard_map(lambda v: b.all_to_all(v, 0, 1, AxisGroup.of(b.mesh, (0,))), mesh=jm,
+        ...                   in_specs=PartitionSpec("x"), out_specs=PartitionSpec(None, "x"), check_vma=False)
+        >>> y = f(x)
+        >>> y.tolist(), [s.data.tolist() for s in y.addressable_shards]
+        ([[0, 1], [2, 3], [4, 5], [6, 7]], [[[0], [2], [4], [6]], [[1], [3], [5], [7]]])
+        """
         return lax.all_to_all(x, group.names, split_axis=dst_dim, concat_axis=src_dim, tiled=True)
 
     def all_permute(self, x, sources: np.ndarray):
+        """``lax.ppermute`` over every part name; devices with ``sources[c] == c`` keep ``x``.
+
+        >>> b = JaxBackend(Mesh.parse("x=2")); jm = jax_mesh(b.mesh)
+        >>> x = jax.device_put(jnp.arange(4), NamedSharding(jm, PartitionSpec("x")))
+        >>> f = jax.shard_map(lambda v: b.all_permute(v, np.array([1, 0])), mesh=jm,
+        ...                   in_specs=PartitionSpec("x"), out_specs=PartitionSpec("x"), check_vma=False)
+        >>> f(x).tolist()
+        [2, 3, 0, 1]
+        """
         pairs = [(int(s), c) for c, s in enumerate(sources) if s != c]
         y = lax.ppermute(x, self.all_names, pairs)
         fixed = np.array([s == c for c, s in enumerate(sources)])
@@ -267,6 +339,14 @@ def compile_plan(plan: Plan, mesh: JaxMesh | Sequence | None = None):
     argument is an array laid out as ``plan.src`` on the returned mesh.
 
     Returns ``(fn, jax_mesh)``. ``mesh`` is the user's JAX mesh (or devices).
+
+    >>> from verishard import plan
+    >>> p = plan("x=2", "[2{x}4]", "[4]")
+    >>> fn, jm = compile_plan(p, jax.devices()[:2])
+    >>> jm.axis_names, [d.id for d in jm.devices.flat]
+    (('x',), [0, 1])
+    >>> fn(jax.device_put(jnp.arange(4), to_named_sharding(p.src, jm))).sharding.spec
+    P()
     """
     if isinstance(mesh, JaxMesh):
         jm = _same_layout_mesh(plan, mesh)
@@ -289,6 +369,13 @@ def execute(plan: Plan, x: jax.Array, mesh: JaxMesh | None = None, check: bool =
     ``x``'s JAX mesh) when the plan's mesh is the user's.
 
     ``check`` re-checks the plan with the verified checker first.
+
+    >>> from verishard import plan
+    >>> p = plan("x=2", "[2{x}4]", "[4]")
+    >>> x = jax.device_put(jnp.arange(4), to_named_sharding(p.src, jax_mesh(p.mesh)))
+    >>> y = execute(p, x)
+    >>> y.tolist(), from_named_sharding(y.sharding, y.shape)
+    ([0, 1, 2, 3], [4])
     """
     if check:
         plan = validate_plan(plan)
@@ -328,6 +415,16 @@ def reshard(x: jax.Array, sharding: NamedSharding, *, plan: Plan | None = None) 
     NumPy array, another mesh, another memory kind) is refused with a
     :class:`~verishard.errors.ShardingError`: there is nothing to redistribute
     among one mesh's devices, use ``jax.device_put``.
+
+    >>> jm = jax_mesh("x=2")
+    >>> x = jax.device_put(jnp.arange(4), NamedSharding(jm, PartitionSpec("x")))
+    >>> y = reshard(x, NamedSharding(jm, PartitionSpec()))
+    >>> y.tolist(), y.sharding.spec, [s.data.tolist() for s in y.addressable_shards]
+    ([0, 1, 2, 3], P(), [[0, 1, 2, 3], [0, 1, 2, 3]])
+    >>> reshard(np.arange(4), NamedSharding(jm, PartitionSpec()))
+    Traceback (most recent call last):
+    ...
+    verishard.errors.ShardingError: reshard needs a jax.Array laid out on the mesh, not ndarray; use jax.device_put for host data
     """
     if not isinstance(sharding, NamedSharding):
         raise ShardingError(f"reshard needs a jax.sharding.NamedSharding, not {type(sharding).__name__}")

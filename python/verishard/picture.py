@@ -62,6 +62,10 @@ class Grid:
 
     ``row_labels`` and ``col_labels`` name the coordinates (``"x=1"``,
     ``"y,z=0,1"``); a one-axis mesh has one unlabelled row.
+
+    >>> device_grid(Mesh.parse("x=2,y=2,z=2"))  # doctest: +NORMALIZE_WHITESPACE
+    Grid(cells=((0, 1, 2, 3), (4, 5, 6, 7)), row_labels=('x=0', 'x=1'),
+         col_labels=('y,z=0,0', 'y,z=0,1', 'y,z=1,0', 'y,z=1,1'))
     """
 
     cells: tuple[tuple[int, ...], ...]

@@ -30,7 +30,12 @@ from .sharding import ArrayType
 
 @dataclass(frozen=True)
 class Step:
-    """One collective, the type after it, and the elements each device receives (at most)."""
+    """One collective, the type after it, and the elements each device receives (at most).
+
+    >>> s = plan("x=2", "[2{x}4]", "[4]").steps[0]
+    >>> s
+    Step(collective=AllGather(dim=0, axes=('x',)), type=[4], received=2)
+    """
 
     collective: Collective
     type: ArrayType
@@ -38,6 +43,11 @@ class Step:
 
     @property
     def local_size(self) -> int:
+        """Elements each device holds after this step.
+
+        >>> plan("x=2", "[2{x}4]", "[4]").steps[0].local_size
+        4
+        """
         return self.type.size
 
 
@@ -49,6 +59,17 @@ class Plan:
     axis split into sub-axes only where the plan needs one.
     ``guaranteed`` is the synthesizer's flag (memory bound and normal form
     proved for this plan), or None for a plan the user wrote.
+
+    >>> p = plan("x=2", "[2{x}4]", "[4]")
+    >>> print(p)
+    plan on {x:2}: [2{x}4] -> [4]
+      step  collective       type after  local size  received/device
+         0  (source)         [2{x}4]              2                0
+         1  AllGather(0, x)  [4]                  4                2
+    peak 4 elements/device; bound max(2, 4) = 4 (guaranteed by Synth.synthesize_memory)
+    traffic 2 elements/device; lower bound 2 (ratio 1.00)
+    >>> len(p), p.guaranteed
+    (1, True)
     """
 
     mesh: Mesh
@@ -60,29 +81,56 @@ class Plan:
 
     @property
     def collectives(self) -> tuple[Collective, ...]:
+        """The plan's collectives, in order.
+
+        >>> plan("x=2", "[2{x}4]", "[4]").collectives
+        (AllGather(dim=0, axes=('x',)),)
+        """
         return tuple(s.collective for s in self.steps)
 
     @property
     def types(self) -> tuple[ArrayType, ...]:
+        """The source type, then the type after each step.
+
+        >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").types
+        ([3{x}6], [1{x,y}6], [1{y,x}6], [2{y}6])
+        """
         return (self.src,) + tuple(s.type for s in self.steps)
 
     @property
     def bound(self) -> int:
-        """``max(size(src), size(dst))``: no plan can peak lower."""
+        """``max(size(src), size(dst))``: no plan can peak lower.
+
+        >>> plan("x=2", "[2{x}4]", "[4]").bound
+        4
+        """
         return max(self.src.size, self.dst.size)
 
     @property
     def traffic(self) -> int:
-        """Elements received per device, summed over steps (each step's worst device)."""
+        """Elements received per device, summed over steps (each step's worst device).
+
+        >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").traffic
+        2
+        """
         return sum(s.received for s in self.steps)
 
     @property
     def lower_bound(self) -> int:
-        """The spec's transfer lower bound: the most any device must receive."""
+        """The spec's transfer lower bound: the most any device must receive.
+
+        >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").lower_bound
+        2
+        """
         return int(transfer_lower_bounds(self.src, self.dst).max())
 
     @property
     def traffic_ratio(self) -> float:
+        """``traffic / lower_bound`` (1.0 when both are 0, inf when only the bound is).
+
+        >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").traffic_ratio
+        1.0
+        """
         lb = self.lower_bound
         if lb == 0:
             return 1.0 if self.traffic == 0 else float("inf")
@@ -108,7 +156,14 @@ class Plan:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        """Plain data: mesh, source, target and steps (see ``docs/plan.md``)."""
+        """Plain data: mesh, source, target and steps (see ``docs/plan.md``).
+
+        >>> plan("x=2", "[2{x}4]", "[4]").to_json()  # doctest: +NORMALIZE_WHITESPACE
+        {'mesh': '{x:2}', 'src': '[2{x}4]', 'dst': '[4]',
+         'steps': [{'op': 'all_gather', 'dim': 0, 'axes': ['x']}],
+         'peak': 4, 'bound': 4, 'traffic': 2, 'lower_bound': 2, 'guaranteed': True,
+         'types': ['[2{x}4]', '[4]'], 'received': [2]}
+        """
         return {
             "mesh": str(self.mesh), "src": str(self.src), "dst": str(self.dst),
             "steps": [s.collective.to_json() for s in self.steps],
@@ -119,7 +174,17 @@ class Plan:
 
     @staticmethod
     def from_json(obj: object) -> "Plan":
-        """Re-check a plan given as data (only mesh, src, dst and steps are read)."""
+        """Re-check a plan given as data (only mesh, src, dst and steps are read).
+
+        >>> p = Plan.from_json({"mesh": "x=2", "src": "[2{x}4]", "dst": "[4]",
+        ...                     "steps": [{"op": "all_gather", "dim": 0, "axes": ["x"]}]})
+        >>> p.collectives, p.peak, p.guaranteed
+        ((AllGather(dim=0, axes=('x',)),), 4, None)
+        >>> Plan.from_json({"mesh": "x=2", "src": "[2{x}4]", "dst": "[4]", "steps": []})
+        Traceback (most recent call last):
+        ...
+        verishard.errors.PlanError: the empty plan: the plan does not end at the target type
+        """
         if not isinstance(obj, dict):
             raise ParseError(f"a plan must be a JSON object, not {type(obj).__name__}")
         for key in ("mesh", "src", "dst", "steps"):
@@ -280,7 +345,12 @@ def _translate_collective(c: Collective, fine: Mesh, coarse: Mesh, groups, owner
 
 def transfer_lower_bounds(src: ArrayType, dst: ArrayType) -> np.ndarray:
     """Per device: elements it needs under ``dst`` and does not hold under
-    ``src`` (the spec's transfer lower bound), from the verified block starts."""
+    ``src`` (the spec's transfer lower bound), from the verified block starts.
+
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> transfer_lower_bounds(ArrayType.parse("[3{x}6]", m), ArrayType.parse("[2{y}6]", m)).tolist()
+    [0, 1, 2, 2, 1, 0]
+    """
     s0, d0 = core.block_starts(src), core.block_starts(dst)
     sl, dl = np.array(src.local_shape), np.array(dst.local_shape)
     overlap = np.clip(np.minimum(s0 + sl, d0 + dl) - np.maximum(s0, d0), 0, None)

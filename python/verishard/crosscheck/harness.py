@@ -59,17 +59,40 @@ def _from_plan(name: str, p: Plan, **extra: Any) -> PlannerResult:
 
 
 def ours_plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlannerResult:
+    """The ``ours`` planner: :func:`verishard.plan`, as a PlannerResult.
+
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> r = ours_plan(m, ArrayType.parse("[3{x}6]", m), ArrayType.parse("[2{y}6]", m))
+    >>> r.summary(), r.program, r.peak_elements, r.received_elements, r.extra
+    ('ours: valid', ('DynSlice(0, y)', 'AllPermute([1{y,x}6])', 'AllGather(0, x)'), 3, 2, {'guaranteed': True})
+    """
     p = synthesize(mesh, src, dst)
     return _from_plan("ours", p, guaranteed=p.guaranteed)
 
 
 def naive(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlannerResult:
+    """The ``naive`` planner: gather every sharded axis, then slice.
+
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> r = naive(m, ArrayType.parse("[3{x}6]", m), ArrayType.parse("[2{y}6]", m))
+    >>> r.summary(), r.program, r.peak_elements, r.n_collectives
+    ('naive: valid', ('AllGather(0, x)', 'DynSlice(0, y)'), 6, 1)
+    """
     from ..runtime.backend import naive_plan
     return _from_plan("naive", naive_plan(mesh, src, dst))
 
 
 def run_planner(name: str, mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlannerResult:
-    """Run one planner; an unexpected failure becomes status ``error``."""
+    """Run one planner; an unexpected failure becomes status ``error``.
+
+    >>> m = Mesh.parse("x=2")
+    >>> run_planner("ours", m, ArrayType.parse("[2{x}4]", m), ArrayType.parse("[4]", m)).summary()
+    'ours: valid'
+    >>> run_planner("mine", m, ArrayType.parse("[2{x}4]", m), ArrayType.parse("[4]", m))
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown planner 'mine'; known: ours, naive, xla, dtensor-greedy, dtensor-mincost
+    """
     try:
         if name == "ours":
             return ours_plan(mesh, src, dst)
@@ -92,6 +115,14 @@ def run_planner(name: str, mesh: Mesh, src: ArrayType, dst: ArrayType) -> Planne
 
 @dataclass(frozen=True)
 class Case:
+    """One redistribution to plan: mesh, source and target types, and where it comes from.
+
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> c = Case(m, ArrayType.parse("[3{x}6]", m), ArrayType.parse("[2{y}6]", m), "example")
+    >>> c.shape, c.bound, c.lower_bound, c.origin
+    ((6,), 3, 2, 'grid')
+    """
+
     mesh: Mesh
     src: ArrayType
     dst: ArrayType
@@ -100,14 +131,29 @@ class Case:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The global shape.
+
+        >>> Case(Mesh.parse("x=2"), ArrayType.parse("[2{x}4, 3]", "x=2"), ArrayType.parse("[4, 3]", "x=2")).shape
+        (4, 3)
+        """
         return self.src.global_shape
 
     @property
     def bound(self) -> int:
+        """``max(size(src), size(dst))``, elements per device.
+
+        >>> Case(Mesh.parse("x=2"), ArrayType.parse("[2{x}4]", "x=2"), ArrayType.parse("[4]", "x=2")).bound
+        4
+        """
         return max(self.src.size, self.dst.size)
 
     @property
     def lower_bound(self) -> int:
+        """The most elements any device must receive (the spec's transfer lower bound).
+
+        >>> Case(Mesh.parse("x=2"), ArrayType.parse("[2{x}4]", "x=2"), ArrayType.parse("[4]", "x=2")).lower_bound
+        2
+        """
         return int(transfer_lower_bounds(self.src, self.dst).max())
 
 
@@ -134,7 +180,14 @@ def all_types(mesh: Mesh, shape: Sequence[int]) -> list[ArrayType]:
 def grid_cases(mesh: Mesh | str, shape: Sequence[int], limit: int | None = None,
                seed: int = 0) -> tuple[list[Case], int]:
     """Every pair of types (or a deterministic sample of ``limit`` pairs) and
-    the total number of pairs."""
+    the total number of pairs.
+
+    >>> cases, total = grid_cases("x=2", (4,))
+    >>> [(str(c.src), str(c.dst)) for c in cases], total
+    ([('[2{x}4]', '[2{x}4]'), ('[2{x}4]', '[4]'), ('[4]', '[2{x}4]'), ('[4]', '[4]')], 4)
+    >>> len(grid_cases("x=2,y=2", (4, 4), limit=3)[0])
+    3
+    """
     if isinstance(mesh, str):
         mesh = Mesh.parse(mesh)
     types = all_types(mesh, shape)
@@ -163,6 +216,12 @@ KNOWN = [
 
 
 def known_cases() -> list[Case]:
+    """The cases from bug reports and documentation (``KNOWN``), as types.
+
+    >>> c = known_cases()[0]
+    >>> c.mesh, c.src, c.dst, c.origin
+    ({x:4, y:2}, [8{y}16, 16, 4{x}16], [16, 2{x,y}16, 16], 'jax-ml/jax#21562, openxla/xla#15207')
+    """
     from .. import notation
     out = []
     for mesh_text, shape, a, b, label, origin in KNOWN:
@@ -184,7 +243,12 @@ def known_cases() -> list[Case]:
 
 @dataclass
 class Row:
-    """One (case, planner) line of the table; sizes in bytes per device."""
+    """One (case, planner) line of the table; sizes in bytes per device.
+
+    >>> m = Mesh.parse("x=2")
+    >>> run_case(0, Case(m, ArrayType.parse("[2{x}4]", m), ArrayType.parse("[4]", m)), ["ours"])
+    [Row(case=0, mesh='{x:2}', shape='4', src='[2{x}4]', dst='[4]', planner='ours', status='valid', peak=16, bound=16, received=8, lower_bound=8, collectives=1, note='')]
+    """
 
     case: int
     mesh: str
@@ -202,13 +266,31 @@ class Row:
 
     @property
     def exceeds(self) -> bool | None:
+        """Whether the peak is above the bound (None when the peak is unknown).
+
+        >>> Row(0, "{x:2}", "4", "[2{x}4]", "[4]", "xla", "valid", 24, 16, 8, 8, 1).exceeds
+        True
+        >>> Row(0, "{x:2}", "4", "[2{x}4]", "[4]", "xla", "unsupported", None, 16, None, 8, None).exceeds is None
+        True
+        """
         return None if self.peak is None else self.peak > self.bound
 
 
 def run_case(k: int, case: Case, planners: Iterable[str] = PLANNERS, itemsize: int = 4,
              results: dict | None = None) -> list[Row]:
     """Run ``planners`` on ``case``; rows numbered ``k``. ``results`` (a dict)
-    receives the PlannerResult objects by planner name."""
+    receives the PlannerResult objects by planner name.
+
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> case = Case(m, ArrayType.parse("[3{x}6]", m), ArrayType.parse("[2{y}6]", m))
+    >>> results = {}
+    >>> for r in run_case(7, case, ["ours", "naive"], itemsize=4, results=results):
+    ...     print(r.case, r.planner, r.status, r.peak, r.bound, r.received, r.lower_bound)
+    7 ours valid 12 12 8 8
+    7 naive valid 24 12 12 8
+    >>> sorted(results)
+    ['naive', 'ours']
+    """
     rows = []
     for name in planners:
         r = run_planner(name, case.mesh, case.src, case.dst)
@@ -245,6 +327,14 @@ def summarize(rows: list[Row], timings: dict[int, tuple[float, float]] | None = 
     peak exceeds ``max(size(src), size(dst))``, and the mean received/lower
     bound; with ``timings`` (case -> (xla seconds, ours seconds)), the
     geometric-mean and maximum speedup of ours over XLA (``t_xla / t_ours``).
+
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> rows = run_case(0, Case(m, ArrayType.parse("[3{x}6]", m), ArrayType.parse("[2{y}6]", m)), ["ours", "naive"])
+    >>> s = summarize(rows, {0: (2e-5, 1e-5)})
+    >>> s["planners"]["naive"]["exceeds"], s["planners"]["naive"]["mean_traffic_ratio"]
+    (1, 1.5)
+    >>> s["speedup"]["geomean"]
+    2.0
     """
     out: dict[str, Any] = {"planners": {}}
     for name in dict.fromkeys(r.planner for r in rows):
@@ -290,6 +380,20 @@ def _cell(v: Any) -> str:
 
 
 def table_markdown(rows: list[Row], timings: dict[int, tuple[float, float]] | None = None) -> str:
+    """The rows (and timings: case -> (xla seconds, ours seconds)) as Markdown tables.
+
+    >>> m = Mesh.parse("x=2")
+    >>> rows = run_case(0, Case(m, ArrayType.parse("[2{x}4]", m), ArrayType.parse("[4]", m)), ["ours"])
+    >>> print(table_markdown(rows, {0: (2e-5, 1e-5)}))
+    | case | mesh | shape | src | dst | planner | status | peak B | bound B | received B | lower bound B | collectives | note |
+    |---|---|---|---|---|---|---|---|---|---|---|---|---|
+    | 0 | {x:2} | 4 | `[2{x}4]` | `[4]` | ours | valid | 16 | 16 | 8 | 8 | 1 |  |
+    <BLANKLINE>
+    | case | xla us | ours us | speedup |
+    |---|---|---|---|
+    | 0 | 20.0 | 10.0 | 2.000 |
+    <BLANKLINE>
+    """
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
         vals = (r.case, r.mesh, r.shape, f"`{r.src}`", f"`{r.dst}`", r.planner, r.status, r.peak, r.bound,
@@ -303,7 +407,14 @@ def table_markdown(rows: list[Row], timings: dict[int, tuple[float, float]] | No
 
 
 def read_table(text: str) -> tuple[list[Row], dict[int, tuple[float, float]]]:
-    """Rows and timings from a table written by :func:`table_markdown` (times in microseconds)."""
+    """Rows and timings from a table written by :func:`table_markdown` (times in microseconds).
+
+    >>> m = Mesh.parse("x=2")
+    >>> rows = run_case(0, Case(m, ArrayType.parse("[2{x}4]", m), ArrayType.parse("[4]", m)), ["ours"])
+    >>> back, timings = read_table(table_markdown(rows, {0: (2e-5, 1e-5)}))
+    >>> back == rows, list(timings)
+    (True, [0])
+    """
     rows, timings = [], {}
     for line in text.splitlines():
         if not line.startswith("| ") or line.startswith("| case |"):

@@ -37,7 +37,13 @@ __all__ = ["HloError", "Shape", "Instruction", "Computation", "Module", "parse_m
 
 
 class HloError(Exception):
-    """The HLO text uses something this reader does not understand."""
+    """The HLO text uses something this reader does not understand.
+
+    >>> parse_module("HloModule m")
+    Traceback (most recent call last):
+    ...
+    verishard.crosscheck.hlo.HloError: no ENTRY computation in the HLO text
+    """
 
 
 COLLECTIVES = {"all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter",
@@ -53,7 +59,12 @@ _DONE = {"all-gather-done", "all-reduce-done", "collective-permute-done", "async
 
 @dataclass(frozen=True)
 class Shape:
-    """An array shape (``dtype``, ``dims``, ``layout`` minor-to-major) or a tuple of shapes."""
+    """An array shape (``dtype``, ``dims``, ``layout`` minor-to-major) or a tuple of shapes.
+
+    >>> s = Shape("f32", (2, 3), (1, 0))
+    >>> s.is_tuple, s.elements, s.nbytes
+    (False, 6, 24)
+    """
 
     dtype: str = ""
     dims: tuple[int, ...] = ()
@@ -62,17 +73,31 @@ class Shape:
 
     @property
     def is_tuple(self) -> bool:
+        """Whether this is a tuple of shapes.
+
+        >>> Shape("f32", (2,)).is_tuple, Shape(tuple_shapes=(Shape("f32", (2,)),)).is_tuple
+        (False, True)
+        """
         return self.tuple_shapes is not None
 
     @property
     def elements(self) -> int:
-        """Element count (summed over tuple elements)."""
+        """Element count (summed over tuple elements).
+
+        >>> Shape(tuple_shapes=(Shape("f32", (2, 3)), Shape("s8", (4,)))).elements
+        10
+        """
         if self.is_tuple:
             return sum(s.elements for s in self.tuple_shapes)
         return prod(self.dims)
 
     @property
     def nbytes(self) -> int:
+        """Bytes (summed over tuple elements), from the HLO element type.
+
+        >>> Shape(tuple_shapes=(Shape("f32", (2, 3)), Shape("s8", (4,)))).nbytes
+        28
+        """
         if self.is_tuple:
             return sum(s.nbytes for s in self.tuple_shapes)
         return prod(self.dims) * _ITEMSIZE.get(self.dtype, 4)
@@ -115,6 +140,18 @@ def _parse_shape(text: str, pos: int = 0) -> tuple[Shape, int]:
 
 @dataclass
 class Instruction:
+    """One HLO instruction: result shape, opcode, operand names and attributes.
+
+    >>> m = parse_module('''HloModule m, num_partitions=2
+    ... ENTRY %main (p: s32[2]) -> s32[4] {
+    ...   %p = s32[2]{0} parameter(0)
+    ...   ROOT %ag = s32[4]{0} all-gather(%p), replica_groups={{0,1}}, dimensions={0}
+    ... }''')
+    >>> ins = m.entry.root
+    >>> ins.name, ins.opcode, ins.operands, ins.attrs, ins.is_root
+    ('ag', 'all-gather', ['p'], {'replica_groups': '{{0,1}}', 'dimensions': '{0}'}, True)
+    """
+
     name: str
     shape: Shape
     opcode: str
@@ -126,31 +163,83 @@ class Instruction:
 
 @dataclass
 class Computation:
+    """A named list of instructions (the ``ENTRY`` one, or a called one).
+
+    >>> m = parse_module('''HloModule m, num_partitions=2
+    ... ENTRY %main (p: s32[2]) -> s32[4] {
+    ...   %p = s32[2]{0} parameter(0)
+    ...   ROOT %ag = s32[4]{0} all-gather(%p), replica_groups={{0,1}}, dimensions={0}
+    ... }''')
+    >>> c = m.entry
+    >>> c.name, c.is_entry, [i.name for i in c.instructions]
+    ('main', True, ['p', 'ag'])
+    """
+
     name: str
     instructions: list[Instruction]
     is_entry: bool = False
 
     @property
     def root(self) -> Instruction:
+        """The ``ROOT`` instruction (else the last one).
+
+        >>> m = parse_module('''HloModule m, num_partitions=2
+        ... ENTRY %main (p: s32[2]) -> s32[4] {
+        ...   %p = s32[2]{0} parameter(0)
+        ...   ROOT %ag = s32[4]{0} all-gather(%p), replica_groups={{0,1}}, dimensions={0}
+        ... }''')
+        >>> m.entry.root.name
+        'ag'
+        """
         for ins in self.instructions:
             if ins.is_root:
                 return ins
         return self.instructions[-1]
 
     def parameters(self) -> list[Instruction]:
+        """The ``parameter`` instructions, by parameter number.
+
+        >>> m = parse_module('''HloModule m, num_partitions=2
+        ... ENTRY %main (p: s32[2]) -> s32[4] {
+        ...   %p = s32[2]{0} parameter(0)
+        ...   ROOT %ag = s32[4]{0} all-gather(%p), replica_groups={{0,1}}, dimensions={0}
+        ... }''')
+        >>> [(i.name, i.raw_operands, i.shape.dims) for i in m.entry.parameters()]
+        [('p', '0', (2,))]
+        """
         params = [i for i in self.instructions if i.opcode == "parameter"]
         return sorted(params, key=lambda i: int(i.raw_operands))
 
 
 @dataclass
 class Module:
+    """A parsed HLO module: its computations by name, the entry one, and the partition count.
+
+    >>> m = parse_module('''HloModule m, num_partitions=2
+    ... ENTRY %main (p: s32[2]) -> s32[4] {
+    ...   %p = s32[2]{0} parameter(0)
+    ...   ROOT %ag = s32[4]{0} all-gather(%p), replica_groups={{0,1}}, dimensions={0}
+    ... }''')
+    >>> m.name, list(m.computations), m.entry.name, m.num_partitions
+    ('m', ['main'], 'main', 2)
+    """
+
     name: str
     computations: dict[str, Computation]
     entry: Computation
     num_partitions: int = 1
 
     def collectives(self) -> list[Instruction]:
-        """Collective instructions of the entry computation, in program order."""
+        """Collective instructions of the entry computation, in program order.
+
+        >>> m = parse_module('''HloModule m, num_partitions=2
+        ... ENTRY %main (p: s32[2]) -> s32[4] {
+        ...   %p = s32[2]{0} parameter(0)
+        ...   ROOT %ag = s32[4]{0} all-gather(%p), replica_groups={{0,1}}, dimensions={0}
+        ... }''')
+        >>> [(i.name, i.opcode) for i in m.collectives()]
+        [('ag', 'all-gather')]
+        """
         out = []
         for ins in self.entry.instructions:
             op = _ASYNC.get(ins.opcode, ins.opcode)
@@ -210,7 +299,16 @@ _COMP = re.compile(r"\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*->.*\{\s*$")
 
 
 def parse_module(text: str) -> Module:
-    """Parse the text of an HLO module (``compiled.as_text()``)."""
+    """Parse the text of an HLO module (``compiled.as_text()``).
+
+    >>> m = parse_module('''HloModule m, num_partitions=2
+    ... ENTRY %main (p: s32[2]) -> s32[4] {
+    ...   %p = s32[2]{0} parameter(0)
+    ...   ROOT %ag = s32[4]{0} all-gather(%p), replica_groups={{0,1}}, dimensions={0}
+    ... }''')
+    >>> [(i.name, i.opcode, i.shape.dims) for i in m.entry.instructions]
+    [('p', 'parameter', (2,)), ('ag', 'all-gather', (4,))]
+    """
     text = re.sub(r"/\*.*?\*/", "", text)
     comps: dict[str, Computation] = {}
     entry = None
@@ -408,7 +506,17 @@ def _parse_constant(ins: Instruction) -> np.ndarray:
 @dataclass
 class CollectiveEvent:
     """One executed collective: its inputs and outputs on every device and
-    the elements each device received from other devices."""
+    the elements each device received from other devices.
+
+    >>> m = parse_module('''HloModule m, num_partitions=2
+    ... ENTRY %main (p: s32[2]) -> s32[4] {
+    ...   %p = s32[2]{0} parameter(0)
+    ...   ROOT %ag = s32[4]{0} all-gather(%p), replica_groups={{0,1}}, dimensions={0}
+    ... }''')
+    >>> e = Interpreter(m).run([[np.array([1, 2]), np.array([3, 4])]]).collectives[0]
+    >>> e.opcode, e.name, e.groups, e.group_size, e.received.tolist(), [o[0].tolist() for o in e.outputs]
+    ('all-gather', 'ag', [[0, 1]], 2, [2, 2], [[1, 2, 3, 4], [1, 2, 3, 4]])
+    """
 
     index: int
     opcode: str
@@ -423,6 +531,19 @@ class CollectiveEvent:
 
 @dataclass
 class Run:
+    """What :meth:`Interpreter.run` returns: the root's array on every device,
+    the collectives executed, and the largest data-carrying value (elements).
+
+    >>> m = parse_module('''HloModule m, num_partitions=2
+    ... ENTRY %main (p: s32[2]) -> s32[4] {
+    ...   %p = s32[2]{0} parameter(0)
+    ...   ROOT %ag = s32[4]{0} all-gather(%p), replica_groups={{0,1}}, dimensions={0}
+    ... }''')
+    >>> r = Interpreter(m).run([[np.array([1, 2]), np.array([3, 4])]])
+    >>> [v.tolist() for v in r.outputs], len(r.collectives), r.peak_elements, r.data_values
+    ([[1, 2, 3, 4], [1, 2, 3, 4]], 1, 4, [('p', 2), ('ag', 4)])
+    """
+
     outputs: list[np.ndarray]
     collectives: list[CollectiveEvent]
     peak_elements: int                  # largest data-carrying entry value (elements, tuples summed)
@@ -481,6 +602,17 @@ class Interpreter:
 
     ``run(params)`` takes, per entry parameter, a list with one array per
     device, and returns the root's arrays and every collective executed.
+
+    A collective-permute that swaps the two devices' arrays:
+
+    >>> m = parse_module('''HloModule m, num_partitions=2
+    ... ENTRY %main (p: s32[2]) -> s32[2] {
+    ...   %p = s32[2]{0} parameter(0)
+    ...   ROOT %cp = s32[2]{0} collective-permute(%p), source_target_pairs={{0,1},{1,0}}
+    ... }''')
+    >>> r = Interpreter(m).run([[np.array([1, 2]), np.array([3, 4])]])
+    >>> [v.tolist() for v in r.outputs], r.collectives[0].received.tolist()
+    ([[3, 4], [1, 2]], [2, 2])
     """
 
     def __init__(self, module: Module, num_devices: int | None = None):
@@ -609,6 +741,16 @@ class Interpreter:
     # -- entry evaluation, all devices in lock step ----------------------------
 
     def run(self, params: list[list[np.ndarray]]) -> Run:
+        """Execute the entry computation; ``params[i][device]`` is parameter ``i`` on ``device``.
+
+        >>> m = parse_module('''HloModule m, num_partitions=2
+        ... ENTRY %main (p: s32[2]) -> s32[4] {
+        ...   %p = s32[2]{0} parameter(0)
+        ...   ROOT %ag = s32[4]{0} all-gather(%p), replica_groups={{0,1}}, dimensions={0}
+        ... }''')
+        >>> [v.tolist() for v in Interpreter(m).run([[np.array([1, 2]), np.array([3, 4])]]).outputs]
+        [[1, 2, 3, 4], [1, 2, 3, 4]]
+        """
         n = self.n
         comp = self.module.entry
         shapes = {i.name: i.shape for i in comp.instructions}

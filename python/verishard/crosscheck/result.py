@@ -32,6 +32,18 @@ STATUSES = (
 
 @dataclass
 class PlannerResult:
+    """One planner's answer for one case: a status from :data:`STATUSES`, why,
+    and (when ``valid``) the Plan the verified checker accepted, with the
+    program as the planner wrote it and its figures (elements per device).
+
+    >>> PlannerResult("xla", "unsupported", "JAX/XLA refused").summary()
+    'xla: unsupported (JAX/XLA refused)'
+    >>> PlannerResult("mine", "valid")
+    Traceback (most recent call last):
+    ...
+    ValueError: a valid result needs the checked Plan
+    """
+
     planner: str
     status: str
     reason: str = ""
@@ -54,9 +66,22 @@ class PlannerResult:
 
     @property
     def valid(self) -> bool:
+        """Whether the verified checker accepted the plan (``status == "valid"``).
+
+        >>> from verishard import plan
+        >>> PlannerResult("ours", "valid", plan=plan("x=2", "[2{x}4]", "[4]")).valid
+        True
+        >>> PlannerResult("xla", "wrong_data").valid
+        False
+        """
         return self.status == "valid"
 
     def summary(self) -> str:
+        """``planner: status``, with the reason in parentheses when there is one.
+
+        >>> PlannerResult("dtensor-greedy", "not_expressible", "uses an all-reduce").summary()
+        'dtensor-greedy: not_expressible (uses an all-reduce)'
+        """
         s = f"{self.planner}: {self.status}"
         return s + (f" ({self.reason})" if self.reason else "")
 
@@ -67,6 +92,16 @@ def judge(planner: str, mesh: Mesh, src: ArrayType, dst: ArrayType, events: list
 
     ``final_arrays`` are the program's result on every device (values
     ``1 + global index``); ``info`` fills the other fields of the result.
+
+    >>> m = Mesh.parse("x=2")
+    >>> src, dst = ArrayType.parse("[2{x}4]", m), ArrayType.parse("[4]", m)
+    >>> G = global_values((4,))
+    >>> gather = Event("all-gather", held_sets([G, G]))
+    >>> r = judge("mine", m, src, dst, [gather], [G, G])
+    >>> r.summary(), r.plan.collectives
+    ('mine: valid', (AllGather(dim=0, axes=('x',)),))
+    >>> judge("mine", m, src, dst, [gather], [G[::-1], G]).summary()
+    'mine: wrong_data (every device holds the right elements in the wrong local order)'
     """
     G = global_values(src.global_shape)
     correct = matches_layout(final_arrays, dst, G)

@@ -22,6 +22,13 @@ __all__ = ["Timing", "time_pair"]
 
 @dataclass
 class Timing:
+    """Median seconds per call of XLA's reshard and of ours, and each compiled
+    program's memory analysis (bytes: argument, output, temp, alias, total).
+
+    >>> Timing(2e-5, 1e-5, {}, {}).speedup
+    2.0
+    """
+
     xla_seconds: float
     ours_seconds: float
     xla_memory: dict
@@ -29,7 +36,11 @@ class Timing:
 
     @property
     def speedup(self) -> float:
-        """``t_xla / t_ours``: above 1 when our plan is faster."""
+        """``t_xla / t_ours``: above 1 when our plan is faster.
+
+        >>> Timing(xla_seconds=3e-5, ours_seconds=6e-5, xla_memory={}, ours_memory={}).speedup
+        0.5
+        """
         return self.xla_seconds / self.ours_seconds
 
 
@@ -42,7 +53,13 @@ def _mem(compiled) -> dict:
 
 def time_pair(plan: Plan, repeats: int = 25, warmup: int = 5, dtype=np.float32) -> Timing:
     """Time XLA's reshard and our execution of ``plan`` (from ``plan.src`` to
-    ``plan.dst``) on the first devices; both results are compared first."""
+    ``plan.dst``) on the first devices; both results are compared first.
+
+    >>> from verishard import plan
+    >>> t = time_pair(plan("x=2", "[2{x}4]", "[4]"), repeats=3, warmup=1)
+    >>> t.speedup > 0, sorted(t.ours_memory)
+    (True, ['alias', 'argument', 'output', 'temp', 'total'])
+    """
     import jax
     from jax.sharding import NamedSharding
 

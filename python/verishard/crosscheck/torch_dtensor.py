@@ -45,7 +45,13 @@ def _groups(mesh: Mesh, dims: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
 
 def dtensor_transforms(mesh: Mesh, src: ArrayType, dst: ArrayType, min_cost: bool):
     """DTensor's (optimized) transform list for ``src -> dst`` and whether the
-    graph-based (minimum-cost) planner produced it."""
+    graph-based (minimum-cost) planner produced it.
+
+    >>> m = Mesh.parse("x=2,y=2")
+    >>> infos, graph = dtensor_transforms(m, ArrayType.parse("[2{x}4, 4]", m), ArrayType.parse("[4, 2{y}4]", m), False)
+    >>> [(i.mesh_dim, i.src_dst_placements) for i in infos], graph
+    ([(1, (Replicate(), Shard(dim=1))), (0, (Shard(dim=0), Replicate()))], False)
+    """
     from torch.distributed.tensor import _redistribute as R
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
@@ -72,7 +78,17 @@ def _describe(info: Any) -> str:
 
 
 def dtensor_plan(mesh: Mesh, src: ArrayType, dst: ArrayType, *, min_cost: bool = False) -> PlannerResult:
-    """DTensor's plan for ``src -> dst`` in our IR (or why it has none)."""
+    """DTensor's plan for ``src -> dst`` in our IR (or why it has none).
+
+    >>> m = Mesh.parse("x=2,y=2")
+    >>> r = dtensor_plan(m, ArrayType.parse("[2{x}4, 4]", m), ArrayType.parse("[4, 2{y}4]", m))
+    >>> r.summary(), r.program
+    ('dtensor-greedy: valid', ('mesh dim 1: R -> S(1)', 'mesh dim 0: S(0) -> R'))
+    >>> r.plan.collectives
+    (DynSlice(dim=1, axes=('y',)), AllGather(dim=0, axes=('x',)))
+    >>> dtensor_plan(Mesh.parse("x=2*2"), ArrayType.parse("[1{x}4]", "x=2*2"), ArrayType.parse("[4]", "x=2*2")).summary()
+    'dtensor-greedy: unsupported (DTensor mesh dimensions are whole axes; the mesh splits one)'
+    """
     from torch.distributed.tensor import Replicate, Shard
 
     name = "dtensor-mincost" if min_cost else "dtensor-greedy"

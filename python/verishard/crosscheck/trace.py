@@ -40,21 +40,41 @@ __all__ = ["NotExpressible", "global_values", "local_arrays", "held_sets", "infe
 
 
 class NotExpressible(Exception):
-    """The program's data movement has no faithful description in our IR."""
+    """The program's data movement has no faithful description in our IR.
+
+    >>> m = Mesh.parse("x=2")
+    >>> G = global_values((4,))
+    >>> translate(m, ArrayType.parse("[2{x}4]", m), [Event("all-reduce", held_sets([G, G]))], held_sets([G, G]))
+    Traceback (most recent call last):
+    ...
+    verishard.crosscheck.trace.NotExpressible: step 1 (all-reduce): all-reduce sums partial buffers; our IR has no reduction
+    """
 
 
 def global_values(shape) -> np.ndarray:
-    """``1 + flat index`` for every element of a global array (0 is reserved for "no data")."""
+    """``1 + flat index`` for every element of a global array (0 is reserved for "no data").
+
+    >>> global_values((2, 3)).tolist()
+    [[1, 2, 3], [4, 5, 6]]
+    """
     return np.arange(1, prod(shape) + 1, dtype=np.int64).reshape(shape)
 
 
 def local_arrays(t: ArrayType, G: np.ndarray) -> list[np.ndarray]:
-    """Every device's local array of type ``t`` cut from the global array ``G``."""
+    """Every device's local array of type ``t`` cut from the global array ``G``.
+
+    >>> [a.tolist() for a in local_arrays(ArrayType.parse("[2{x}4]", "x=2"), global_values((4,)))]
+    [[1, 2], [3, 4]]
+    """
     return [G[t.box(r)] for r in range(t.mesh.num_devices)]
 
 
 def held_sets(per_device) -> list[np.ndarray]:
-    """Sorted distinct nonzero values per device; an entry may be an array or a list of arrays."""
+    """Sorted distinct nonzero values per device; an entry may be an array or a list of arrays.
+
+    >>> [s.tolist() for s in held_sets([np.array([3, 0, 1, 3]), [np.array([2]), np.array([5, 0])]])]
+    [[1, 3], [2, 5]]
+    """
     out = []
     for item in per_device:
         arrays = [np.asarray(a, dtype=np.int64).reshape(-1) for a in
@@ -68,7 +88,12 @@ def held_sets(per_device) -> list[np.ndarray]:
 
 
 def matches_layout(arrays: list[np.ndarray], t: ArrayType, G: np.ndarray) -> bool:
-    """Whether every device holds exactly its local array of ``t`` (values and order)."""
+    """Whether every device holds exactly its local array of ``t`` (values and order).
+
+    >>> t, G = ArrayType.parse("[4]", "x=2"), global_values((4,))
+    >>> matches_layout([G, G], t, G), matches_layout([G, G[::-1]], t, G)
+    (True, False)
+    """
     want = local_arrays(t, G)
     return all(np.asarray(a).shape == w.shape and np.array_equal(np.asarray(a), w)
                for a, w in zip(arrays, want))
@@ -149,6 +174,12 @@ class Event:
     ``kind`` is ``"local"`` or a collective (``"all-gather"``, ``"all-to-all"``,
     ``"collective-permute"``, ``"all-reduce"``, ``"reduce-scatter"``, ...);
     ``pre`` (optional) and ``post`` are per-device held sets before and after.
+
+    An all-gather after which both devices of ``x=2`` hold all four elements:
+
+    >>> G = global_values((4,))
+    >>> Event("all-gather", held_sets([G, G]), label="gather")
+    Event(kind='all-gather', post=[array([1, 2, 3, 4]), array([1, 2, 3, 4])], pre=None, label='gather')
     """
 
     kind: str
@@ -199,6 +230,11 @@ def translate(mesh: Mesh, src: ArrayType, events: list[Event], final: list[np.nd
     """Our collectives, over ``mesh.refined()``, for the observed events.
 
     ``final`` is the held set of the program's result on every device.
+
+    >>> m = Mesh.parse("x=2")
+    >>> G = global_values((4,))
+    >>> translate(m, ArrayType.parse("[2{x}4]", m), [Event("all-gather", held_sets([G, G]))], held_sets([G, G]))
+    [AllGather(dim=0, axes=('x',))]
     """
     fine = mesh.refined()
     shape = src.global_shape
@@ -250,6 +286,11 @@ def express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine_plan: list[Collecti
     over the coarsest refinement of ``mesh`` that can state it; return the Plan.
 
     Raises :class:`~verishard.errors.PlanError` when the checker rejects it.
+
+    >>> m = Mesh.parse("x=2")
+    >>> p = express(m, ArrayType.parse("[2{x}4]", m), ArrayType.parse("[4]", m), [AllGather(0, "x")])
+    >>> p.collectives, p.peak, p.guaranteed
+    ((AllGather(dim=0, axes=('x',)),), 4, None)
     """
     from ..plan import express  # the synthesizer's own coarsening + check
     return express(mesh, src, dst, mesh.refined(), list(fine_plan), None)

@@ -78,11 +78,25 @@ from .layout import block_starts
 
 
 class RedistributionError(VerishardError):
-    """A redistribution was refused before any data moved (bad plan or input)."""
+    """A redistribution was refused before any data moved (bad plan or input).
+
+    >>> from verishard.runtime import simulate
+    >>> simulate(naive_plan("x=2", "[2{x}4]", "[4]"), [np.zeros(2)])
+    Traceback (most recent call last):
+    ...
+    verishard.runtime.backend.RedistributionError: simulate: source arrays: got 1 arrays for 2 devices of {x:2}
+    """
 
 
 class RuntimeCheckError(AssertionError):
-    """A backend's result disagrees with the verified rule of its step (a bug)."""
+    """A backend's result disagrees with the verified rule of its step (a bug).
+
+    It signals a bug in verishard or a backend, not bad input, so it is an
+    ``AssertionError`` rather than a :class:`~verishard.errors.VerishardError`:
+
+    >>> issubclass(RuntimeCheckError, AssertionError), issubclass(RuntimeCheckError, VerishardError)
+    (True, False)
+    """
 
 
 @dataclass(frozen=True)
@@ -102,15 +116,30 @@ class AxisGroup:
     @staticmethod
     @functools.lru_cache(maxsize=1024)
     def of(mesh: Mesh, parts: tuple[int, ...]) -> "AxisGroup":
+        """The group of ``parts`` over ``mesh`` (cached: equal arguments give the same object).
+
+        >>> g = AxisGroup.of(Mesh.parse("x=2,y=2"), (1,))
+        >>> g, AxisGroup.of(Mesh.parse("x=2,y=2"), (1,)) is g
+        (AxisGroup(mesh={x:2, y:2}, parts=(1,)), True)
+        """
         return AxisGroup(mesh, tuple(parts))
 
     @property
     def names(self) -> tuple[str, ...]:
-        """Part names, major to minor (``"x"``, ``"y.0"``)."""
+        """Part names, major to minor (``"x"``, ``"y.0"``).
+
+        >>> AxisGroup.of(Mesh.parse("x=2,y=2*2"), (1, 0)).names
+        ('y.0', 'x')
+        """
         return tuple(self.mesh.part_name(p) for p in self.parts)
 
     @property
     def size(self) -> int:
+        """Devices per group: the product of the parts' sizes.
+
+        >>> AxisGroup.of(Mesh.parse("x=2,y=3"), (0, 1)).size
+        6
+        """
         n = 1
         for p in self.parts:
             n *= self.mesh.part_sizes[p]
@@ -131,17 +160,29 @@ class AxisGroup:
 
     @property
     def index(self) -> np.ndarray:
-        """``index[rank]``: the rank's index in its group (read-only)."""
+        """``index[rank]``: the rank's index in its group (read-only).
+
+        >>> AxisGroup.of(Mesh.parse("x=2,y=2"), (1,)).index.tolist()
+        [0, 1, 0, 1]
+        """
         return self._table[:, 1]
 
     @property
     def key(self) -> np.ndarray:
-        """``key[rank]``: which group the rank belongs to, ``0 .. N/size - 1``."""
+        """``key[rank]``: which group the rank belongs to, ``0 .. N/size - 1``.
+
+        >>> AxisGroup.of(Mesh.parse("x=2,y=2"), (1,)).key.tolist()
+        [0, 0, 1, 1]
+        """
         return self._table[:, 0]
 
     @functools.cached_property
     def members(self) -> np.ndarray:
-        """``members[g, k]``: the rank with index ``k`` in group ``g``."""
+        """``members[g, k]``: the rank with index ``k`` in group ``g``.
+
+        >>> AxisGroup.of(Mesh.parse("x=2,y=2"), (0,)).members.tolist()
+        [[0, 2], [1, 3]]
+        """
         out = np.empty((self.mesh.num_devices // self.size, self.size), dtype=np.int64)
         out[self.key, self.index] = np.arange(self.mesh.num_devices)
         out.flags.writeable = False
@@ -151,14 +192,34 @@ class AxisGroup:
 @functools.lru_cache(maxsize=1024)
 def permute_sources(t: ArrayType, target: ArrayType) -> np.ndarray:
     """``sources[c]``: the rank whose array rank ``c`` receives in ``AllPermute(target)``
-    from ``t`` (verified ``Permute.permute_table``; read-only, cached)."""
+    from ``t`` (verified ``Permute.permute_table``; read-only, cached).
+
+    >>> m = Mesh.parse("x=2,y=2")
+    >>> permute_sources(ArrayType.parse("[2{x}4]", m), ArrayType.parse("[2{y}4]", m)).tolist()
+    [0, 2, 1, 3]
+    """
     p = core.permute_sources(t, target)
     p.flags.writeable = False
     return p
 
 
 class Backend:
-    """Base class of backends: the four collectives (see the module docstring)."""
+    """Base class of backends: the four collectives (see the module docstring).
+
+    A backend implements only the collectives its plans use; here one that
+    describes each call instead of moving data:
+
+    >>> class Describe(Backend):
+    ...     name = "describe"
+    ...     def all_gather(self, x, dim, group):
+    ...         return f"all_gather({x}, dim={dim}, over {group.names})"
+    >>> execute(naive_plan("x=2", "[2{x}4]", "[4]"), "x", Describe())
+    "all_gather(x, dim=0, over ('x',))"
+    >>> Describe().dyn_slice("x", 0, AxisGroup.of(Mesh.parse("x=2"), (0,)))
+    Traceback (most recent call last):
+    ...
+    NotImplementedError: Describe does not implement dyn_slice
+    """
 
     name = "abstract"
 
@@ -182,6 +243,10 @@ class Donated:
     as the first step has produced its output, so the source array does not
     stay resident for the whole plan (provided the caller keeps no other
     reference). The box is empty afterwards.
+
+    >>> box = Donated(np.arange(3))
+    >>> box.take().tolist(), box.value
+    ([0, 1, 2], None)
     """
 
     __slots__ = ("value",)
@@ -190,6 +255,16 @@ class Donated:
         self.value = value
 
     def take(self) -> Any:
+        """Return the value and empty the box; a second call raises :class:`RedistributionError`.
+
+        >>> box = Donated("array")
+        >>> box.take()
+        'array'
+        >>> box.take()
+        Traceback (most recent call last):
+        ...
+        verishard.runtime.backend.RedistributionError: this Donated box was already used
+        """
         if self.value is None:
             raise RedistributionError("this Donated box was already used")
         v, self.value = self.value, None
@@ -202,6 +277,15 @@ def validate_plan(plan: Plan) -> Plan:
     Raises :class:`~verishard.errors.PlanError` when the checker rejects a step,
     or when the Plan object's recorded types, traffic or peak are not what the
     checker computes (a Plan built or edited by hand).
+
+    >>> import dataclasses
+    >>> p = naive_plan("x=2", "[2{x}4]", "[4]")
+    >>> validate_plan(p) == p
+    True
+    >>> validate_plan(dataclasses.replace(p, peak=2))
+    Traceback (most recent call last):
+    ...
+    verishard.errors.PlanError: the plan's recorded traffic or peak differ from the verified checker's
     """
     if not isinstance(plan, Plan):
         raise PlanError(f"expected a verishard Plan, not {type(plan).__name__}")
@@ -241,7 +325,16 @@ def naive_plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> 
 
 def step_call(mesh: Mesh, t: ArrayType, c: Collective) -> tuple[str, tuple] | None:
     """The backend method and arguments for collective ``c`` applied to type
-    ``t``, or None when the step moves nothing."""
+    ``t``, or None when the step moves nothing.
+
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> step_call(m, ArrayType.parse("[3{x}6]", m), DynSlice(0, "y"))
+    ('dyn_slice', (0, AxisGroup(mesh={x:2, y:3}, parts=(1,))))
+    >>> step_call(m, ArrayType.parse("[1{x,y}6]", m), AllPermute(ArrayType.parse("[1{y,x}6]", m)))
+    ('all_permute', (array([0, 2, 4, 1, 3, 5]),))
+    >>> step_call(Mesh.parse("x=1"), ArrayType.parse("[4]", "x=1"), DynSlice(0, "x")) is None
+    True
+    """
     if isinstance(c, AllPermute):
         sources = permute_sources(t, c.target)
         if np.array_equal(sources, np.arange(len(sources))):
@@ -266,6 +359,16 @@ def execute(plan: Plan, x: Any, backend: Backend,
     ``x`` is the backend's value for the source (or ``Donated(value)``).
     ``on_step(i, step, type_before, y)`` is called after step ``i`` (from 1)
     with its result ``y``. Returns the final value.
+
+    With the simulator's backend (every device's array in one list):
+
+    >>> from verishard.runtime.simulator import SimBackend
+    >>> p = naive_plan("x=2", "[2{x}4]", "[4]")
+    >>> ys = execute(p, [np.array([0, 1]), np.array([2, 3])], SimBackend(2),
+    ...              on_step=lambda i, step, t, y: print(i, step.collective, t, "->", step.type))
+    1 AllGather(0, x) [2{x}4] -> [4]
+    >>> [y.tolist() for y in ys]
+    [[0, 1, 2, 3], [0, 1, 2, 3]]
     """
     if isinstance(x, Donated):
         x = x.take()

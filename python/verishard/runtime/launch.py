@@ -24,12 +24,25 @@ from ..errors import VerishardError
 
 
 class LaunchError(VerishardError):
-    """``mpirun`` is missing or could not be started."""
+    """``mpirun`` is missing or could not be started.
+
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"PATH": ""}):
+    ...     mpirun(["true"], 1)
+    Traceback (most recent call last):
+    ...
+    verishard.runtime.launch.LaunchError: mpirun was not found on PATH; install Open MPI (apt-get install openmpi-bin libopenmpi-dev) and mpi4py
+    """
 
 
 @dataclass(frozen=True)
 class LaunchResult:
-    """What an ``mpirun`` job did."""
+    """What an ``mpirun`` job did.
+
+    >>> r = LaunchResult(("mpirun", "-n", "2", "job"), 1, "[rank 1] error: bad input\\nok\\n", False, 0.5)
+    >>> r.ok, r.failed_ranks(), r.rank_lines(1)
+    (False, [1], ['error: bad input'])
+    """
 
     command: tuple[str, ...]
     returncode: int | None   # None when it was killed for running too long
@@ -39,19 +52,44 @@ class LaunchResult:
 
     @property
     def ok(self) -> bool:
+        """Exit status 0 and no timeout.
+
+        >>> LaunchResult(("mpirun", "job"), 0, "", False, 0.1).ok, LaunchResult(("mpirun", "job"), None, "", True, 60.0).ok
+        (True, False)
+        """
         return self.returncode == 0 and not self.timed_out
 
     def rank_lines(self, rank: int) -> list[str]:
         """Lines a rank printed with the ``[rank r]`` prefix (as errors from
-        :func:`verishard.runtime.mpi.guarded` are), without the prefix."""
+        :func:`verishard.runtime.mpi.guarded` are), without the prefix.
+
+        >>> out = "[rank 0] error: x\\n[rank 1] error: y\\n[rank 0] more\\n"
+        >>> LaunchResult(("mpirun", "job"), 1, out, False, 0.2).rank_lines(0)
+        ['error: x', 'more']
+        """
         tag = f"[rank {rank}] "
         return [line[len(tag):] for line in self.output.splitlines() if line.startswith(tag)]
 
     def failed_ranks(self) -> list[int]:
-        """Ranks that printed a ``[rank r]`` line."""
+        """Ranks that printed a ``[rank r]`` line.
+
+        >>> out = "[rank 3] error: x\\nplain line\\n[rank 1] error: y\\n[rank 3] more\\n"
+        >>> LaunchResult(("mpirun", "job"), 1, out, False, 0.2).failed_ranks()
+        [1, 3]
+        """
         return sorted({int(m.group(1)) for m in re.finditer(r"^\[rank (\d+)\] ", self.output, re.M)})
 
     def summary(self) -> str:
+        """The command, how it ended, and its output.
+
+        >>> print(LaunchResult(("mpirun", "-n", "2", "job"), 0, "done\\n", False, 1.34).summary())
+        mpirun -n 2 job: exit status 0 after 1.3 s
+        done
+        <BLANKLINE>
+        >>> print(LaunchResult(("mpirun", "job"), None, "", True, 60.0).summary())
+        mpirun job: timed out after 60 s
+        <BLANKLINE>
+        """
         if self.timed_out:
             head = f"timed out after {self.seconds:.0f} s"
         else:
@@ -85,7 +123,13 @@ def mpirun_command(nranks: int, argv: Sequence[str], mpirun: str = "mpirun",
                    open_mpi: bool = True, tag_output: bool = False) -> list[str]:
     """The command line: ``mpirun -n N`` with, for Open MPI, oversubscription
     allowed (more ranks than cores), no core binding, and ``--allow-run-as-root``
-    when running as root."""
+    when running as root.
+
+    >>> mpirun_command(2, ["python", "job.py"], open_mpi=False)
+    ['mpirun', '-n', '2', 'python', 'job.py']
+    >>> [a for a in mpirun_command(2, ["python", "job.py"], tag_output=True) if a != "--allow-run-as-root"]
+    ['mpirun', '-n', '2', '--oversubscribe', '--bind-to', 'none', '--tag-output', 'python', 'job.py']
+    """
     cmd = [mpirun, "-n", str(int(nranks))]
     if open_mpi:
         cmd += ["--oversubscribe", "--bind-to", "none"]
@@ -102,6 +146,10 @@ def mpirun(argv: Sequence[str], nranks: int, timeout: float | None = None, strea
     (if given) line by line, and kill the whole job after ``timeout`` seconds.
 
     The job runs in its own process group, so a timeout ends every rank.
+
+    >>> r = mpirun([sys.executable, "-c", "print('hello')"], 2, timeout=60)
+    >>> r.ok, r.output
+    (True, 'hello\\nhello\\n')
     """
     path = _find_mpirun()
     cmd = mpirun_command(nranks, argv, path, _is_open_mpi(path), tag_output)
@@ -163,7 +211,17 @@ def run_mpi_demo(nranks: int = 8, timeout: float | None = 600, stream: TextIO | 
     """Run ``python -m verishard.runtime.demo_job`` under ``mpirun -n nranks``,
     streaming its output (to ``stream``, default stdout). Returns the exit
     status: 0 when every redistribution matched numpy, else non-zero (124 on
-    a timeout, with a message)."""
+    a timeout, with a message).
+
+    The demo needs 8 ranks; with one it stops at once and says so:
+
+    >>> import io
+    >>> out = io.StringIO()
+    >>> run_mpi_demo(1, timeout=60, stream=out)
+    2
+    >>> out.getvalue().splitlines()[0]
+    'demo_job needs 8 ranks (mpirun -n 8), got 1'
+    """
     stream = sys.stdout if stream is None else stream
     res = mpirun([python or sys.executable, "-m", "verishard.runtime.demo_job"], nranks, timeout, stream)
     if res.timed_out:

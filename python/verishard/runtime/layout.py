@@ -30,11 +30,22 @@ from ..sharding import ArrayType
 
 
 class LayoutError(VerishardError):
-    """Local arrays that are not a distribution of any global array under the type."""
+    """Local arrays that are not a distribution of any global array under the type.
+
+    >>> assemble([np.zeros(4), np.ones(4)], "x=2", "[4]")
+    Traceback (most recent call last):
+    ...
+    verishard.runtime.layout.LayoutError: devices 0 and 1 hold the same block of [4] (starting at (0,)) but different data
+    """
 
 
 def as_type(t: ArrayType | str, mesh: Mesh | str | None = None) -> ArrayType:
-    """``t`` as an ArrayType over ``mesh`` (parsed when it is a string)."""
+    """``t`` as an ArrayType over ``mesh`` (parsed when it is a string).
+
+    >>> t = as_type("[2{x}4]", "x=2")
+    >>> t, t.mesh, as_type(t) is t
+    ([2{x}4], {x:2}, True)
+    """
     if isinstance(t, str):
         if mesh is None:
             raise ShardingError(f"type {t!r} given as text needs a mesh")
@@ -52,7 +63,11 @@ def as_type(t: ArrayType | str, mesh: Mesh | str | None = None) -> ArrayType:
 @functools.lru_cache(maxsize=512)
 def block_starts(t: ArrayType) -> np.ndarray:
     """Global start of every rank's block in every dimension, shape ``(N, rank)``,
-    from the verified core (read-only, cached per type)."""
+    from the verified core (read-only, cached per type).
+
+    >>> block_starts(as_type("[2{x}4, 3{y}6]", "x=2,y=2")).tolist()
+    [[0, 0], [0, 3], [2, 0], [2, 3]]
+    """
     starts = core.block_starts(t)
     starts.flags.writeable = False
     return starts
@@ -70,7 +85,11 @@ def boxes(mesh: Mesh | str, t: ArrayType | str) -> list[tuple[slice, ...]]:
 
 
 def box(mesh: Mesh | str, t: ArrayType | str, rank: int) -> tuple[slice, ...]:
-    """The global index box held by ``rank`` under ``t``."""
+    """The global index box held by ``rank`` under ``t``.
+
+    >>> box("x=2", "[2{x}4, 3]", 1)
+    (slice(2, 4, None), slice(0, 3, None))
+    """
     t = as_type(t, mesh)
     starts = block_starts(t)
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < len(starts):
@@ -98,7 +117,11 @@ def local_block(global_array, mesh: Mesh | str, t: ArrayType | str, rank: int) -
 
 def distribute(global_array, mesh: Mesh | str, t: ArrayType | str) -> list[np.ndarray]:
     """Every device's local array under ``t``, indexed by linear rank
-    (C-contiguous copies, any dtype)."""
+    (C-contiguous copies, any dtype).
+
+    >>> [a.tolist() for a in distribute(np.arange(4), "x=2", "[2{x}4]")]
+    [[0, 1], [2, 3]]
+    """
     t = as_type(t, mesh)
     A = _global(global_array, t)
     return [np.array(A[b], order="C", copy=True) for b in boxes(mesh, t)]
@@ -107,7 +130,11 @@ def distribute(global_array, mesh: Mesh | str, t: ArrayType | str) -> list[np.nd
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     """Exact equality: same dtype, shape and bytes (NaN payloads, -0.0); a
     structured dtype compares every field (not padding bytes); object arrays
-    compare their elements."""
+    compare their elements.
+
+    >>> same_bytes(np.array([0.0]), np.array([-0.0])), same_bytes(np.arange(3), np.arange(3))
+    (False, True)
+    """
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     if a.dtype.fields is not None:  # field by field: padding bytes carry no data
@@ -118,13 +145,26 @@ def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def byte_view(a: np.ndarray) -> np.ndarray:
-    """The bytes of ``a`` (C order) as a flat uint8 array (a view when ``a`` is C-contiguous)."""
+    """The bytes of ``a`` (C order) as a flat uint8 array (a view when ``a`` is C-contiguous).
+
+    >>> byte_view(np.array([1, 258], dtype="<i2")).tolist()
+    [1, 0, 2, 1]
+    """
     return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
 
 def check_locals(locals_: Sequence, t: ArrayType, what: str = "local arrays") -> np.dtype:
     """Check ``locals_`` is one array of ``t``'s local shape per device, all of one
-    dtype; return the dtype."""
+    dtype; return the dtype.
+
+    >>> t = as_type("[2{x}4]", "x=2")
+    >>> check_locals([np.zeros(2), np.ones(2)], t)
+    dtype('float64')
+    >>> check_locals([np.zeros(2)], t)
+    Traceback (most recent call last):
+    ...
+    verishard.runtime.layout.LayoutError: local arrays: got 1 arrays for 2 devices of {x:2}
+    """
     n = t.mesh.num_devices
     if isinstance(locals_, np.ndarray) or not isinstance(locals_, Sequence):
         raise LayoutError(f"{what} must be a sequence of {n} numpy arrays (one per device), "
@@ -151,6 +191,9 @@ def assemble(locals_: Sequence[np.ndarray], mesh: Mesh | str, t: ArrayType | str
 
     With ``check`` (the default), devices holding the same block (replicas)
     must hold the same bytes, else :class:`LayoutError` names the two devices.
+
+    >>> assemble([np.array([0, 1]), np.array([2, 3])], "x=2", "[2{x}4]").tolist()
+    [0, 1, 2, 3]
     """
     t = as_type(t, mesh)
     dtype = check_locals(locals_, t)

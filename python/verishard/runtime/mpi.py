@@ -91,7 +91,17 @@ RECORD = 4096  # bytes per rank in the validation exchange
 
 
 class RedistributionRefused(RedistributionError):
-    """Raised on every rank when any rank's plan or input is bad (nothing was sent)."""
+    """Raised on every rank when any rank's plan or input is bad (nothing was sent).
+
+    Run as a singleton (one rank, no ``mpirun``), with an input of the wrong shape:
+
+    >>> from verishard import plan
+    >>> redistribute(plan("x=1", "[4]", "[4]"), np.zeros(3))
+    Traceback (most recent call last):
+    ...
+    verishard.runtime.mpi.RedistributionRefused: redistribution refused before any data moved:
+      rank 0: the local input has shape (3,), but the source type [4] has local shape (4,)
+    """
 
 
 # ---------------------------------------------------------------------------
@@ -99,7 +109,16 @@ class RedistributionRefused(RedistributionError):
 
 
 class MeshComm:
-    """A Cartesian communicator over a mesh's parts and its group sub-communicators."""
+    """A Cartesian communicator over a mesh's parts and its group sub-communicators.
+
+    On a one-rank run (no ``mpirun``) with a one-device mesh; most code uses
+    the cached :func:`mesh_comm` instead of building one:
+
+    >>> mc = MeshComm(MPI.COMM_WORLD, Mesh.parse("x=1"))
+    >>> mc.cart.Get_topo(), sorted(mc.groups)
+    (([1], [0], [0]), [(0,)])
+    >>> mc.free()
+    """
 
     def __init__(self, comm: MPI.Comm, mesh: Mesh):
         self.comm, self.mesh = comm, mesh
@@ -117,7 +136,14 @@ class MeshComm:
                 self.group_comm(parts)
 
     def group_comm(self, parts: tuple[int, ...]) -> MPI.Comm:
-        """The communicator of this rank's group over ``parts`` (cached; collective on first use)."""
+        """The communicator of this rank's group over ``parts`` (cached; collective on first use).
+
+        >>> mc = MeshComm(MPI.COMM_WORLD, Mesh.parse("x=1,y=1"))
+        >>> sub = mc.group_comm((1, 0))
+        >>> sub.Get_size(), sub.Get_rank(), mc.group_comm((1, 0)) is sub
+        (1, 0, True)
+        >>> mc.free()
+        """
         parts = tuple(parts)
         sub = self.groups.get(parts)
         if sub is not None:
@@ -135,12 +161,27 @@ class MeshComm:
         return sub
 
     def datatype(self, key: tuple, make: Callable[[], MPI.Datatype]) -> MPI.Datatype:
+        """The MPI datatype cached under ``key``, built with ``make()`` (committed) the first time.
+
+        >>> mc = MeshComm(MPI.COMM_WORLD, Mesh.parse("x=1"))
+        >>> dt = mc.datatype(("pair", 8), lambda: MPI.BYTE.Create_contiguous(8).Commit())
+        >>> dt.Get_size(), mc.datatype(("pair", 8), lambda: None) is dt
+        (8, True)
+        >>> mc.free()
+        """
         dt = self.types.get(key)
         if dt is None:
             dt = self.types[key] = make()
         return dt
 
     def free(self) -> None:
+        """Free the cached datatypes, the sub-communicators and the Cartesian communicator.
+
+        >>> mc = MeshComm(MPI.COMM_WORLD, Mesh.parse("x=1"))
+        >>> mc.free()
+        >>> mc.groups, mc.types
+        ({}, {})
+        """
         for dt in self.types.values():
             dt.Free()
         for sub in self.groups.values():
@@ -154,7 +195,12 @@ _MESH_COMMS: dict[tuple[int, Mesh], MeshComm] = {}
 
 
 def mesh_comm(comm: MPI.Comm, mesh: Mesh) -> MeshComm:
-    """The cached :class:`MeshComm` of ``mesh`` over ``comm`` (collective when first created)."""
+    """The cached :class:`MeshComm` of ``mesh`` over ``comm`` (collective when first created).
+
+    >>> mc = mesh_comm(MPI.COMM_WORLD, Mesh.parse("x=1"))
+    >>> mc.cart.Get_size(), mesh_comm(MPI.COMM_WORLD, Mesh.parse("x=1")) is mc
+    (1, True)
+    """
     key = (comm.py2f(), mesh)
     mc = _MESH_COMMS.get(key)
     if mc is None:
@@ -163,7 +209,13 @@ def mesh_comm(comm: MPI.Comm, mesh: Mesh) -> MeshComm:
 
 
 def free_mesh_comms() -> None:
-    """Free every cached communicator and datatype (collective over their ranks)."""
+    """Free every cached communicator and datatype (collective over their ranks).
+
+    >>> mc = mesh_comm(MPI.COMM_WORLD, Mesh.parse("x=1"))
+    >>> free_mesh_comms()
+    >>> mc.groups, mesh_comm(MPI.COMM_WORLD, Mesh.parse("x=1")) is mc
+    ({}, False)
+    """
     for mc in _MESH_COMMS.values():
         mc.free()
     _MESH_COMMS.clear()
@@ -203,7 +255,13 @@ def _block_type(unit: MPI.Datatype, shape: tuple[int, ...], sub: tuple[int, ...]
 
 @dataclass(frozen=True)
 class StepStats:
-    """This rank's figures for one step (bytes)."""
+    """This rank's figures for one step (bytes).
+
+    >>> from verishard import AllToAll, check
+    >>> p = check("x=1", "[4{x}4, 2]", "[4, 2{x}2]", [AllToAll(0, 1, "x")])
+    >>> redistribute(p, np.zeros((4, 2))).steps
+    (StepStats(index=1, collective=AllToAll(src_dim=0, dst_dim=1, axes=('x',)), type=[4, 2{x}2], sent=0, received=0, held=64, peak=64),)
+    """
 
     index: int
     collective: Collective
@@ -215,7 +273,16 @@ class StepStats:
 
 
 class MPIBackend(Backend):
-    """The four collectives over one rank's numpy array."""
+    """The four collectives over one rank's numpy array.
+
+    ``sent`` and ``received`` are the bytes of the last call. On a one-rank
+    run with a one-device mesh every group has size 1:
+
+    >>> m = Mesh.parse("x=1")
+    >>> b = MPIBackend(mesh_comm(MPI.COMM_WORLD, m))
+    >>> b.rank, b.all_gather(np.arange(3), 0, AxisGroup.of(m, (0,))).tolist(), b.received
+    (0, [0, 1, 2], 0)
+    """
 
     name = "mpi"
 
@@ -225,6 +292,13 @@ class MPIBackend(Backend):
         self.sent = self.received = 0
 
     def all_gather(self, x, dim, group):
+        """``MPI_Allgather`` over the group, concatenating along ``dim``.
+
+        >>> m = Mesh.parse("x=1")
+        >>> MPIBackend(mesh_comm(MPI.COMM_WORLD, m)).all_gather(np.arange(4).reshape(2, 2), 1, AxisGroup.of(m, (0,)))
+        array([[0, 1],
+               [2, 3]])
+        """
         n, it = group.size, x.dtype.itemsize
         shape = x.shape
         out_shape = shape[:dim] + (shape[dim] * n,) + shape[dim + 1:]
@@ -241,6 +315,12 @@ class MPIBackend(Backend):
         return out
 
     def dyn_slice(self, x, dim, group):
+        """A copy of this rank's piece along ``dim``; nothing is sent.
+
+        >>> m = Mesh.parse("x=1")
+        >>> MPIBackend(mesh_comm(MPI.COMM_WORLD, m)).dyn_slice(np.arange(3), 0, AxisGroup.of(m, (0,)))
+        array([0, 1, 2])
+        """
         l = x.shape[dim] // group.size
         k = int(group.index[self.rank])
         idx = [slice(None)] * x.ndim
@@ -249,6 +329,13 @@ class MPIBackend(Backend):
         return np.array(x[tuple(idx)], order="C", copy=True)
 
     def all_to_all(self, x, src_dim, dst_dim, group):
+        """``MPI_Alltoall`` over the group: split along ``dst_dim``, stack along ``src_dim``.
+
+        >>> m = Mesh.parse("x=1")
+        >>> MPIBackend(mesh_comm(MPI.COMM_WORLD, m)).all_to_all(np.arange(6).reshape(2, 3), 0, 1, AxisGroup.of(m, (0,)))
+        array([[0, 1, 2],
+               [3, 4, 5]])
+        """
         n, it = group.size, x.dtype.itemsize
         d, e, shape = src_dim, dst_dim, x.shape
         piece = list(shape)
@@ -276,6 +363,12 @@ class MPIBackend(Backend):
         return out
 
     def all_permute(self, x, sources):
+        """Receive the array of rank ``sources[rank]`` (``MPI_Sendrecv``); a fixed rank keeps ``x``.
+
+        >>> x = np.arange(3)
+        >>> MPIBackend(mesh_comm(MPI.COMM_WORLD, Mesh.parse("x=1"))).all_permute(x, np.array([0])) is x
+        True
+        """
         r = self.rank
         src = int(sources[r])
         if src == r:
@@ -422,7 +515,14 @@ def _exchange(comm: MPI.Comm, buf: np.ndarray, timeout: float | None) -> np.ndar
 
 @dataclass(frozen=True)
 class MPIResult:
-    """This rank's result of :func:`redistribute`."""
+    """This rank's result of :func:`redistribute`.
+
+    >>> from verishard import AllToAll, check
+    >>> p = check("x=1", "[4{x}4, 2]", "[4, 2{x}2]", [AllToAll(0, 1, "x")])
+    >>> r = redistribute(p, np.arange(8).reshape(4, 2))
+    >>> r.output.tolist(), r.itemsize, len(r.steps)
+    ([[0, 1], [2, 3], [4, 5], [6, 7]], 8, 1)
+    """
 
     plan: Plan
     output: np.ndarray
@@ -431,19 +531,47 @@ class MPIResult:
 
     @property
     def source_bytes(self) -> int:
+        """Bytes of this rank's source array.
+
+        >>> from verishard import plan
+        >>> redistribute(plan("x=1", "[4]", "[4]"), np.zeros(4, np.float32)).source_bytes
+        16
+        """
         return self.plan.src.size * self.itemsize
 
     @property
     def peak_bytes(self) -> int:
-        """Most bytes this rank's runtime held at once (input and output of a step together)."""
+        """Most bytes this rank's runtime held at once (input and output of a step together).
+
+        With one rank an all-to-all moves nothing and keeps the array's size:
+
+        >>> from verishard import AllToAll, check
+        >>> p = check("x=1", "[4{x}4, 2]", "[4, 2{x}2]", [AllToAll(0, 1, "x")])
+        >>> redistribute(p, np.zeros((4, 2), np.int16)).peak_bytes
+        16
+        """
         return max([self.source_bytes] + [s.peak for s in self.steps])
 
     @property
     def received_bytes(self) -> int:
+        """Bytes this rank received over all steps (0 on a one-device mesh).
+
+        >>> from verishard import AllToAll, check
+        >>> p = check("x=1", "[4{x}4, 2]", "[4, 2{x}2]", [AllToAll(0, 1, "x")])
+        >>> redistribute(p, np.zeros((4, 2))).received_bytes
+        0
+        """
         return sum(s.received for s in self.steps)
 
     @property
     def sent_bytes(self) -> int:
+        """Bytes this rank sent over all steps (0 on a one-device mesh).
+
+        >>> from verishard import AllToAll, check
+        >>> p = check("x=1", "[4{x}4, 2]", "[4, 2{x}2]", [AllToAll(0, 1, "x")])
+        >>> redistribute(p, np.zeros((4, 2))).sent_bytes
+        0
+        """
         return sum(s.sent for s in self.steps)
 
 
@@ -470,6 +598,16 @@ def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None 
     ``abort_on_error``: an exception after validation (while data moves)
     prints the error and calls ``MPI_Abort`` (else it propagates, and the
     other ranks may wait forever).
+
+    Without ``mpirun`` mpi4py runs as a singleton (one rank), so a
+    one-device mesh is the only one that fits here; the source array may be
+    handed over with :class:`~verishard.runtime.backend.Donated`:
+
+    >>> from verishard import AllToAll, check
+    >>> p = check("x=1", "[4{x}4, 2]", "[4, 2{x}2]", [AllToAll(0, 1, "x")])
+    >>> r = redistribute(p, Donated(np.arange(8).reshape(4, 2)))
+    >>> r.output.tolist(), r.received_bytes
+    ([[0, 1], [2, 3], [4, 5], [6, 7]], 0)
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     donated = isinstance(local, Donated)
@@ -549,6 +687,10 @@ def guarded(main: Callable[[], Any], comm: MPI.Comm | None = None, barrier_timeo
       ``barrier_timeout`` s) until all ranks have printed, and exits with 1.
     - Any other exception: the rank prints it with its traceback and calls
       ``MPI_Abort``, so the other ranks do not wait forever.
+
+    >>> guarded(lambda: print("hello from every rank"))
+    hello from every rank
+    0
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     rank = comm.Get_rank()

@@ -53,7 +53,15 @@ from .layout import LayoutError, assemble, check_locals, distribute, same_bytes
 class SimBackend(Backend):
     """Collectives over the list of every device's local array, as the spec
     moves data. Each call stores the bytes every device sent and received in
-    ``last_sent``/``last_received`` (int64 arrays over ranks)."""
+    ``last_sent``/``last_received`` (int64 arrays over ranks).
+
+    >>> from verishard import Mesh
+    >>> b, g = SimBackend(2), AxisGroup.of(Mesh.parse("x=2"), (0,))
+    >>> [y.tolist() for y in b.all_gather([np.array([0, 1]), np.array([2, 3])], 0, g)]
+    [[0, 1, 2, 3], [0, 1, 2, 3]]
+    >>> b.last_sent.tolist(), b.last_received.tolist()
+    ([16, 16], [16, 16])
+    """
 
     name = "simulate"
 
@@ -68,6 +76,13 @@ class SimBackend(Backend):
         return self.last_sent, self.last_received
 
     def all_gather(self, xs, dim, group: AxisGroup):
+        """Every device gets its group's arrays concatenated along ``dim``.
+
+        >>> from verishard import Mesh
+        >>> g = AxisGroup.of(Mesh.parse("x=2"), (0,))
+        >>> [y.tolist() for y in SimBackend(2).all_gather([np.array([[0]]), np.array([[1]])], 1, g)]
+        [[[0, 1]], [[0, 1]]]
+        """
         sent, recv = self._reset()
         out = [None] * self.n
         for members in group.members:
@@ -81,6 +96,13 @@ class SimBackend(Backend):
         return out
 
     def dyn_slice(self, xs, dim, group: AxisGroup):
+        """Device with group index ``k`` keeps the ``k``-th piece along ``dim``; nothing moves.
+
+        >>> from verishard import Mesh
+        >>> b, g = SimBackend(2), AxisGroup.of(Mesh.parse("x=2"), (0,))
+        >>> [y.tolist() for y in b.dyn_slice([np.arange(4), np.arange(4)], 0, g)], b.last_received.tolist()
+        ([[0, 1], [2, 3]], [0, 0])
+        """
         self._reset()
         out = []
         for r, x in enumerate(xs):
@@ -92,6 +114,13 @@ class SimBackend(Backend):
         return out
 
     def all_to_all(self, xs, src_dim, dst_dim, group: AxisGroup):
+        """Split along ``dst_dim``, exchange pieces, concatenate along ``src_dim``.
+
+        >>> from verishard import Mesh
+        >>> b, g = SimBackend(2), AxisGroup.of(Mesh.parse("x=2"), (0,))
+        >>> [y.tolist() for y in b.all_to_all([np.array([[0, 1]]), np.array([[2, 3]])], 0, 1, g)]
+        [[[0], [2]], [[1], [3]]]
+        """
         sent, recv = self._reset()
         n = group.size
         out = [None] * self.n
@@ -106,6 +135,14 @@ class SimBackend(Backend):
         return out
 
     def all_permute(self, xs, sources):
+        """Device ``c`` gets the array of ``sources[c]``; fixed devices keep theirs.
+
+        >>> b = SimBackend(3)
+        >>> [y.tolist() for y in b.all_permute([np.array([0]), np.array([1]), np.array([2])], [1, 0, 2])]
+        [[1], [0], [2]]
+        >>> b.last_received.tolist()
+        [8, 8, 0]
+        """
         sent, recv = self._reset()
         out = []
         for c, s in enumerate(sources):
@@ -121,7 +158,14 @@ class SimBackend(Backend):
 
 @dataclass(frozen=True)
 class SimStep:
-    """Per-device figures of one step (int64 arrays over ranks, in bytes)."""
+    """Per-device figures of one step (int64 arrays over ranks, in bytes).
+
+    >>> from verishard import plan
+    >>> p = plan("x=2", "[2{x}4]", "[4]")
+    >>> s = simulate(p, [np.array([0, 1], np.int32), np.array([2, 3], np.int32)]).steps[0]
+    >>> s.index, s.collective, s.type, s.received.tolist(), s.held.tolist(), s.peak.tolist()
+    (1, AllGather(dim=0, axes=('x',)), [4], [8, 8], [16, 16], [24, 24])
+    """
 
     index: int
     collective: Collective
@@ -135,7 +179,20 @@ class SimStep:
 
 @dataclass(frozen=True)
 class SimResult:
-    """What :func:`simulate` returns."""
+    """What :func:`simulate` returns.
+
+    >>> from verishard import plan
+    >>> p = plan("x=2", "[2{x}4]", "[4]")
+    >>> r = simulate(p, [np.array([0, 1], np.int32), np.array([2, 3], np.int32)])
+    >>> [y.tolist() for y in r.outputs], r.itemsize, len(r.steps)
+    ([[0, 1, 2, 3], [0, 1, 2, 3]], 4, 1)
+    >>> print(r)
+    simulated on {x:2}: [2{x}4] -> [4]
+      step  collective       type after  max recv B  max held B  max peak B
+         0  (source)         [2{x}4]              0           8           8
+         1  AllGather(0, x)  [4]                  8          16          24
+    peak 24 B/device (type-level 16 B); received 8 B/device
+    """
 
     plan: Plan
     outputs: list[np.ndarray]
@@ -144,11 +201,26 @@ class SimResult:
 
     @property
     def source_bytes(self) -> np.ndarray:
+        """Per device: bytes of its source array.
+
+        >>> from verishard import plan
+        >>> r = simulate(plan("x=2", "[2{x}4]", "[4]"), [np.zeros(2), np.ones(2)], check_data=False)
+        >>> r.source_bytes.tolist()
+        [16, 16]
+        """
         return np.full(self.plan.mesh.num_devices, self.plan.src.size * self.itemsize, dtype=np.int64)
 
     @property
     def peak_bytes(self) -> np.ndarray:
-        """Per device: the most bytes held at once over the whole run."""
+        """Per device: the most bytes held at once over the whole run.
+
+        During an all-gather a device holds its input and the gathered output:
+
+        >>> from verishard import plan
+        >>> r = simulate(plan("x=2", "[2{x}4]", "[4]"), [np.zeros(2), np.ones(2)])
+        >>> r.peak_bytes.tolist()
+        [48, 48]
+        """
         out = self.source_bytes
         for s in self.steps:
             out = np.maximum(out, s.peak)
@@ -156,11 +228,24 @@ class SimResult:
 
     @property
     def received_bytes(self) -> np.ndarray:
-        """Per device: bytes received over the whole run."""
+        """Per device: bytes received over the whole run.
+
+        >>> from verishard import plan
+        >>> r = simulate(plan("x=2", "[2{x}4]", "[4]"), [np.zeros(2), np.ones(2)])
+        >>> r.received_bytes.tolist()
+        [16, 16]
+        """
         return sum((s.received for s in self.steps), np.zeros(self.plan.mesh.num_devices, dtype=np.int64))
 
     @property
     def sent_bytes(self) -> np.ndarray:
+        """Per device: bytes sent over the whole run.
+
+        >>> from verishard import plan
+        >>> r = simulate(plan("x=2", "[2{x}4]", "[4]"), [np.zeros(2), np.ones(2)])
+        >>> r.sent_bytes.tolist()
+        [16, 16]
+        """
         return sum((s.sent for s in self.steps), np.zeros(self.plan.mesh.num_devices, dtype=np.int64))
 
     def __str__(self) -> str:
@@ -182,7 +267,15 @@ class SimResult:
 def expected_received(t: ArrayType, c: Collective, mesh) -> np.ndarray:
     """The spec's elements received by every device for one step (table in
     "Collectives and their typing rules"), with the permute's bijection from
-    the verified core."""
+    the verified core.
+
+    >>> from verishard import Mesh, ArrayType, AllGather, AllToAll
+    >>> m = Mesh.parse("x=2,y=2")
+    >>> expected_received(ArrayType.parse("[2{x}4]", m), AllGather(0, "x"), m).tolist()
+    [2, 2, 2, 2]
+    >>> expected_received(ArrayType.parse("[4{x}8, 4]", m), AllToAll(0, 1, "x"), m).tolist()
+    [8, 8, 8, 8]
+    """
     n = mesh.num_devices
     if isinstance(c, DynSlice):
         return np.zeros(n, dtype=np.int64)
@@ -206,6 +299,15 @@ def simulate(plan: Plan, locals_: Sequence[np.ndarray] | Donated, check: bool = 
     per-step checks of the module docstring; ``check_data`` (default: same as
     ``check``) includes the data check, which needs the source arrays to be a
     distribution of some global array (replicas equal).
+
+    >>> from verishard import plan
+    >>> from verishard.runtime import distribute
+    >>> p = plan("x=2,y=2", "[2{x}4]", "[2{y}4]")
+    >>> p.collectives
+    (AllPermute(target=[2{y}4]),)
+    >>> r = simulate(p, distribute(np.arange(4, dtype=np.int8), p.mesh, p.src))
+    >>> [y.tolist() for y in r.outputs], r.received_bytes.tolist()
+    ([[0, 1], [2, 3], [0, 1], [2, 3]], [0, 2, 2, 0])
     """
     plan = validate_plan(plan)
     if isinstance(locals_, Donated):
