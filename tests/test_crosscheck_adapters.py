@@ -68,19 +68,25 @@ def test_xla_split_axis_plan():
     assert ir(r) == ["DynSlice(0, y.0)", "AllPermute([16{y}64, 64])"]
 
 
+class Tampered:
+    """A compiled reshard whose permute pairs are swapped (the program moves the wrong data)."""
+
+    def __init__(self, c):
+        self.c = c
+
+    def as_text(self):
+        return self.c.as_text().replace("{1,2}", "{1,3}").replace("{3,6}", "{3,2}")
+
+    def memory_analysis(self):
+        return self.c.memory_analysis()
+
+    def __call__(self, x):
+        return self.c(x)
+
+
 def test_xla_wrong_data_is_reported(monkeypatch):
     """A tampered program (permute pairs swapped) is reported as moving the wrong data."""
     real = xla.compile_reshard
-
-    class Tampered:
-        def __init__(self, c):
-            self.c = c
-
-        def as_text(self):
-            return self.c.as_text().replace("{1,2}", "{1,3}").replace("{3,6}", "{3,2}")
-
-        def memory_analysis(self):
-            return self.c.memory_analysis()
 
     def fake(*a, **k):
         c, s, d, log = real(*a, **k)
@@ -95,19 +101,6 @@ def test_xla_wrong_data_is_reported(monkeypatch):
 
 def test_xla_interpreter_disagreement_is_an_adapter_error(monkeypatch):
     real = xla.compile_reshard
-
-    class Tampered:
-        def __init__(self, c):
-            self.c = c
-
-        def as_text(self):
-            return self.c.as_text().replace("{1,2}", "{1,3}").replace("{3,6}", "{3,2}")
-
-        def memory_analysis(self):
-            return self.c.memory_analysis()
-
-        def __call__(self, x):
-            return self.c(x)
 
     monkeypatch.setattr(xla, "compile_reshard", lambda *a, **k: (Tampered(real(*a, **k)[0]),) + real(*a, **k)[1:])
     r = xla.xla_plan(XYZ, T("[8{x}16, 16]", XYZ), T("[8{z}16, 16]", XYZ))
