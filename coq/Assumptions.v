@@ -1,6 +1,6 @@
 (** Every exported theorem, for `make proofs`: each must print
     "Closed under the global context". *)
-From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Synth.
+From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Synth Traffic Refine.
 
 Print Assumptions apply_spec.
 Print Assumptions step_wf.
@@ -23,3 +23,8 @@ Print Assumptions normal_form_peak.
 Print Assumptions synthesize_guaranteed.
 Print Assumptions synthesize_guaranteed_pow2.
 Print Assumptions synthesize_guaranteed_prime.
+Print Assumptions ndevices_rmesh.
+Print Assumptions refine_wf.
+Print Assumptions refine_size.
+Print Assumptions refine_gindex.
+Print Assumptions refine_local.
