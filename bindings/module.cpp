@@ -26,6 +26,7 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "The extracted, verified core of verishard (see coq/theories).";
   vs_init();
   m.def("check", [](const std::vector<long> &a) { return forward("vs_check", a); });
+  m.def("plan", [](const std::vector<long> &a) { return forward("vs_plan", a); });
   m.def("synthesize", [](const std::vector<long> &a) { return forward("vs_synthesize", a); });
   m.def("blocks", [](const std::vector<long> &a) { return forward("vs_blocks", a); });
   m.def("permute", [](const std::vector<long> &a) { return forward("vs_permute", a); });

@@ -1,6 +1,6 @@
 (** Every exported theorem, for `make proofs`: each must print
     "Closed under the global context". *)
-From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Synth Traffic Refine.
+From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Synth Traffic Trafficproof Refine Factor Exec Pipeline Pipelineproof.
 
 Print Assumptions apply_spec.
 Print Assumptions step_wf.
@@ -28,3 +28,13 @@ Print Assumptions refine_wf.
 Print Assumptions refine_size.
 Print Assumptions refine_gindex.
 Print Assumptions refine_local.
+Print Assumptions factors_prod.
+Print Assumptions factors_prime.
+Print Assumptions exec_correct.
+Print Assumptions check_exec.
+Print Assumptions plan_spec.
+Print Assumptions from_others_le_recv.
+Print Assumptions recv_worst_device.
+Print Assumptions recv_max.
+Print Assumptions accepted_traffic_need.
+Print Assumptions accepted_traffic_lower_bound.

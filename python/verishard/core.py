@@ -93,20 +93,79 @@ def check(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]
         ints += c.encode(mesh)
     out = _call(_core.check, ints)
     if out[0] == 1:
-        step, code, detail = out[1], out[2], out[3]
-        key, template = REASONS[code]
-        name = mesh.part_name(detail) if key == "axis_in_use" and detail < len(mesh.parts) else detail
-        why = template.format(detail=detail, name=name)
-        where = "the problem itself" if step == 0 else f"step {step} ({plan[step - 1]})"
-        if key == "wrong_result":
-            where = f"step {step}" if step else "the empty plan"
-        raise PlanError(f"{where}: {why}", step=step, reason=key)
+        _raise_rejection(mesh, out, plan)
     peak, s = out[1], out[2]
     pos, types = 3, []
     for _ in range(s + 1):
         t, pos = ArrayType.decode(mesh, out, pos)
         types.append(t)
     return CheckOk(peak, tuple(types), tuple(out[pos:pos + s]))
+
+
+def _raise_rejection(mesh: Mesh, out: Sequence[int], plan: Sequence[Collective]) -> None:
+    """Raise the :class:`PlanError` for the core's answer ``[1, step, reason, detail]``."""
+    step, code, detail = out[1], out[2], out[3]
+    key, template = REASONS[code]
+    name = mesh.part_name(detail) if key == "axis_in_use" and detail < len(mesh.parts) else detail
+    why = template.format(detail=detail, name=name)
+    where = "the problem itself" if step == 0 else f"step {step} ({plan[step - 1]})"
+    if key == "wrong_result":
+        where = f"step {step}" if step else "the empty plan"
+    raise PlanError(f"{where}: {why}", step=step, reason=key)
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """What ``Pipeline.plan_problem`` returns in one call: the plan over the
+    partial refinement ``mesh`` of the user's mesh it runs on, the types
+    along it (source first), the checker's per-step received elements and
+    peak, and the transfer lower bound (``Traffic.lower_bound``).
+
+    >>> from verishard import Mesh, ArrayType
+    >>> m = Mesh.parse("x=2,y=4")
+    >>> r = plan(m, ArrayType.parse("[2{x}4]", m), ArrayType.parse("[1{y}4]", m))
+    >>> r.mesh, r.collectives, r.peak, r.lower_bound
+    ({x:2, y:2*2}, (DynSlice(dim=0, axes=('y.0',)), AllPermute(target=[1{y}4])), 2, 1)
+    """
+
+    mesh: Mesh
+    collectives: tuple[Collective, ...]
+    types: tuple[ArrayType, ...]
+    received: tuple[int, ...]
+    peak: int
+    lower_bound: int
+
+
+def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
+    """Plan with the verified pipeline (``Pipeline.plan_problem``: refine,
+    synthesize, re-express, validate) in one crossing; see ``Pipelineproof.plan_spec``."""
+    _same_mesh(mesh, src, dst)
+    out = _call(_core.plan, mesh.encode() + src.encode() + dst.encode() + [1])
+    if out[0] == 1:
+        _raise_rejection(mesh, out, [])
+    k, pos, split = out[1], 2, []
+    for _ in range(k):
+        n = out[pos]
+        split.append(out[pos + 1:pos + 1 + n])
+        pos += 1 + n
+    axes, u = [], 0
+    for name, factors in mesh.axes:
+        sizes = []
+        for _ in factors:
+            sizes += split[u]
+            u += 1
+        axes.append((name, tuple(sizes)))
+    coarse = Mesh(tuple(axes))
+    peak, lower, s = out[pos], out[pos + 1], out[pos + 2]
+    pos += 3
+    plan_, types = [], []
+    for _ in range(s):
+        c, pos = Collective.decode(coarse, out, pos)
+        plan_.append(c)
+    for _ in range(s + 1):
+        t, pos = ArrayType.decode(coarse, out, pos)
+        types.append(t)
+    return PlanReport(coarse, tuple(plan_), tuple(types), tuple(out[pos:pos + s]), peak, lower)
 
 
 def synthesize(mesh: Mesh, src: ArrayType, dst: ArrayType) -> tuple[bool, list[Collective]]:

@@ -66,7 +66,7 @@ class Plan:
       step  collective       type after  local size  received/device
          0  (source)         [2{x}4]              2                0
          1  AllGather(0, x)  [4]                  4                2
-    peak 4 elements/device; bound max(2, 4) = 4 (guaranteed by Synth.synthesize_memory)
+    peak 4 elements/device; bound max(2, 4) = 4 (guaranteed by Pipelineproof.plan_spec)
     traffic 2 elements/device; lower bound 2 (ratio 1.00)
     >>> len(p), p.guaranteed
     (1, True)
@@ -78,6 +78,7 @@ class Plan:
     steps: tuple[Step, ...]
     peak: int
     guaranteed: bool | None = None
+    core_lower_bound: int | None = None
 
     @property
     def collectives(self) -> tuple[Collective, ...]:
@@ -122,6 +123,8 @@ class Plan:
         >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").lower_bound
         2
         """
+        if self.core_lower_bound is not None:
+            return self.core_lower_bound
         return int(transfer_lower_bounds(self.src, self.dst).max())
 
     @property
@@ -203,7 +206,7 @@ def _guarantee_note(guaranteed: bool | None) -> str:
     if guaranteed is None:
         return ""
     if guaranteed:
-        return " (guaranteed by Synth.synthesize_memory)"
+        return " (guaranteed by Pipelineproof.plan_spec)"
     return " (NOT guaranteed: fallback plan)"
 
 
@@ -249,27 +252,30 @@ def check(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str,
 
 
 def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> Plan:
-    """Synthesize a redistribution with the verified synthesizer and check it.
+    """Plan a redistribution with the verified pipeline, in one call into the core.
 
-    The synthesizer runs over the refined mesh (every axis split into prime
-    factors); the plan is then expressed over the user's mesh, splitting only
-    the axes it really acts on in parts, and checked again there.
+    ``Pipeline.plan_problem`` refines the mesh into prime sub-axes,
+    synthesizes there, re-expresses the plan over the user's mesh with an
+    axis split into sub-axes only where the plan needs one, and validates it
+    there; ``Pipelineproof.plan_spec`` proves the result correct, within
+    ``max(size(src), size(dst))`` and in normal form, for every valid problem.
 
     >>> p = plan("x=2,y=4", "[2{x}4]", "[1{y}4]")
     >>> str(p.mesh), [str(c) for c in p.collectives], p.peak
     ('{x:2, y:2*2}', ['DynSlice(0, y.0)', 'AllPermute([1{y}4])'], 2)
     """
     mesh, src, dst = _problem(mesh, src, dst)
-    fine = mesh.refined()
-    guaranteed, raw = core.synthesize(fine, src.refined(), dst.refined())
-    return express(mesh, src, dst, fine, raw, guaranteed)
+    r = core.plan(mesh, src, dst)
+    steps = tuple(Step(c, t, n) for c, t, n in zip(r.collectives, r.types[1:], r.received))
+    return Plan(r.mesh, r.types[0], r.types[-1], steps, r.peak, True, r.lower_bound)
 
 
 def express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine: Mesh,
             raw: Sequence[Collective], guaranteed: bool | None) -> Plan:
-    """Rewrite a plan over ``fine = mesh.refined()`` over the coarsest mesh
-    between the two that can express it, and check it there with the
-    verified checker.
+    """Rewrite another planner's plan over ``fine = mesh.refined()`` over the
+    coarsest mesh between the two that can express it, and check it there
+    with the verified checker (the cross-check's reader of foreign plans;
+    our own plans come re-expressed and validated from the core).
 
     >>> m = Mesh.parse("x=2,y=4")
     >>> fine = m.refined()

@@ -1,0 +1,127 @@
+(** The one call the user's plan comes from: refine the mesh into prime
+    sub-axes, synthesize there, re-express the plan over the coarsest
+    partial refinement that carries it, and validate it there. The
+    re-expression is translation-validated: what is returned has passed
+    [validate] over its own mesh, and the fully refined plan, which always
+    passes ([synthesize_guaranteed_prime]), is the fallback. The end-to-end
+    guarantee is [plan_spec] in [Pipelineproof.v]. *)
+From Coq Require Import List Arith Lia Bool.
+From VS Require Import Prelude Mesh Types Rules Checker Synth Factor Refine.
+Import ListNotations.
+
+(** Sub-axis sizes of an axis of size [n]: its prime factors; [n] itself
+    when [n] is 0 or 1 (every axis keeps at least one sub-axis). *)
+Definition pfactors (n : nat) : list nat := if n <=? 1 then [n] else factors n.
+
+(** Every axis split into primes. *)
+Definition prime_split (m : mesh) : split := map pfactors m.
+
+(** Only the axes in [sp] split into primes. *)
+Definition part_split (m : mesh) (sp : list nat) : split :=
+  map (fun a => if memb a sp then pfactors (asize m a) else [asize m a]) (seq 0 (length m)).
+
+(** For every sub-axis of [part_split m sp]: its id, the prime sub-axes it
+    stands for, and the axis of [m] it belongs to. *)
+Definition coarse_table (m : mesh) (sp : list nat) : list (nat * list nat * nat) :=
+  let ps := part_split m sp in
+  let ff := prime_split m in
+  flat_map (fun a =>
+    if memb a sp
+    then map (fun k => (offs ps a + k, [offs ff a + k], a)) (seq 0 (length (nth a ff [])))
+    else [(offs ps a, grp ff a, a)]) (seq 0 (length m)).
+
+(** Read a list of prime sub-axes as sub-axes of the partial refinement;
+    [Err (Some a)] when axis [a] must be split further to express it. *)
+Fixpoint coarse_axes (tbl : list (nat * list nat * nat)) (fuel : nat) (l : list nat)
+  : result (option nat) (list nat) :=
+  match l with
+  | [] => Ok []
+  | j :: _ =>
+      match fuel with
+      | 0 => Err None
+      | S f =>
+          match find (fun e => match snd (fst e) with j' :: _ => j' =? j | [] => false end) tbl with
+          | None => Err None
+          | Some (q, g, a) =>
+              if nat_list_eqb (firstn (length g) l) g
+              then match coarse_axes tbl f (skipn (length g) l) with
+                   | Ok r => Ok (q :: r)
+                   | Err e => Err e
+                   end
+              else Err (Some a)
+          end
+      end
+  end.
+
+Definition coarse_ax (tbl : list (nat * list nat * nat)) (l : list nat) := coarse_axes tbl (length l) l.
+
+Fixpoint coarse_dims (tbl : list (nat * list nat * nat)) (t : atype) : result (option nat) atype :=
+  match t with
+  | [] => Ok []
+  | D :: t' =>
+      match coarse_ax tbl (axes D), coarse_dims tbl t' with
+      | Ok A, Ok u => Ok (mkdim A (gsize D) :: u)
+      | Err e, _ | _, Err e => Err e
+      end
+  end.
+
+Definition coarse_coll (tbl : list (nat * list nat * nat)) (c : coll) : result (option nat) coll :=
+  match c with
+  | AllGather d xs => match coarse_ax tbl xs with Ok ys => Ok (AllGather d ys) | Err e => Err e end
+  | DynSlice d xs => match coarse_ax tbl xs with Ok ys => Ok (DynSlice d ys) | Err e => Err e end
+  | AllToAll d e xs => match coarse_ax tbl xs with Ok ys => Ok (AllToAll d e ys) | Err x => Err x end
+  | AllPermute t => match coarse_dims tbl t with Ok u => Ok (AllPermute u) | Err e => Err e end
+  end.
+
+Fixpoint coarse_plan (tbl : list (nat * list nat * nat)) (p : plan) : result (option nat) plan :=
+  match p with
+  | [] => Ok []
+  | c :: p' =>
+      match coarse_coll tbl c, coarse_plan tbl p' with
+      | Ok c', Ok q => Ok (c' :: q)
+      | Err e, _ | _, Err e => Err e
+      end
+  end.
+
+(** Split, one axis at a time, only the axes the plan needs split. *)
+Fixpoint coarsen (m : mesh) (p : plan) (fuel : nat) (sp : list nat) : option (list nat * plan) :=
+  match fuel with
+  | 0 => None
+  | S f =>
+      match coarse_plan (coarse_table m sp) p with
+      | Ok q => Some (sp, q)
+      | Err (Some a) => if memb a sp then None else coarsen m p f (a :: sp)
+      | Err None => None
+      end
+  end.
+
+(** The problem's own errors, as the checker reports them (step 0). *)
+Definition problem_error (m : mesh) (src dst : atype) : option error :=
+  if negb (wf_meshb m) then Some BadMesh else
+  if negb (wfb m src) then Some BadSource else
+  if negb (wfb m dst) then Some BadDest else
+  if negb (nat_list_eqb (map gsize src) (map gsize dst)) then Some GlobalShapeMismatch else None.
+
+(** The plan, with the refinement it runs over and the checker's report. *)
+Definition plan_problem (m : mesh) (src dst : atype) : result (nat * error) (split * plan * report) :=
+  match problem_error m src dst with
+  | Some e => Err (0, e)
+  | None =>
+      let ff := prime_split m in
+      let sf := rtype ff src in
+      let df := rtype ff dst in
+      let pf := snd (synthesize (rmesh ff) sf df) in
+      let fine := match validate (rmesh ff) sf df pf with
+                  | Some r => Ok (ff, pf, r)
+                  | None => Err (0, WrongResult)   (* never: [plan_spec] *)
+                  end in
+      match coarsen m pf (S (length m)) [] with
+      | Some (sp, p) =>
+          let ps := part_split m sp in
+          match validate (rmesh ps) (rtype ps src) (rtype ps dst) p with
+          | Some r => Ok (ps, p, r)
+          | None => fine
+          end
+      | None => fine
+      end
+  end.

@@ -1,0 +1,140 @@
+(** The end-to-end guarantee of [plan_problem]: on every valid problem it
+    returns a plan over a refinement of the user's mesh (same devices, same
+    ranks, same data) that the checker accepts, that moves the source
+    distribution of every global array to its target distribution, that
+    never holds more than [max(size src, size dst)] elements per device,
+    and that is in normal form. *)
+From Coq Require Import List Arith Lia Bool.
+From VS Require Import Prelude Mesh Types Rules Checker Semantics Synth Factor Refine Exec Pipeline.
+Import ListNotations.
+
+Lemma pfactors_prod : forall n, prod (pfactors n) = n.
+Proof.
+  intros n. unfold pfactors. destruct (Nat.leb_spec n 1) as [Hn|Hn].
+  - unfold prod. simpl. lia.
+  - apply factors_prod. lia.
+Qed.
+
+Lemma pfactors_prime : forall n e, 0 < n -> In e (pfactors n) -> e = 1 \/ is_prime e.
+Proof.
+  intros n e Hn He. unfold pfactors in He. destruct (Nat.leb_spec n 1) as [Hle|Hgt].
+  - left. destruct He as [<-|[]]. lia.
+  - right. eapply factors_prime; eauto.
+Qed.
+
+Lemma prime_split_splits : forall m, splits m (prime_split m).
+Proof.
+  intros m. unfold splits, prime_split. rewrite map_map.
+  erewrite map_ext; [apply map_id|]. intros n. apply pfactors_prod.
+Qed.
+
+Lemma part_split_splits : forall m sp, splits m (part_split m sp).
+Proof.
+  intros m sp. unfold splits, part_split. rewrite map_map.
+  erewrite map_ext; [apply map_nth_seq|].
+  intros a. destruct (memb a sp); [apply pfactors_prod|]. unfold prod. simpl. apply Nat.mul_1_r.
+Qed.
+
+(** Every sub-axis of the prime refinement has size 1 or a prime. *)
+Lemma prime_split_prime : forall m a, wf_mesh m -> a < length (rmesh (prime_split m)) ->
+  asize (rmesh (prime_split m)) a = 1 \/ is_prime (asize (rmesh (prime_split m)) a).
+Proof.
+  intros m a Hm Ha. unfold asize. set (x := nth a (rmesh (prime_split m)) 1).
+  assert (Hx : In x (rmesh (prime_split m))) by (apply nth_In; exact Ha).
+  unfold rmesh, prime_split in Hx. apply in_concat in Hx as [f [Hf Hxf]].
+  apply in_map_iff in Hf as [n [<- Hn]]. apply (pfactors_prime n); auto.
+  apply wf_meshb_spec in Hm. unfold wf_meshb in Hm. rewrite forallb_forall in Hm.
+  apply Nat.ltb_lt, Hm, Hn.
+Qed.
+
+Lemma problem_error_none : forall m src dst, valid_problem m src dst -> problem_error m src dst = None.
+Proof.
+  intros m src dst [Hs [Hd Hg]]. unfold problem_error.
+  assert (Hm : wf_meshb m = true) by (apply wf_meshb_spec, Hs).
+  apply wfb_spec in Hs, Hd. rewrite Hm, Hs, Hd. cbn [negb].
+  replace (nat_list_eqb (map gsize src) (map gsize dst)) with true by (symmetry; apply nat_list_eqb_spec; auto).
+  reflexivity.
+Qed.
+
+Lemma refine_valid_problem : forall m fs src dst, splits m fs -> valid_problem m src dst ->
+  valid_problem (rmesh fs) (rtype fs src) (rtype fs dst).
+Proof.
+  intros m fs src dst Hs [Hsrc [Hdst Hg]]. split; [|split]; try (apply (refine_wf m); auto).
+  rewrite !refine_gsizes. exact Hg.
+Qed.
+
+(** What [plan_problem] returns always passed [validate] over its mesh. *)
+Lemma plan_problem_validated : forall m src dst, valid_problem m src dst ->
+  exists fs p r, plan_problem m src dst = Ok (fs, p, r) /\ splits m fs /\
+    validate (rmesh fs) (rtype fs src) (rtype fs dst) p = Some r.
+Proof.
+  intros m src dst Hv. unfold plan_problem. rewrite problem_error_none by exact Hv.
+  set (ff := prime_split m).
+  assert (Hff : splits m ff) by apply prime_split_splits.
+  assert (Hvf := refine_valid_problem m ff src dst Hff Hv).
+  assert (Hg : fst (synthesize (rmesh ff) (rtype ff src) (rtype ff dst)) = true).
+  { apply synthesize_guaranteed_prime; auto. intros a Ha. apply prime_split_prime; auto.
+    destruct Hv as [[Hm _] _]. exact Hm. }
+  destruct (synthesize_true _ _ _ Hg) as [rf Hrf].
+  set (pf := snd (synthesize (rmesh ff) (rtype ff src) (rtype ff dst))) in *.
+  destruct (coarsen m pf (S (length m)) []) as [[sp p]|].
+  - destruct (validate (rmesh (part_split m sp)) (rtype (part_split m sp) src) (rtype (part_split m sp) dst) p)
+      as [r|] eqn:Hr.
+    + exists (part_split m sp), p, r. split; [reflexivity|]. split; [apply part_split_splits|exact Hr].
+    + rewrite Hrf. exists ff, pf, rf. auto.
+  - rewrite Hrf. exists ff, pf, rf. auto.
+Qed.
+
+Lemma refine_in_range : forall m fs t i, splits m fs -> wf m t ->
+  in_range m t i -> in_range (rmesh fs) (rtype fs t) i.
+Proof.
+  intros m fs t i Hs Ht Hi. apply in_range_iff in Hi as [Hl Hk]. apply in_range_iff.
+  unfold rtype. rewrite map_length. split; auto. intros j Hj.
+  rewrite (nth_indep _ dflt (rdim fs dflt)) by (rewrite map_length; auto). rewrite map_nth.
+  rewrite (refine_lsize m); auto. intros a Ha. apply (wf_axes_range m t (nth j t dflt)); auto.
+  apply nth_In; auto.
+Qed.
+
+(** The end-to-end theorem. For every valid problem, [plan_problem] returns
+    a split [fs] of the user's mesh, a plan [p] and a report [r] such that:
+    the checker accepts [p] over the refined mesh with report [r]; the
+    device of each rank starts with exactly its source block of any global
+    array [A], and executing [p] by the data semantics leaves it exactly its
+    target block; every type along the plan, hence the peak, is at most
+    [max(size src, size dst)]; and [p] is in normal form, its slices adding
+    only axes the target uses and its gathers removing only axes it does not. *)
+Theorem plan_spec : forall m src dst, valid_problem m src dst ->
+  exists fs p r, plan_problem m src dst = Ok (fs, p, r) /\
+    splits m fs /\ ndevices (rmesh fs) = ndevices m /\
+    check (rmesh fs) (rtype fs src) (rtype fs dst) p = Ok r /\
+    (forall V (A : list nat -> V) n i, n < ndevices m ->
+       local A (rmesh fs) (rtype fs src) (coords_of_rank (rmesh fs) n) i = local A m src (coords_of_rank m n) i) /\
+    (forall V (A : list nat -> V) n i, n < ndevices m -> in_range m dst i ->
+       exec (rmesh fs) (rtype fs src) p (local A (rmesh fs) (rtype fs src)) (coords_of_rank (rmesh fs) n) i
+       = local A m dst (coords_of_rank m n) i) /\
+    Forall (fun t => size (rmesh fs) t <= bound m src dst) (types r) /\
+    peak r <= bound m src dst /\
+    normal_form p /\ Forall (axes_ok_prop (rtype fs dst)) p.
+Proof.
+  intros m src dst Hv. destruct (plan_problem_validated m src dst Hv) as [fs [p [r [Hpp [Hs Hval]]]]].
+  exists fs, p, r. pose proof Hv as [Hsrc [Hdst Hgs]].
+  assert (Hm : wf_mesh m) by apply Hsrc.
+  apply validate_spec in Hval as [Hc [Hpk [Hnf Hax]]].
+  assert (Hbound : bound (rmesh fs) (rtype fs src) (rtype fs dst) = bound m src dst).
+  { unfold bound. rewrite !(refine_size m) by auto. reflexivity. }
+  rewrite Hbound in Hpk.
+  split; [exact Hpp|]. split; [exact Hs|]. split; [apply (ndevices_rmesh m); auto|].
+  split; [exact Hc|]. split.
+  { intros V A n i Hn. apply (refine_local V A m); auto. }
+  split.
+  { intros V A n i Hn Hi.
+    rewrite (check_exec V A _ _ _ _ _ Hc).
+    - apply (refine_local V A m); auto.
+    - apply coords_of_rank_valid, (wf_rmesh m); auto.
+    - apply (refine_in_range m); auto. }
+  split.
+  { apply Forall_forall. intros t Ht. apply check_ok_iff in Hc as [_ [_ [_ Hp]]].
+    pose proof (peak_of_ge (rmesh fs) (types r) t Ht). lia. }
+  split; [exact Hpk|]. split; [apply nf_slices_spec; auto|].
+  apply Forall_forall. intros c Hcin. apply axes_ok_spec. rewrite forallb_forall in Hax. auto.
+Qed.
