@@ -6,9 +6,10 @@ source/target pairs are planned three ways:
   core     the extracted synthesizer through the binding, on pre-encoded
            refined inputs (`verishard._core.synthesize`): the verified planner's
            own cost plus one Python->OCaml call;
-  plan()   the full public path `verishard.plan(mesh, src, dst)`: refinement,
-           synthesis, expression over the coarsest mesh, and a second run of
-           the verified checker on the result;
+  plan()   the full public path `verishard.plan(mesh, src, dst)`: one call
+           into the verified pipeline (`Pipeline.plan_problem`: refinement,
+           synthesis, re-expression over the coarsest mesh, validation) and
+           decoding its report into Python objects;
   naive    a plain-Python gather-every-axis-then-slice planner that builds the
            same collective objects (no checking): the baseline.
 

@@ -139,6 +139,11 @@ let plan_fn a =
        List.iter (Buffer.add_int buf) r.received);
   finish buf
 
+let lower_bound_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_type next in let dst = read_type next in
+  [| lower_bound m src dst |]
+
 (* Exceptions become a message for the C side, never a crash. *)
 let guard f a = try f a with
   | Bad_input msg -> failwith ("bad input to the verified core: " ^ msg)
@@ -148,6 +153,7 @@ let guard f a = try f a with
 let () =
   Callback.register "vs_check" (guard check_fn);
   Callback.register "vs_plan" (guard plan_fn);
+  Callback.register "vs_lower_bound" (guard lower_bound_fn);
   Callback.register "vs_synthesize" (guard synthesize_fn);
   Callback.register "vs_blocks" (guard blocks_fn);
   Callback.register "vs_permute" (guard permute_fn);

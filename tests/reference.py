@@ -1,5 +1,5 @@
 """An independent, plain-Python reference of the redistribution model
-(/work/shared/spec/model.md). It does not import verishard; everything works
+(docs/model.md). It does not import verishard; everything works
 on plain tuples over the flat mesh of parts:
 
     mesh        n = (n_0, ..., n_{k-1})                 part sizes; axis ids are indices

@@ -179,7 +179,7 @@ def test_check_rejects_wrong_claims(tmp_path, field, value):
     ('{"mesh": "x=2", "src": "[2{z}4]", "dst": "[4]", "steps": []}', "unknown axis 'z'"),
     ('{"mesh": "x=2", "src": "[2{x}4]", "dst": "[4]", "steps": [{"op": "exec"}]}', "unknown collective op 'exec'"),
     ('{"mesh": "x=2", "src": "[2{x}4]", "dst": "[4]", "steps": [{"op": "all_gather", "dim": -1, "axes": ["x"]}]}',
-     "dimension -1 is negative"),
+     "dimension -1 of AllGather is negative"),
     ('{"mesh": 2, "src": "[2{x}4]", "dst": "[4]", "steps": []}', "must be strings"),
     ('{"mesh": "x=2", "src": "[2{x}4]", "dst": "[4]", "steps": [{"op": "all_gather", "dim": 1e400, "axes": []}]}',
      "not an integer"),

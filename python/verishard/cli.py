@@ -50,7 +50,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import ParseError, PlanError, ShardingError, VerishardError, show
-from .mesh import MAX_DIGITS, Mesh
+from .limits import MAX_DEVICES, check_int
+from .mesh import MAX_DIGITS, Mesh, parse_int
 from .sharding import ArrayType
 
 __all__ = ["main", "SCHEMA", "dumps", "plan_document", "guarantees", "check_document", "load_plan_file", "DEMO_CASES"]
@@ -621,6 +622,22 @@ _PLAN_EXAMPLES = """examples:
 notations: docs/types.md, docs/jax.md, docs/dtensor.md; reading the output: docs/reading-a-plan.md"""
 
 
+def _nranks(text: str) -> int:
+    """``--nranks``: a device count, 1 to 2**20.
+
+    >>> _nranks("8")
+    8
+    >>> _nranks(str(2**70))
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: --nranks 1180591620717411303424 is too large (at most 2**20)
+    """
+    try:
+        return check_int(parse_int(text, "--nranks"), "--nranks", low=1, high=MAX_DEVICES, error=UsageError)
+    except VerishardError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (its ``error`` raises :class:`UsageError`).
 
@@ -655,7 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", parents=[common], help="plan and check a dozen redistributions (make demo)",
                        description="Plan and check a dozen instructive redistributions, then run the MPI demo.")
     d.add_argument("--no-mpi", action="store_true", help="skip the MPI runtime demo")
-    d.add_argument("--nranks", type=int, default=8, help="MPI ranks for the runtime demo (default 8)")
+    d.add_argument("--nranks", type=_nranks, default=8, help="MPI ranks for the runtime demo (default 8)")
     return parser
 
 

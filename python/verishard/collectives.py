@@ -13,27 +13,15 @@ resolved to mesh parts only when encoding.
 
 from __future__ import annotations
 
-import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import ParseError, PlanError, ShardingError, VerishardError, show
+from .limits import check_int
 from .mesh import Mesh
 from .sharding import ArrayType
-
-
-def _dim(value: object, what: str) -> int:
-    if isinstance(value, bool):
-        raise PlanError(f"{what} {value!r} is not an integer")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise PlanError(f"{what} {value!r} is not an integer") from None
-    if v < 0:
-        raise PlanError(f"{what} {v} is negative")
-    return v
 
 
 def _axes(value: object) -> tuple[str, ...]:
@@ -214,7 +202,7 @@ class AllGather(Collective):
     axes: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dim", _dim(self.dim, "dimension"))
+        object.__setattr__(self, "dim", check_int(self.dim, "dimension", type(self).__name__))
         object.__setattr__(self, "axes", _axes(self.axes))
 
     def encode(self, mesh: Mesh) -> list[int]:
@@ -250,7 +238,7 @@ class DynSlice(Collective):
     axes: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dim", _dim(self.dim, "dimension"))
+        object.__setattr__(self, "dim", check_int(self.dim, "dimension", type(self).__name__))
         object.__setattr__(self, "axes", _axes(self.axes))
 
     def encode(self, mesh: Mesh) -> list[int]:
@@ -287,8 +275,8 @@ class AllToAll(Collective):
     axes: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "src_dim", _dim(self.src_dim, "source dimension"))
-        object.__setattr__(self, "dst_dim", _dim(self.dst_dim, "target dimension"))
+        object.__setattr__(self, "src_dim", check_int(self.src_dim, "source dimension", "AllToAll"))
+        object.__setattr__(self, "dst_dim", check_int(self.dst_dim, "target dimension", "AllToAll"))
         object.__setattr__(self, "axes", _axes(self.axes))
 
     def encode(self, mesh: Mesh) -> list[int]:

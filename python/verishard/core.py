@@ -119,13 +119,13 @@ class PlanReport:
     """What ``Pipeline.plan_problem`` returns in one call: the plan over the
     partial refinement ``mesh`` of the user's mesh it runs on, the types
     along it (source first), the checker's per-step received elements and
-    peak, and the transfer lower bound (``Traffic.lower_bound``).
+    peak.
 
     >>> from verishard import Mesh, ArrayType
     >>> m = Mesh.parse("x=2,y=4")
     >>> r = plan(m, ArrayType.parse("[2{x}4]", m), ArrayType.parse("[1{y}4]", m))
-    >>> r.mesh, r.collectives, r.peak, r.lower_bound
-    ({x:2, y:2*2}, (DynSlice(dim=0, axes=('y.0',)), AllPermute(target=[1{y}4])), 2, 1)
+    >>> r.mesh, r.collectives, r.peak
+    ({x:2, y:2*2}, (DynSlice(dim=0, axes=('y.0',)), AllPermute(target=[1{y}4])), 2)
     """
 
     mesh: Mesh
@@ -133,14 +133,13 @@ class PlanReport:
     types: tuple[ArrayType, ...]
     received: tuple[int, ...]
     peak: int
-    lower_bound: int
 
 
 def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     """Plan with the verified pipeline (``Pipeline.plan_problem``: refine,
     synthesize, re-express, validate) in one crossing; see ``Pipelineproof.plan_spec``."""
     _same_mesh(mesh, src, dst)
-    out = _call(_core.plan, mesh.encode() + src.encode() + dst.encode() + [1])
+    out = _call(_core.plan, mesh.encode() + src.encode() + dst.encode() + [0])
     if out[0] == 1:
         _raise_rejection(mesh, out, [])
     k, pos, split = out[1], 2, []
@@ -156,7 +155,7 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
             u += 1
         axes.append((name, tuple(sizes)))
     coarse = Mesh(tuple(axes))
-    peak, lower, s = out[pos], out[pos + 1], out[pos + 2]
+    peak, s = out[pos], out[pos + 2]
     pos += 3
     plan_, types = [], []
     for _ in range(s):
@@ -165,7 +164,21 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     for _ in range(s + 1):
         t, pos = ArrayType.decode(coarse, out, pos)
         types.append(t)
-    return PlanReport(coarse, tuple(plan_), tuple(types), tuple(out[pos:pos + s]), peak, lower)
+    return PlanReport(coarse, tuple(plan_), tuple(types), tuple(out[pos:pos + s]), peak)
+
+
+def lower_bound(src: ArrayType, dst: ArrayType) -> int:
+    """``Traffic.lower_bound``: the most elements any device needs under ``dst``
+    and does not hold under ``src``; no accepted plan receives less
+    (``Trafficproof.accepted_traffic_lower_bound``).
+
+    >>> from verishard import Mesh, ArrayType
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> lower_bound(ArrayType.parse("[3{x}6]", m), ArrayType.parse("[2{y}6]", m))
+    2
+    """
+    _same_mesh(src.mesh, dst)
+    return _call(_core.lower_bound, src.mesh.encode() + src.encode() + dst.encode())[0]
 
 
 def synthesize(mesh: Mesh, src: ArrayType, dst: ArrayType) -> tuple[bool, list[Collective]]:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from .errors import LimitError, MeshError, ParseError, ShardingError, show
+from .limits import MAX_DEVICES, check_int
 
-MAX_DEVICES = 2**20
 MAX_DIGITS = 30
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -104,10 +104,7 @@ class Mesh:
                 raise MeshError(f"axis {show(name)} has no factors")
             ints = []
             for f in factors:
-                f = _as_int(f, f"size of axis {show(name)}:", MeshError)
-                if f < 1:
-                    raise MeshError(f"size {f} of axis {show(name)} must be at least 1")
-                ints.append(f)
+                ints.append(check_int(f, "size", f"axis {show(name)}", low=1, high=MAX_DEVICES, error=MeshError))
             axes.append((name, tuple(ints)))
         if not axes:
             raise MeshError("empty mesh; a mesh has at least one axis")

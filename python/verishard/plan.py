@@ -78,7 +78,6 @@ class Plan:
     steps: tuple[Step, ...]
     peak: int
     guaranteed: bool | None = None
-    core_lower_bound: int | None = None
 
     @property
     def collectives(self) -> tuple[Collective, ...]:
@@ -118,14 +117,13 @@ class Plan:
 
     @property
     def lower_bound(self) -> int:
-        """The spec's transfer lower bound: the most any device must receive.
+        """The transfer lower bound (``Traffic.lower_bound``, computed by the core):
+        the most any device must receive; no accepted plan's traffic is lower.
 
         >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").lower_bound
         2
         """
-        if self.core_lower_bound is not None:
-            return self.core_lower_bound
-        return int(transfer_lower_bounds(self.src, self.dst).max())
+        return core.lower_bound(self.src, self.dst)
 
     @property
     def traffic_ratio(self) -> float:
@@ -267,7 +265,7 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> Plan:
     mesh, src, dst = _problem(mesh, src, dst)
     r = core.plan(mesh, src, dst)
     steps = tuple(Step(c, t, n) for c, t, n in zip(r.collectives, r.types[1:], r.received))
-    return Plan(r.mesh, r.types[0], r.types[-1], steps, r.peak, True, r.lower_bound)
+    return Plan(r.mesh, r.types[0], r.types[-1], steps, r.peak, True)
 
 
 def express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine: Mesh,

@@ -14,25 +14,14 @@ True
 
 from __future__ import annotations
 
-import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 from .errors import LimitError, ParseError, ShardingError, show
+from .limits import MAX_ELEMENTS, MAX_INDEX, check_int
 from .mesh import MAX_DIGITS, Mesh
-
-MAX_ELEMENTS = 2**50
-
-
-def _int(value: object, what: str) -> int:
-    if isinstance(value, bool):
-        raise ShardingError(f"{what} {value!r} is not an integer")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ShardingError(f"{what} {value!r} is not an integer") from None
 
 
 @dataclass(frozen=True)
@@ -47,14 +36,13 @@ class DimType:
     parts: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "global_size", _int(self.global_size, "global size"))
+        # at least 1 is checked by ArrayType, which can name the dimension
+        object.__setattr__(self, "global_size", check_int(self.global_size, "global size", low=None,
+                                                          high=MAX_ELEMENTS, error=ShardingError))
         parts = self.parts
         if isinstance(parts, (str, bytes)) or not isinstance(parts, Iterable):
             raise ShardingError(f"parts {parts!r} of a dimension must be a sequence of part indices")
-        parts = tuple(_int(p, "part index") for p in parts)
-        for p in parts:
-            if p < 0:
-                raise ShardingError(f"part index {p} is negative")
+        parts = tuple(check_int(p, "part index", high=MAX_INDEX, error=ShardingError) for p in parts)
         object.__setattr__(self, "parts", parts)
 
 
@@ -379,19 +367,29 @@ class ArrayType:
         >>> ArrayType.decode(m, [9, 2, 6, 1, 0, 4, 0], 1)
         ([3{x}6, 4], 7)
         """
-        def get() -> int:
-            nonlocal pos
-            if pos >= len(ints):
-                raise ParseError(f"truncated type encoding at position {pos}")
+        # Only the verified core's answers are decoded, and every type it
+        # reports is well formed (Checker.check_ok_iff, Rules.step_wf), so the
+        # objects are built without re-running the validation above.
+        n, start = len(ints), pos
+        try:
+            r = ints[pos]
             pos += 1
-            return ints[pos - 1]
-
-        r = get()
-        dims = []
-        for _ in range(r):
-            g, m = get(), get()
-            dims.append(DimType(g, tuple(get() for _ in range(m))))
-        return cls(mesh, tuple(dims)), pos
+            dims = []
+            for _ in range(r):
+                g, m = ints[pos], ints[pos + 1]
+                d = object.__new__(DimType)
+                object.__setattr__(d, "global_size", g)
+                object.__setattr__(d, "parts", tuple(ints[pos + 2:pos + 2 + m]))
+                pos += 2 + m
+                dims.append(d)
+        except IndexError:
+            pos = n + 1
+        if pos > n:
+            raise ParseError(f"truncated type encoding at position {start}")
+        t = object.__new__(cls)
+        object.__setattr__(t, "mesh", mesh)
+        object.__setattr__(t, "dims", tuple(dims))
+        return t, pos
 
     def __str__(self) -> str:
         return _render(self.mesh, self.dims)

@@ -1,7 +1,7 @@
 """The simulator backend: every device's local array in one process.
 
 Each collective is implemented literally as the spec's data movement
-(``/work/shared/spec/model.md``, "Data movement"), over groups and device
+(``docs/model.md``, "Data movement"), over groups and device
 bijections computed by the verified core. Per device and per step it records
 bytes sent, bytes received, and bytes held: after the step, and at the peak
 while the step runs, when the step's input and output buffers are both alive
