@@ -38,3 +38,4 @@ Print Assumptions recv_worst_device.
 Print Assumptions recv_max.
 Print Assumptions accepted_traffic_need.
 Print Assumptions accepted_traffic_lower_bound.
+Print Assumptions plan_traffic.

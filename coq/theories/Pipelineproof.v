@@ -5,7 +5,7 @@
     never holds more than [max(size src, size dst)] elements per device,
     and that is in normal form. *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Prelude Mesh Types Rules Checker Semantics Synth Factor Refine Exec Pipeline.
+From VS Require Import Prelude Mesh Types Rules Checker Semantics Synth Factor Refine Exec Traffic Trafficproof Pipeline.
 Import ListNotations.
 
 Lemma pfactors_prod : forall n, prod (pfactors n) = n.
@@ -137,4 +137,41 @@ Proof.
     pose proof (peak_of_ge (rmesh fs) (types r) t Ht). lia. }
   split; [exact Hpk|]. split; [apply nf_slices_spec; auto|].
   apply Forall_forall. intros c Hcin. apply axes_ok_spec. rewrite forallb_forall in Hax. auto.
+Qed.
+
+(** * Traffic of the returned plan *)
+
+Lemma refine_kept : forall m fs src dst r, splits m fs -> wf m src -> wf m dst -> r < ndevices m ->
+  kept (rmesh fs) (rtype fs src) (rtype fs dst) (coords_of_rank (rmesh fs) r) = kept m src dst (coords_of_rank m r).
+Proof.
+  intros m fs src dst r Hs Hsrc Hdst Hr. pose proof Hsrc as [Hm _]. unfold kept, rtype.
+  assert (HS : forall D, In D src -> forall a, In a (axes D) -> a < length m)
+    by (intros D HDin a Ha; apply (wf_axes_range m src D); auto).
+  assert (HD : forall D, In D dst -> forall a, In a (axes D) -> a < length m)
+    by (intros D HDin a Ha; apply (wf_axes_range m dst D); auto).
+  clear Hsrc Hdst. revert dst HD. induction src as [|D src IH]; intros [|E dst] HD; simpl; auto.
+  rewrite !(refine_gidx m), !(refine_lsize m) by (auto; first [apply (HS D); simpl; auto | apply (HD E); simpl; auto]).
+  f_equal. apply IH.
+  - intros D' HD' a Ha. apply (HS D'); simpl; auto.
+  - intros D' HD' a Ha. apply (HD D'); simpl; auto.
+Qed.
+
+Lemma refine_lower_bound : forall m fs src dst, splits m fs -> wf m src -> wf m dst ->
+  lower_bound (rmesh fs) (rtype fs src) (rtype fs dst) = lower_bound m src dst.
+Proof.
+  intros m fs src dst Hs Hsrc Hdst. unfold lower_bound. rewrite (ndevices_rmesh m) by auto.
+  f_equal. apply map_ext_in. intros n Hn. apply in_seq in Hn. unfold need.
+  rewrite (refine_size m), (refine_kept m) by (auto; lia). reflexivity.
+Qed.
+
+(** The plan the user gets receives at least the transfer lower bound of
+    the user's problem (no plan receives less: [accepted_traffic_lower_bound]). *)
+Theorem plan_traffic : forall m src dst fs p r, valid_problem m src dst ->
+  plan_problem m src dst = Ok (fs, p, r) -> lower_bound m src dst <= traffic (received r).
+Proof.
+  intros m src dst fs p r Hv Hpp.
+  destruct (plan_spec m src dst Hv) as [fs' [p' [r' [Hpp' [Hs [_ [Hc _]]]]]]].
+  rewrite Hpp in Hpp'. injection Hpp' as <- <- <-.
+  rewrite <- (refine_lower_bound m fs) by (auto; apply Hv).
+  eapply accepted_traffic_lower_bound; eauto.
 Qed.
