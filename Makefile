@@ -82,6 +82,7 @@ demo: deps all
 
 bench: deps all
 	$(PY) bench/planner.py
+	$(PY) bench/traffic.py
 
 clean:
 	rm -rf build coq/extract $(CORE_SO)
