@@ -11,6 +11,8 @@ whole whenever the plan allows (it falls back to the prime mesh otherwise).
 from __future__ import annotations
 
 import random
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,27 +22,9 @@ from verishard import core
 from verishard.plan import transfer_lower_bounds
 from verishard.runtime import distribute, simulate
 
-
-def random_problem(rng: random.Random):
-    k = rng.randint(1, 3)
-    sizes = [rng.choice([1, 2, 3, 4, 6]) for _ in range(k)]
-    mesh = vs.Mesh(tuple((f"a{i}", s) for i, s in enumerate(sizes)))
-    rank = rng.randint(1, 3)
-    total = 1
-    for s in sizes:
-        total *= s
-
-    def rand_type(shape):
-        axes = list(range(k))
-        rng.shuffle(axes)
-        dims = [[] for _ in range(rank)]
-        for a in axes:
-            if rng.random() < 0.6:
-                dims[rng.randrange(rank)].append(a)
-        return [(g, tuple(mesh.resolve(f"a{a}")[0] for a in d)) for g, d in zip(shape, dims)]
-
-    shape = [rng.choice([1, 2, 3]) * total for _ in range(rank)]
-    return mesh, vs.ArrayType(mesh, rand_type(shape)), vs.ArrayType(mesh, rand_type(shape))
+# the problems of bench/traffic.py, so the benchmark's generator is the one tested
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from traffic import random_problem  # noqa: E402
 
 
 CASES = [random_problem(random.Random(seed)) for seed in range(150)]
