@@ -116,14 +116,12 @@ let movement_fn a =
   let t' = read_type next in
   Array.of_list (movement m t op t')
 
-(* The one planning call: [Pipeline.plan_problem], plus [Traffic.lower_bound]
-   when the last input is 1. Answer: [1; step; reason; detail] on error, else
-   [0; k; (len; sizes..) for each of the k parts (the split); peak; lower bound
-   (0 if not asked); s; s collectives; s+1 types; s received counts]. *)
+(* The one planning call, [Pipeline.plan_problem]. Answer: [1; step; reason;
+   detail] on error, else [0; k; (len; sizes..) for each of the k parts (the
+   split); peak; s; s collectives; s+1 types; s received counts]. *)
 let plan_fn a =
   let next = reader a in
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
-  let want_lb = next () = 1 in
   let buf = Buffer.create () in
   (match plan_problem m src dst with
    | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
@@ -132,7 +130,6 @@ let plan_fn a =
        Buffer.add_int buf (List.length fs);
        List.iter (fun f -> Buffer.add_int buf (List.length f); List.iter (Buffer.add_int buf) f) fs;
        Buffer.add_int buf r.peak;
-       Buffer.add_int buf (if want_lb then lower_bound m src dst else 0);
        Buffer.add_int buf (List.length p);
        List.iter (put_coll buf) p;
        List.iter (put_type buf) r.types;

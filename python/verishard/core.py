@@ -139,7 +139,7 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     """Plan with the verified pipeline (``Pipeline.plan_problem``: refine,
     synthesize, re-express, validate) in one crossing; see ``Pipelineproof.plan_spec``."""
     _same_mesh(mesh, src, dst)
-    out = _call(_core.plan, mesh.encode() + src.encode() + dst.encode() + [0])
+    out = _call(_core.plan, mesh.encode() + src.encode() + dst.encode())
     if out[0] == 1:
         _raise_rejection(mesh, out, [])
     k, pos, split = out[1], 2, []
@@ -155,8 +155,8 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
             u += 1
         axes.append((name, tuple(sizes)))
     coarse = Mesh(tuple(axes))
-    peak, s = out[pos], out[pos + 2]
-    pos += 3
+    peak, s = out[pos], out[pos + 1]
+    pos += 2
     plan_, types = [], []
     for _ in range(s):
         c, pos = Collective.decode(coarse, out, pos)

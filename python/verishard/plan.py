@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
-
-import numpy as np
 
 from . import core
 from .collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice
@@ -115,7 +114,7 @@ class Plan:
         """
         return sum(s.received for s in self.steps)
 
-    @property
+    @cached_property
     def lower_bound(self) -> int:
         """The transfer lower bound (``Traffic.lower_bound``, computed by the core):
         the most any device must receive; no accepted plan's traffic is lower.
@@ -345,17 +344,3 @@ def _translate_collective(c: Collective, fine: Mesh, coarse: Mesh, groups, owner
     if isinstance(c, DynSlice):
         return DynSlice(c.dim, names)
     return AllToAll(c.src_dim, c.dst_dim, names)
-
-
-def transfer_lower_bounds(src: ArrayType, dst: ArrayType) -> np.ndarray:
-    """Per device: elements it needs under ``dst`` and does not hold under
-    ``src`` (the spec's transfer lower bound), from the verified block starts.
-
-    >>> m = Mesh.parse("x=2,y=3")
-    >>> transfer_lower_bounds(ArrayType.parse("[3{x}6]", m), ArrayType.parse("[2{y}6]", m)).tolist()
-    [0, 1, 2, 2, 1, 0]
-    """
-    s0, d0 = core.block_starts(src), core.block_starts(dst)
-    sl, dl = np.array(src.local_shape), np.array(dst.local_shape)
-    overlap = np.clip(np.minimum(s0 + sl, d0 + dl) - np.maximum(s0, d0), 0, None)
-    return dst.size - np.prod(overlap, axis=1)

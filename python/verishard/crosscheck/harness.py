@@ -27,7 +27,8 @@ import numpy as np
 
 from ..errors import VerishardError
 from ..mesh import Mesh
-from ..plan import Plan, plan as synthesize, transfer_lower_bounds
+from .. import core
+from ..plan import Plan, plan as synthesize
 from ..sharding import ArrayType
 from .result import PlannerResult
 
@@ -149,12 +150,12 @@ class Case:
 
     @property
     def lower_bound(self) -> int:
-        """The most elements any device must receive (the spec's transfer lower bound).
+        """The most elements any device must receive (``Traffic.lower_bound``).
 
         >>> Case(Mesh.parse("x=2"), ArrayType.parse("[2{x}4]", "x=2"), ArrayType.parse("[4]", "x=2")).lower_bound
         2
         """
-        return int(transfer_lower_bounds(self.src, self.dst).max())
+        return core.lower_bound(self.src, self.dst)
 
 
 def all_types(mesh: Mesh, shape: Sequence[int]) -> list[ArrayType]:
