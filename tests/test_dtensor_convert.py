@@ -15,6 +15,7 @@ from torch.distributed.tensor.placement_types import _StridedShard  # noqa: E402
 from verishard import ArrayType, Mesh, ShardingError  # noqa: E402
 from verishard import dtensor as vd  # noqa: E402
 from verishard.crosscheck.harness import all_types  # noqa: E402
+from verishard.runtime.layout import box  # noqa: E402
 
 CASES = [("x=2,y=3", (12, 6)), ("x=2,y=2,z=2", (8, 4)), ("x=4,y=2", (16, 8)), ("a=2,b=2,c=2,d=2", (16, 4))]
 TYPES = [t for m, s in CASES for t in all_types(Mesh.parse(m), s)]
@@ -43,9 +44,9 @@ def test_blocks_agree_with_dtensor(mesh_text, shape):
         for r in range(mesh.num_devices):
             local, offset = _compute_local_shape_and_global_offset(shape, mesh.axis_sizes,
                                                                    list(mesh.coords(r)), strided)
-            box = t.box(r)
+            b = box(t.mesh, t, r)
             assert tuple(local) == t.local_shape, t
-            assert tuple(offset) == tuple(s.start for s in box), (t, r)
+            assert tuple(offset) == tuple(s.start for s in b), (t, r)
 
 
 def test_examples():

@@ -19,6 +19,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 import verishard.jax as vj  # noqa: E402
 from verishard import ArrayType, Mesh, ShardingError  # noqa: E402
+from verishard.runtime.layout import box  # noqa: E402
 from verishard.crosscheck.harness import all_types  # noqa: E402
 
 CASES = [("x=8", (16, 8)), ("x=4,y=2", (8, 16)), ("x=2,y=2,z=2", (8, 4)), ("x=2,y=3", (12, 6)),
@@ -61,7 +62,7 @@ def test_layout_agrees_with_jax(mesh_text, shape):
         sh = vj.to_named_sharding(t)
         idx = sh.devices_indices_map(shape)
         for r, dev in enumerate(sh.mesh.devices.flat):
-            want = t.box(r)
+            want = box(t.mesh, t, r)
             got = tuple(slice(s.start or 0, shape[d] if s.stop is None else s.stop) for d, s in enumerate(idx[dev]))
             assert got == want, (t, r)
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from verishard import ArrayType, Mesh, ParseError, ShardingError, VerishardError
+from verishard.runtime.layout import box
 from verishard.notation import (format_partition_spec, format_placements, from_partition_spec, from_placements,
                                 parse_partition_spec, parse_placements, to_partition_spec, to_placements)
 
@@ -96,7 +97,7 @@ def test_partition_spec_tuple_is_major_to_minor():
     for x in range(2):
         for y in range(3):
             b = y * 2 + x
-            assert t.box(XY.rank((x, y))) == (slice(2 * b, 2 * b + 2),)
+            assert box(t.mesh, t, XY.rank((x, y))) == (slice(2 * b, 2 * b + 2),)
 
 
 @pytest.mark.parametrize("shape, entries, token", [
@@ -190,7 +191,7 @@ def test_from_placements_default_order_is_mesh_order():
     assert str(t) == "[2{x,y}12]"
     # DTensor: the tensor is split over mesh dim 0 first, then each piece over mesh dim 1.
     for r in range(6):
-        assert t.box(r) == (slice(2 * r, 2 * r + 2),)
+        assert box(t.mesh, t, r) == (slice(2 * r, 2 * r + 2),)
     assert str(from_placements(XY, (6, 4), [("shard", 0), ("replicate",)])) == "[3{x}6, 4]"
     assert str(from_placements(XY, (6, 6), [("replicate",), ("shard", -1)])) == "[6, 2{y}6]"
     assert str(from_placements("x=2,y=3", (6, 6), [("replicate",), ("replicate",)])) == "[6, 6]"

@@ -9,6 +9,7 @@ import pytest
 
 from verishard import AllGather, AllPermute, ArrayType, DynSlice, LimitError, Mesh, ParseError, check, plan
 from verishard.picture import device_grid, draw, text_picture, type_grid
+from verishard.runtime.layout import box
 
 XY = Mesh.parse("x=2,y=3")
 
@@ -59,7 +60,7 @@ def test_text_picture_agrees_with_boxes():
     grid = device_grid(m)
     for row, ranks in zip(cells, grid.cells):
         for (start, _), r in zip(row, ranks):
-            assert start == tuple(s.start for s in t.box(r))
+            assert start == tuple(s.start for s in box(t.mesh, t, r))
 
 
 def test_device_grid_shapes():

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ParseError, PlanError, ShardingError, VerishardError, show
-from .limits import check_int
+from .limits import MAX_INDEX, check_int
 from .mesh import Mesh
 from .sharding import ArrayType
 
@@ -43,6 +43,14 @@ def _resolve(mesh: Mesh, axes: tuple[str, ...]) -> tuple[int, ...]:
     if not isinstance(mesh, Mesh):
         raise ShardingError(f"expected a Mesh, not {type(mesh).__name__}")
     return tuple(p for a in axes for p in mesh.resolve(a))
+
+
+def _raw(cls, **fields):
+    """An instance of the frozen dataclass ``cls`` with ``fields``, not re-validated."""
+    obj = object.__new__(cls)
+    for k, v in fields.items():
+        object.__setattr__(obj, k, v)
+    return obj
 
 
 class Collective:
@@ -87,31 +95,32 @@ class Collective:
         >>> Collective.decode(m, [2, 0, 1, 2, 1, 2])
         (AllToAll(src_dim=0, dst_dim=1, axes=('y',)), 6)
         """
-        def get() -> int:
-            nonlocal pos
-            if pos >= len(ints):
-                raise ParseError(f"truncated collective encoding at position {pos}")
-            pos += 1
-            return ints[pos - 1]
-
-        def axes() -> tuple[str, ...]:
-            m = get()
-            return mesh.names(tuple(get() for _ in range(m)))
-
-        tag = get()
-        if tag == 0:
-            d = get()
-            return AllGather(d, axes()), pos
-        if tag == 1:
-            d = get()
-            return DynSlice(d, axes()), pos
-        if tag == 2:
-            d, e = get(), get()
-            return AllToAll(d, e, axes()), pos
-        if tag == 3:
-            t, pos = ArrayType.decode(mesh, ints, pos)
-            return AllPermute(t), pos
-        raise ParseError(f"unknown collective tag {tag!r} at position {pos - 1}")
+        # Only the verified core's answers are decoded (well-formed by
+        # construction), so the objects are built without re-validation.
+        try:
+            tag = ints[pos]
+            if tag in (0, 1):
+                d, m = ints[pos + 1], ints[pos + 2]
+                names = mesh.names(tuple(ints[pos + 3:pos + 3 + m]))
+                cls = AllGather if tag == 0 else DynSlice
+                c = _raw(cls, dim=d, axes=names) if d <= MAX_INDEX else cls(d, names)
+                pos += 3 + m
+            elif tag == 2:
+                d, e, m = ints[pos + 1], ints[pos + 2], ints[pos + 3]
+                names = mesh.names(tuple(ints[pos + 4:pos + 4 + m]))
+                c = (_raw(AllToAll, src_dim=d, dst_dim=e, axes=names) if max(d, e) <= MAX_INDEX
+                     else AllToAll(d, e, names))
+                pos += 4 + m
+            elif tag == 3:
+                t, pos = ArrayType.decode(mesh, ints, pos + 1)
+                return _raw(AllPermute, target=t), pos
+            else:
+                raise ParseError(f"unknown collective tag {tag!r} at position {pos}")
+        except IndexError:
+            pos = len(ints) + 1
+        if pos > len(ints):
+            raise ParseError(f"truncated collective encoding at position {pos}")
+        return c, pos
 
     @staticmethod
     def from_json(obj: object, mesh: Mesh) -> "Collective":

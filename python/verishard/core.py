@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -145,16 +146,9 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     k, pos, split = out[1], 2, []
     for _ in range(k):
         n = out[pos]
-        split.append(out[pos + 1:pos + 1 + n])
+        split.append(tuple(out[pos + 1:pos + 1 + n]))
         pos += 1 + n
-    axes, u = [], 0
-    for name, factors in mesh.axes:
-        sizes = []
-        for _ in factors:
-            sizes += split[u]
-            u += 1
-        axes.append((name, tuple(sizes)))
-    coarse = Mesh(tuple(axes))
+    coarse = _refinement(mesh, tuple(split))
     peak, s = out[pos], out[pos + 1]
     pos += 2
     plan_, types = [], []
@@ -165,6 +159,19 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
         t, pos = ArrayType.decode(coarse, out, pos)
         types.append(t)
     return PlanReport(coarse, tuple(plan_), tuple(types), tuple(out[pos:pos + s]), peak)
+
+
+@lru_cache(maxsize=4096)
+def _refinement(mesh: Mesh, split: tuple[tuple[int, ...], ...]) -> Mesh:
+    """``mesh`` with part ``u`` split into the sizes ``split[u]`` (``Refine.rmesh``)."""
+    axes, u = [], 0
+    for name, factors in mesh.axes:
+        sizes: list[int] = []
+        for _ in factors:
+            sizes += split[u]
+            u += 1
+        axes.append((name, tuple(sizes)))
+    return Mesh(tuple(axes))
 
 
 def lower_bound(src: ArrayType, dst: ArrayType) -> int:
@@ -200,21 +207,25 @@ def synthesize(mesh: Mesh, src: ArrayType, dst: ArrayType) -> tuple[bool, list[C
     return guaranteed, plan
 
 
+@lru_cache(maxsize=1024)  # types are immutable; the runtime asks for the same ones repeatedly
 def block_starts(t: ArrayType) -> np.ndarray:
     """Global offset of every rank's block in every dimension, shape ``(N, rank)``
-    (``Types.block_starts``: block index times local size).
+    (``Types.block_starts``: block index times local size); read-only, cached.
 
     >>> from verishard import ArrayType
     >>> block_starts(ArrayType.parse("[2{x}4, 3{y}6]", "x=2,y=2")).tolist()
     [[0, 0], [0, 3], [2, 0], [2, 3]]
     """
     out = _call(_core.blocks, t.mesh.encode() + t.encode())
-    return np.asarray(out, dtype=np.int64).reshape(t.mesh.num_devices, t.rank)
+    starts = np.asarray(out, dtype=np.int64).reshape(t.mesh.num_devices, t.rank)
+    starts.flags.writeable = False
+    return starts
 
 
+@lru_cache(maxsize=1024)
 def permute_sources(src: ArrayType, dst: ArrayType) -> np.ndarray:
     """``p[c]``: the rank that sends its whole local array to rank ``c`` in an
-    ``AllPermute`` from ``src`` to ``dst`` (``Permute.permute_table``).
+    ``AllPermute`` from ``src`` to ``dst`` (``Permute.permute_table``); read-only, cached.
 
     >>> from verishard import Mesh, ArrayType
     >>> m = Mesh.parse("x=2,y=2")
@@ -223,7 +234,9 @@ def permute_sources(src: ArrayType, dst: ArrayType) -> np.ndarray:
     """
     _same_mesh(src.mesh, dst)
     out = _call(_core.permute, src.mesh.encode() + src.encode() + dst.encode())
-    return np.asarray(out, dtype=np.int64)
+    sources = np.asarray(out, dtype=np.int64)
+    sources.flags.writeable = False
+    return sources
 
 
 def movement(t: ArrayType, op: Collective, t2: ArrayType) -> np.ndarray:

@@ -289,7 +289,10 @@ class Mesh:
         >>> m.names((1, 2, 0)), m.names((2, 1))
         (('y', 'x'), ('y.1', 'y.0'))
         """
-        parts = tuple(parts)
+        return self._names(tuple(parts))
+
+    @lru_cache(maxsize=16384)  # meshes are immutable; decoding plans asks for the same lists
+    def _names(self, parts: tuple[int, ...]) -> tuple[str, ...]:
         owner = {}
         for start, end in self._axis_ranges().values():
             for p in range(start, end):

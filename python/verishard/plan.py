@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+import weakref
 from functools import cached_property
 from typing import Any
 
@@ -25,6 +26,27 @@ from .collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice
 from .errors import ParseError, PlanError, ShardingError, VerishardError
 from .mesh import Mesh
 from .sharding import ArrayType
+
+# The Plans this process made from a verified report (the pipeline's or the
+# checker's), by identity: the runtime trusts these and re-checks any other
+# (built by hand, edited with dataclasses.replace, unpickled).
+_MADE: "weakref.WeakValueDictionary[int, Plan]" = weakref.WeakValueDictionary()
+
+
+def _made(p: "Plan") -> "Plan":
+    _MADE[id(p)] = p
+    return p
+
+
+def is_verified(p: object) -> bool:
+    """Whether ``p`` is a Plan this process made from a verified report.
+
+    >>> import dataclasses
+    >>> p = plan("x=2", "[2{x}4]", "[4]")
+    >>> is_verified(p), is_verified(dataclasses.replace(p))
+    (True, False)
+    """
+    return _MADE.get(id(p)) is p
 
 
 @dataclass(frozen=True)
@@ -227,7 +249,7 @@ def _problem(mesh, src, dst) -> tuple[Mesh, ArrayType, ArrayType]:
 
 
 def check(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str,
-          plan: Sequence[Collective], guaranteed: bool | None = None) -> Plan:
+          plan: Sequence[Collective]) -> Plan:
     """Check ``plan`` with the verified checker; return it as a :class:`Plan`.
 
     Raises :class:`PlanError` naming the first bad step and why.
@@ -245,7 +267,7 @@ def check(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str,
         raise PlanError(f"a plan is a sequence of collectives, not {type(plan).__name__}")
     ok = core.check(mesh, src, dst, list(plan))
     steps = tuple(Step(c, t, r) for c, t, r in zip(plan, ok.types[1:], ok.received))
-    return Plan(mesh, src, dst, steps, ok.peak, guaranteed)
+    return _made(Plan(mesh, src, dst, steps, ok.peak, None))
 
 
 def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> Plan:
@@ -264,11 +286,11 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> Plan:
     mesh, src, dst = _problem(mesh, src, dst)
     r = core.plan(mesh, src, dst)
     steps = tuple(Step(c, t, n) for c, t, n in zip(r.collectives, r.types[1:], r.received))
-    return Plan(r.mesh, r.types[0], r.types[-1], steps, r.peak, True)
+    return _made(Plan(r.mesh, r.types[0], r.types[-1], steps, r.peak, True))
 
 
 def express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine: Mesh,
-            raw: Sequence[Collective], guaranteed: bool | None) -> Plan:
+            raw: Sequence[Collective]) -> Plan:
     """Rewrite another planner's plan over ``fine = mesh.refined()`` over the
     coarsest mesh between the two that can express it, and check it there
     with the verified checker (the cross-check's reader of foreign plans;
@@ -276,7 +298,7 @@ def express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine: Mesh,
 
     >>> m = Mesh.parse("x=2,y=4")
     >>> fine = m.refined()
-    >>> p = express(m, ArrayType.parse("[4{x}8]", m), ArrayType.parse("[8]", m), fine, [AllGather(0, "x")], None)
+    >>> p = express(m, ArrayType.parse("[4{x}8]", m), ArrayType.parse("[8]", m), fine, [AllGather(0, "x")])
     >>> str(p.mesh), p.peak
     ('{x:2, y:4}', 8)
     """
@@ -289,7 +311,7 @@ def express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine: Mesh,
             split.add(e.part)
             continue
         return check(coarse, _translate_type(src.refined(), coarse, groups, owner),
-                     _translate_type(dst.refined(), coarse, groups, owner), steps, guaranteed)
+                     _translate_type(dst.refined(), coarse, groups, owner), steps)
 
 
 class _NeedsSplit(Exception):

@@ -322,18 +322,6 @@ class ArrayType:
         """
         return self.mesh.names(self.dims[d].parts)
 
-    def box(self, rank: int) -> tuple[slice, ...]:
-        """The global index box held by device ``rank`` (one slice per dimension),
-        from the verified block function (``Types.block_starts``).
-
-        >>> ArrayType.parse("[1{x,y}6]", "x=2,y=3").box(4)
-        (slice(4, 5, None),)
-        """
-        from . import core  # the verified block function; core imports this module
-
-        starts = core.block_starts(self)[self.mesh._check_rank(rank)]
-        return tuple(slice(int(s), int(s) + l) for s, l in zip(starts, self.local_shape))
-
     @lru_cache(maxsize=4096)  # immutable; planning asks for it repeatedly
     def refined(self) -> "ArrayType":
         """The same type over ``mesh.refined()``.
@@ -376,26 +364,36 @@ class ArrayType:
             pos += 1
             dims = []
             for _ in range(r):
-                g, m = ints[pos], ints[pos + 1]
-                d = object.__new__(DimType)
-                object.__setattr__(d, "global_size", g)
-                object.__setattr__(d, "parts", tuple(ints[pos + 2:pos + 2 + m]))
-                pos += 2 + m
-                dims.append(d)
+                end = pos + 2 + ints[pos + 1]
+                dims.append(_raw_dim(ints[pos], tuple(ints[pos + 2:end])))
+                pos = end
         except IndexError:
             pos = n + 1
         if pos > n:
             raise ParseError(f"truncated type encoding at position {start}")
-        t = object.__new__(cls)
-        object.__setattr__(t, "mesh", mesh)
-        object.__setattr__(t, "dims", tuple(dims))
-        return t, pos
+        return _raw_type(mesh, tuple(dims)), pos
 
     def __str__(self) -> str:
         return _render(self.mesh, self.dims)
 
     def __repr__(self) -> str:
         return str(self)
+
+
+@lru_cache(maxsize=16384)
+def _raw_dim(global_size: int, parts: tuple[int, ...]) -> DimType:
+    d = object.__new__(DimType)
+    object.__setattr__(d, "global_size", global_size)
+    object.__setattr__(d, "parts", parts)
+    return d
+
+
+@lru_cache(maxsize=16384)
+def _raw_type(mesh: Mesh, dims: tuple[DimType, ...]) -> ArrayType:
+    t = object.__new__(ArrayType)
+    object.__setattr__(t, "mesh", mesh)
+    object.__setattr__(t, "dims", dims)
+    return t
 
 
 _TOKEN = re.compile(r"\s*(?:(-?[0-9]+)|([A-Za-z_][A-Za-z0-9_]*(?:\.[0-9]+)?)|([\[\]{},]))")

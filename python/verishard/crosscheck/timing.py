@@ -63,7 +63,7 @@ def time_pair(plan: Plan, repeats: int = 25, warmup: int = 5, dtype=np.float32) 
     import jax
     from jax.sharding import NamedSharding
 
-    from ..jax import _rewrap, compile_plan, jax_mesh, to_partition_spec
+    from ..jax import compile_plan, jax_mesh, rewrap, to_partition_spec
     src = plan.src
     jm0 = jax_mesh(plan.mesh)  # a split axis is a parts-level mesh: the same layout
     s_sh = NamedSharding(jm0, to_partition_spec(src, parts=True))
@@ -72,7 +72,7 @@ def time_pair(plan: Plan, repeats: int = 25, warmup: int = 5, dtype=np.float32) 
     x = jax.device_put(np.arange(prod(shape), dtype=dtype).reshape(shape), s_sh)
     f_xla = jax.jit(lambda a: a, out_shardings=d_sh)
     fn, jm = compile_plan(plan, s_sh.mesh)
-    x_ours = _rewrap(x, NamedSharding(jm, to_partition_spec(src, parts=True)))
+    x_ours = rewrap(x, NamedSharding(jm, to_partition_spec(src, parts=True)))
     from .xla import _CaptureStderr
     with _CaptureStderr():
         a, b = f_xla(x), fn(x_ours)

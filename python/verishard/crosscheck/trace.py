@@ -34,6 +34,7 @@ from ..collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice
 from ..errors import VerishardError
 from ..mesh import Mesh
 from ..sharding import ArrayType
+from ..runtime.layout import box
 
 __all__ = ["NotExpressible", "global_values", "local_arrays", "held_sets", "infer_type", "Event",
            "translate", "express", "matches_layout"]
@@ -66,7 +67,7 @@ def local_arrays(t: ArrayType, G: np.ndarray) -> list[np.ndarray]:
     >>> [a.tolist() for a in local_arrays(ArrayType.parse("[2{x}4]", "x=2"), global_values((4,)))]
     [[1, 2], [3, 4]]
     """
-    return [G[t.box(r)] for r in range(t.mesh.num_devices)]
+    return [G[box(t.mesh, t, r)] for r in range(t.mesh.num_devices)]
 
 
 def held_sets(per_device) -> list[np.ndarray]:
@@ -161,8 +162,8 @@ def infer_type(mesh: Mesh, shape, sets: list[np.ndarray]) -> ArrayType:
     except VerishardError as e:
         raise NotExpressible(f"the layout is not a well-formed type: {e}") from None
     for r in range(n):
-        box = t.box(r)
-        if any(sl.start != a or sl.stop != a + ln for sl, a, ln in zip(box, lo[r], length[r])):
+        b = box(t.mesh, t, r)
+        if any(sl.start != a or sl.stop != a + ln for sl, a, ln in zip(b, lo[r], length[r])):
             raise NotExpressible("the layout is not the block layout of any type")
     return t
 
@@ -293,5 +294,5 @@ def express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine_plan: list[Collecti
     ((AllGather(dim=0, axes=('x',)),), 4, None)
     """
     from ..plan import express  # the synthesizer's own coarsening + check
-    return express(mesh, src, dst, mesh.refined(), list(fine_plan), None)
+    return express(mesh, src, dst, mesh.refined(), list(fine_plan))
 

@@ -72,9 +72,9 @@ from .. import core
 from ..collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice
 from ..errors import PlanError, VerishardError
 from ..mesh import Mesh
-from ..plan import Plan, Step, check
+from ..plan import Plan, Step, check, is_verified
 from ..sharding import ArrayType, DimType
-from .layout import block_starts
+from ..core import block_starts, permute_sources
 
 
 class RedistributionError(VerishardError):
@@ -189,20 +189,6 @@ class AxisGroup:
         return out
 
 
-@functools.lru_cache(maxsize=1024)
-def permute_sources(t: ArrayType, target: ArrayType) -> np.ndarray:
-    """``sources[c]``: the rank whose array rank ``c`` receives in ``AllPermute(target)``
-    from ``t`` (verified ``Permute.permute_table``; read-only, cached).
-
-    >>> m = Mesh.parse("x=2,y=2")
-    >>> permute_sources(ArrayType.parse("[2{x}4]", m), ArrayType.parse("[2{y}4]", m)).tolist()
-    [0, 2, 1, 3]
-    """
-    p = core.permute_sources(t, target)
-    p.flags.writeable = False
-    return p
-
-
 class Backend:
     """Base class of backends: the four collectives (see the module docstring).
 
@@ -272,7 +258,9 @@ class Donated:
 
 
 def validate_plan(plan: Plan) -> Plan:
-    """Re-check ``plan`` with the verified checker and return the checked plan.
+    """The plan to execute: ``plan`` itself when this process made it from a
+    verified report (:func:`verishard.plan.is_verified`), else ``plan``
+    re-checked by the verified checker.
 
     Raises :class:`~verishard.errors.PlanError` when the checker rejects a step,
     or when the Plan object's recorded types, traffic or peak are not what the
@@ -280,13 +268,15 @@ def validate_plan(plan: Plan) -> Plan:
 
     >>> import dataclasses
     >>> p = naive_plan("x=2", "[2{x}4]", "[4]")
-    >>> validate_plan(p) == p
+    >>> validate_plan(p) is p
     True
     >>> validate_plan(dataclasses.replace(p, peak=2))
     Traceback (most recent call last):
     ...
     verishard.errors.PlanError: the plan's recorded traffic or peak differ from the verified checker's
     """
+    if is_verified(plan):
+        return plan
     if not isinstance(plan, Plan):
         raise PlanError(f"expected a verishard Plan, not {type(plan).__name__}")
     if not isinstance(plan.mesh, Mesh):
@@ -294,7 +284,7 @@ def validate_plan(plan: Plan) -> Plan:
     for i, s in enumerate(plan.steps, 1):
         if not isinstance(s, Step):
             raise PlanError(f"plan step {i} is a {type(s).__name__}, not a Step")
-    ok = check(plan.mesh, plan.src, plan.dst, list(plan.collectives), plan.guaranteed)
+    ok = check(plan.mesh, plan.src, plan.dst, list(plan.collectives))
     if ok.types != plan.types:
         bad = next(i for i, (a, b) in enumerate(zip(ok.types, plan.types)) if a != b)
         raise PlanError(f"step {bad}: the plan records type {plan.types[bad]}, "

@@ -18,12 +18,11 @@ this module never recomputes the mixed-radix block formula.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import numpy as np
 
-from .. import core
+from ..core import block_starts
 from ..errors import ShardingError, VerishardError
 from ..mesh import Mesh
 from ..sharding import ArrayType
@@ -58,19 +57,6 @@ def as_type(t: ArrayType | str, mesh: Mesh | str | None = None) -> ArrayType:
             # a type over a partial refinement of ``mesh`` (same axes, some split) is fine: same ranks
             raise ShardingError(f"type {t} is over mesh {t.mesh}, not {m}")
     return t
-
-
-@functools.lru_cache(maxsize=512)
-def block_starts(t: ArrayType) -> np.ndarray:
-    """Global start of every rank's block in every dimension, shape ``(N, rank)``,
-    from the verified core (read-only, cached per type).
-
-    >>> block_starts(as_type("[2{x}4, 3{y}6]", "x=2,y=2")).tolist()
-    [[0, 0], [0, 3], [2, 0], [2, 3]]
-    """
-    starts = core.block_starts(t)
-    starts.flags.writeable = False
-    return starts
 
 
 def boxes(mesh: Mesh | str, t: ArrayType | str) -> list[tuple[slice, ...]]:
