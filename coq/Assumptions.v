@@ -1,6 +1,6 @@
 (** Every exported theorem, for `make proofs`: each must print
     "Closed under the global context". *)
-From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Synth Traffic Trafficproof Refine Factor Exec Pipeline Pipelineproof.
+From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Synth Traffic Trafficproof Search Searchproof Refine Factor Exec Pipeline Pipelineproof.
 
 Print Assumptions apply_spec.
 Print Assumptions step_wf.
@@ -38,4 +38,7 @@ Print Assumptions recv_worst_device.
 Print Assumptions recv_max.
 Print Assumptions accepted_traffic_need.
 Print Assumptions accepted_traffic_lower_bound.
+Print Assumptions pick_min.
+Print Assumptions synthesize_best_prime.
+Print Assumptions synthesize_best_min.
 Print Assumptions plan_traffic.

@@ -10,7 +10,7 @@
     at type [int] so that OCaml compiles them to machine comparisons rather
     than calls to its polymorphic compare. *)
 From Coq Require Import Arith Extraction ExtrOcamlBasic ExtrOcamlNatInt.
-From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Synth Traffic Pipeline.
+From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Synth Search Traffic Pipeline.
 
 (** [Nat] of the prelude (what [+], [*], ... denote) *)
 Extract Inlined Constant Coq.Init.Nat.add => "(+)".
@@ -48,4 +48,4 @@ Extract Constant List.flat_map =>
   "fun f l -> List.rev (List.fold_left (fun acc x -> List.rev_append (f x) acc) [] l)".
 Extract Constant List.app => "fun l m -> List.rev_append (List.rev l) m".
 
-Extraction "verishard_core.ml" check synthesize plan_problem lower_bound block_starts permute_table movement.
+Extraction "verishard_core.ml" check synthesize_best plan_problem lower_bound block_starts permute_table movement.

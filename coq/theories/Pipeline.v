@@ -3,10 +3,10 @@
     partial refinement that carries it, and validate it there. The
     re-expression is translation-validated: what is returned has passed
     [validate] over its own mesh, and the fully refined plan, which always
-    passes ([synthesize_guaranteed_prime]), is the fallback. The end-to-end
+    passes ([Searchproof.synthesize_best_prime]), is the fallback. The end-to-end
     guarantee is [plan_spec] in [Pipelineproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Prelude Mesh Types Rules Checker Synth Factor Refine.
+From VS Require Import Prelude Mesh Types Rules Checker Synth Search Factor Refine.
 Import ListNotations.
 
 (** Sub-axis sizes of an axis of size [n]: its prime factors; [n] itself
@@ -110,7 +110,7 @@ Definition plan_problem (m : mesh) (src dst : atype) : result (nat * error) (spl
       let ff := prime_split m in
       let sf := rtype ff src in
       let df := rtype ff dst in
-      let pf := snd (synthesize (rmesh ff) sf df) in
+      let pf := snd (synthesize_best (rmesh ff) sf df) in
       let fine := match validate (rmesh ff) sf df pf with
                   | Some r => Ok (ff, pf, r)
                   | None => Err (0, WrongResult)   (* never: [plan_spec] *)

@@ -5,7 +5,7 @@
     never holds more than [max(size src, size dst)] elements per device,
     and that is in normal form. *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Prelude Mesh Types Rules Checker Semantics Synth Factor Refine Exec Traffic Trafficproof Pipeline.
+From VS Require Import Prelude Mesh Types Rules Checker Semantics Synth Search Searchproof Factor Refine Exec Traffic Trafficproof Pipeline.
 Import ListNotations.
 
 Lemma pfactors_prod : forall n, prod (pfactors n) = n.
@@ -72,11 +72,12 @@ Proof.
   set (ff := prime_split m).
   assert (Hff : splits m ff) by apply prime_split_splits.
   assert (Hvf := refine_valid_problem m ff src dst Hff Hv).
-  assert (Hg : fst (synthesize (rmesh ff) (rtype ff src) (rtype ff dst)) = true).
-  { apply synthesize_guaranteed_prime; auto. intros a Ha. apply prime_split_prime; auto.
+  assert (Hg : exists rf, validate (rmesh ff) (rtype ff src) (rtype ff dst)
+                  (snd (synthesize_best (rmesh ff) (rtype ff src) (rtype ff dst))) = Some rf).
+  { apply synthesize_best_prime; auto. intros a Ha. apply prime_split_prime; auto.
     destruct Hv as [[Hm _] _]. exact Hm. }
-  destruct (synthesize_true _ _ _ Hg) as [rf Hrf].
-  set (pf := snd (synthesize (rmesh ff) (rtype ff src) (rtype ff dst))) in *.
+  destruct Hg as [rf Hrf].
+  set (pf := snd (synthesize_best (rmesh ff) (rtype ff src) (rtype ff dst))) in *.
   destruct (coarsen m pf (S (length m)) []) as [[sp p]|].
   - destruct (validate (rmesh (part_split m sp)) (rtype (part_split m sp) src) (rtype (part_split m sp) dst) p)
       as [r|] eqn:Hr.

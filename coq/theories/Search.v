@@ -1,0 +1,189 @@
+(** The middle phase by search: a branch-and-bound over sequences of
+    all-to-alls between the slices and the gathers, under the cost each
+    step would have ([Checker.recv]), added to the synthesizer's candidates.
+
+    Between the slices and the gathers every type has the same local size
+    [s]; an all-to-all moving axes [xs] costs [s - s / nprod xs] and a
+    permute [s]. An all-to-all appends its axes to the minor end, so the
+    order in which axes arrive decides whether a final permute is needed;
+    the greedy construction moves axes by dimension index, one group at a
+    time, and often ends with a permute that a different order, a larger
+    group, or one detour through another dimension avoids. The search tries
+    those. It decides nothing about correctness: every plan it makes is
+    validated like the others, and [pick] keeps the cheapest
+    ([Searchproof.synthesize_best_min]). *)
+From Coq Require Import List Arith Lia Bool.
+From VS Require Import Prelude Mesh Types Rules Checker Synth.
+Import ListNotations.
+
+(** Length of the longest common prefix. *)
+Fixpoint lcp (l l' : list nat) : nat :=
+  match l, l' with
+  | a :: t, b :: t' => if a =? b then S (lcp t t') else 0
+  | _, _ => 0
+  end.
+
+(** Length of the longest prefix of [l'] whose axes all occur in [l]. *)
+Fixpoint lcp_in (l l' : list nat) : nat :=
+  match l' with
+  | a :: t => if memb a l then S (lcp_in l t) else 0
+  | [] => 0
+  end.
+
+Definition list_eqb (C C' : list (list nat)) : bool :=
+  if list_eq_dec (list_eq_dec Nat.eq_dec) C C' then true else false.
+
+Definition lastk (l : list nat) (k : nat) : list nat := skipn (length l - k) l.
+
+(** Axes of dimension [d] past its common prefix with the target: they must leave. *)
+Definition movable (C D : list (list nat)) (d : nat) : nat := length (ax C d) - lcp (ax C d) (ax D d).
+
+(** Dimension [e] is done: the target's axes, then only axes the target does not use. *)
+Definition dim_done (U : list nat) (C D : list (list nat)) (e : nat) : bool :=
+  (lcp (ax C e) (ax D e) =? length (ax D e)) &&
+  forallb (fun a => negb (memb a U)) (skipn (length (ax D e)) (ax C e)).
+
+Definition all_done (U : list nat) (r : nat) (C D : list (list nat)) : bool :=
+  forallb (dim_done U C D) (seq 0 r).
+
+(** Move the last [k] axes of [d] onto the minor end of [e]. *)
+Definition move (C : list (list nat)) (d e k : nat) : list (list nat) :=
+  let Cd := ax C d in
+  set_nth (set_nth C d (firstn (length Cd - k) Cd)) e (ax C e ++ lastk Cd k).
+
+(** A move that makes progress: the axes are the next ones [e] needs, or
+    [e] is done and they are axes the target does not use. *)
+Definition progress (U : list nat) (C D : list (list nat)) (d e k : nat) : bool :=
+  let xs := lastk (ax C d) k in
+  let Ce := ax C e in
+  ((lcp Ce (ax D e) =? length Ce) && nat_list_eqb xs (firstn k (skipn (length Ce) (ax D e))))
+  || (dim_done U C D e && forallb (fun a => negb (memb a U)) xs).
+
+(** Every move [(d, e, k)]: larger groups first, so that cheap plans are
+    found early and prune the rest. *)
+Definition moves (r : nat) (C D : list (list nat)) : list (nat * nat * nat) :=
+  flat_map (fun d =>
+    flat_map (fun k => flat_map (fun e => if e =? d then [] else [(d, e, k)]) (seq 0 r))
+             (rev (seq 1 (movable C D d))))
+    (seq 0 r).
+
+(** The extras of the finishing permute ([Synth.extras_f]), or the tails
+    when every dimension is done (no permute). *)
+Definition extras_of (m : mesh) (U : list nat) (r : nat) (C D : list (list nat)) : nat -> list nat :=
+  if all_done U r C D then fun d => skipn (length (ax D d)) (ax C d)
+  else extras_f m r (ax D) (ax C).
+
+(** The state can be finished: done, or one permute reaches the target
+    and its extras (same local size in every dimension). *)
+Definition finishable (m : mesh) (U : list nat) (r : nat) (C D : list (list nat)) : bool :=
+  all_done U r C D ||
+  (let E := extras_of m U r C D in
+   forallb (fun d => nprod m (ax C d) =? nprod m (ax D d ++ E d)) (seq 0 r)).
+
+Definition a2a_cost (m : mesh) (s : nat) (xs : list nat) : nat := s - s / nprod m xs.
+
+Definition best_t := option (nat * list coll * list (list nat)).
+
+Definition keep_better (c : nat) (mv : list coll) (C : list (list nat)) (b : best_t) : best_t :=
+  match b with
+  | Some (c0, _, _) => if c <? c0 then Some (c, mv, C) else b
+  | None => Some (c, mv, C)
+  end.
+
+Definition below (c : nat) (b : best_t) : bool :=
+  match b with Some (c0, _, _) => c <? c0 | None => true end.
+
+(** A permute that reorders every dimension: the longest prefix of its
+    target order that it holds, then the axes that must leave, those the
+    target does not use first (they leave last) and the others grouped by
+    the dimension they go to, in that dimension's order. Same axes per
+    dimension, so the same local shape. *)
+Definition reorder (m : mesh) (U : list nat) (r : nat) (C D : list (list nat)) (d : nat) : list nat :=
+  let Cd := ax C d in
+  let Dd := ax D d in
+  let k := lcp_in Cd Dd in
+  let stay := firstn k Dd in
+  let big := S (length m) in
+  let dest := fun a => fold_left (fun h e => if memb a (ax D e) then e else h) (seq 0 r) 0 in
+  let key := fun a => if memb a U then S (dest a * big + index_of a (ax D (dest a))) else 0 in
+  stay ++ sort_by key (filter (fun a => negb (memb a stay)) Cd).
+
+(** Depth-first branch-and-bound from [C] ([mv]: the moves so far, last
+    first; [cost]: their cost); [buf] detours (moves that make no
+    progress) and [perm] reordering permutes are allowed. [g]: global
+    sizes, for divisibility. *)
+Fixpoint dfs (m : mesh) (src : atype) (U : list nat) (r s : nat) (g : nat -> nat) (D : list (list nat))
+    (fuel buf perm : nat) (C : list (list nat)) (cost : nat) (mv : list coll) (b : best_t) : best_t :=
+  let done := all_done U r C D in
+  let b1 := if done then keep_better cost mv C b
+            else if below (cost + s) b && finishable m U r C D then keep_better (cost + s) mv C b
+            else b in
+  match fuel with
+  | 0 => b1
+  | S f =>
+      if done then b1 else
+      (* Detours and permutes only where no move makes progress. *)
+      let ms := moves r C D in
+      let prog := filter (fun dek => match dek with (d, e, k) => progress U C D d e k end) ms in
+      let stuck := match prog with [] => true | _ => false end in
+      let b2 := fold_left (fun bst dek =>
+        match dek with
+        | (d, e, k) =>
+            let xs := lastk (ax C d) k in
+            let c' := cost + a2a_cost m s xs in
+            if below c' bst && (g e mod nprod m (ax C e ++ xs) =? 0)
+            then dfs m src U r s g D f (if stuck then buf - 1 else buf) perm (move C d e k) c'
+                     (AllToAll d e xs :: mv) bst
+            else bst
+        end)
+        (if stuck then (if buf =? 0 then [] else ms) else prog) b1 in
+      let C' := map (reorder m U r C D) (seq 0 r) in
+      if stuck && negb (perm =? 0) && below (cost + s) b2 && negb (list_eqb C' C)
+      then dfs m src U r s g D f buf (perm - 1) C' (cost + s) (AllPermute (tyof src (ax C')) :: mv) b2
+      else b2
+  end.
+
+(** The slicing that travels with the target: each target axis the source
+    lacks is sliced into the dimension where the axis before it in the
+    target's order sits in the source (or where the one before that was
+    sliced), else into its own target dimension, so that the group can
+    later move in one all-to-all in the target's order. *)
+Definition slicer_along (r : nat) (S D : nat -> list nat) : nat -> list nat :=
+  let US := allax r S in
+  let home := fun a => fold_left (fun h d => if memb a (S d) then d else h) (seq 0 r) r in
+  let along := fun (X : nat -> list nat) e =>
+    fst (fold_left (fun (st : (nat -> list nat) * nat) a =>
+           if memb a US then (fst st, home a)
+           else (upd (fst st) (snd st) (fst st (snd st) ++ [a]), snd st))
+         (D e) (X, e)) in
+  fold_left along (seq 0 r) (fun _ => []).
+
+(** The searched plan for the slices [X]. *)
+Definition searched_x (m : mesh) (src dst : atype) (X : nat -> list nat) : option plan :=
+  let r := length src in
+  let S := sax src in
+  let Dl := map (sax dst) (seq 0 r) in
+  let U := used dst in
+  let C0 := map (fun d => S d ++ X d) (seq 0 r) in
+  let s := size m (tyof src (ax C0)) in
+  match dfs m src U r s (gs src) Dl (length m + 1) 1 1 C0 0 [] None with
+  | None => None
+  | Some (_, mv, C) =>
+      let E := extras_of m U r C Dl in
+      Some (slices_of r X ++ rev mv ++ finish src (ax C) (fun d => ax Dl d ++ E d) E)
+  end.
+
+Definition searched (m : mesh) (src dst : atype) : list plan :=
+  let r := length src in
+  let S := sax src in
+  let D := sax dst in
+  flat_map (fun X => match searched_x m src dst X with Some p => [p] | None => [] end)
+    [slicer_along r S D].
+
+(** The synthesizer's candidates and the searched plans, validated; the
+    cheapest is kept ([Synth.pick]). *)
+Definition synthesize_best (m : mesh) (src dst : atype) : bool * plan :=
+  match pick m src dst (candidates m src dst ++ searched m src dst) with
+  | Some p => (true, p)
+  | None => (false, naive m src dst)
+  end.

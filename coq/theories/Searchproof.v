@@ -1,0 +1,125 @@
+(** What [Search.synthesize_best] guarantees: over a prime mesh its plan
+    always passes [validate], and no candidate it validated (the
+    synthesizer's constructions and the searched plans) receives less. *)
+From Coq Require Import List Arith Lia Bool.
+From VS Require Import Prelude Mesh Types Rules Checker Synth Search Traffic.
+Import ListNotations.
+
+Lemma plan_eqb_true : forall p q, plan_eqb p q = true -> p = q.
+Proof. intros p q. unfold plan_eqb. destruct (list_eq_dec coll_eq_dec p q); congruence. Qed.
+
+(** [better] compares costs by their first component (traffic) first. *)
+Lemma better_true_le : forall a x b y, better (a :: x) (b :: y) = true -> a <= b.
+Proof.
+  intros a x b y H. simpl in H. apply orb_true_iff in H as [H|H].
+  - apply Nat.ltb_lt in H. lia.
+  - apply andb_true_iff in H as [H _]. apply Nat.eqb_eq in H. lia.
+Qed.
+
+Lemma better_false_ge : forall a x b y, better (a :: x) (b :: y) = false -> b <= a.
+Proof.
+  intros a x b y H. simpl in H. apply orb_false_iff in H as [H _].
+  apply Nat.ltb_ge in H. exact H.
+Qed.
+
+Definition first (k : list nat) : nat := hd 0 k.
+
+Lemma first_cost : forall G p r, first (cost G p r) = traffic (received r).
+Proof. reflexivity. Qed.
+
+(** The invariant of [pick]'s fold: the kept plan validated with the kept
+    cost, and it receives no more than any validated plan seen so far. *)
+Definition pick_inv (m : mesh) (src dst : atype) (G : list nat) (acc : list plan * option (plan * list nat)) : Prop :=
+  (forall p0 k0, snd acc = Some (p0, k0) -> exists r0, validate m src dst p0 = Some r0 /\ k0 = cost G p0 r0) /\
+  (forall q rq, In q (fst acc) -> validate m src dst q = Some rq ->
+     exists p0 k0, snd acc = Some (p0, k0) /\ first k0 <= traffic (received rq)).
+
+Lemma pick_step_inv : forall m src dst G acc x, pick_inv m src dst G acc ->
+  pick_inv m src dst G (pick_step m src dst G acc x) /\ In x (fst (pick_step m src dst G acc x)) /\
+  (forall q, In q (fst acc) -> In q (fst (pick_step m src dst G acc x))).
+Proof.
+  intros m src dst G [seen best] x [Hk Hs]. unfold pick_step. cbn [fst snd] in *.
+  destruct (existsb (plan_eqb x) seen) eqn:Ex.
+  - apply existsb_exists in Ex as [y [Hy Exy]]. apply plan_eqb_true in Exy. subst y.
+    split; [split; assumption|]. auto.
+  - cbn [fst snd]. split; [|split; [left; reflexivity|intros q Hq; right; exact Hq]].
+    destruct (validate m src dst x) as [rx|] eqn:Ev.
+    + set (k := cost G x rx).
+      destruct best as [[p0 k0]|] eqn:Eb.
+      * destruct (Hk p0 k0 eq_refl) as [r0 [Hv0 Ek0]].
+        destruct (better k k0) eqn:Ebt.
+        -- split.
+           ++ intros p1 k1 E. inversion E; subst. eauto.
+           ++ intros q rq [<-|Hq] Hvq.
+              ** rewrite Ev in Hvq. inversion Hvq; subst rq. exists x, k. split; [reflexivity|].
+                 subst k. rewrite first_cost. lia.
+              ** destruct (Hs q rq Hq Hvq) as [p2 [k2 [E2 Hle]]]. inversion E2; subst p2 k2.
+                 exists x, k. split; [reflexivity|]. subst k. unfold cost in Ebt |- *. rewrite Ek0 in Ebt, Hle.
+                 unfold cost in Ebt, Hle. apply better_true_le in Ebt. simpl in Hle |- *. lia.
+        -- split.
+           ++ intros p1 k1 E. inversion E; subst. eauto.
+           ++ intros q rq [<-|Hq] Hvq.
+              ** rewrite Ev in Hvq. inversion Hvq; subst rq. exists p0, k0. split; [reflexivity|].
+                 subst k. rewrite Ek0 in Ebt |- *. unfold cost in Ebt |- *.
+                 apply better_false_ge in Ebt. simpl. unfold traffic. lia.
+              ** exact (Hs q rq Hq Hvq).
+      * split.
+        -- intros p1 k1 E. inversion E; subst. eauto.
+        -- intros q rq [<-|Hq] Hvq.
+           ++ rewrite Ev in Hvq. inversion Hvq; subst rq. exists x, k. split; [reflexivity|].
+              subst k. rewrite first_cost. lia.
+           ++ destruct (Hs q rq Hq Hvq) as [p2 [k2 [E2 _]]]. discriminate.
+    + split; [exact Hk|]. intros q rq [<-|Hq] Hvq; [congruence|]. exact (Hs q rq Hq Hvq).
+Qed.
+
+Lemma pick_fold_inv : forall m src dst G ps acc, pick_inv m src dst G acc ->
+  pick_inv m src dst G (fold_left (pick_step m src dst G) ps acc) /\
+  (forall q, In q ps \/ In q (fst acc) -> In q (fst (fold_left (pick_step m src dst G) ps acc))).
+Proof.
+  induction ps as [|x ps IH]; intros acc Hi; simpl.
+  - split; [exact Hi|]. intros q [[]|Hq]; exact Hq.
+  - destruct (pick_step_inv m src dst G acc x Hi) as [Hi' [Hx Hsub]].
+    destruct (IH _ Hi') as [Hf Hin]. split; [exact Hf|].
+    intros q [[<-|Hq]|Hq]; apply Hin; auto.
+Qed.
+
+(** [pick] keeps a plan that receives no more than any plan of the list that validates. *)
+Theorem pick_min : forall m src dst ps q rq, In q ps -> validate m src dst q = Some rq ->
+  exists p r, pick m src dst ps = Some p /\ validate m src dst p = Some r /\
+    traffic (received r) <= traffic (received rq).
+Proof.
+  intros m src dst ps q rq Hq Hvq. unfold pick. set (G := glue m src dst).
+  assert (H0 : pick_inv m src dst G ([], None)).
+  { split; [intros; discriminate|intros ? ? []]. }
+  destruct (pick_fold_inv m src dst G ps _ H0) as [[Hk Hs] Hin].
+  destruct (Hs q rq (Hin q (or_introl Hq)) Hvq) as [p0 [k0 [E Hle]]].
+  rewrite E. destruct (Hk p0 k0 E) as [r0 [Hv0 Ek]]. exists p0, r0. simpl.
+  split; [reflexivity|]. split; [exact Hv0|]. subst k0. rewrite first_cost in Hle. exact Hle.
+Qed.
+
+(** Over a prime mesh the plan always validates (the canonical plan does,
+    [Synth.canonical_validates]). *)
+Theorem synthesize_best_prime : forall m src dst, valid_problem m src dst ->
+  (forall a, a < length m -> asize m a = 1 \/ is_prime (asize m a)) ->
+  fst (synthesize_best m src dst) = true /\
+  exists r, validate m src dst (snd (synthesize_best m src dst)) = Some r.
+Proof.
+  intros m src dst Hv Hp.
+  destruct (canonical_validates m src dst Hv (cap_ok_prime m src dst Hv Hp)) as [r Hr].
+  assert (Hin : In (canonical m src dst) (candidates m src dst ++ searched m src dst)).
+  { apply in_or_app. left. unfold candidates, canonical. cbv zeta. left. reflexivity. }
+  destruct (pick_min m src dst _ _ _ Hin Hr) as [p [r' [Ep [Hv' _]]]].
+  unfold synthesize_best. rewrite Ep. simpl. eauto.
+Qed.
+
+(** Traffic-minimal among the candidates: no plan among the synthesizer's
+    constructions and the searched plans that passes [validate] receives
+    less than the plan returned. *)
+Theorem synthesize_best_min : forall m src dst q rq,
+  In q (candidates m src dst ++ searched m src dst) -> validate m src dst q = Some rq ->
+  exists r, validate m src dst (snd (synthesize_best m src dst)) = Some r /\
+    traffic (received r) <= traffic (received rq).
+Proof.
+  intros m src dst q rq Hq Hvq. destruct (pick_min m src dst _ _ _ Hq Hvq) as [p [r [Ep [Hv Hle]]]].
+  unfold synthesize_best. rewrite Ep. simpl. eauto.
+Qed.
