@@ -6,7 +6,7 @@
     passes ([synthesize_guaranteed_prime]), is the fallback. The end-to-end
     guarantee is [plan_spec] in [Pipelineproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Prelude Mesh Types Rules Checker Synth Factor Refine.
+From VS Require Import Prelude Mesh Types Rules Checker Validate Synth Factor Refine.
 Import ListNotations.
 
 (** Sub-axis sizes of an axis of size [n]: its prime factors; [n] itself
