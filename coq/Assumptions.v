@@ -1,6 +1,7 @@
 (** Every exported theorem, for `make proofs`: each must print
     "Closed under the global context". *)
-From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Synth Traffic Trafficproof Search Searchproof Refine Factor Exec Pipeline Pipelineproof.
+From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Validate Normalform Synth
+  Synthlib Synthproof Constructproof Traffic Trafficproof Search Searchproof Refine Factor Exec Pipeline Pipelineproof.
 
 Print Assumptions apply_spec.
 Print Assumptions step_wf.

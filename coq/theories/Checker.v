@@ -118,6 +118,57 @@ Proof.
     rewrite last_cons_ne by exact Hne. rewrite (last_indep _ ts t t1) by exact Hne. exact Hl.
 Qed.
 
+(** Facts about chains, traces and peaks. *)
+Lemma chain_app : forall m t p1 t1 p2 t2,
+  chain m t p1 t1 -> chain m t1 p2 t2 -> chain m t (p1 ++ p2) t2.
+Proof.
+  intros m t p1 t1 p2 t2 H. induction H; simpl; intros; auto. econstructor; eauto.
+Qed.
+
+Lemma trace_hd : forall m t p ts rs, trace m t p ts rs -> exists ts', ts = t :: ts'.
+Proof. intros m t p ts rs H. destruct H; eauto. Qed.
+
+Lemma trace_length : forall m t p ts rs, trace m t p ts rs ->
+  length ts = S (length p) /\ length rs = length p.
+Proof. intros m t p ts rs H. induction H; simpl; lia. Qed.
+
+Lemma trace_wf_all : forall m t p ts rs, trace m t p ts rs -> wf m t -> Forall (wf m) ts.
+Proof.
+  intros m t p ts rs H. induction H as [t|t c t1 p ts rs Hs Ht IH]; intros Hw; constructor; auto.
+  apply IH. eapply step_wf; eauto.
+Qed.
+
+Lemma trace_split : forall m p1 p2 t ts rs, trace m t (p1 ++ p2) ts rs ->
+  trace m (nth (length p1) ts t) p2 (skipn (length p1) ts) (skipn (length p1) rs) /\
+  chain m t p1 (nth (length p1) ts t).
+Proof.
+  intros m p1. induction p1 as [|c p1 IH]; simpl; intros p2 t ts rs H.
+  - destruct (trace_hd _ _ _ _ _ H) as [ts' ->]. simpl. split; auto. constructor.
+  - inversion H as [|? ? t1 ? ts0 rs0 Hs Ht]; subst. destruct (IH p2 t1 ts0 rs0 Ht) as [H1 H2].
+    destruct (trace_length _ _ _ _ _ Ht) as [Hl _]. rewrite app_length in Hl.
+    change (nth (S (length p1)) (t :: ts0) t) with (nth (length p1) ts0 t).
+    replace (nth (length p1) ts0 t) with (nth (length p1) ts0 t1) by (apply nth_indep; lia). split; auto. econstructor; eauto.
+Qed.
+
+Lemma trace_last_cons : forall m t c t1 p ts rs, step m t c t1 -> trace m t1 p ts rs ->
+  last (t :: ts) t = last ts t1.
+Proof.
+  intros m t c t1 p ts rs Hs Ht. destruct (trace_hd _ _ _ _ _ Ht) as [ts' ->].
+  rewrite last_cons_ne by discriminate. apply last_indep. discriminate.
+Qed.
+
+Lemma peak_of_ge : forall m ts t, In t ts -> size m t <= peak_of m ts.
+Proof.
+  induction ts as [|x ts IH]; simpl; intros t H; [contradiction|].
+  destruct H as [->|H]; [lia|]. specialize (IH t H). lia.
+Qed.
+
+Lemma peak_of_le : forall m ts k, (forall t, In t ts -> size m t <= k) -> peak_of m ts <= k.
+Proof.
+  induction ts as [|t ts IH]; simpl; intros k H; [lia|].
+  assert (size m t <= k) by auto. assert (peak_of m ts <= k) by auto. lia.
+Qed.
+
 (** [run] computes the trace of a plan from a well-formed type. *)
 Lemma run_trace : forall m p t i ts rs, wf m t -> run m t p i = Ok (ts, rs) -> trace m t p ts rs.
 Proof.
@@ -296,12 +347,6 @@ Proof.
   - apply NoDup_filter; auto.
   - intros a Ha. unfold strip1 in Ha. apply filter_In in Ha as [Ha Hs].
     apply negb_true_iff, Nat.eqb_neq in Hs. specialize (Hm a (HA a Ha)). lia.
-Qed.
-
-Lemma nodup_app_l : forall A (l l' : list A), NoDup (l ++ l') -> NoDup l.
-Proof.
-  induction l as [|x l IH]; simpl; intros l' H; [constructor|]. inversion H; subst.
-  constructor; eauto. intro; apply H2, in_or_app; auto.
 Qed.
 
 Lemma wf_dims : forall m t, wf m t -> forall D, In D t -> NoDup (axes D) /\ (forall a, In a (axes D) -> a < length m).

@@ -10,7 +10,7 @@
     at type [int] so that OCaml compiles them to machine comparisons rather
     than calls to its polymorphic compare. *)
 From Coq Require Import Arith Extraction ExtrOcamlBasic ExtrOcamlNatInt.
-From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Synth Search Traffic Pipeline.
+From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Validate Synth Search Traffic Pipeline.
 
 (** [Nat] of the prelude (what [+], [*], ... denote) *)
 Extract Inlined Constant Coq.Init.Nat.add => "(+)".

@@ -1,7 +1,7 @@
 (** Prime factorisation by trial division, used to refine every mesh axis
     into sub-axes of prime size. *)
 From Coq Require Import List Arith Lia Sorted.
-From VS Require Import Prelude Synth.
+From VS Require Import Prelude.
 Import ListNotations.
 
 (** Trial division of [n] by [d, d+1, ...] while [d * d <= n], dividing out

@@ -1,5 +1,5 @@
 (** Meshes, devices and mixed-radix numbering of devices along axes. *)
-From Coq Require Import List Arith Lia Bool.
+From Coq Require Import List Arith Lia Bool Permutation.
 From VS Require Import Prelude.
 Import ListNotations.
 
@@ -33,6 +33,12 @@ Proof.
   intros m A Hm HA. unfold nprod. apply prod_pos. intros x Hx.
   apply in_map_iff in Hx. destruct Hx as [a [<- Ha]]. apply Hm, HA, Ha.
 Qed.
+
+Lemma nprod_cons : forall m a A, nprod m (a :: A) = asize m a * nprod m A.
+Proof. reflexivity. Qed.
+
+Lemma nprod_perm : forall m A B, Permutation A B -> nprod m A = nprod m B.
+Proof. intros. unfold nprod. apply prod_perm, Permutation_map; auto. Qed.
 
 (** A device is given by its coordinate on every axis. *)
 Definition coords := nat -> nat.

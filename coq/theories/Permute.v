@@ -44,17 +44,6 @@ Proof.
   - intros H. destruct (memb x l) eqn:E; auto. apply memb_spec in E. contradiction.
 Qed.
 
-Lemma NoDup_app_inv : forall (l1 l2 : list nat),
-  NoDup (l1 ++ l2) -> NoDup l1 /\ NoDup l2 /\ (forall a, In a l1 -> ~ In a l2).
-Proof.
-  induction l1 as [|x l1 IH]; simpl; intros l2 H.
-  - repeat split; auto. constructor.
-  - inversion H as [|? ? Hx Hnd]; subst. destruct (IH l2 Hnd) as [H1 [H2 H3]].
-    repeat split; auto.
-    + constructor; auto. intro; apply Hx, in_or_app; auto.
-    + intros a [<-|Ha] Ha2; [apply Hx, in_or_app; auto | eapply H3; eauto].
-Qed.
-
 Lemma NoDup_map_on : forall A B (f : A -> B) l,
   (forall x y, In x l -> In y l -> f x = f y -> x = y) -> NoDup l -> NoDup (map f l).
 Proof.
@@ -63,12 +52,6 @@ Proof.
     assert (y = x) by (apply Hinj; auto). subst. contradiction.
   - inversion Hnd; subst. apply IH; auto.
 Qed.
-
-Lemma prod_perm : forall l l', Permutation l l' -> prod l = prod l'.
-Proof. intros l l' H. induction H; simpl; auto; try congruence. ring. Qed.
-
-Lemma nprod_perm : forall m A B, Permutation A B -> nprod m A = nprod m B.
-Proof. intros. unfold nprod. apply prod_perm, Permutation_map; auto. Qed.
 
 Lemma nprod_concat : forall m As, nprod m (concat As) = prod (map (nprod m) As).
 Proof. induction As; simpl; auto. rewrite nprod_app, IHAs. reflexivity. Qed.
@@ -103,12 +86,6 @@ Proof.
   - exfalso. nia.
   - rewrite Hq in D1. lia.
   - exfalso. nia.
-Qed.
-
-Lemma wf_used_lt : forall m t a, wf m t -> In a (used t) -> a < length m.
-Proof.
-  intros m t a [_ [HF _]] Ha. unfold used in Ha. apply in_flat_map in Ha.
-  destruct Ha as [D [HD Ha]]. rewrite Forall_forall in HF. apply (HF D HD); auto.
 Qed.
 
 Ltac used_lt :=

@@ -6,7 +6,7 @@
     passes ([Searchproof.synthesize_best_prime]), is the fallback. The end-to-end
     guarantee is [plan_spec] in [Pipelineproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Prelude Mesh Types Rules Checker Synth Search Factor Refine.
+From VS Require Import Prelude Mesh Types Rules Checker Validate Synth Search Factor Refine.
 Import ListNotations.
 
 (** Sub-axis sizes of an axis of size [n]: its prime factors; [n] itself

@@ -5,7 +5,8 @@
     never holds more than [max(size src, size dst)] elements per device,
     and that is in normal form. *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Prelude Mesh Types Rules Checker Semantics Synth Search Searchproof Factor Refine Exec Traffic Trafficproof Pipeline.
+From VS Require Import Prelude Mesh Types Rules Checker Semantics Validate Synth Synthproof
+  Constructproof Search Searchproof Factor Refine Exec Traffic Trafficproof Pipeline.
 Import ListNotations.
 
 Lemma pfactors_prod : forall n, prod (pfactors n) = n.

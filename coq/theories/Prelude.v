@@ -1,5 +1,6 @@
-(** Small list and arithmetic helpers shared by every other file. *)
-From Coq Require Import List Arith Lia Bool.
+(** Small list and arithmetic helpers shared by every other file: products,
+    point updates, [set_nth], duplicate freedom, sums, folds, primes. *)
+From Coq Require Import List Arith Lia Bool Permutation.
 Import ListNotations.
 
 (** Product of a list of naturals. *)
@@ -104,6 +105,13 @@ Proof.
   induction l; destruct n; simpl; intros x HF Hx; inversion HF; subst; constructor; auto.
 Qed.
 
+Lemma nodup_app_l : forall A (l l' : list A), NoDup (l ++ l') -> NoDup l.
+Proof.
+  induction l as [|x l IH]; simpl; intros l' H; [constructor|].
+  inversion H as [|? ? Hx Hnd]; subst. constructor; eauto.
+  intro Hin. apply Hx, in_or_app; auto.
+Qed.
+
 Lemma nodup_app_r : forall A (l l' : list A), NoDup (l ++ l') -> NoDup l'.
 Proof. induction l; simpl; intros l' H; auto. inversion H; auto. Qed.
 
@@ -114,6 +122,20 @@ Proof.
   inversion H1; subst. constructor.
   - rewrite in_app_iff. intros [H|H]; [contradiction|]. apply (H3 a); auto.
   - apply IH; auto.
+Qed.
+
+Lemma nodup_app_disj : forall A (l l' : list A) a, NoDup (l ++ l') -> In a l -> ~ In a l'.
+Proof.
+  induction l as [|x l IH]; simpl; intros l' a H Ha; [contradiction|].
+  inversion H as [|? ? Hx Hnd]; subst.
+  destruct Ha as [->|Ha]; eauto. intro Hin. apply Hx, in_or_app; auto.
+Qed.
+
+Lemma NoDup_app_inv : forall A (l1 l2 : list A),
+  NoDup (l1 ++ l2) -> NoDup l1 /\ NoDup l2 /\ (forall a, In a l1 -> ~ In a l2).
+Proof.
+  intros A l1 l2 H. split; [eapply nodup_app_l; eauto|]. split; [eapply nodup_app_r; eauto|].
+  intros a Ha. eapply nodup_app_disj; eauto.
 Qed.
 
 Lemma find_none_intro : forall A (f : A -> bool) l,
@@ -131,3 +153,202 @@ Qed.
 
 Lemma last_cons_ne : forall A (x d : A) l, l <> [] -> last (x :: l) d = last l d.
 Proof. intros A x d l H. destruct l; [congruence|reflexivity]. Qed.
+
+(** * More list facts *)
+
+Lemma nth_error_app_len : forall A (P l : list A) x, nth_error (P ++ x :: l) (length P) = Some x.
+Proof. intros. rewrite nth_error_app2 by lia. rewrite Nat.sub_diag. reflexivity. Qed.
+
+Lemma app_cons_assoc : forall A (l1 l2 : list A) x, l1 ++ x :: l2 = (l1 ++ [x]) ++ l2.
+Proof. intros. rewrite <- app_assoc. reflexivity. Qed.
+
+Lemma last_skipn : forall A (l : list A) k d, k < length l -> last (skipn k l) d = last l d.
+Proof.
+  induction l as [|a l IH]; intros k d H; simpl in *; [lia|].
+  destruct k; simpl; auto. rewrite IH by lia. destruct l; simpl in *; [lia|]. reflexivity.
+Qed.
+
+Lemma nth_error_seq0 : forall n d, d < n -> nth_error (seq 0 n) d = Some d.
+Proof.
+  intros n d H. rewrite nth_error_nth' with (d := 0) by (rewrite seq_length; auto).
+  rewrite seq_nth; auto.
+Qed.
+
+Lemma set_nth_map_seq : forall {A} n s (h : nat -> A) i x, i < n ->
+  set_nth (map h (seq s n)) i x = map (fun k => if k =? s + i then x else h k) (seq s n).
+Proof.
+  intros A n. induction n as [|n IH]; intros s h i x Hi; [lia|]. simpl.
+  destruct i as [|i].
+  - rewrite Nat.add_0_r, Nat.eqb_refl. f_equal. apply map_ext_in. intros k Hk.
+    apply in_seq in Hk. destruct (Nat.eqb_spec k s); [lia|auto].
+  - destruct (Nat.eqb_spec s (s + S i)); [lia|]. f_equal.
+    rewrite IH by lia. apply map_ext_in. intros k Hk.
+    replace (S s + i) with (s + S i) by lia. auto.
+Qed.
+
+Lemma map_nth_seq : forall {A} (l : list A) x, map (fun d => nth d l x) (seq 0 (length l)) = l.
+Proof.
+  intros A l x. induction l as [|a l IH]; simpl; auto. f_equal.
+  rewrite <- seq_shift, map_map. simpl. auto.
+Qed.
+
+Lemma nodup_in_range_length : forall k l, NoDup l -> (forall a, In a l -> a < k) -> length l <= k.
+Proof.
+  intros k l H Hr. rewrite <- (seq_length k 0). apply NoDup_incl_length; auto.
+  intros a Ha. apply in_seq. specialize (Hr a Ha). lia.
+Qed.
+
+Lemma remove_perm : forall l a, NoDup l -> In a l -> Permutation l (remove Nat.eq_dec a l ++ [a]).
+Proof.
+  induction l as [|b l IH]; intros a Hnd Ha; [inversion Ha|]. inversion Hnd as [|? ? Hb Hnd']; subst.
+  simpl. destruct (Nat.eq_dec a b) as [->|Hne].
+  - rewrite notin_remove by auto. apply Permutation_cons_append.
+  - destruct Ha as [->|Ha]; [congruence|]. simpl. constructor. auto.
+Qed.
+
+Lemma memb_perm : forall a l l', Permutation l l' -> memb a l = memb a l'.
+Proof.
+  intros a l l' H. destruct (memb a l) eqn:E1, (memb a l') eqn:E2; auto.
+  - apply memb_spec in E1. apply (Permutation_in _ H), memb_spec in E1. congruence.
+  - apply memb_spec in E2. apply (Permutation_in _ (Permutation_sym H)), memb_spec in E2. congruence.
+Qed.
+
+(** Folds that keep an invariant, and folds after which a property holds of
+    every element they went through. *)
+Lemma fold_inv : forall {A B} (f : A -> B -> A) (I : A -> Prop) (l : list B) x,
+  (forall x y, In y l -> I x -> I (f x y)) -> I x -> I (fold_left f l x).
+Proof.
+  intros A B f I l. induction l as [|y l IH]; simpl; intros x H Hx; [auto|apply IH; auto].
+Qed.
+
+Lemma fold_establish : forall {A B} (f : A -> B -> A) (Q : A -> B -> Prop) (l : list B) x,
+  (forall x y z, Q x z -> Q (f x y) z) -> (forall x y, In y l -> Q (f x y) y) ->
+  forall y, In y l -> Q (fold_left f l x) y.
+Proof.
+  intros A B f Q l. induction l as [|y l IH]; simpl; intros x Hs He z Hz; [contradiction|].
+  destruct Hz as [<-|Hz]; auto.
+  apply (fold_inv f (fun x => Q x y)); auto.
+Qed.
+
+(** * Sums and products *)
+
+Lemma sum_le : forall {A} (f g : A -> nat) l, (forall x, In x l -> f x <= g x) ->
+  fold_right plus 0 (map f l) <= fold_right plus 0 (map g l).
+Proof.
+  induction l as [|y l IH]; simpl; intros H; auto. pose proof (H y (or_introl eq_refl)).
+  assert (fold_right plus 0 (map f l) <= fold_right plus 0 (map g l)) by (apply IH; auto). lia.
+Qed.
+
+Lemma sum_lt : forall {A} (f g : A -> nat) l, (forall x, In x l -> f x <= g x) ->
+  (exists x, In x l /\ f x < g x) ->
+  fold_right plus 0 (map f l) < fold_right plus 0 (map g l).
+Proof.
+  induction l as [|y l IH]; simpl; intros H [x [Hx Hlt]]; [contradiction|].
+  assert (Hy : f y <= g y) by auto.
+  assert (Hl : fold_right plus 0 (map f l) <= fold_right plus 0 (map g l)) by (apply sum_le; auto).
+  destruct Hx as [<-|Hx]; [lia|].
+  assert (fold_right plus 0 (map f l) < fold_right plus 0 (map g l)) by (apply IH; eauto). lia.
+Qed.
+
+Lemma sum_bound : forall {A} (f : A -> nat) l k, (forall x, In x l -> f x <= k) ->
+  fold_right plus 0 (map f l) <= length l * k.
+Proof.
+  induction l as [|y l IH]; simpl; intros k H; auto. specialize (IH k).
+  assert (f y <= k) by auto. assert (fold_right plus 0 (map f l) <= length l * k) by auto. lia.
+Qed.
+
+Lemma fold_plus_app : forall l1 l2, fold_right plus 0 (l1 ++ l2) = fold_right plus 0 l1 + fold_right plus 0 l2.
+Proof. induction l1 as [|x l1 IH]; simpl; intros; auto. rewrite IH. lia. Qed.
+
+Lemma prod_perm : forall l l', Permutation l l' -> prod l = prod l'.
+Proof. intros l l' H. induction H; simpl; auto; try congruence. ring. Qed.
+
+Lemma prod_set_nth : forall l d x y, nth_error l d = Some y ->
+  prod (set_nth l d x) * y = prod l * x.
+Proof.
+  induction l as [|z l IH]; destruct d; simpl; intros x y H; try discriminate.
+  - inversion H; subst. unfold prod; simpl. lia.
+  - unfold prod in *; simpl. specialize (IH d x y H). nia.
+Qed.
+
+Lemma div_helper : forall a b g, 0 < a -> Nat.divide (a * b) g -> Nat.divide b (g / a).
+Proof.
+  intros a b g Ha [k Hk]. subst g. exists k.
+  replace (k * (a * b)) with ((k * b) * a) by ring. rewrite Nat.div_mul by lia. ring.
+Qed.
+
+(** * Primes *)
+
+Definition is_prime (p : nat) : Prop := 1 < p /\ forall k, Nat.divide k p -> k = 1 \/ k = p.
+
+(** Occurrences of [v] in [l]. *)
+Definition cntv (v : nat) (l : list nat) : nat := length (filter (fun x => x =? v) l).
+
+Lemma euclid : forall p a b, is_prime p -> Nat.divide p (a * b) -> Nat.divide p a \/ Nat.divide p b.
+Proof.
+  intros p a b [Hp Hd] H. destruct (Hd (Nat.gcd p a) (Nat.gcd_divide_l p a)) as [E|E].
+  - right. apply (Nat.gauss p a b); auto.
+  - left. rewrite <- E. apply Nat.gcd_divide_r.
+Qed.
+
+Lemma prime_not_div_prod : forall p l, is_prime p ->
+  (forall x, In x l -> x <> p /\ (x = 1 \/ is_prime x)) -> ~ Nat.divide p (prod l).
+Proof.
+  intros p l Hp. induction l as [|x l IH]; intros H Hdiv.
+  - unfold prod in Hdiv. simpl in Hdiv. apply Nat.divide_1_r in Hdiv. destruct Hp. lia.
+  - unfold prod in Hdiv. simpl in Hdiv. destruct (euclid p x _ Hp Hdiv) as [Hx|Hx].
+    + destruct (H x (or_introl eq_refl)) as [Hne [->|[Hx1 Hxd]]].
+      * apply Nat.divide_1_r in Hx. destruct Hp. lia.
+      * destruct (Hxd p Hx) as [E|E]; [destruct Hp; lia|congruence].
+    + apply IH; auto. intros; apply H; simpl; auto.
+Qed.
+
+Lemma prod_split_p : forall p l,
+  prod l = p ^ cntv p l * prod (filter (fun x => negb (x =? p)) l).
+Proof.
+  intros p. induction l as [|x l IH]; [reflexivity|]. unfold cntv in *. simpl.
+  destruct (Nat.eqb_spec x p); simpl; unfold prod in *; simpl; rewrite IH; subst; ring.
+Qed.
+
+Lemma pow_divide_le : forall p a b, a <= b -> Nat.divide (p ^ a) (p ^ b).
+Proof.
+  intros p a b H. exists (p ^ (b - a)). rewrite <- Nat.pow_add_r. f_equal. lia.
+Qed.
+
+(** A product of primes and ones divides [g] when every prime occurs in it at
+    most as often as in one of two lists whose products divide [g]. *)
+Lemma prime_prod_divide : forall x s t g, (forall e, In e x -> e = 1 \/ is_prime e) ->
+  (forall v, cntv v x <= Nat.max (cntv v s) (cntv v t)) ->
+  Nat.divide (prod s) g -> Nat.divide (prod t) g -> Nat.divide (prod x) g.
+Proof.
+  intros x s t g. induction x as [|p x IH]; intros Hx Hc Hs Ht.
+  - apply Nat.divide_1_l.
+  - assert (IHx : Nat.divide (prod x) g).
+    { apply IH; auto; [intros; apply Hx; simpl; auto|]. intros v. specialize (Hc v).
+      unfold cntv in *. simpl in Hc. destruct (p =? v); simpl in Hc; lia. }
+    unfold prod. simpl. fold (prod x).
+    destruct (Hx p (or_introl eq_refl)) as [->|Hp]; [rewrite Nat.mul_1_l; auto|].
+    set (c := cntv p (p :: x)).
+    assert (Hpc : Nat.divide (p ^ c) g).
+    { specialize (Hc p). fold c in Hc.
+      destruct (Nat.le_ge_cases (cntv p s) (cntv p t)).
+      - apply Nat.divide_trans with (p ^ cntv p t); [apply pow_divide_le; lia|].
+        eapply Nat.divide_trans; [|exact Ht]. rewrite (prod_split_p p t). apply Nat.divide_factor_l.
+      - apply Nat.divide_trans with (p ^ cntv p s); [apply pow_divide_le; lia|].
+        eapply Nat.divide_trans; [|exact Hs]. rewrite (prod_split_p p s). apply Nat.divide_factor_l. }
+    assert (Hc1 : c = S (cntv p x)) by (unfold c, cntv; simpl; rewrite Nat.eqb_refl; auto).
+    destruct IHx as [k Hk].
+    set (y := prod (filter (fun e => negb (e =? p)) x)).
+    assert (Hy : ~ Nat.divide p y).
+    { apply prime_not_div_prod; auto. intros e He. apply filter_In in He. destruct He as [He Hne].
+      apply negb_true_iff, Nat.eqb_neq in Hne. split; auto. apply Hx. simpl; auto. }
+    assert (Hxy : prod x = p ^ cntv p x * y) by apply prod_split_p.
+    assert (Hpk : Nat.divide p k).
+    { rewrite Hc1, Hk, Hxy in Hpc. simpl in Hpc.
+      replace (k * (p ^ cntv p x * y)) with (p ^ cntv p x * (y * k)) in Hpc by ring.
+      replace (p * p ^ cntv p x) with (p ^ cntv p x * p) in Hpc by ring.
+      apply Nat.mul_divide_cancel_l in Hpc.
+      - destruct (euclid p y k Hp Hpc); [contradiction|auto].
+      - apply Nat.pow_nonzero. destruct Hp. lia. }
+    destruct Hpk as [k' Hk']. exists k'. rewrite Hk, Hk'. ring.
+Qed.

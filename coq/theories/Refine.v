@@ -136,15 +136,12 @@ Proof.
   rewrite E. unfold offs. apply map_nth_seq_mid.
 Qed.
 
-Lemma nprod_cons_single : forall m a A, nprod m (a :: A) = asize m a * nprod m A.
-Proof. intros. unfold nprod, prod. reflexivity. Qed.
-
 Lemma nprod_flat_grp : forall m fs A, splits m fs -> (forall a, In a A -> a < length m) ->
   nprod (rmesh fs) (flat_map (grp fs) A) = nprod m A.
 Proof.
   intros m fs A Hs. induction A as [|a A IH]; intros HA; [reflexivity|].
   simpl flat_map. rewrite nprod_app, IH by (intros; apply HA; simpl; auto).
-  rewrite (nprod_grp m) by (auto; apply HA; simpl; auto). rewrite (nprod_cons_single m a A). reflexivity.
+  rewrite (nprod_grp m) by (auto; apply HA; simpl; auto). rewrite (nprod_cons m a A). reflexivity.
 Qed.
 
 Lemma grp_range : forall m fs a x, splits m fs -> a < length m -> In x (grp fs a) ->
@@ -281,12 +278,6 @@ Proof.
   rewrite IH, flat_map_app. reflexivity.
 Qed.
 
-Lemma used_range : forall m t a, wf m t -> In a (used t) -> a < length m.
-Proof.
-  intros m t a Ht Ha. unfold used in Ha. apply in_flat_map in Ha as [D [HD Ha]].
-  eapply wf_axes_range; eauto.
-Qed.
-
 Theorem refine_wf : forall m fs t, splits m fs -> wf m t -> wf (rmesh fs) (rtype fs t).
 Proof.
   intros m fs t Hs Ht. pose proof Ht as [Hm [HF Hnd]]. split; [apply (wf_rmesh m fs); auto|split].
@@ -295,7 +286,7 @@ Proof.
     unfold wf_dim, rdim; simpl. repeat split; auto.
     + intros x Hx. apply in_flat_map in Hx as [a [Ha Hxa]]. apply (grp_lt m fs a); auto.
     + rewrite (nprod_flat_grp m); auto.
-  - rewrite used_rtype. apply (nodup_flat_grp m); auto. intros a Ha. apply (used_range m t); auto.
+  - rewrite used_rtype. apply (nodup_flat_grp m); auto. intros a Ha. apply (wf_used_lt m t); auto.
 Qed.
 
 (** Every device holds the same elements before and after refinement: the

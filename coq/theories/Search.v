@@ -13,7 +13,7 @@
     validated like the others, and [pick] keeps the cheapest
     ([Searchproof.synthesize_best_min]). *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Prelude Mesh Types Rules Checker Synth.
+From VS Require Import Prelude Mesh Types Rules Checker Validate Synth.
 Import ListNotations.
 
 (** Length of the longest common prefix. *)

@@ -2,7 +2,7 @@
     always passes [validate], and no candidate it validated (the
     synthesizer's constructions and the searched plans) receives less. *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Prelude Mesh Types Rules Checker Synth Search Traffic.
+From VS Require Import Prelude Mesh Types Rules Checker Validate Synth Synthproof Constructproof Search Traffic.
 Import ListNotations.
 
 Lemma plan_eqb_true : forall p q, plan_eqb p q = true -> p = q.

@@ -147,16 +147,9 @@ Proof.
   apply NoDup_app_inv in Hnd. destruct Hnd as [HndP [Hndx Hdisj]].
   destruct HwD as [Hg [HA Hdv]]. simpl in HA.
   assert (HxL : forall a, In a xs -> a < length m) by (intros; apply HA, in_or_app; auto).
-  assert (HPL : forall a, In a P -> a < length m) by (intros; apply HA, in_or_app; auto).
   set (l := lsize m (mkdim (P ++ xs) g)). set (k := nth d i 0).
   assert (Hl : 0 < l) by (apply lsize_pos; auto; repeat split; auto).
-  assert (E : l * (nprod m P * nprod m xs) = g).
-  { rewrite <- nprod_app. apply (lsize_mul m (mkdim (P ++ xs) g)); auto. repeat split; auto. }
-  assert (HnP : 0 < nprod m P) by (apply nprod_pos; auto).
-  assert (E' : lsize m (mkdim P g) = l * nprod m xs).
-  { unfold lsize at 1. simpl. rewrite <- E.
-    replace (l * (nprod m P * nprod m xs)) with (l * nprod m xs * nprod m P) by ring.
-    apply Nat.div_mul. lia. }
+  assert (E' : lsize m (mkdim P g) = l * nprod m xs) by (apply lsize_prefix; auto; repeat split; auto).
   apply in_range_iff in Hi. rewrite set_nth_length in Hi. destruct Hi as [Hlen Hb].
   assert (Hk : k < l * nprod m xs).
   { rewrite <- E'. specialize (Hb d Hdl). rewrite nth_set_nth_eq in Hb by auto. apply Hb. }
@@ -194,13 +187,7 @@ Proof.
   assert (Hdl : d < length t) by (apply nth_error_Some; congruence).
   assert (HnD : nth d t dflt = D) by (apply nth_error_nth; auto).
   rewrite nth_set_nth_eq by auto.
-  assert (E : lsize m D * nprod m (axes D) = gsize D) by (apply lsize_mul; auto).
-  assert (HnA : 0 < nprod m (axes D)) by (apply nprod_pos; auto; apply HwD).
-  assert (Hnx : 0 < nprod m xs) by (apply nprod_pos; auto).
-  assert (E' : lsize m (mkdim (axes D ++ xs) (gsize D)) = z).
-  { unfold lsize at 1. simpl. rewrite nprod_app, <- E, Hz.
-    replace (z * nprod m xs * nprod m (axes D)) with (z * (nprod m (axes D) * nprod m xs)) by ring.
-    apply Nat.div_mul. lia. }
+  assert (E' : lsize m (mkdim (axes D ++ xs) (gsize D)) = z) by (apply lsize_extend; auto).
   rewrite E'.
   apply in_range_iff in Hi. rewrite set_nth_length in Hi. destruct Hi as [Hlen Hb].
   set (k := nth d i 0).
@@ -248,25 +235,12 @@ Proof.
   apply NoDup_app_inv in Hnd. destruct Hnd as [HndP [Hndx Hdisj]].
   destruct HwD as [Hg [HA Hdv]]. simpl in HA.
   assert (HxL : forall a, In a xs -> a < length m) by (intros; apply HA, in_or_app; auto).
-  assert (HPL : forall a, In a P -> a < length m) by (intros; apply HA, in_or_app; auto).
   assert (Hxd : forall a, In a xs -> In a (axes (mkdim (P ++ xs) g)))
     by (intros; simpl; apply in_or_app; auto).
   set (l := lsize m (mkdim (P ++ xs) g)).
   assert (Hl : 0 < l) by (apply lsize_pos; auto; repeat split; auto).
-  assert (EL : l * (nprod m P * nprod m xs) = g).
-  { rewrite <- nprod_app. apply (lsize_mul m (mkdim (P ++ xs) g)); auto. repeat split; auto. }
-  assert (HnP : 0 < nprod m P) by (apply nprod_pos; auto).
-  assert (EL' : lsize m (mkdim P g) = l * nprod m xs).
-  { unfold lsize at 1. simpl. rewrite <- EL.
-    replace (l * (nprod m P * nprod m xs)) with (l * nprod m xs * nprod m P) by ring.
-    apply Nat.div_mul. lia. }
-  assert (EE : lsize m E * nprod m (axes E) = gsize E) by (apply lsize_mul; auto).
-  assert (HnA : 0 < nprod m (axes E)) by (apply nprod_pos; auto; apply HwE).
-  assert (Hnx : 0 < nprod m xs) by (apply nprod_pos; auto).
-  assert (EE' : lsize m (mkdim (axes E ++ xs) (gsize E)) = z).
-  { unfold lsize at 1. simpl. rewrite nprod_app, <- EE, Hz.
-    replace (z * nprod m xs * nprod m (axes E)) with (z * (nprod m (axes E) * nprod m xs)) by ring.
-    apply Nat.div_mul. lia. }
+  assert (EL' : lsize m (mkdim P g) = l * nprod m xs) by (apply lsize_prefix; auto; repeat split; auto).
+  assert (EE' : lsize m (mkdim (axes E ++ xs) (gsize E)) = z) by (apply lsize_extend; auto).
   rewrite EE'.
   apply in_range_iff in Hi. rewrite Ht'l in Hi. destruct Hi as [Hlen Hb].
   set (k := nth d i 0). set (ke := nth e i 0).

@@ -181,16 +181,6 @@ Proof.
     rewrite filter_true, seq_length, IH by lia. reflexivity.
 Qed.
 
-Lemma prod_set_nth : forall s d v, d < length s ->
-  prod (set_nth s d v) * nth d s 0 = v * prod s.
-Proof.
-  induction s as [|n s IH]; intros d v Hd; simpl in Hd; [lia|].
-  destruct d as [|d]; cbn [set_nth nth prod fold_right].
-  - fold (prod s). lia.
-  - fold (prod s). fold (prod (set_nth s d v)).
-    specialize (IH d v ltac:(lia)). nia.
-Qed.
-
 Lemma set_nth_set_nth : forall A (l : list A) d x y, set_nth (set_nth l d x) d y = set_nth l d y.
 Proof. intros A l. induction l as [|z l IH]; intros [|d] x y; simpl; f_equal; auto. Qed.
 
@@ -320,16 +310,9 @@ Proof.
   apply NoDup_app_inv in Hnd. destruct Hnd as [HndP [Hndx Hdisj]].
   pose proof HwD as [Hg [HA Hdv]]. simpl in HA.
   assert (HxL : forall a, In a xs -> a < length m) by (intros; apply HA, in_or_app; auto).
-  assert (HPL : forall a, In a P -> a < length m) by (intros; apply HA, in_or_app; auto).
   set (l := lsize m (mkdim (P ++ xs) g)). set (n := nprod m xs).
   assert (Hl : 0 < l) by (apply lsize_pos; auto).
-  assert (E : l * (nprod m P * n) = g).
-  { unfold n. rewrite <- nprod_app. apply (lsize_mul m (mkdim (P ++ xs) g)); auto. }
-  assert (HnP : 0 < nprod m P) by (apply nprod_pos; auto).
-  assert (E' : lsize m (mkdim P g) = l * n).
-  { unfold lsize at 1. simpl. rewrite <- E.
-    replace (l * (nprod m P * n)) with (l * n * nprod m P) by ring.
-    apply Nat.div_mul. lia. }
+  assert (E' : lsize m (mkdim P g) = l * n) by (apply lsize_prefix; auto).
   assert (Hr : mr m xs c < n) by (apply mr_lt; intros; apply Hc; auto).
   rewrite (from_other_piece m t _ _ c d xs l Ht Hc Hndx HxL).
   2:{ intros i. cbn [source fst]. rewrite HnD. reflexivity. }
@@ -343,7 +326,7 @@ Proof.
   rewrite (count_coord (fun k => negb (k / l =? mr m xs c))) by (rewrite set_nth_length; auto).
   rewrite nth_set_nth_eq by auto. rewrite E', count_other_piece by auto.
   rewrite set_nth_set_nth.
-  pose proof (prod_set_nth s d (l * n - l) Hsl) as X. rewrite Hsd in X.
+  pose proof (prod_set_nth s d (l * n - l) _ (nth_error_nth' s 0 Hsl)) as X. rewrite Hsd in X.
   unfold size. fold s.
   replace (l * n - l) with ((n - 1) * l) in X by (rewrite Nat.mul_sub_distr_r; lia).
   assert (X' : prod (set_nth s d ((n - 1) * l)) = (n - 1) * prod s).
@@ -369,23 +352,11 @@ Proof.
   apply NoDup_app_inv in Hnd. destruct Hnd as [HndP [Hndx Hdisj]].
   pose proof HwD as [Hg [HA Hdv]]. simpl in HA.
   assert (HxL : forall a, In a xs -> a < length m) by (intros; apply HA, in_or_app; auto).
-  assert (HPL : forall a, In a P -> a < length m) by (intros; apply HA, in_or_app; auto).
   set (l := lsize m (mkdim (P ++ xs) g)). set (n := nprod m xs). fold n in Hz.
   assert (Hl : 0 < l) by (apply lsize_pos; auto).
-  assert (EL : l * (nprod m P * n) = g).
-  { unfold n. rewrite <- nprod_app. apply (lsize_mul m (mkdim (P ++ xs) g)); auto. }
-  assert (HnP : 0 < nprod m P) by (apply nprod_pos; auto).
   assert (Hn : 0 < n) by (apply nprod_pos; auto).
-  assert (EL' : lsize m (mkdim P g) = l * n).
-  { unfold lsize at 1. simpl. rewrite <- EL.
-    replace (l * (nprod m P * n)) with (l * n * nprod m P) by ring.
-    apply Nat.div_mul. lia. }
-  assert (EE : lsize m E * nprod m (axes E) = gsize E) by (apply lsize_mul; auto).
-  assert (HnA : 0 < nprod m (axes E)) by (apply nprod_pos; auto; apply HwE).
-  assert (EE' : lsize m (mkdim (axes E ++ xs) (gsize E)) = z).
-  { unfold lsize at 1. simpl. rewrite nprod_app, <- EE, Hz. fold n.
-    replace (z * n * nprod m (axes E)) with (z * (nprod m (axes E) * n)) by ring.
-    apply Nat.div_mul. lia. }
+  assert (EL' : lsize m (mkdim P g) = l * n) by (apply lsize_prefix; auto).
+  assert (EE' : lsize m (mkdim (axes E ++ xs) (gsize E)) = z) by (apply lsize_extend; auto).
   assert (HEpos : 0 < lsize m E) by (apply lsize_pos; auto).
   assert (Hzpos : 0 < z) by (destruct z; lia).
   assert (Hr : mr m xs c < n) by (apply mr_lt; intros; apply Hc; auto).
@@ -410,10 +381,13 @@ Proof.
   rewrite (count_coord (fun k => negb (k / l =? mr m xs c))) by lia.
   rewrite Hs2d, count_other_piece by auto.
   unfold size. fold s.
-  pose proof (prod_set_nth s d (l * n) Hsl) as A1. fold s1 in A1. rewrite Hsd in A1.
-  pose proof (prod_set_nth s1 e z ltac:(lia)) as A2. fold s2 in A2. rewrite Hs1e in A2.
-  pose proof (prod_set_nth s2 d (l * n - l) ltac:(lia)) as A3. rewrite Hs2d in A3.
-  pose proof (prod_set_nth s2 d l ltac:(lia)) as A4. rewrite Hs2d in A4.
+  pose proof (prod_set_nth s d (l * n) _ (nth_error_nth' s 0 Hsl)) as A1. fold s1 in A1. rewrite Hsd in A1.
+  pose proof (prod_set_nth s1 e z _ (nth_error_nth' s1 0 (ltac:(lia) : e < length s1))) as A2.
+  fold s2 in A2. rewrite Hs1e in A2.
+  pose proof (prod_set_nth s2 d (l * n - l) _ (nth_error_nth' s2 0 (ltac:(lia) : d < length s2))) as A3.
+  rewrite Hs2d in A3.
+  pose proof (prod_set_nth s2 d l _ (nth_error_nth' s2 0 (ltac:(lia) : d < length s2))) as A4.
+  rewrite Hs2d in A4.
   set (Q := prod (set_nth s2 d l)) in A4.
   set (R := prod (set_nth s2 d (l * n - l))) in A3 |- *.
   assert (B1 : prod s1 = n * prod s).
@@ -421,8 +395,7 @@ Proof.
   assert (B2 : prod s2 = prod s).
   { apply (Nat.mul_cancel_r _ _ (z * n)); [nia|]. rewrite A2, B1. ring. }
   assert (B3 : prod s = Q * n).
-  { apply (Nat.mul_cancel_r _ _ l); [lia|]. rewrite <- B2.
-    replace (prod s2 * l) with (l * prod s2) by ring. rewrite <- A4. ring. }
+  { apply (Nat.mul_cancel_r _ _ l); [lia|]. rewrite <- B2, <- A4. ring. }
   assert (B4 : prod s / n = Q) by (rewrite B3; apply Nat.div_mul; lia).
   assert (B5 : R = (n - 1) * Q).
   { apply (Nat.mul_cancel_r _ _ (l * n)); [nia|]. rewrite A3, B2, B3.

@@ -78,6 +78,34 @@ Proof.
   destruct (lsize m D); simpl in *; lia.
 Qed.
 
+(** Local size after a gather removes the minor axes [xs], resp. after
+    appending [xs] to a dimension whose local size [xs] divides. *)
+Lemma lsize_prefix : forall m P xs g, wf_mesh m -> wf_dim m (mkdim (P ++ xs) g) ->
+  lsize m (mkdim P g) = lsize m (mkdim (P ++ xs) g) * nprod m xs.
+Proof.
+  intros m P xs g Hm HD.
+  assert (Hl := lsize_mul m _ Hm HD). simpl in Hl. rewrite nprod_app in Hl.
+  destruct HD as [_ [Hax _]]. simpl in Hax.
+  assert (HP : 0 < nprod m P) by (apply nprod_pos; auto; intros; apply Hax, in_or_app; auto).
+  set (L := lsize m {| axes := P ++ xs; gsize := g |}) in *.
+  unfold lsize at 1. simpl. rewrite <- Hl.
+  replace (L * (nprod m P * nprod m xs)) with (L * nprod m xs * nprod m P) by ring.
+  apply Nat.div_mul. lia.
+Qed.
+
+Lemma lsize_extend : forall m D xs z, wf_mesh m -> wf_dim m D -> lsize m D = z * nprod m xs ->
+  lsize m (mkdim (axes D ++ xs) (gsize D)) = z.
+Proof.
+  intros m D xs z Hm HD Hz.
+  assert (E := lsize_mul m D Hm HD). assert (Hp := lsize_pos m D Hm HD).
+  assert (HnA : 0 < nprod m (axes D)) by (apply nprod_pos; auto; apply HD).
+  assert (Hnx : 0 < nprod m xs).
+  { destruct (Nat.eq_dec (nprod m xs) 0) as [E0|E0]; [rewrite E0 in Hz; lia|lia]. }
+  unfold lsize at 1. simpl. rewrite nprod_app, <- E, Hz.
+  replace (z * nprod m xs * nprod m (axes D)) with (z * (nprod m (axes D) * nprod m xs)) by ring.
+  apply Nat.div_mul. lia.
+Qed.
+
 (** Block stays within the dimension: [gidx] ranges over [0, g). *)
 Lemma gidx_lt : forall m D c k, wf_mesh m -> wf_dim m D -> valid m c ->
   k < lsize m D -> gidx m D c k < gsize D.
@@ -93,6 +121,13 @@ Lemma wf_nth : forall m t d D, wf m t -> nth_error t d = Some D -> wf_dim m D.
 Proof.
   intros m t d D [_ [HF _]] HD. rewrite Forall_forall in HF. apply HF.
   eapply nth_error_In; eauto.
+Qed.
+
+(** Every used axis is an axis of the mesh. *)
+Lemma wf_used_lt : forall m t a, wf m t -> In a (used t) -> a < length m.
+Proof.
+  intros m t a [_ [HF _]] Ha. unfold used in Ha. apply in_flat_map in Ha.
+  destruct Ha as [D [HD Ha]]. rewrite Forall_forall in HF. apply (HF D HD); auto.
 Qed.
 
 (** Axes of a dimension are among the used axes. *)

@@ -1,0 +1,165 @@
+(** The validator the synthesizer applies to its candidates: normal form
+    (slices, then all-to-alls and permutes, then gathers), slices and
+    gathers that touch only the right axes, the memory bound, and the cost
+    order on validated plans; with what [validate] guarantees
+    ([validate_spec], [nf_slices_spec], [axes_ok_spec]). *)
+From Coq Require Import List Arith Lia Bool.
+From VS Require Import Prelude Mesh Types Rules Checker.
+Import ListNotations.
+
+(** * Normal form *)
+
+Definition is_slice (c : coll) : bool := match c with DynSlice _ _ => true | _ => false end.
+
+Definition is_gather (c : coll) : bool := match c with AllGather _ _ => true | _ => false end.
+
+Definition is_mid (c : coll) : bool :=
+  match c with AllToAll _ _ _ | AllPermute _ => true | _ => false end.
+
+(** Normal form: slices, then all-to-alls and permutes, then gathers. *)
+Definition normal_form (p : plan) : Prop :=
+  exists p1 p2 p3, p = p1 ++ p2 ++ p3 /\
+    Forall (fun c => is_slice c = true) p1 /\
+    Forall (fun c => is_mid c = true) p2 /\
+    Forall (fun c => is_gather c = true) p3.
+
+Fixpoint nf_mid (p : plan) : bool :=
+  match p with
+  | [] => true
+  | c :: p' => if is_mid c then nf_mid p' else forallb is_gather p
+  end.
+
+Fixpoint nf_slices (p : plan) : bool :=
+  match p with
+  | [] => true
+  | c :: p' => if is_slice c then nf_slices p' else nf_mid p
+  end.
+
+(** * Which axes slices and gathers touch *)
+
+(** Slices add only axes [dst] uses; gathers remove only axes it does not use. *)
+Definition axes_ok (dst : atype) (c : coll) : bool :=
+  match c with
+  | DynSlice _ xs => forallb (fun a => memb a (used dst)) xs
+  | AllGather _ xs => forallb (fun a => negb (memb a (used dst))) xs
+  | _ => true
+  end.
+
+(** * The validator *)
+
+(** The memory bound; a candidate validates when the checker accepts it
+    within the bound, in normal form, touching only the right axes. *)
+Definition bound (m : mesh) (src dst : atype) : nat := Nat.max (size m src) (size m dst).
+
+Definition validate (m : mesh) (src dst : atype) (p : plan) : option report :=
+  match check m src dst p with
+  | Ok r =>
+      if (peak r <=? bound m src dst) && nf_slices p && forallb (axes_ok dst) p
+      then Some r else None
+  | Err _ => None
+  end.
+
+(** * Ranking validated plans *)
+
+(** Whole axes. The core sees only the refined mesh; the parts of one
+    axis are consecutive and appear together, in order, wherever the source
+    or the target uses them. [glue] lists the parts [i] that every dimension
+    of the source and the target holds together with [i + 1], right after it;
+    plans that keep these pairs together can be written over whole axes. *)
+Fixpoint adj (i j : nat) (l : list nat) : bool :=
+  match l with
+  | a :: ((b :: _) as t) => ((a =? i) && (b =? j)) || adj i j t
+  | _ => false
+  end.
+
+Definition glued_in (i : nat) (l : list nat) : bool :=
+  Bool.eqb (memb i l) (memb (S i) l) && (negb (memb i l) || adj i (S i) l).
+
+Definition respects (G : list nat) (t : atype) : bool :=
+  forallb (fun i => forallb (fun D => glued_in i (axes D)) t) G.
+
+Definition glue (m : mesh) (src dst : atype) : list nat :=
+  filter (fun i => (memb i (used src) || memb i (used dst)) && respects [i] src && respects [i] dst)
+         (seq 0 (length m - 1)).
+
+(** Traffic, then types that split a glued pair, then communicating collectives. *)
+Definition cost (G : list nat) (p : plan) (r : report) : list nat :=
+  [fold_right plus 0 (received r); length (filter (fun t => negb (respects G t)) (types r));
+   length (filter (fun c => negb (is_slice c)) p)].
+
+Fixpoint better (x y : list nat) : bool :=
+  match x, y with
+  | a :: x', b :: y' => (a <? b) || ((a =? b) && better x' y')
+  | _, _ => false
+  end.
+
+(** * What validation guarantees *)
+
+Lemma validate_spec : forall m src dst p r, validate m src dst p = Some r ->
+  check m src dst p = Ok r /\ peak r <= bound m src dst /\ nf_slices p = true /\
+  forallb (axes_ok dst) p = true.
+Proof.
+  intros m src dst p r. unfold validate.
+  destruct (check m src dst p) as [r'|]; [|discriminate].
+  destruct ((peak r' <=? bound m src dst) && nf_slices p && forallb (axes_ok dst) p) eqn:E;
+    [|discriminate].
+  intros H; inversion H; subst. rewrite !andb_true_iff, Nat.leb_le in E. tauto.
+Qed.
+
+Lemma nf_mid_spec : forall p, nf_mid p = true ->
+  exists p2 p3, p = p2 ++ p3 /\ Forall (fun c => is_mid c = true) p2 /\
+                Forall (fun c => is_gather c = true) p3.
+Proof.
+  induction p as [|c p IH]; simpl; intros H.
+  - exists [], []. auto.
+  - destruct (is_mid c) eqn:Ec.
+    + destruct (IH H) as [p2 [p3 [-> [H2 H3]]]]. exists (c :: p2), p3. auto.
+    + exists [], (c :: p). simpl. split; auto. split; auto.
+      apply Forall_forall. intros x Hx. assert (Hg : forallb is_gather (c :: p) = true) by exact H. rewrite forallb_forall in Hg. apply Hg; auto.
+Qed.
+
+Lemma nf_slices_spec : forall p, nf_slices p = true -> normal_form p.
+Proof.
+  induction p as [|c p IH]; simpl; intros H.
+  - exists [], [], []. auto.
+  - destruct (is_slice c) eqn:Ec.
+    + destruct (IH H) as [p1 [p2 [p3 [-> [H1 [H2 H3]]]]]].
+      exists (c :: p1), p2, p3. auto.
+    + destruct (nf_mid_spec (c :: p) H) as [p2 [p3 [E [H2 H3]]]].
+      exists [], p2, p3. simpl. auto.
+Qed.
+
+Lemma nf_build : forall p1 p2 p3, Forall (fun c => is_slice c = true) p1 ->
+  Forall (fun c => is_mid c = true) p2 -> Forall (fun c => is_gather c = true) p3 ->
+  nf_slices (p1 ++ p2 ++ p3) = true.
+Proof.
+  intros p1 p2 p3 H1 H2 H3. induction H1 as [|c p1 Hc H1 IH]; simpl.
+  - destruct H2 as [|c p2 Hc H2].
+    + simpl. destruct H3 as [|c p3 Hc H3]; simpl; auto.
+      destruct c; try discriminate; simpl; apply forallb_forall; rewrite Forall_forall in H3; auto.
+    + simpl. destruct c; try discriminate; simpl.
+      * clear Hc. induction H2 as [|c p2 Hc H2 IH]; simpl.
+        -- destruct H3 as [|c p3 Hc H3]; simpl; auto.
+           destruct c; try discriminate; simpl; apply forallb_forall; rewrite Forall_forall in H3; auto.
+        -- destruct c; try discriminate; simpl; auto.
+      * clear Hc. induction H2 as [|c p2 Hc H2 IH]; simpl.
+        -- destruct H3 as [|c p3 Hc H3]; simpl; auto.
+           destruct c; try discriminate; simpl; apply forallb_forall; rewrite Forall_forall in H3; auto.
+        -- destruct c; try discriminate; simpl; auto.
+  - rewrite Hc. auto.
+Qed.
+
+(** What [axes_ok] says. *)
+Definition axes_ok_prop (dst : atype) (c : coll) : Prop :=
+  match c with
+  | DynSlice _ xs => forall a, In a xs -> In a (used dst)
+  | AllGather _ xs => forall a, In a xs -> ~ In a (used dst)
+  | _ => True
+  end.
+
+Lemma axes_ok_spec : forall dst c, axes_ok dst c = true -> axes_ok_prop dst c.
+Proof.
+  intros dst c. destruct c; simpl; auto; rewrite forallb_forall; intros H a Ha.
+  - specialize (H a Ha). apply negb_true_iff in H. intro Hin. apply memb_spec in Hin. congruence.
+  - apply memb_spec. auto.
+Qed.
