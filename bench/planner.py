@@ -1,27 +1,56 @@
-"""Planning time through Python, against a naive gather-all planner in the same run.
+"""Planning time through Python: the verified planner against DTensor's planner
+and a naive gather-all planner, side by side in one run on the same problems.
 
-For array ranks 1-4 and meshes of 1-6 axes (axis sizes 2, 3, 4), random
-source/target pairs are planned three ways:
+For array ranks 1-4 and meshes of 1-6 axes (axis sizes 2, 3, 4), plus the
+growth cells (rank 4 with 7 and 8 axes, ranks 5 and 6 with 4 axes), random
+source/target pairs are planned by:
 
-  core     the extracted synthesizer through the binding, on pre-encoded
-           refined inputs (`verishard._core.synthesize`): the verified planner's
-           own cost plus one Python->OCaml call;
-  plan()   the full public path `verishard.plan(mesh, src, dst)`: one call
-           into the verified pipeline (`Pipeline.plan_problem`: refinement,
-           synthesis, re-expression over the coarsest mesh, validation) and
-           decoding its report into Python objects;
-  naive    a plain-Python gather-every-axis-then-slice planner that builds the
-           same collective objects (no checking): the baseline.
+  synth     the extracted synthesizer alone (`verishard._core.synthesize`) on
+            pre-encoded refined inputs: one Python->OCaml call;
+  core      the extracted pipeline alone (`verishard._core.plan`) on the
+            pre-encoded user-mesh input, as `verishard.core.plan` encodes it:
+            refinement, search, re-expression and validation in one call;
+  plan()    the public path `verishard.plan(mesh, src, dst)`: encoding, that
+            one call and decoding the report into Python objects;
+  plan()1st the same, but only the first call on each fresh problem (the
+            package caches decoded types and meshes; this column is the
+            cold-cache figure, one sample per case);
+  naive     a plain-Python gather-every-axis-then-slice planner that builds the
+            same collective objects (no checking): the baseline;
+  DT greedy DTensor's planner call `_gen_transform_infos_non_cached(src, dst)`
+            (torch.distributed.tensor._redistribute) under
+            `use_min_cost_redistribution_plan(False)`, on the specs that
+            `verishard.dtensor.to_spec` builds on a fake process group (the
+            cross-check's adapter); setup is not timed. Torch plans every
+            problem with a non-default shard order (an axis order other than
+            mesh order) with its graph search whatever the flag;
+  DT mincost the same call under `use_min_cost_redistribution_plan(True)`
+            (Dijkstra over placements). Where the shard order forces the graph
+            search, greedy and min-cost are the same call with the same
+            arguments: it is measured once and reported in both columns.
 
-Each case is timed as the median of REPEAT calls; the table reports the median
-and p99 over cases, and ratios to the naive planner. Writes
-bench/results/planner.md. Usage: python bench/planner.py [--cases N]
+Each case is timed as the median of REPEAT calls (DTensor: calls over 1 ms are
+repeated only while they fit in DT_BUDGET_US, at least once; calls under 1 ms
+get one untimed warm-up). A DTensor call is stopped after --cap seconds
+(SIGALRM; default 0.3 s) and counted as a timeout; timeouts sort as +infinity, so a median or
+p99 that lands on one prints as ">cap". Once more than half of a cell's cases
+timed out for a DTensor planner, its median and p99 there are known to be
+> cap, and its remaining cases in that cell are skipped (counted). Tables report, per cell, the median
+and p99 over cases (with few cases the p99 is the maximum), and ratios of
+medians. Writes bench/results/planner.md and, with matplotlib,
+bench/results/planner_growth.png.
+
+Usage: python bench/planner.py [--cases N] [--cap SECONDS] [--quick] [--no-plot]
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import math
+import platform
 import random
+import signal
 import statistics
 import time
 from math import prod
@@ -31,6 +60,16 @@ import verishard as vs
 from verishard import AllGather, DynSlice, _core
 
 REPEAT = 15
+DT_BUDGET_US = 30_000.0           # repeats of a slow DTensor call, per case and planner
+TARGET_MEDIAN_US, TARGET_P99_US = 20.0, 60.0
+HEAD = (4, 4)                     # (rank, axes) of the headline cell
+GRID = [(r, k) for r in range(1, 5) for k in range(1, 7)]
+GROWTH_AXES = [(4, k) for k in range(1, 9)]
+GROWTH_RANK = [(r, 4) for r in range(1, 7)]
+CELLS = GRID + [c for c in GROWTH_AXES + GROWTH_RANK if c not in GRID]
+METHODS = ("synth", "core", "plan", "plan1", "naive", "dtg", "dtm")
+LABEL = {"synth": "synth", "core": "core (_core.plan)", "plan": "plan()", "plan1": "plan() 1st",
+         "naive": "naive", "dtg": "DT greedy", "dtm": "DT min-cost"}
 
 
 def random_problem(rng: random.Random, rank: int, k: int):
@@ -68,49 +107,303 @@ def timed(fn) -> float:
     return statistics.median(samples) / 1000.0   # microseconds
 
 
+def once(fn) -> float:
+    t0 = time.perf_counter_ns()
+    fn()
+    return (time.perf_counter_ns() - t0) / 1000.0
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout
+
+
+def capped(fn, cap_s: float) -> float | None:
+    """Microseconds of one call of ``fn``, or None if it ran past ``cap_s``."""
+    try:
+        signal.setitimer(signal.ITIMER_REAL, cap_s)
+        try:
+            t0 = time.perf_counter_ns()
+            fn()
+            t = time.perf_counter_ns() - t0
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _Timeout:
+        return None
+    return t / 1000.0
+
+
+class DTensor:
+    """DTensor's planning call on our problems: setup (not timed) and timing."""
+
+    def __init__(self):
+        from torch.distributed.tensor import _redistribute as R
+        from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+        from verishard.dtensor import planning_mesh, to_spec
+        self.R, self.Spec, self.planning_mesh, self.to_spec = R, DTensorSpec, planning_mesh, to_spec
+        logging.getLogger(R.__name__).setLevel(logging.ERROR)  # its "flatten mesh dimensions" advice
+        signal.signal(signal.SIGALRM, _alarm)
+
+    def specs(self, mesh, src, dst):
+        dm = self.planning_mesh(mesh)
+        s, d = self.to_spec(src, dm), self.to_spec(dst, dm)
+        # torch's own condition (_gen_transform_infos_non_cached) for always using the graph search
+        forced = not all(self.Spec.is_default_device_order(o) for o in (s.shard_order, d.shard_order))
+        return s, d, forced
+
+    def time(self, s, d, min_cost: bool, cap_s: float) -> float | None:
+        """Median microseconds of the planning call, None on timeout; raises if torch refuses."""
+        call = lambda: self.R._gen_transform_infos_non_cached(s, d)
+        with self.R.use_min_cost_redistribution_plan(min_cost):
+            first = capped(call, cap_s)
+            if first is None:
+                return None
+            if first < 1000.0:
+                samples = [capped(call, cap_s) for _ in range(REPEAT)]
+            else:
+                samples = [first] + [capped(call, cap_s) for _ in range(min(REPEAT - 1, int(DT_BUDGET_US // first)))]
+        samples = [x for x in samples if x is not None]
+        return statistics.median(samples) if samples else None
+
+
+def median(xs):
+    return statistics.median(xs) if xs else math.nan
+
+
 def p99(xs):
+    if not xs:
+        return math.nan
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(0.99 * len(xs)))]
 
 
+def fmt(x: float, cap_us: float) -> str:
+    if math.isnan(x):
+        return "n/a"
+    if math.isinf(x):
+        return f">{cap_us:.0f}"
+    return f"{x:.1f}" if x < 1000 else f"{x:.0f}"
+
+
+def ratio(a: float, b: float, cap_us: float) -> str:
+    if math.isnan(a) or math.isnan(b):
+        return "n/a"
+    if math.isinf(a):
+        return f">{cap_us / b:.0f}"
+    r = a / b
+    return f"{r:.2f}" if r < 10 else f"{r:.0f}"
+
+
+def run_cell(rng, rank, k, cases, dt: DTensor, cap_s):
+    t = {m: [] for m in METHODS}
+    n = {"forced": 0, "unexpressible": 0, "refused_g": 0, "refused_m": 0, "timeout_g": 0, "timeout_m": 0,
+         "skipped_g": 0, "skipped_m": 0, "core_rejected": 0}
+    inf = math.inf
+    for _ in range(cases):
+        mesh, src, dst = random_problem(rng, rank, k)
+        t["plan1"].append(once(lambda: vs.plan(mesh, src, dst)))   # first call on this problem
+        fine = mesh.refined()
+        synth_in = fine.encode() + src.refined().encode() + dst.refined().encode()
+        plan_in = mesh.encode() + src.encode() + dst.encode()
+        n["core_rejected"] += _core.plan(plan_in)[0] == 1
+        t["synth"].append(timed(lambda: _core.synthesize(synth_in)))
+        t["core"].append(timed(lambda: _core.plan(plan_in)))
+        t["plan"].append(timed(lambda: vs.plan(mesh, src, dst)))
+        t["naive"].append(timed(lambda: naive_plan(src, dst)))
+        try:
+            s, d, forced = dt.specs(mesh, src, dst)
+        except Exception:
+            n["unexpressible"] += 1
+            continue
+        n["forced"] += forced
+        res = {}
+        for mc, key in ((False, "g"), (True, "m")):
+            if 2 * n[f"timeout_{key}"] > cases:   # the cell's median is already > cap
+                res[key] = "skipped"
+            elif mc and forced and res["g"] != "skipped":   # the same call as the greedy one
+                res[key] = res["g"]
+            else:
+                try:
+                    res[key] = dt.time(s, d, mc, cap_s)
+                except Exception:
+                    res[key] = "refused"
+        for key, col in (("g", "dtg"), ("m", "dtm")):
+            if res[key] == "skipped":
+                n[f"skipped_{key}"] += 1
+            elif res[key] == "refused":
+                n[f"refused_{key}"] += 1
+            elif res[key] is None:
+                n[f"timeout_{key}"] += 1
+                t[col].append(inf)
+            else:
+                t[col].append(res[key])
+    return t, n
+
+
+def plot(stats, cap_us, path: Path) -> bool:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:
+        return False
+    fig, axs = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    styles = {"synth": ("tab:green", "o"), "core": ("tab:blue", "s"), "plan": ("tab:purple", "D"),
+              "dtg": ("tab:orange", "^"), "dtm": ("tab:red", "v")}
+    for ax, cells, xi, xlabel in ((axs[0], GROWTH_AXES, 1, "mesh axes (array rank 4)"),
+                                  (axs[1], GROWTH_RANK, 0, "array rank (4 mesh axes)")):
+        for m, (color, marker) in styles.items():
+            xs = [c[xi] for c in cells]
+            med = [stats[c][0][m][0] for c in cells]
+            q = [stats[c][0][m][1] for c in cells]
+            ok = [(x, y) for x, y in zip(xs, med) if math.isfinite(y)]
+            if ok:
+                ax.plot(*zip(*ok), color=color, marker=marker, label=f"{LABEL[m]} median")
+            okq = [(x, y) for x, y in zip(xs, q) if math.isfinite(y)]
+            if okq:
+                ax.plot(*zip(*okq), color=color, linestyle=":", alpha=0.6)
+            over = [x for x, y in zip(xs, med) if math.isinf(y)]
+            if over:
+                ax.scatter(over, [cap_us] * len(over), color=color, marker=marker, facecolors="none",
+                           s=70, label=f"{LABEL[m]} median > cap (drawn at cap)")
+        ax.axhline(cap_us, color="grey", linestyle="--", linewidth=0.8)
+        ax.axhline(TARGET_MEDIAN_US, color="black", linestyle="-.", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_ylim(top=cap_us * 3)
+        ax.set_xlabel(xlabel)
+        ax.grid(True, which="both", alpha=0.3)
+    axs[0].set_ylabel("planning time per call (us, log); dotted: p99")
+    axs[0].text(5.6, cap_us * 0.55, f"DTensor cap {cap_us / 1e6:g} s", color="grey", fontsize=8)
+    axs[0].text(1, TARGET_MEDIAN_US * 1.15, "20 us target", fontsize=8)
+    h, lab = axs[1].get_legend_handles_labels()
+    h0, lab0 = axs[0].get_legend_handles_labels()
+    seen = dict(zip(lab, h)) | dict(zip(lab0, h0))
+    fig.legend(seen.values(), seen.keys(), loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.suptitle("Planning time growth: verishard vs DTensor (bench/planner.py)")
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def main() -> None:
+    t_start = time.perf_counter()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=60, help="random cases per (rank, axes) cell")
+    ap.add_argument("--cases", type=int, default=None, help="random cases per (rank, axes) cell (default 30; 8 with --quick)")
+    ap.add_argument("--cap", type=float, default=None, help="seconds per DTensor call before it counts as a timeout "
+                    "(default 0.3; 0.1 with --quick)")
+    ap.add_argument("--quick", action="store_true", help="fewer cases and a shorter DTensor cap")
+    ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "planner.md"))
     args = ap.parse_args()
+    cases = args.cases if args.cases is not None else (8 if args.quick else 30)
+    cap_s = args.cap if args.cap is not None else (0.1 if args.quick else 0.3)
+    cap_us = cap_s * 1e6
+    import torch
+    dt = DTensor()
     rng = random.Random(20261202)
-    rows = []
-    header = ("| rank | axes | core median us | core p99 us | plan() median us | plan() p99 us "
-              "| naive median us | core/naive | plan()/naive |")
+
+    cols = ["synth", "core", "plan", "plan1", "naive", "dtg", "dtm"]
+    header = ("| rank | axes | " + " | ".join(f"{LABEL[m]} med / p99" for m in cols)
+              + " | plan()/core | plan()/naive | DT greedy/plan() | DT min-cost/plan() "
+              + "| DT forced graph | DT timeouts g / mc | DT skipped g / mc | DT refused | not expressible |")
+    sep = "|" + "---|" * (header.count("|") - 1)
     print(header)
-    print("|" + "---|" * 9)
-    lines = [header, "|" + "---|" * 9]
-    for rank in range(1, 5):
-        for k in range(1, 7):
-            core_t, full_t, naive_t = [], [], []
-            for _ in range(args.cases):
-                mesh, src, dst = random_problem(rng, rank, k)
-                fine = mesh.refined()
-                ints = fine.encode() + src.refined().encode() + dst.refined().encode()
-                core_t.append(timed(lambda: _core.synthesize(ints)))
-                full_t.append(timed(lambda: vs.plan(mesh, src, dst)))
-                naive_t.append(timed(lambda: naive_plan(src, dst)))
-            cm, fm, nm = (statistics.median(x) for x in (core_t, full_t, naive_t))
-            row = (f"| {rank} | {k} | {cm:.1f} | {p99(core_t):.1f} | {fm:.1f} | {p99(full_t):.1f} "
-                   f"| {nm:.1f} | {cm / nm:.2f} | {fm / nm:.2f} |")
-            print(row, flush=True)
-            lines.append(row)
-            rows.append((rank, k, cm, fm, nm))
-    target = [r for r in rows if r[0] == 4 and r[1] == 4][0]
-    summary = (f"\nTarget (rank 4, 4 axes): core synthesizer median {target[2]:.1f} us "
-               f"(target < 20 us: {'met' if target[2] < 20 else 'NOT met'}); full verishard.plan() "
-               f"median {target[3]:.1f} us; naive Python planner {target[4]:.1f} us.")
-    print(summary)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(
-        "# Planner benchmark\n\nCommand: `make bench` (= `.venv/bin/python bench/planner.py`); "
-        f"{args.cases} random cases per cell, each timed as the median of {REPEAT} calls; "
-        "times in microseconds on this machine (2 cores).\n\n" + "\n".join(lines) + "\n" + summary + "\n")
+    print(sep, flush=True)
+    lines = [header, sep]
+    stats = {}
+    tot = {"cases": 0}
+    for rank, k in CELLS:
+        t, n = run_cell(rng, rank, k, cases, dt, cap_s)
+        s = {m: (median(t[m]), p99(t[m])) for m in METHODS}
+        stats[(rank, k)] = (s, n)
+        tot["cases"] += cases
+        for key in n:
+            tot[key] = tot.get(key, 0) + n[key]
+        pm = s["plan"][0]
+        row = (f"| {rank} | {k} | " + " | ".join(f"{fmt(s[m][0], cap_us)} / {fmt(s[m][1], cap_us)}" for m in cols)
+               + f" | {ratio(pm, s['core'][0], cap_us)} | {ratio(pm, s['naive'][0], cap_us)}"
+               + f" | {ratio(s['dtg'][0], pm, cap_us)} | {ratio(s['dtm'][0], pm, cap_us)}"
+               + f" | {n['forced']} | {n['timeout_g']} / {n['timeout_m']} | {n['skipped_g']} / {n['skipped_m']}"
+               + f" | {n['refused_g'] + n['refused_m']}"
+               + f" | {n['unexpressible']} |")
+        if (rank, k) not in GRID:
+            row = row.replace(f"| {rank} | {k} |", f"| {rank} | {k} (growth) |", 1)
+        print(row, flush=True)
+        lines.append(row)
+
+    growth = []
+    gcols = ["synth", "core", "plan", "dtg", "dtm"]
+    for title, cells, key in (("Growth with mesh axes (array rank 4)", GROWTH_AXES, "axes"),
+                              ("Growth with array rank (4 mesh axes)", GROWTH_RANK, "rank")):
+        gh = f"| {key} | " + " | ".join(f"{LABEL[m]} med / p99" for m in gcols) + " | DT timeouts g / mc | DT skipped g / mc |"
+        growth += ["", f"{title}, us:", "", gh, "|" + "---|" * (gh.count("|") - 1)]
+        for c in cells:
+            s, n = stats[c]
+            x = c[1] if key == "axes" else c[0]
+            growth.append(f"| {x} | " + " | ".join(f"{fmt(s[m][0], cap_us)} / {fmt(s[m][1], cap_us)}" for m in gcols)
+                          + f" | {n['timeout_g']} / {n['timeout_m']} | {n['skipped_g']} / {n['skipped_m']} |")
+    print("\n".join(growth))
+
+    s, n = stats[HEAD]
+    pm, pq = s["plan"]
+    verdict = lambda ok: "met" if ok else "NOT met"
+    head = (f"\nHeadline (rank {HEAD[0]}, {HEAD[1]} axes, {cases} cases): verishard.plan() median {pm:.1f} us "
+            f"(target <= {TARGET_MEDIAN_US:.0f} us: {verdict(pm <= TARGET_MEDIAN_US)}), p99 {pq:.1f} us "
+            f"(target <= {TARGET_P99_US:.0f} us: {verdict(pq <= TARGET_P99_US)}). "
+            f"First call on a fresh problem: median {s['plan1'][0]:.1f} us, p99 {s['plan1'][1]:.1f} us. "
+            f"Core call alone (_core.plan): median {s['core'][0]:.1f} us, p99 {s['core'][1]:.1f} us; "
+            f"synthesizer alone: median {s['synth'][0]:.1f} us. "
+            f"DTensor greedy: median {fmt(s['dtg'][0], cap_us)} us, p99 {fmt(s['dtg'][1], cap_us)} us; "
+            f"min-cost: median {fmt(s['dtm'][0], cap_us)} us, p99 {fmt(s['dtm'][1], cap_us)} us "
+            f"({n['forced']} of {cases} forced to the graph search, timeouts {n['timeout_g']} / {n['timeout_m']}). "
+            f"Naive Python planner: median {s['naive'][0]:.1f} us.")
+    dtc = tot["cases"] - tot["unexpressible"]
+    counts = (f"DTensor: {dtc} of {tot['cases']} problems expressible as DTensorSpecs "
+              f"({tot['unexpressible']} not); {tot['forced']} had a non-default shard order (graph search "
+              f"whatever the flag); timeouts (> {cap_s:g} s) greedy {tot['timeout_g']}, min-cost {tot['timeout_m']}; "
+              f"not run once a cell's median was already > cap (more than half its cases timed out): greedy "
+              f"{tot['skipped_g']}, min-cost {tot['skipped_m']}; "
+              f"refused by torch: greedy {tot['refused_g']}, min-cost {tot['refused_m']}. "
+              f"Core rejections of the pre-encoded problem: {tot['core_rejected']}.")
+    elapsed = time.perf_counter() - t_start
+    footer = f"Total run time {elapsed:.0f} s (torch {torch.__version__}, Python {platform.python_version()})."
+    print(head)
+    print(counts)
+    out = Path(args.out)
+    png = out.parent / "planner_growth.png"
+    plotted = False if args.no_plot else plot(stats, cap_us, png)
+    if plotted:
+        print(f"plot: {png}")
+    print(footer)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = "`make bench` (= `.venv/bin/python bench/planner.py`)"
+    if args.quick or args.cases is not None or args.cap is not None:
+        cmd = "`.venv/bin/python bench/planner.py" + (" --quick" if args.quick else "") + \
+              (f" --cases {args.cases}" if args.cases is not None else "") + \
+              (f" --cap {args.cap:g}" if args.cap is not None else "") + "`"
+    out.write_text(
+        "# Planner benchmark\n\n"
+        f"Command: {cmd}; {cases} random cases per (rank, axes) cell, the same problems for every "
+        f"planner; each case timed as the median of {REPEAT} calls (DTensor calls over 1 ms: as many as fit "
+        f"in {DT_BUDGET_US / 1000:.0f} ms, at least one; each DTensor call capped at {cap_s:g} s, a timeout sorts "
+        "as +infinity and prints as `>cap`; once more than half of a cell's cases timed out for a DTensor planner, "
+        "its median and p99 are known to be > cap and its remaining cases are skipped, counted as such); per cell the median / p99 over cases (with this many cases the "
+        "p99 is the maximum); times in microseconds on this machine (2 shared cores). Ratios are of medians. "
+        "Columns: `synth` = `_core.synthesize` on pre-encoded refined inputs; `core` = `_core.plan` on the "
+        "pre-encoded user-mesh problem (the one call into the verified pipeline); `plan()` = "
+        "`verishard.plan(mesh, src, dst)`; `plan() 1st` = its first call on each fresh problem (one sample); "
+        "`naive` = gather-all-then-slice in Python; `DT greedy` / `DT min-cost` = torch's "
+        "`_gen_transform_infos_non_cached` on the `DTensorSpec`s of the problem, under "
+        "`use_min_cost_redistribution_plan(False/True)`, setup excluded; on a non-default shard order torch "
+        "always runs its graph search, so both columns are that one call (`DT forced graph` counts them). "
+        "See the script's docstring.\n\n"
+        + "\n".join(lines) + "\n" + "\n".join(growth) + "\n" + head + "\n\n" + counts + "\n\n"
+        + (f"![growth](planner_growth.png)\n\n" if plotted else "") + footer + "\n")
 
 
 if __name__ == "__main__":

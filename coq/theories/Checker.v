@@ -78,18 +78,22 @@ Fixpoint run (m : mesh) (t : atype) (p : plan) (i : nat) : result (nat * error) 
 Record report := mkreport { types : list atype; peak : nat; received : list nat }.
 
 (** Steps are numbered from 1; number 0 blames the mesh, source or target. *)
+(** The problem's own errors, reported as step 0. *)
+Definition problem_error (m : mesh) (src dst : atype) : option error :=
+  if negb (wf_meshb m) then Some BadMesh else
+  if negb (wfb m src) then Some BadSource else
+  if negb (wfb m dst) then Some BadDest else
+  if negb (nat_list_eqb (map gsize src) (map gsize dst)) then Some GlobalShapeMismatch else None.
+
 Definition check (m : mesh) (src dst : atype) (p : plan) : result (nat * error) report :=
-  if negb (wf_meshb m) then Err (0, BadMesh) else
-  if negb (wfb m src) then Err (0, BadSource) else
-  if negb (wfb m dst) then Err (0, BadDest) else
-  if negb (nat_list_eqb (map gsize src) (map gsize dst)) then Err (0, GlobalShapeMismatch) else
+  match problem_error m src dst with Some e => Err (0, e) | None =>
   match run m src p 1 with
   | Err x => Err x
   | Ok (ts, rs) =>
       if atype_eqb (last ts src) dst
       then Ok (mkreport ts (peak_of m ts) rs)
       else Err (length p, WrongResult)
-  end.
+  end end.
 
 (** The problem a plan solves. *)
 Definition valid_problem (m : mesh) (src dst : atype) : Prop :=
@@ -215,7 +219,7 @@ Theorem check_ok_iff : forall m src dst p r,
   last (types r) src = dst /\ peak r = peak_of m (types r).
 Proof.
   intros m src dst p r. split.
-  - unfold check. intros H.
+  - unfold check, problem_error. intros H.
     destruct (wf_meshb m) eqn:Hm; cbn [negb] in H; [|discriminate].
     destruct (wfb m src) eqn:Hs; cbn [negb] in H; [|discriminate].
     destruct (wfb m dst) eqn:Hd; cbn [negb] in H; [|discriminate].
@@ -225,7 +229,7 @@ Proof.
     inversion H; subst r. cbn [types received peak].
     apply wfb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. apply atype_eqb_spec in He.
     split; [split; [|split]; auto|split; [|split]; auto]. apply (run_trace m p src 1); auto.
-  - intros [[Hs [Hd Hg]] [Ht [Hl Hp]]]. unfold check.
+  - intros [[Hs [Hd Hg]] [Ht [Hl Hp]]]. unfold check, problem_error.
     assert (Hm : wf_meshb m = true) by (apply wf_meshb_spec; apply Hs).
     assert (Hs' : wfb m src = true) by (apply wfb_spec; auto).
     assert (Hd' : wfb m dst = true) by (apply wfb_spec; auto).
@@ -254,7 +258,7 @@ Theorem check_error_first : forall m src dst p i e,
   exists t, chain m src (firstn (i - 1) p) t /\
             exists c, nth_error p (i - 1) = Some c /\ apply m t c = Err e.
 Proof.
-  intros m src dst p i e H Hi Hne. unfold check in H.
+  intros m src dst p i e H Hi Hne. unfold check, problem_error in H.
   destruct (wf_meshb m) eqn:Hm; cbn [negb] in H; [|inversion H; lia].
   destruct (wfb m src) eqn:Hs; cbn [negb] in H; [|inversion H; lia].
   destruct (wfb m dst) eqn:Hd; cbn [negb] in H; [|inversion H; lia].

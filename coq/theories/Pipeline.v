@@ -95,13 +95,6 @@ Fixpoint coarsen (m : mesh) (p : plan) (fuel : nat) (sp : list nat) : option (li
       end
   end.
 
-(** The problem's own errors, as the checker reports them (step 0). *)
-Definition problem_error (m : mesh) (src dst : atype) : option error :=
-  if negb (wf_meshb m) then Some BadMesh else
-  if negb (wfb m src) then Some BadSource else
-  if negb (wfb m dst) then Some BadDest else
-  if negb (nat_list_eqb (map gsize src) (map gsize dst)) then Some GlobalShapeMismatch else None.
-
 (** The plan, with the refinement it runs over and the checker's report. *)
 Definition plan_problem (m : mesh) (src dst : atype) : result (nat * error) (split * plan * report) :=
   match problem_error m src dst with
