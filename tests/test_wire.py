@@ -34,3 +34,30 @@ def test_glue_reason_codes_follow_the_coq_constructors():
     pairs = re.findall(r"\b([A-Z][A-Za-z]*)(?: [a-z])? -> \((\d+), ", glue)
     codes = {name: int(code) for name, code in pairs}
     assert [codes[n] for n in coq_error_constructors()] == list(range(len(REASONS)))
+
+
+def coq_coll_constructors() -> list[str]:
+    text = (ROOT / "coq" / "theories" / "Rules.v").read_text()
+    body = text[text.index("Inductive coll :="):]
+    body = body[:body.index(".\n")]
+    return re.findall(r"^\|\s*([A-Z][A-Za-z]*)", body, re.M)
+
+
+def test_collective_tags_agree_in_coq_glue_and_python():
+    """The tag of a collective is its constructor's index in ``Rules.coll``;
+    the glue's reader and writer and Python's encoder and decoder use it."""
+    from verishard import AllGather, AllPermute, AllToAll, ArrayType, Collective, DynSlice, Mesh
+
+    names = coq_coll_constructors()
+    assert names == ["AllGather", "DynSlice", "AllToAll", "AllPermute"]
+    glue = (ROOT / "bindings" / "glue.ml").read_text()
+    read = dict((n, int(k)) for k, n in re.findall(r"\| (\d) -> (?:let [^|]*? in )*([A-Z][A-Za-z]*) \(", glue))
+    write = {n: int(k) for n, k in re.findall(r"\| ([A-Z][A-Za-z]*) [^|]*?-> [^|]*?(?:\[|add_int buf )(\d)", glue)
+             if n in names}
+    assert read == write == {n: i for i, n in enumerate(names)}
+    m = Mesh.parse("x=2,y=2")
+    t = ArrayType.parse("[2{x}4, 4]", m)
+    for c in (AllGather(0, "x"), DynSlice(1, "y"), AllToAll(0, 1, "x"), AllPermute(t)):
+        code = c.encode(m)
+        assert code[0] == read[type(c).__name__]
+        assert Collective.decode(m, code) == (c, len(code))
