@@ -48,4 +48,8 @@ Extract Constant List.flat_map =>
   "fun f l -> List.rev (List.fold_left (fun acc x -> List.rev_append (f x) acc) [] l)".
 Extract Constant List.app => "fun l m -> List.rev_append (List.rev l) m".
 
+(** [nth] by OCaml's loop ([n] is never negative: it is a [nat]); the
+    synthesizer reads axis sizes and dimensions with it constantly. *)
+Extract Constant List.nth => "fun n l d -> match List.nth_opt l n with Some x -> x | None -> d".
+
 Extraction "verishard_core.ml" check synthesize_best plan_problem lower_bound block_starts permute_table movement.

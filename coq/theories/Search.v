@@ -115,17 +115,20 @@ Definition reorder (m : mesh) (U : list nat) (r : nat) (C D : list (list nat)) (
 Fixpoint dfs (m : mesh) (src : atype) (U : list nat) (r s : nat) (g : nat -> nat) (D : list (list nat))
     (fuel buf perm : nat) (C : list (list nat)) (cost : nat) (mv : list coll) (b : best_t) : best_t :=
   let done := all_done U r C D in
+  let ms := moves r C D in
+  let prog := filter (fun dek => match dek with (d, e, k) => progress U C D d e k end) ms in
+  let stuck := match prog with [] => true | _ => false end in
+  (* A state is finished by a permute only where no move makes progress,
+     or at the end of the fuel. *)
   let b1 := if done then keep_better cost mv C b
-            else if below (cost + s) b && finishable m U r C D then keep_better (cost + s) mv C b
+            else if (stuck || (fuel =? 0)) && below (cost + s) b && finishable m U r C D
+            then keep_better (cost + s) mv C b
             else b in
   match fuel with
   | 0 => b1
   | S f =>
       if done then b1 else
       (* Detours and permutes only where no move makes progress. *)
-      let ms := moves r C D in
-      let prog := filter (fun dek => match dek with (d, e, k) => progress U C D d e k end) ms in
-      let stuck := match prog with [] => true | _ => false end in
       let b2 := fold_left (fun bst dek =>
         match dek with
         | (d, e, k) =>
