@@ -468,3 +468,27 @@ def test_fuzz_from_json(obj):
 def test_fuzz_decode(ints, mesh):
     _only_verishard(ArrayType.decode, mesh, ints)
     _only_verishard(Collective.decode, mesh, ints)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["x=2", "x=2,y=3", "x=2,y=2*2", "x=4,y=6"]),
+       st.lists(st.tuples(st.integers(1, 13), st.lists(st.integers(0, 3), max_size=3)), min_size=1, max_size=3))
+def test_python_well_formedness_is_the_cores(mesh_text, raw):
+    """ArrayType's early checks (duplicate axis, divisibility, ...) accept
+    exactly the types the verified core calls well formed (``Types.wfb``,
+    asked through the checker on the empty plan from the type to itself)."""
+    from verishard import _core
+    from verishard.core import REASONS
+
+    mesh = Mesh.parse(mesh_text)
+    n = len(mesh.part_sizes)
+    raw = [(g, [p % n for p in ps]) for g, ps in raw]
+    enc = [len(raw)] + [v for g, ps in raw for v in (g, len(ps), *ps)]
+    out = _core.check(mesh.encode() + enc + enc + [0])
+    core_ok = out[0] == 0 or REASONS[out[2]][0] != "bad_source"
+    try:
+        ArrayType(mesh, [(g, tuple(ps)) for g, ps in raw])
+        python_ok = True
+    except ShardingError:
+        python_ok = False
+    assert python_ok == core_ok, (mesh_text, raw, out)
