@@ -31,14 +31,15 @@ source/target pairs are planned by:
 
 Each case is timed as the median of REPEAT calls (DTensor: calls over 1 ms are
 repeated only while they fit in DT_BUDGET_US, at least once; calls under 1 ms
-get one untimed warm-up). A DTensor call is stopped after --cap seconds
-(SIGALRM; default 0.3 s) and counted as a timeout; timeouts sort as +infinity, so a median or
-p99 that lands on one prints as ">cap". Once more than half of a cell's cases
-timed out for a DTensor planner, its median and p99 there are known to be
-> cap, and its remaining cases in that cell are skipped (counted). Tables report, per cell, the median
-and p99 over cases (with few cases the p99 is the maximum), and ratios of
-medians. Writes bench/results/planner.md and, with matplotlib,
-bench/results/planner_growth.png.
+get one untimed warm-up). A DTensor call is stopped after --cap seconds of
+wall time (SIGALRM; default 0.3 s) and counted as a timeout; a median or p99
+that depends on a timeout prints as ">x", x being its value with every timeout
+counted at the cap (a lower bound). Once more
+than half of a cell's cases timed out for a DTensor planner, its median and
+p99 there are known to be > cap, and its remaining cases in that cell are
+skipped (counted). Tables report, per cell, the median and p99 over cases
+(with few cases the p99 is the maximum), and ratios of medians. Writes
+bench/results/planner.md and, with matplotlib, bench/results/planner_growth.png.
 
 Usage: python bench/planner.py [--cases N] [--cap SECONDS] [--quick] [--no-plot]
 """
@@ -48,6 +49,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import platform
 import random
 import signal
@@ -55,6 +57,7 @@ import statistics
 import time
 from math import prod
 from pathlib import Path
+from typing import NamedTuple
 
 import verishard as vs
 from verishard import AllGather, DynSlice, _core
@@ -122,7 +125,9 @@ def _alarm(signum, frame):
 
 
 def capped(fn, cap_s: float) -> float | None:
-    """Microseconds of one call of ``fn``, or None if it ran past ``cap_s``."""
+    """Wall microseconds of one call of ``fn``, or None if it ran past ``cap_s``
+    seconds of wall time (the unit of every figure here, so a finite figure is
+    never above the cap; on a loaded machine more calls time out)."""
     try:
         signal.setitimer(signal.ITIMER_REAL, cap_s)
         try:
@@ -181,21 +186,34 @@ def p99(xs):
     return xs[min(len(xs) - 1, int(0.99 * len(xs)))]
 
 
-def fmt(x: float, cap_us: float) -> str:
-    if math.isnan(x):
-        return "n/a"
-    if math.isinf(x):
-        return f">{cap_us:.0f}"
-    return f"{x:.1f}" if x < 1000 else f"{x:.0f}"
+class Stat(NamedTuple):
+    """A median or p99 over cases; ``bound``: some cases timed out, so ``v`` is
+    a lower bound (the statistic with every timeout counted at the cap)."""
+
+    v: float
+    bound: bool
 
 
-def ratio(a: float, b: float, cap_us: float) -> str:
-    if math.isnan(a) or math.isnan(b):
+def stat(xs, f, cap_us: float) -> Stat:
+    v = f(xs)
+    if math.isinf(v):
+        return Stat(f([min(x, cap_us) for x in xs]), True)
+    return Stat(v, False)
+
+
+def fmt(x: Stat) -> str:
+    if math.isnan(x.v):
         return "n/a"
-    if math.isinf(a):
-        return f">{cap_us / b:.0f}"
-    r = a / b
-    return f"{r:.2f}" if r < 10 else f"{r:.0f}"
+    num = f"{x.v:.1f}" if x.v < 1000 else f"{x.v:.0f}"
+    return ">" + num if x.bound else num
+
+
+def ratio(a: Stat, b: Stat) -> str:
+    if math.isnan(a.v) or math.isnan(b.v):
+        return "n/a"
+    r = a.v / b.v
+    num = f"{r:.2f}" if r < 10 else f"{r:.0f}"
+    return ">" + num if a.bound else num
 
 
 def run_cell(rng, rank, k, cases, dt: DTensor, cap_s):
@@ -260,16 +278,16 @@ def plot(stats, cap_us, path: Path) -> bool:
             xs = [c[xi] for c in cells]
             med = [stats[c][0][m][0] for c in cells]
             q = [stats[c][0][m][1] for c in cells]
-            ok = [(x, y) for x, y in zip(xs, med) if math.isfinite(y)]
+            ok = [(x, y.v) for x, y in zip(xs, med) if not y.bound]
             if ok:
                 ax.plot(*zip(*ok), color=color, marker=marker, label=f"{LABEL[m]} median")
-            okq = [(x, y) for x, y in zip(xs, q) if math.isfinite(y)]
+            okq = [(x, y.v) for x, y in zip(xs, q) if not y.bound]
             if okq:
                 ax.plot(*zip(*okq), color=color, linestyle=":", alpha=0.6)
-            over = [x for x, y in zip(xs, med) if math.isinf(y)]
+            over = [(x, y.v) for x, y in zip(xs, med) if y.bound]
             if over:
-                ax.scatter(over, [cap_us] * len(over), color=color, marker=marker, facecolors="none",
-                           s=70, label=f"{LABEL[m]} median > cap (drawn at cap)")
+                ax.scatter(*zip(*over), color=color, marker=marker, facecolors="none",
+                           s=70, label=f"{LABEL[m]} median: lower bound (timeouts)")
         ax.axhline(cap_us, color="grey", linestyle="--", linewidth=0.8)
         ax.axhline(TARGET_MEDIAN_US, color="black", linestyle="-.", linewidth=0.8)
         ax.set_yscale("log")
@@ -292,9 +310,10 @@ def plot(stats, cap_us, path: Path) -> bool:
 
 def main() -> None:
     t_start = time.perf_counter()
+    load0 = os.getloadavg()[0]
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=None, help="random cases per (rank, axes) cell (default 30; 8 with --quick)")
-    ap.add_argument("--cap", type=float, default=None, help="seconds per DTensor call before it counts as a timeout "
+    ap.add_argument("--cap", type=float, default=None, help="wall seconds per DTensor call before it counts as a timeout "
                     "(default 0.3; 0.1 with --quick)")
     ap.add_argument("--quick", action="store_true", help="fewer cases and a shorter DTensor cap")
     ap.add_argument("--no-plot", action="store_true")
@@ -319,15 +338,15 @@ def main() -> None:
     tot = {"cases": 0}
     for rank, k in CELLS:
         t, n = run_cell(rng, rank, k, cases, dt, cap_s)
-        s = {m: (median(t[m]), p99(t[m])) for m in METHODS}
+        s = {m: (stat(t[m], median, cap_us), stat(t[m], p99, cap_us)) for m in METHODS}
         stats[(rank, k)] = (s, n)
         tot["cases"] += cases
         for key in n:
             tot[key] = tot.get(key, 0) + n[key]
         pm = s["plan"][0]
-        row = (f"| {rank} | {k} | " + " | ".join(f"{fmt(s[m][0], cap_us)} / {fmt(s[m][1], cap_us)}" for m in cols)
-               + f" | {ratio(pm, s['core'][0], cap_us)} | {ratio(pm, s['naive'][0], cap_us)}"
-               + f" | {ratio(s['dtg'][0], pm, cap_us)} | {ratio(s['dtm'][0], pm, cap_us)}"
+        row = (f"| {rank} | {k} | " + " | ".join(f"{fmt(s[m][0])} / {fmt(s[m][1])}" for m in cols)
+               + f" | {ratio(pm, s['core'][0])} | {ratio(pm, s['naive'][0])}"
+               + f" | {ratio(s['dtg'][0], pm)} | {ratio(s['dtm'][0], pm)}"
                + f" | {n['forced']} | {n['timeout_g']} / {n['timeout_m']} | {n['skipped_g']} / {n['skipped_m']}"
                + f" | {n['refused_g'] + n['refused_m']}"
                + f" | {n['unexpressible']} |")
@@ -345,23 +364,23 @@ def main() -> None:
         for c in cells:
             s, n = stats[c]
             x = c[1] if key == "axes" else c[0]
-            growth.append(f"| {x} | " + " | ".join(f"{fmt(s[m][0], cap_us)} / {fmt(s[m][1], cap_us)}" for m in gcols)
+            growth.append(f"| {x} | " + " | ".join(f"{fmt(s[m][0])} / {fmt(s[m][1])}" for m in gcols)
                           + f" | {n['timeout_g']} / {n['timeout_m']} | {n['skipped_g']} / {n['skipped_m']} |")
     print("\n".join(growth))
 
     s, n = stats[HEAD]
-    pm, pq = s["plan"]
+    pm, pq = s["plan"][0].v, s["plan"][1].v
     verdict = lambda ok: "met" if ok else "NOT met"
     head = (f"\nHeadline (rank {HEAD[0]}, {HEAD[1]} axes, {cases} cases): verishard.plan() median {pm:.1f} us "
             f"(target <= {TARGET_MEDIAN_US:.0f} us: {verdict(pm <= TARGET_MEDIAN_US)}), p99 {pq:.1f} us "
             f"(target <= {TARGET_P99_US:.0f} us: {verdict(pq <= TARGET_P99_US)}). "
-            f"First call on a fresh problem: median {s['plan1'][0]:.1f} us, p99 {s['plan1'][1]:.1f} us. "
-            f"Core call alone (_core.plan): median {s['core'][0]:.1f} us, p99 {s['core'][1]:.1f} us; "
-            f"synthesizer alone: median {s['synth'][0]:.1f} us. "
-            f"DTensor greedy: median {fmt(s['dtg'][0], cap_us)} us, p99 {fmt(s['dtg'][1], cap_us)} us; "
-            f"min-cost: median {fmt(s['dtm'][0], cap_us)} us, p99 {fmt(s['dtm'][1], cap_us)} us "
+            f"First call on a fresh problem: median {fmt(s['plan1'][0])} us, p99 {fmt(s['plan1'][1])} us. "
+            f"Core call alone (_core.plan): median {fmt(s['core'][0])} us, p99 {fmt(s['core'][1])} us; "
+            f"synthesizer alone: median {fmt(s['synth'][0])} us. "
+            f"DTensor greedy: median {fmt(s['dtg'][0])} us, p99 {fmt(s['dtg'][1])} us; "
+            f"min-cost: median {fmt(s['dtm'][0])} us, p99 {fmt(s['dtm'][1])} us "
             f"({n['forced']} of {cases} forced to the graph search, timeouts {n['timeout_g']} / {n['timeout_m']}). "
-            f"Naive Python planner: median {s['naive'][0]:.1f} us.")
+            f"Naive Python planner: median {fmt(s['naive'][0])} us.")
     dtc = tot["cases"] - tot["unexpressible"]
     counts = (f"DTensor: {dtc} of {tot['cases']} problems expressible as DTensorSpecs "
               f"({tot['unexpressible']} not); {tot['forced']} had a non-default shard order (graph search "
@@ -371,7 +390,9 @@ def main() -> None:
               f"refused by torch: greedy {tot['refused_g']}, min-cost {tot['refused_m']}. "
               f"Core rejections of the pre-encoded problem: {tot['core_rejected']}.")
     elapsed = time.perf_counter() - t_start
-    footer = f"Total run time {elapsed:.0f} s (torch {torch.__version__}, Python {platform.python_version()})."
+    footer = (f"Total run time {elapsed:.0f} s (torch {torch.__version__}, Python {platform.python_version()}); "
+              f"1-minute load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+              f"({os.cpu_count()} cores, shared).")
     print(head)
     print(counts)
     out = Path(args.out)
@@ -390,8 +411,8 @@ def main() -> None:
         "# Planner benchmark\n\n"
         f"Command: {cmd}; {cases} random cases per (rank, axes) cell, the same problems for every "
         f"planner; each case timed as the median of {REPEAT} calls (DTensor calls over 1 ms: as many as fit "
-        f"in {DT_BUDGET_US / 1000:.0f} ms, at least one; each DTensor call capped at {cap_s:g} s, a timeout sorts "
-        "as +infinity and prints as `>cap`; once more than half of a cell's cases timed out for a DTensor planner, "
+        f"in {DT_BUDGET_US / 1000:.0f} ms, at least one; each DTensor call capped at {cap_s:g} s wall time, a median or p99 "
+        "that depends on a timeout prints as `>x`, x being its value with timeouts counted at the cap; once more than half of a cell's cases timed out for a DTensor planner, "
         "its median and p99 are known to be > cap and its remaining cases are skipped, counted as such); per cell the median / p99 over cases (with this many cases the "
         "p99 is the maximum); times in microseconds on this machine (2 shared cores). Ratios are of medians. "
         "Columns: `synth` = `_core.synthesize` on pre-encoded refined inputs; `core` = `_core.plan` on the "
