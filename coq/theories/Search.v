@@ -111,9 +111,15 @@ Definition reorder (m : mesh) (U : list nat) (r : nat) (C D : list (list nat)) (
 (** Depth-first branch-and-bound from [C] ([mv]: the moves so far, last
     first; [cost]: their cost); [buf] detours (moves that make no
     progress) and [perm] reordering permutes are allowed. [g]: global
-    sizes, for divisibility. *)
+    sizes, for divisibility. The state threads the best plan found and the
+    number of states the search may still visit, which bounds its time. *)
 Fixpoint dfs (m : mesh) (src : atype) (U : list nat) (r s : nat) (g : nat -> nat) (D : list (list nat))
-    (fuel buf perm : nat) (C : list (list nat)) (cost : nat) (mv : list coll) (b : best_t) : best_t :=
+    (fuel buf perm : nat) (C : list (list nat)) (cost : nat) (mv : list coll) (st : best_t * nat)
+    : best_t * nat :=
+  match snd st with
+  | 0 => st
+  | S budget =>
+  let b := fst st in
   let done := all_done U r C D in
   let ms := moves r C D in
   let prog := filter (fun dek => match dek with (d, e, k) => progress U C D d e k end) ms in
@@ -125,26 +131,30 @@ Fixpoint dfs (m : mesh) (src : atype) (U : list nat) (r s : nat) (g : nat -> nat
             then keep_better (cost + s) mv C b
             else b in
   match fuel with
-  | 0 => b1
+  | 0 => (b1, budget)
   | S f =>
-      if done then b1 else
+      if done then (b1, budget) else
       (* Detours and permutes only where no move makes progress. *)
-      let b2 := fold_left (fun bst dek =>
+      let st2 := fold_left (fun stt dek =>
         match dek with
         | (d, e, k) =>
             let xs := lastk (ax C d) k in
             let c' := cost + a2a_cost m s xs in
-            if below c' bst && (g e mod nprod m (ax C e ++ xs) =? 0)
+            if below c' (fst stt) && (g e mod nprod m (ax C e ++ xs) =? 0)
             then dfs m src U r s g D f (if stuck then buf - 1 else buf) perm (move C d e k) c'
-                     (AllToAll d e xs :: mv) bst
-            else bst
+                     (AllToAll d e xs :: mv) stt
+            else stt
         end)
-        (if stuck then (if buf =? 0 then [] else ms) else prog) b1 in
+        (if stuck then (if buf =? 0 then [] else ms) else prog) (b1, budget) in
       let C' := map (reorder m U r C D) (seq 0 r) in
-      if stuck && negb (perm =? 0) && below (cost + s) b2 && negb (list_eqb C' C)
-      then dfs m src U r s g D f buf (perm - 1) C' (cost + s) (AllPermute (tyof src (ax C')) :: mv) b2
-      else b2
+      if stuck && negb (perm =? 0) && below (cost + s) (fst st2) && negb (list_eqb C' C)
+      then dfs m src U r s g D f buf (perm - 1) C' (cost + s) (AllPermute (tyof src (ax C')) :: mv) st2
+      else st2
+  end
   end.
+
+(** States the search visits at most, per slicing. *)
+Definition search_budget : nat := 40.
 
 (** The slicing that travels with the target: each target axis the source
     lacks is sliced into the dimension where the axis before it in the
@@ -169,7 +179,7 @@ Definition searched_x (m : mesh) (src dst : atype) (X : nat -> list nat) : optio
   let U := used dst in
   let C0 := map (fun d => S d ++ X d) (seq 0 r) in
   let s := size m (tyof src (ax C0)) in
-  match dfs m src U r s (gs src) Dl (length m + 1) 1 1 C0 0 [] None with
+  match fst (dfs m src U r s (gs src) Dl (length m + 1) 1 1 C0 0 [] (None, search_budget)) with
   | None => None
   | Some (_, mv, C) =>
       let E := extras_of m U r C Dl in

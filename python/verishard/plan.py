@@ -43,10 +43,10 @@ def is_verified(p: object) -> bool:
 
     >>> import dataclasses
     >>> p = plan("x=2", "[2{x}4]", "[4]")
-    >>> is_verified(p), is_verified(dataclasses.replace(p))
-    (True, False)
+    >>> is_verified(p), is_verified(dataclasses.replace(p)), is_verified(None)
+    (True, False, False)
     """
-    return _MADE.get(id(p)) is p
+    return isinstance(p, Plan) and _MADE.get(id(p)) is p
 
 
 @dataclass(frozen=True)
