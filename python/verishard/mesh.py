@@ -408,6 +408,18 @@ class Mesh:
         sizes = self.part_sizes
         return [len(sizes), *sizes]
 
+    def __hash__(self) -> int:
+        # immutable, and a key of the planning caches: hash once
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(self.axes)
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        # the cached hash depends on the process's string-hash seed: never ship it
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def __str__(self) -> str:
         return "{" + ", ".join(f"{n}:{'*'.join(map(str, fs))}" for n, fs in self.axes) + "}"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 import weakref
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from . import core
@@ -284,6 +284,11 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> Plan:
     ('{x:2, y:2*2}', ['DynSlice(0, y.0)', 'AllPermute([1{y}4])'], 2)
     """
     mesh, src, dst = _problem(mesh, src, dst)
+    return _planned(mesh, src, dst)
+
+
+@lru_cache(maxsize=4096)  # plans are immutable; a hit skips the core call and the decoding
+def _planned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
     r = core.plan(mesh, src, dst)
     steps = tuple(Step(c, t, n) for c, t, n in zip(r.collectives, r.types[1:], r.received))
     return _made(Plan(r.mesh, r.types[0], r.types[-1], steps, r.peak, True))

@@ -373,6 +373,18 @@ class ArrayType:
             raise ParseError(f"truncated type encoding at position {start}")
         return _raw_type(mesh, tuple(dims)), pos
 
+    def __hash__(self) -> int:
+        # immutable, and a key of the planning caches: hash once
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.mesh, self.dims))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        # the cached hash depends on the process's string-hash seed: never ship it
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def __str__(self) -> str:
         return _render(self.mesh, self.dims)
 
