@@ -142,6 +142,32 @@ Proof.
   - intros d v Hd. specialize (Hc d v Hd). rewrite Hg in Hc by auto. rewrite cnt_app in Hc. lia.
 Qed.
 
+(** Growing dimension [d] of [X] by a new axis [a], as the slices and the
+    extras do: the axes stay distinct, and the per-size counts stay within
+    the larger of [S]'s and [B]'s when [a]'s size was below [B]'s count. *)
+Lemma grow_nodup : forall r S X d a, d < r -> NoDup (allax r S ++ allax r X) ->
+  ~ In a (allax r S) -> ~ In a (allax r X) -> NoDup (allax r S ++ allax r (upd X d (X d ++ [a]))).
+Proof.
+  intros r S X d a Hd Hn N1 N2. assert (Hp := allax_upd_app r X d [a] Hd).
+  apply (Permutation_NoDup (l := allax r S ++ [a] ++ allax r X)).
+  - apply Permutation_app_head. symmetry. exact Hp.
+  - simpl. apply nodup_app_intro.
+    + eapply nodup_app_l; eauto.
+    + constructor; [exact N2|]. eapply nodup_app_r; eauto.
+    + intros b Hb [<-|Hb']; [contradiction|]. eapply nodup_app_disj; eauto.
+Qed.
+
+Lemma grow_cnt : forall m r S B X d a, d < r ->
+  (forall d' v, d' < r -> cnt m v (S d' ++ X d') <= Nat.max (cnt m v (S d')) (cnt m v (B d'))) ->
+  cnt m (asize m a) (S d ++ X d) < cnt m (asize m a) (B d) ->
+  forall d' v, d' < r ->
+    cnt m v (S d' ++ upd X d (X d ++ [a]) d') <= Nat.max (cnt m v (S d')) (cnt m v (B d')).
+Proof.
+  intros m r S B X d a Hd Hc Hlt d' v Hd'. unfold upd. destruct (Nat.eqb_spec d' d) as [->|Hne]; auto.
+  rewrite app_assoc, cnt_app, cnt_single. destruct (Nat.eqb_spec (asize m a) v) as [<-|Hv]; [lia|].
+  specialize (Hc d v Hd'). lia.
+Qed.
+
 (** * The slices *)
 
 Definition slices_inv (m : mesh) (r : nat) (S D X : nat -> list nat) : Prop :=
@@ -162,16 +188,9 @@ Proof.
     apply Nat.ltb_lt in E3.
     assert (Hp := allax_upd_app r X d [a] Hd).
     split; [|split].
-    + apply (Permutation_NoDup (l := allax r S ++ [a] ++ allax r X)).
-      * apply Permutation_app_head. symmetry. auto.
-      * simpl. apply nodup_app_intro.
-        -- eapply nodup_app_l; eauto.
-        -- constructor; [auto|]. eapply nodup_app_r; eauto.
-        -- intros b Hb [<-|Hb']; [contradiction|]. eapply nodup_app_disj; eauto.
+    + apply grow_nodup; auto.
     + intros b Hb. apply (Permutation_in _ Hp) in Hb. destruct Hb as [<-|Hb]; auto.
-    + intros d' v Hd'. unfold upd. destruct (Nat.eqb_spec d' d); subst; auto.
-      rewrite app_assoc, cnt_app, cnt_single. destruct (Nat.eqb_spec (asize m a) v); subst; [lia|].
-      specialize (Hc d v Hd'). lia.
+    + apply grow_cnt; auto.
   - split; [|split].
     + rewrite allax_nil, app_nil_r. auto.
     + intros a Ha. apply in_allax in Ha. destruct Ha as [_ [_ []]].
@@ -242,16 +261,9 @@ Proof.
     assert (N2 : ~ In a (allax r E)) by (intro H; apply memb_spec in H; congruence).
     assert (Hp := allax_upd_app r E d [a] Hd).
     split; [|split; [|split]].
-    + apply (Permutation_NoDup (l := allax r D ++ [a] ++ allax r E)).
-      * apply Permutation_app_head. symmetry. auto.
-      * simpl. apply nodup_app_intro.
-        -- eapply nodup_app_l; eauto.
-        -- constructor; [auto|]. eapply nodup_app_r; eauto.
-        -- intros b Hb [<-|Hb']; [contradiction|]. eapply nodup_app_disj; eauto.
+    + apply grow_nodup; auto.
     + intros b Hb. apply (Permutation_in _ Hp) in Hb. destruct Hb as [<-|Hb]; auto.
-    + intros d' v Hd'. unfold upd. destruct (Nat.eqb_spec d' d); subst; auto.
-      rewrite app_assoc, cnt_app, cnt_single. destruct (Nat.eqb_spec (asize m a) v); subst; [lia|].
-      specialize (Hc d v Hd'). lia.
+    + apply grow_cnt; auto.
     + intros v. rewrite (cnt_perm _ _ _ _ Hp), cnt_app, cnt_single.
       specialize (Hs v). destruct (Nat.eqb_spec (asize m a) v); subst; lia.
   - unfold extras_inv. rewrite !allax_nil, app_nil_r. split; [|split; [|split]]; auto.

@@ -21,7 +21,7 @@ from typing import Any
 from .errors import ParseError, PlanError, ShardingError, VerishardError, show
 from .limits import MAX_INDEX, check_int
 from .mesh import Mesh
-from .sharding import ArrayType
+from .sharding import ArrayType, raw
 
 
 def _axes(value: object) -> tuple[str, ...]:
@@ -43,14 +43,6 @@ def _resolve(mesh: Mesh, axes: tuple[str, ...]) -> tuple[int, ...]:
     if not isinstance(mesh, Mesh):
         raise ShardingError(f"expected a Mesh, not {type(mesh).__name__}")
     return tuple(p for a in axes for p in mesh.resolve(a))
-
-
-def _raw(cls, **fields):
-    """An instance of the frozen dataclass ``cls`` with ``fields``, not re-validated."""
-    obj = object.__new__(cls)
-    for k, v in fields.items():
-        object.__setattr__(obj, k, v)
-    return obj
 
 
 class Collective:
@@ -103,17 +95,17 @@ class Collective:
                 d, m = ints[pos + 1], ints[pos + 2]
                 names = mesh.names(tuple(ints[pos + 3:pos + 3 + m]))
                 cls = AllGather if tag == 0 else DynSlice
-                c = _raw(cls, dim=d, axes=names) if d <= MAX_INDEX else cls(d, names)
+                c = raw(cls, dim=d, axes=names) if d <= MAX_INDEX else cls(d, names)
                 pos += 3 + m
             elif tag == 2:
                 d, e, m = ints[pos + 1], ints[pos + 2], ints[pos + 3]
                 names = mesh.names(tuple(ints[pos + 4:pos + 4 + m]))
-                c = (_raw(AllToAll, src_dim=d, dst_dim=e, axes=names) if max(d, e) <= MAX_INDEX
+                c = (raw(AllToAll, src_dim=d, dst_dim=e, axes=names) if max(d, e) <= MAX_INDEX
                      else AllToAll(d, e, names))
                 pos += 4 + m
             elif tag == 3:
                 t, pos = ArrayType.decode(mesh, ints, pos + 1)
-                return _raw(AllPermute, target=t), pos
+                return raw(AllPermute, target=t), pos
             else:
                 raise ParseError(f"unknown collective tag {tag!r} at position {pos}")
         except IndexError:

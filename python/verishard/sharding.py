@@ -392,20 +392,24 @@ class ArrayType:
         return str(self)
 
 
+def raw(cls, **fields):
+    """An instance of the frozen dataclass ``cls`` with ``fields``, not
+    re-validated: for decoding the verified core's answers, which are well
+    formed by construction."""
+    obj = object.__new__(cls)
+    for k, v in fields.items():
+        object.__setattr__(obj, k, v)
+    return obj
+
+
 @lru_cache(maxsize=16384)
 def _raw_dim(global_size: int, parts: tuple[int, ...]) -> DimType:
-    d = object.__new__(DimType)
-    object.__setattr__(d, "global_size", global_size)
-    object.__setattr__(d, "parts", parts)
-    return d
+    return raw(DimType, global_size=global_size, parts=parts)
 
 
 @lru_cache(maxsize=16384)
 def _raw_type(mesh: Mesh, dims: tuple[DimType, ...]) -> ArrayType:
-    t = object.__new__(ArrayType)
-    object.__setattr__(t, "mesh", mesh)
-    object.__setattr__(t, "dims", dims)
-    return t
+    return raw(ArrayType, mesh=mesh, dims=dims)
 
 
 _TOKEN = re.compile(r"\s*(?:(-?[0-9]+)|([A-Za-z_][A-Za-z0-9_]*(?:\.[0-9]+)?)|([\[\]{},]))")
