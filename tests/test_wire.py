@@ -16,11 +16,16 @@ def _camel_to_snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def coq_error_constructors() -> list[str]:
+def coq_constructors(inductive: str) -> list[str]:
+    """The constructors of ``Inductive <inductive>`` in Rules.v, in order."""
     text = (ROOT / "coq" / "theories" / "Rules.v").read_text()
-    body = text[text.index("Inductive error :="):]
+    body = text[text.index(f"Inductive {inductive} :="):]
     body = body[:body.index(".\n")]
     return re.findall(r"^\|\s*([A-Z][A-Za-z]*)", body, re.M)
+
+
+def coq_error_constructors() -> list[str]:
+    return coq_constructors("error")
 
 
 def test_python_reason_codes_follow_the_coq_constructors():
@@ -36,19 +41,12 @@ def test_glue_reason_codes_follow_the_coq_constructors():
     assert [codes[n] for n in coq_error_constructors()] == list(range(len(REASONS)))
 
 
-def coq_coll_constructors() -> list[str]:
-    text = (ROOT / "coq" / "theories" / "Rules.v").read_text()
-    body = text[text.index("Inductive coll :="):]
-    body = body[:body.index(".\n")]
-    return re.findall(r"^\|\s*([A-Z][A-Za-z]*)", body, re.M)
-
-
 def test_collective_tags_agree_in_coq_glue_and_python():
     """The tag of a collective is its constructor's index in ``Rules.coll``;
     the glue's reader and writer and Python's encoder and decoder use it."""
     from verishard import AllGather, AllPermute, AllToAll, ArrayType, Collective, DynSlice, Mesh
 
-    names = coq_coll_constructors()
+    names = coq_constructors("coll")
     assert names == ["AllGather", "DynSlice", "AllToAll", "AllPermute"]
     glue = (ROOT / "bindings" / "glue.ml").read_text()
     read = dict((n, int(k)) for k, n in re.findall(r"\| (\d) -> (?:let [^|]*? in )*([A-Z][A-Za-z]*) \(", glue))
