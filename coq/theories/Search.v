@@ -30,6 +30,12 @@ Fixpoint lcp_in (l l' : list nat) : nat :=
   | [] => 0
   end.
 
+Fixpoint remove_one (v : nat) (l : list nat) : list nat :=
+  match l with
+  | [] => []
+  | x :: t => if x =? v then t else x :: remove_one v t
+  end.
+
 Definition list_eqb (C C' : list (list nat)) : bool :=
   if list_eq_dec (list_eq_dec Nat.eq_dec) C C' then true else false.
 
@@ -108,6 +114,46 @@ Definition reorder (m : mesh) (U : list nat) (r : nat) (C D : list (list nat)) (
   let key := fun a => if memb a U then S (dest a * big + index_of a (ax D (dest a))) else 0 in
   stay ++ sort_by key (filter (fun a => negb (memb a stay)) Cd).
 
+(** A permute that also exchanges axes of the same size between
+    dimensions (any type of the same local shape will do): every dimension
+    keeps the sizes of its axes; it takes the longest prefix of its target
+    order that the axes in use can give it, and its other slots are filled
+    with the remaining axes, those that must go elsewhere ordered as in
+    [reorder]. *)
+Fixpoint take_prefix (m : mesh) (Dd pool sl : list nat) : list nat * list nat * list nat :=
+  match Dd with
+  | [] => ([], pool, sl)
+  | a :: Dd' =>
+      if memb a pool && memb (asize m a) sl
+      then let '(p, pool', sl') := take_prefix m Dd' (remove Nat.eq_dec a pool)
+                                               (remove_one (asize m a) sl) in (a :: p, pool', sl')
+      else ([], pool, sl)
+  end.
+
+(** Fill slots of the sizes [sl] from [pool] (sorted by preference). *)
+Fixpoint fill (m : mesh) (sl pool : list nat) : list nat * list nat :=
+  match sl with
+  | [] => ([], pool)
+  | v :: sl' =>
+      match find (fun a => asize m a =? v) pool with
+      | Some a => let '(f, pool') := fill m sl' (remove Nat.eq_dec a pool) in (a :: f, pool')
+      | None => fill m sl' pool
+      end
+  end.
+
+Definition retarget (m : mesh) (U : list nat) (r : nat) (C D : list (list nat)) : list (list nat) :=
+  let big := S (length m) in
+  let dest := fun a => fold_left (fun h e => if memb a (ax D e) then e else h) (seq 0 r) 0 in
+  let key := fun a => if memb a U then S (dest a * big + index_of a (ax D (dest a))) else 0 in
+  let pre := fold_left (fun (acc : list (list nat * list nat) * list nat) d =>
+               let '(p, pool', sl) := take_prefix m (ax D d) (snd acc) (map (asize m) (ax C d)) in
+               (fst acc ++ [(p, sl)], pool'))
+             (seq 0 r) ([], flat_map (ax C) (seq 0 r)) in
+  fst (fold_left (fun (acc : list (list nat) * list nat) ps =>
+         let '(f, pool') := fill m (snd ps) (snd acc) in
+         (fst acc ++ [fst ps ++ sort_by key f], pool'))
+       (fst pre) ([], sort_by key (snd pre))).
+
 (** Depth-first branch-and-bound from [C] ([mv]: the moves so far, last
     first; [cost]: their cost); [buf] detours (moves that make no
     progress) and [perm] reordering permutes are allowed. [g]: global
@@ -146,9 +192,12 @@ Fixpoint dfs (m : mesh) (src : atype) (U : list nat) (r s : nat) (g : nat -> nat
             else stt
         end)
         (if stuck then (if buf =? 0 then [] else ms) else prog) (b1, budget) in
-      let C' := map (reorder m U r C D) (seq 0 r) in
-      if stuck && negb (perm =? 0) && below (cost + s) (fst st2) && negb (list_eqb C' C)
-      then dfs m src U r s g D f buf (perm - 1) C' (cost + s) (AllPermute (tyof src (ax C')) :: mv) st2
+      if stuck && negb (perm =? 0) then
+        fold_left (fun stt C' =>
+          if below (cost + s) (fst stt) && negb (list_eqb C' C)
+          then dfs m src U r s g D f buf (perm - 1) C' (cost + s) (AllPermute (tyof src (ax C')) :: mv) stt
+          else stt)
+          [map (reorder m U r C D) (seq 0 r); retarget m U r C D] st2
       else st2
   end
   end.
@@ -161,13 +210,23 @@ Definition search_budget : nat := 40.
     target's order sits in the source (or where the one before that was
     sliced), else into its own target dimension, so that the group can
     later move in one all-to-all in the target's order. *)
-Definition slicer_along (r : nat) (S D : nat -> list nat) : nat -> list nat :=
+Definition slicer_along (m : mesh) (r : nat) (S D : nat -> list nat) (g : nat -> nat) : nat -> list nat :=
   let US := allax r S in
   let home := fun a => fold_left (fun h d => if memb a (S d) then d else h) (seq 0 r) r in
+  let fits := fun (X : nat -> list nat) h a => g h mod nprod m (S h ++ X h ++ [a]) =? 0 in
+  (* where [a] goes when the dimension of the axis before it cannot take
+     it: a dimension the target leaves unsharded, else its own *)
+  let spare := fun X e a =>
+    fold_left (fun h d => if (h =? r) && negb (d =? e) && (match D d with [] => true | _ => false end) && fits X d a
+                          then d else h) (seq 0 r) r in
   let along := fun (X : nat -> list nat) e =>
     fst (fold_left (fun (st : (nat -> list nat) * nat) a =>
-           if memb a US then (fst st, home a)
-           else (upd (fst st) (snd st) (fst st (snd st) ++ [a]), snd st))
+           let X := fst st in
+           let h := snd st in
+           if memb a US then (X, home a)
+           else
+             let h' := if fits X h a then h else let sp := spare X e a in if sp =? r then e else sp in
+             (upd X h' (X h' ++ [a]), h'))
          (D e) (X, e)) in
   fold_left along (seq 0 r) (fun _ => []).
 
@@ -191,7 +250,7 @@ Definition searched (m : mesh) (src dst : atype) : list plan :=
   let S := sax src in
   let D := sax dst in
   flat_map (fun X => match searched_x m src dst X with Some p => [p] | None => [] end)
-    [slicer_along r S D].
+    [slicer_along m r S D (gs src)].
 
 (** The synthesizer's candidates and the searched plans, validated; the
     cheapest is kept ([Synth.pick]). *)
