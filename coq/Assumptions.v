@@ -43,3 +43,27 @@ Print Assumptions pick_min.
 Print Assumptions synthesize_best_prime.
 Print Assumptions synthesize_best_min.
 Print Assumptions plan_traffic.
+
+From VS Require Import Uneven Unevenproof.
+Print Assumptions csize_even.
+Print Assumptions uvalid_le.
+Print Assumptions uvalid_even.
+Print Assumptions uvalid_sum.
+Print Assumptions ublocks_partition.
+Print Assumptions ublock_order.
+Print Assumptions csize_padding.
+Print Assumptions wf_uneven_of_wf.
+Print Assumptions wf_unevenb_spec.
+Print Assumptions ugindex_gindex.
+Print Assumptions uvalid_pos_even.
+Print Assumptions usize_even.
+Print Assumptions usize_chunked_le.
+Print Assumptions usize_max_padded.
+Print Assumptions ugather_buf_bound.
+Print Assumptions usource_sound.
+Print Assumptions usource_sound_chunked.
+Print Assumptions umovement_correct.
+Print Assumptions usource_in_buffer.
+Print Assumptions ustep_wf.
+Print Assumptions ustep_of_step.
+Print Assumptions usource_even.
