@@ -1,0 +1,380 @@
+"""The torch.distributed backend: the four collectives of
+:mod:`verishard.runtime.backend` on a DTensor ``DeviceMesh``'s ranks, driven by
+the shared executor (:func:`verishard.runtime.backend.execute`).
+
+One process per device, as ``torchrun`` or ``torch.multiprocessing`` start
+them; gloo for CPU tensors, NCCL for CUDA tensors (the same code: tensors stay
+on the device of the input). Rank ``r`` of the plan (row-major over the mesh
+coordinates, ``docs/model.md`` section 1) is the process at position ``r`` of
+``device_mesh.mesh.flatten()``.
+
+- ``AllGather``: ``all_gather_single`` (``all_gather_into_tensor`` before
+  torch 2.13) over the group's process group into one buffer, then the blocks
+  are laid out along the gathered dimension in order of the verified group
+  index.
+- ``AllToAll``: ``all_to_all_single``: the pieces along the target dimension
+  are stacked (piece ``j`` for the member with group index ``j``), exchanged,
+  and the received pieces concatenated along the source dimension in order of
+  the sender's group index.
+- ``AllPermute``: ``batch_isend_irecv`` over the plan's device map
+  (``core.permute_sources``); ranks that keep their block send and receive
+  nothing.
+- ``DynSlice``: a local copy of the rank's piece.
+
+Process groups (:class:`MeshGroups`): one per set of mesh parts a plan's
+collectives run over, created with ``dist.new_group`` with its members listed
+in the order of the verified group index (``AxisGroup.members``) and cached
+per ``DeviceMesh``; a group over one whole mesh dimension is the DeviceMesh's
+own. Every group's rank order is read back from the process group and compared
+with the verified group index; where they differ (a backend that sorts the
+ranks), the backend reorders the blocks by that table.
+
+Validation (:func:`agree`): before any data moves, every rank contributes a
+fingerprint of its plan (mesh, types, collectives, dtype) and the number of
+problems it found to one small ``all_gather``. If the ranks disagree or any
+rank found a problem, they exchange their records with ``all_gather_object``
+and every rank raises the same :class:`RedistributionRefused`, naming every
+failing rank (the MPI backend's message, :mod:`verishard.runtime.mpi`).
+
+The DTensor front end is :func:`verishard.torch.redistribute`.
+
+Importing this module imports torch; it starts no process group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..collectives import AllPermute
+from ..plan import Plan
+from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
+from .mpi import _verdict
+
+__all__ = ["TorchBackend", "MeshGroups", "mesh_groups", "run_plan", "agree", "fingerprint",
+           "RedistributionRefused", "NotSupportedYet", "gather_blocks", "pack_pieces", "unpack_pieces"]
+
+# torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+class RedistributionRefused(RedistributionError, ValueError):
+    """Raised on every rank when any rank's input or plan is bad, or the ranks
+    disagree on the plan; no data has moved.
+
+    >>> issubclass(RedistributionRefused, ValueError)
+    True
+    """
+
+
+class NotSupportedYet(RedistributionRefused, NotImplementedError):
+    """Raised on every rank when every problem found is a feature the verified
+    core does not type yet (Partial placements, shapes that do not divide).
+
+    >>> issubclass(NotSupportedYet, NotImplementedError), issubclass(NotSupportedYet, RedistributionRefused)
+    (True, True)
+    """
+
+
+# ---------------------------------------------------------------------------
+# layout helpers (pure tensor code, no communication)
+
+
+def gather_blocks(buf: torch.Tensor, n: int, dim: int, rank_of_index: torch.Tensor | None) -> torch.Tensor:
+    """Lay out the ``n`` blocks of ``buf`` (stacked along dimension 0 in
+    process-group rank order, as ``all_gather_single`` leaves them) along
+    ``dim``, in order of the verified group index: ``rank_of_index[k]`` is the
+    group rank of the member with index ``k`` (None: the same order).
+
+    >>> buf = torch.tensor([[0, 1], [2, 3], [4, 5]])          # three ranks' (1, 2) blocks
+    >>> gather_blocks(buf, 3, 1, None).tolist()
+    [[0, 1, 2, 3, 4, 5]]
+    >>> gather_blocks(buf, 3, 0, torch.tensor([2, 0, 1])).tolist()
+    [[4, 5], [0, 1], [2, 3]]
+    """
+    blocks = buf.unflatten(0, (n, buf.shape[0] // n))
+    if rank_of_index is not None:
+        blocks = blocks.index_select(0, rank_of_index)
+    if dim == 0:
+        return blocks.flatten(0, 1)
+    return blocks.movedim(0, dim).flatten(dim, dim + 1).contiguous()
+
+
+def pack_pieces(x: torch.Tensor, n: int, dim: int, index_of_rank: torch.Tensor | None) -> torch.Tensor:
+    """The send buffer of an all-to-all: ``x`` cut into ``n`` pieces along
+    ``dim``, stacked along a new dimension 0 so that position ``j`` holds the
+    piece for the process with group rank ``j``, i.e. piece
+    ``index_of_rank[j]`` (None: piece ``j``).
+
+    >>> pack_pieces(torch.arange(6).reshape(1, 6), 3, 1, None).tolist()
+    [[[0, 1]], [[2, 3]], [[4, 5]]]
+    >>> pack_pieces(torch.arange(3), 3, 0, torch.tensor([1, 2, 0])).tolist()
+    [[1], [2], [0]]
+    """
+    pieces = x.unflatten(dim, (n, x.shape[dim] // n)).movedim(dim, 0)
+    if index_of_rank is not None:
+        pieces = pieces.index_select(0, index_of_rank)
+    return pieces.contiguous()
+
+
+def unpack_pieces(out: torch.Tensor, dim: int, rank_of_index: torch.Tensor | None) -> torch.Tensor:
+    """The result of an all-to-all: the received pieces (stacked along
+    dimension 0 in group-rank order) concatenated along ``dim`` in order of
+    the sender's group index.
+
+    >>> unpack_pieces(torch.tensor([[[0, 1]], [[2, 3]]]), 0, None).tolist()
+    [[0, 1], [2, 3]]
+    >>> unpack_pieces(torch.tensor([[[0, 1]], [[2, 3]]]), 1, torch.tensor([1, 0])).tolist()
+    [[2, 3, 0, 1]]
+    """
+    if rank_of_index is not None:
+        out = out.index_select(0, rank_of_index)
+    if dim == 0:
+        return out.flatten(0, 1)
+    return out.movedim(0, dim).flatten(dim, dim + 1).contiguous()
+
+
+# ---------------------------------------------------------------------------
+# process groups
+
+
+@dataclass(frozen=True)
+class _Group:
+    """This rank's process group over some mesh parts, with its order table."""
+
+    pg: Any
+    size: int
+    rank_of_index: torch.Tensor | None   # group rank of the member with verified index k (None: identity)
+    index_of_rank: torch.Tensor | None   # verified index of the member with group rank j (None: identity)
+
+
+def _identity_or(perm: list[int]) -> torch.Tensor | None:
+    return None if perm == list(range(len(perm))) else torch.tensor(perm, dtype=torch.int64)
+
+
+def _new_group(ranks: list[int]):
+    # The members in the order given (group rank = position); a backend that
+    # cannot keep it (torchcomms) sorts them, and the order table absorbs that.
+    try:
+        return dist.new_group(ranks, sort_ranks=False)
+    except (TypeError, NotImplementedError):
+        return dist.new_group(ranks)
+
+
+class MeshGroups:
+    """The process groups of one ``DeviceMesh`` for the plans run on it.
+
+    ``global_ranks[r]`` is the process of plan rank ``r``; ``rank`` is this
+    process's plan rank. :meth:`ensure` creates (collectively, on every rank
+    in the same order) the groups a plan needs; :meth:`group` returns one.
+    """
+
+    def __init__(self, device_mesh: Any):
+        self.device_mesh = device_mesh
+        self.global_ranks = tuple(int(r) for r in device_mesh.mesh.flatten().tolist())
+        self.plan_rank = {g: r for r, g in enumerate(self.global_ranks)}
+        me = dist.get_rank()
+        if me not in self.plan_rank:
+            raise RedistributionRefused(f"rank {me} is not in the DeviceMesh {device_mesh}")
+        self.rank = self.plan_rank[me]
+        self.dim_names = tuple(device_mesh.mesh_dim_names or ())
+        self.groups: dict[tuple, _Group] = {}
+        self.device = _device_of(device_mesh)
+
+    def ensure(self, plan: Plan) -> None:
+        """Create every group ``plan`` runs a collective over (collective on
+        first use: every rank must call it with the same plan)."""
+        for c in plan.collectives:
+            if not isinstance(c, AllPermute):
+                g = AxisGroup.of(plan.mesh, c.parts(plan.mesh))
+                if g.size > 1:
+                    self.group(g)
+
+    def _whole_dim(self, g: AxisGroup) -> int | None:
+        # The DeviceMesh dimension whose parts are exactly g's, if any.
+        for i, (name, _) in enumerate(g.mesh.axes):
+            if g.mesh.resolve(name) == g.parts and i < self.device_mesh.ndim:
+                return i
+        return None
+
+    def group(self, g: AxisGroup) -> _Group:
+        key = (g.mesh, g.parts)
+        out = self.groups.get(key)
+        if out is not None:
+            return out
+        if tuple(int(s) for s in self.device_mesh.mesh.shape) != g.mesh.axis_sizes:
+            raise RuntimeCheckError(f"DeviceMesh of shape {tuple(self.device_mesh.mesh.shape)} "
+                                    f"runs a plan over {g.mesh}")
+        members = g.members
+        mine = int(g.key[self.rank])
+        dim = self._whole_dim(g)
+        if dim is not None:
+            pg = self.device_mesh.get_group(dim)
+        else:
+            pg = None
+            for k, row in enumerate(members):
+                made = _new_group([self.global_ranks[int(r)] for r in row])
+                if k == mine:
+                    pg = made
+        # Read the group's rank order back and compare it with the verified index.
+        order = [self.plan_rank[int(q)] for q in dist.get_process_group_ranks(pg)]
+        if sorted(order) != sorted(int(r) for r in members[mine]):
+            raise RuntimeCheckError(f"process group over {g.names}: members {order} (plan ranks), the verified "
+                                    f"group has {sorted(int(r) for r in members[mine])}")
+        index_of_rank = [int(g.index[r]) for r in order]
+        rank_of_index = [0] * len(order)
+        for j, k in enumerate(index_of_rank):
+            rank_of_index[k] = j
+        out = _Group(pg, g.size, _identity_or(rank_of_index), _identity_or(index_of_rank))
+        if out.rank_of_index is not None:
+            out = _Group(pg, g.size, out.rank_of_index.to(self.device), out.index_of_rank.to(self.device))
+        self.groups[key] = out
+        return out
+
+
+def _device_of(device_mesh: Any) -> torch.device:
+    kind = device_mesh.device_type
+    if kind == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device(kind)
+
+
+_MESH_GROUPS: dict[Any, MeshGroups] = {}
+
+
+def mesh_groups(device_mesh: Any) -> MeshGroups:
+    """The cached :class:`MeshGroups` of ``device_mesh`` (equal meshes share one)."""
+    mg = _MESH_GROUPS.get(device_mesh)
+    if mg is None:
+        mg = _MESH_GROUPS[device_mesh] = MeshGroups(device_mesh)
+    return mg
+
+
+# ---------------------------------------------------------------------------
+# the backend
+
+
+class TorchBackend(Backend):
+    """The four collectives on ``torch.Tensor`` local arrays over the process
+    groups of a :class:`MeshGroups` (see the module docstring)."""
+
+    name = "torch"
+
+    def __init__(self, groups: MeshGroups):
+        self.groups = groups
+        self.rank = groups.rank
+
+    def all_gather(self, x: torch.Tensor, dim: int, group: AxisGroup) -> torch.Tensor:
+        g = self.groups.group(group)
+        x = x.contiguous()
+        buf = x.new_empty((g.size * x.shape[0],) + tuple(x.shape[1:]))
+        _all_gather_single(buf, x, group=g.pg)
+        return gather_blocks(buf, g.size, dim, g.rank_of_index)
+
+    def dyn_slice(self, x: torch.Tensor, dim: int, group: AxisGroup) -> torch.Tensor:
+        k = int(group.index[self.rank])
+        length = x.shape[dim] // group.size
+        return x.narrow(dim, k * length, length).clone(memory_format=torch.contiguous_format)
+
+    def all_to_all(self, x: torch.Tensor, src_dim: int, dst_dim: int, group: AxisGroup) -> torch.Tensor:
+        g = self.groups.group(group)
+        send = pack_pieces(x, g.size, dst_dim, g.index_of_rank)
+        del x
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send, group=g.pg)
+        del send
+        return unpack_pieces(recv, src_dim, g.rank_of_index)
+
+    def all_permute(self, x: torch.Tensor, sources: np.ndarray) -> torch.Tensor:
+        r = self.rank
+        src = int(sources[r])
+        if src == r:
+            return x
+        dest = int(np.flatnonzero(sources == r)[0])
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        ranks = self.groups.global_ranks
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, ranks[dest]),
+                                        dist.P2POp(dist.irecv, out, ranks[src])])
+        for w in works:
+            w.wait()
+        return out
+
+
+def run_plan(plan: Plan, x: torch.Tensor, groups: MeshGroups) -> torch.Tensor:
+    """Run a validated ``plan`` on this rank's ``x`` (its ``plan.src`` block);
+    collective over the mesh. Creates the process groups first (so that every
+    rank has them before any data moves), then runs the shared executor and
+    checks the result's shape against the verified type."""
+    groups.ensure(plan)
+    y = execute(plan, x, TorchBackend(groups))
+    if tuple(y.shape) != plan.dst.local_shape:  # pragma: no cover - a backend bug
+        raise RuntimeCheckError(f"result has shape {tuple(y.shape)}, the verified type {plan.dst} has "
+                                f"local shape {plan.dst.local_shape}")
+    return y
+
+
+# ---------------------------------------------------------------------------
+# agreement
+
+
+def fingerprint(plan: Plan | None, extra: str = "") -> int:
+    """A 60-bit fingerprint of a plan (mesh, types, collectives; None: "keep
+    the local tensor") and ``extra`` (e.g. the dtype and the placements);
+    never 0 (0 stands for "no plan, a problem").
+
+    >>> from verishard import plan
+    >>> p = plan("x=2", "[2{x}4]", "[4]")
+    >>> fingerprint(p, "float32") == fingerprint(p, "float32") != fingerprint(p, "int64")
+    True
+    >>> fingerprint(None, "float32") != fingerprint(p, "float32")
+    True
+    """
+    if plan is None:
+        obj: dict[str, Any] = {"keep": True, "extra": extra}
+    else:
+        validate_plan(plan)
+        obj = {"mesh": str(plan.mesh), "src": str(plan.src), "dst": str(plan.dst),
+               "steps": [c.to_json() for c in plan.collectives], "extra": extra}
+    h = int(hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:15], 16)
+    return h or 1
+
+
+def agree(fp: int, record: dict, device: torch.device | str = "cpu", group: Any = None) -> None:
+    """Collective over ``group`` (default: every process): return when every
+    rank has the same fingerprint ``fp`` and no rank's ``record["errors"]`` is
+    non-empty; else raise the same :class:`RedistributionRefused` (or
+    :class:`NotSupportedYet` when every problem is of that kind) on every rank.
+
+    ``record`` is the MPI backend's validation record: ``errors`` (strings),
+    and where known ``plan`` (a fingerprint in hex), ``desc``, ``dtype`` and
+    ``dtype_name``; ``unsupported`` (bool): every error is a feature not
+    supported yet.
+
+    The common case costs one ``all_gather`` of two integers per rank; the
+    records travel (``all_gather_object``) only when something is wrong.
+    """
+    n = dist.get_world_size(group)
+    mine = torch.tensor([fp, len(record.get("errors", ()))], dtype=torch.int64, device=device)
+    every = torch.empty(2 * n, dtype=torch.int64, device=device)
+    _all_gather_single(every, mine, group=group)
+    v = every.view(n, 2).cpu()
+    if bool((v[:, 0] == fp).all()) and not bool(v[:, 1].any()):
+        return
+    records: list[Any] = [None] * n
+    dist.all_gather_object(records, record, group=group)
+    verdict = _verdict(records)
+    if verdict is None:  # fingerprints differ while the records agree: report both
+        seen = sorted({int(f) for f in v[:, 0].tolist()})
+        verdict = ("redistribution refused before any data moved:\n  the ranks disagree on the plan "
+                   f"(fingerprints {', '.join(f'{f:x}' for f in seen)})")
+    with_errors = [rec for rec in records if rec.get("errors")]
+    only_unsupported = bool(with_errors) and all(rec.get("unsupported") for rec in with_errors) \
+        and len({int(f) for f in v[:, 0].tolist()}) == 1
+    raise (NotSupportedYet if only_unsupported else RedistributionRefused)(verdict)

@@ -1,0 +1,474 @@
+"""``verishard.torch.redistribute``: a drop-in for ``DTensor.redistribute``
+that moves the data with a verified plan.
+
+::
+
+    from verishard.torch import redistribute
+    y = redistribute(x, [Shard(1), Replicate()])      # same result as x.redistribute(placements=...)
+
+The result is what ``DTensor.redistribute`` returns: the same local shard on
+every rank, the same ``placements`` (and shard order), the same
+``device_mesh``. The data moves by the plan ``verishard.plan`` returns for
+the two layouts (``Pipelineproof.plan_spec``: every rank ends with exactly its
+target block, and no rank holds more than ``max(size(src), size(dst))``
+elements of array data between steps), run with torch.distributed collectives
+by :mod:`verishard.runtime.torch`: gloo for CPU tensors, NCCL for CUDA
+tensors, on the process groups of the DTensor's ``DeviceMesh``.
+
+What it takes:
+
+- ``Shard(d)``, ``Replicate()`` and ``_StridedShard`` placements (and a
+  source with a non-default ``shard_order``), on a ``DeviceMesh`` of any
+  number of dimensions, named or not, that spans every rank of the default
+  process group;
+- not yet: ``Partial()`` placements (pending sums) and shapes whose sharded
+  dimensions do not divide evenly; both are refused on every rank with an
+  error naming the problem (:class:`~verishard.runtime.torch.NotSupportedYet`,
+  a ``NotImplementedError``), before any rank communicates. Each has one
+  place here (:func:`_partial_problems`, :func:`_uneven_problems`) to change
+  once the verified core types them.
+
+It is differentiable as ``DTensor.redistribute`` is: the backward
+redistributes the gradient back to the input's placements with a verified
+plan of its own (and is itself differentiable).
+
+Plans are cached per (mesh, global shape, dtype, source placements and shard
+order, target placements): a second call with the same layouts does no
+planning work (:func:`cache_info`).
+
+Before any data moves, every rank checks its input and plan and the ranks
+compare a fingerprint of the plan in one small ``all_gather``; bad input or
+ranks that disagree raise the same
+:class:`~verishard.runtime.torch.RedistributionRefused` (a ``ValueError``)
+on every rank, naming every failing rank. ``check_agreement=False`` skips
+that exchange (one collective less per call; safe only when every rank is
+known to pass the same arguments), and then a problem is raised on the
+ranks that see it.
+
+Importing this module imports torch; see ``docs/torch.md``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+from torch.distributed.tensor.placement_types import Placement, _StridedShard
+
+from . import dtensor as _conv
+from .errors import VerishardError
+from .mesh import Mesh
+from .plan import Plan
+from .plan import plan as _verified_plan
+from .runtime.torch import NotSupportedYet, RedistributionRefused, agree, fingerprint, mesh_groups, run_plan
+
+__all__ = ["redistribute", "planning_mesh", "plan_for", "cache_info", "cache_clear",
+           "RedistributionRefused", "NotSupportedYet"]
+
+INVALID, UNSUPPORTED = "invalid", "unsupported"
+
+
+# ---------------------------------------------------------------------------
+# meshes
+
+
+_MESHES: dict[Any, Mesh] = {}
+
+
+def planning_mesh(device_mesh: DeviceMesh) -> Mesh:
+    """Our mesh for a ``DeviceMesh``: its shape, with its ``mesh_dim_names``
+    (``dim0``, ``dim1``, ... when it has none). Cached per mesh.
+
+    >>> from verishard.dtensor import planning_mesh as fake_mesh
+    >>> planning_mesh(fake_mesh("x=2,y=2"))
+    {x:2, y:2}
+    """
+    m = _MESHES.get(device_mesh)
+    if m is None:
+        shape = tuple(int(s) for s in device_mesh.mesh.shape)
+        names = device_mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(len(shape)))
+        m = _MESHES[device_mesh] = Mesh(tuple(zip(names, shape)))
+    return m
+
+
+def _dim_label(device_mesh: DeviceMesh, i: int) -> str:
+    names = device_mesh.mesh_dim_names
+    return f"mesh dimension {i}" + (f" ({names[i]!r})" if names else "")
+
+
+def _require_world(device_mesh: Any) -> None:
+    """Refuse, on this rank and without communicating, a mesh that does not
+    span the default process group (the ranks outside it would not join)."""
+    if not isinstance(device_mesh, DeviceMesh):
+        return
+    n, world = device_mesh.size(), dist.get_world_size()
+    if n != world:
+        raise RedistributionRefused(
+            f"rank-count mismatch: the DeviceMesh {device_mesh} has {n} ranks but the default process group "
+            f"has {world}; verishard.torch.redistribute needs a DeviceMesh over every rank of the default group")
+
+
+def _default_device() -> torch.device:
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+# ---------------------------------------------------------------------------
+# what the verified core cannot type yet: one place each
+
+
+def _partial_problems(src: DTensorSpec, device_mesh: DeviceMesh) -> list[str]:
+    """Partial placements in the source (a pending sum over a mesh dimension).
+
+    The one place they are refused: once the core types partial sums, this
+    returns [] and the backend gains ``reduce_scatter_tensor`` and
+    ``all_reduce`` (``verishard.runtime.torch.TorchBackend``).
+    """
+    bad = [f"{p} on {_dim_label(device_mesh, i)}" for i, p in enumerate(src.placements) if p.is_partial()]
+    if not bad:
+        return []
+    return [f"Partial placements are not supported yet: the source has {', '.join(bad)} (a pending reduction; "
+            "the verified core cannot type partial sums yet); reduce it first, e.g. with "
+            "DTensor.redistribute to Replicate() or Shard(d) on that mesh dimension"]
+
+
+def _uneven_problems(spec: DTensorSpec, shape: Sequence[int], device_mesh: DeviceMesh, what: str) -> list[str]:
+    """Sharded dimensions whose size the number of shards does not divide
+    (DTensor pads them, ``torch.chunk`` semantics).
+
+    The one place they are refused: once the core types uneven blocks, this
+    returns [] (the layout conversion in ``verishard.dtensor`` then passes the
+    padded sizes through).
+    """
+    sizes = tuple(int(s) for s in device_mesh.mesh.shape)
+    out = []
+    for d, g in enumerate(shape):
+        dims = [i for i, p in enumerate(spec.placements) if isinstance(p, (Shard, _StridedShard)) and p.dim == d]
+        n = prod(sizes[i] for i in dims)
+        if dims and g % n:
+            on = ", ".join(_dim_label(device_mesh, i) for i in dims)
+            out.append(f"shapes that do not divide are not supported yet: {what} dimension {d} of size {g} is "
+                       f"split into {n} shards ({on}), which does not divide it (DTensor pads such shards, "
+                       "torch.chunk semantics; the verified core types only even blocks)")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the plan cache
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """Everything a cached call needs: the plan (None: nothing to do), the
+    output's spec, and the agreement record."""
+
+    plan: Plan | None
+    target_spec: DTensorSpec
+    local_shape: tuple[int, ...]
+    fp: int
+    record: dict
+
+
+_CACHE: "OrderedDict[Any, _Entry]" = OrderedDict()
+_CACHE_SIZE = 1024
+_STATS = {"hits": 0, "misses": 0, "plans": 0}
+
+
+def cache_info() -> dict[str, int]:
+    """Hits, misses and plans made (calls of ``verishard.plan``) since the
+    last :func:`cache_clear`, and the number of cached entries.
+
+    >>> cache_clear(); cache_info()
+    {'hits': 0, 'misses': 0, 'plans': 0, 'size': 0}
+    """
+    return {**_STATS, "size": len(_CACHE)}
+
+
+def cache_clear() -> None:
+    """Forget every cached plan and reset the counters."""
+    _CACHE.clear()
+    for k in _STATS:
+        _STATS[k] = 0
+
+
+def _lookup(key: Any) -> _Entry | None:
+    try:
+        e = _CACHE.get(key)
+    except TypeError:  # unhashable input: the slow path names the problem
+        return None
+    if e is not None:
+        _STATS["hits"] += 1
+        _CACHE.move_to_end(key)
+    return e
+
+
+def _store(key: Any, e: _Entry) -> None:
+    _STATS["misses"] += 1
+    try:
+        _CACHE[key] = e
+    except TypeError:
+        return
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+
+
+def _desc(spec: DTensorSpec) -> str:
+    order = "" if spec.use_strided_shard_as_shard_order else f" order {tuple(spec.shard_order)}"
+    return "(" + ", ".join(map(str, spec.placements)) + ")" + order
+
+
+def _make_entry(mesh: Mesh, src: DTensorSpec, dst: DTensorSpec, out_spec: DTensorSpec,
+                local_shape: tuple[int, ...], identity: bool) -> _Entry:
+    dtype = str(src.tensor_meta.dtype)
+    extra = f"{dtype}|{tuple(src.tensor_meta.shape)}|{_desc(src)}|{_desc(dst)}"
+    if identity:
+        p, fp = None, fingerprint(None, f"{mesh}|{extra}")
+        desc = f"{_desc(src)} -> itself on {mesh}, {dtype}"
+    else:
+        s, d = _conv.from_spec(mesh, src), _conv.from_spec(mesh, dst)
+        p = _verified_plan(mesh, s, d)
+        _STATS["plans"] += 1
+        fp = fingerprint(p, extra)
+        desc = f"{s} -> {d} on {mesh}, {dtype}"
+    rec = {"errors": [], "plan": f"{fp:x}", "desc": desc, "dtype": dtype, "dtype_name": dtype}
+    return _Entry(p, out_spec, local_shape, fp, rec)
+
+
+def plan_for(dtensor: DTensor, placements: Sequence[Placement], *, device_mesh: DeviceMesh | None = None) -> Plan | None:
+    """The verified plan :func:`redistribute` runs for these arguments (None
+    when the local tensor is kept as it is); local, no communication. Raises
+    :class:`~verishard.runtime.torch.RedistributionRefused` naming the problem."""
+    key, entry, problems = _forward_entry(dtensor, device_mesh, placements)
+    if problems:
+        raise _local_error(problems)
+    return entry.plan
+
+
+# ---------------------------------------------------------------------------
+# checking the arguments (DTensor's rules, with errors that name the problem)
+
+
+def _normalise(placements: Any, x: DTensor, device_mesh: DeviceMesh) -> tuple[tuple | None, list]:
+    if placements is None:
+        return None, [(INVALID, "placements is needed for redistribute!")]
+    if isinstance(placements, (str, bytes)) or not isinstance(placements, Sequence):
+        return None, [(INVALID, f"placements must be a sequence of Placement objects, not "
+                                f"{type(placements).__name__}")]
+    bad = [p for p in placements if not isinstance(p, Placement)]
+    if bad:
+        return None, [(INVALID, f"placement {bad[0]!r} is not a Placement (Shard(d), Replicate(), _StridedShard)")]
+    if len(placements) != device_mesh.ndim:
+        names = f" {tuple(device_mesh.mesh_dim_names)}" if device_mesh.mesh_dim_names else ""
+        return None, [(INVALID, f"placements {tuple(placements)} has {len(placements)} entries but the DeviceMesh "
+                                f"has {device_mesh.ndim} dimensions{names}; give one placement per mesh dimension")]
+    ndim, out, problems = x.ndim, [], []
+    for i, p in enumerate(placements):
+        if isinstance(p, (Shard, _StridedShard)):
+            if not -ndim <= p.dim < ndim:
+                problems.append((INVALID, f"{p} on {_dim_label(device_mesh, i)} names no dimension of a tensor of "
+                                          f"rank {ndim} (shape {tuple(x.shape)}); valid dims are "
+                                          f"{-ndim}..{ndim - 1}" if ndim else
+                                 f"{p} on {_dim_label(device_mesh, i)}: a tensor of rank 0 has no dimension"))
+                continue
+            if p.dim < 0:
+                p = (_StridedShard(p.dim + ndim, split_factor=p.split_factor) if isinstance(p, _StridedShard)
+                     else Shard(p.dim + ndim))
+        elif p.is_partial() and x.placements[i] != p:
+            problems.append((INVALID, f"Can not redistribute from {x.placements[i]} to {p} on "
+                                      f"{_dim_label(device_mesh, i)}: redistributing to Partial is for internal use "
+                                      "only (DTensor's rule)"))
+        out.append(p)
+    return (tuple(out) if not problems else None), problems
+
+
+def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Entry | None, list]:
+    """(cache key, entry, problems) for a forward call; plans on a miss."""
+    if not isinstance(x, DTensor):
+        return None, None, [(INVALID, f"redistribute expects a DTensor, not {type(x).__name__}")]
+    mesh_obj = x.device_mesh if device_mesh is None else device_mesh
+    key = (x._spec, tuple(placements) if isinstance(placements, (list, tuple)) else placements, mesh_obj)
+    e = _lookup(key)
+    if e is not None:
+        return key, e, []
+    _require_world(x.device_mesh)
+    if device_mesh is not None:
+        if not isinstance(device_mesh, DeviceMesh):
+            return key, None, [(INVALID, f"device_mesh must be a DeviceMesh, not {type(device_mesh).__name__}")]
+        _require_world(device_mesh)
+        if device_mesh != x.device_mesh:
+            return key, None, [(UNSUPPORTED, f"mismatched mesh: device_mesh {device_mesh} is not the DTensor's mesh "
+                                             f"{x.device_mesh}; redistributing to another DeviceMesh is not supported "
+                                             "(DTensor: Cross device mesh comm not supported yet!)")]
+    src = x._spec
+    pl, problems = _normalise(placements, x, mesh_obj)
+    if problems:
+        return key, None, problems
+    mesh = planning_mesh(mesh_obj)
+    local_shape = tuple(x._local_tensor.shape)
+    if src.placements == pl:  # DTensor's short cut: keep the local tensor and the spec
+        e = _make_entry(mesh, src, src, src, local_shape, identity=True)
+        _store(key, e)
+        return key, e, []
+    dst = DTensorSpec(mesh_obj, pl, tensor_meta=src.tensor_meta)
+    problems = [(UNSUPPORTED, t) for t in _partial_problems(src, mesh_obj)]
+    problems += [(UNSUPPORTED, t) for t in _uneven_problems(src, tuple(x.shape), mesh_obj, "source")]
+    problems += [(UNSUPPORTED, t) for t in _uneven_problems(dst, tuple(x.shape), mesh_obj, "target")]
+    if problems:
+        return key, None, problems
+    try:
+        e = _make_entry(mesh, src, dst, dst, local_shape, identity=False)
+    except VerishardError as err:
+        return key, None, [(UNSUPPORTED if "_StridedShard" in str(err) else INVALID, str(err))]
+    want = e.plan.src.local_shape
+    if local_shape != want:
+        return key, None, [(INVALID, f"the DTensor's local tensor has shape {local_shape}, but placements "
+                                     f"{src.placements} of the global shape {tuple(x.shape)} give local shape "
+                                     f"{want}")]
+    _store(key, e)
+    return key, e, []
+
+
+def _backward_entry(grad: Any, prev: DTensorSpec) -> tuple[Any, _Entry | None, list]:
+    """(cache key, entry, problems) for the reverse redistribution of a
+    gradient to the input's placements (DTensor's ``_redistribute_backward``)."""
+    if not isinstance(grad, DTensor):
+        return None, None, [(INVALID, f"the gradient is a {type(grad).__name__}, not a DTensor")]
+    key = ("backward", grad._spec, prev)
+    e = _lookup(key)
+    if e is not None:
+        return key, e, []
+    cur = grad._spec
+    meta = cur.tensor_meta
+    mesh_obj = prev.mesh
+    if cur.mesh != mesh_obj:
+        return key, None, [(UNSUPPORTED, f"mismatched mesh: the gradient is on {cur.mesh}, the input on {mesh_obj}")]
+    pl = tuple(Replicate() if p.is_partial() and not c.is_partial() else p
+               for c, p in zip(cur.placements, prev.placements))
+    target = DTensorSpec(mesh_obj, pl, tensor_meta=meta,
+                         use_strided_shard_as_shard_order=prev.use_strided_shard_as_shard_order)
+    out_spec = DTensorSpec(mesh_obj, pl, tensor_meta=TensorMeta(meta.shape, meta.stride, meta.dtype),
+                           use_strided_shard_as_shard_order=prev.use_strided_shard_as_shard_order)
+    shape = tuple(meta.shape)
+    problems = [(UNSUPPORTED, t.replace("the source", "the gradient")) for t in _partial_problems(cur, mesh_obj)]
+    problems += [(UNSUPPORTED, t) for t in _uneven_problems(cur, shape, mesh_obj, "gradient")]
+    problems += [(UNSUPPORTED, t) for t in _uneven_problems(target, shape, mesh_obj, "input")]
+    if problems:
+        return key, None, problems
+    try:
+        e = _make_entry(planning_mesh(mesh_obj), cur, target, out_spec, tuple(grad._local_tensor.shape),
+                        identity=False)
+    except VerishardError as err:
+        return key, None, [(INVALID, str(err))]
+    _store(key, e)
+    return key, e, []
+
+
+def _local_error(problems: list) -> RedistributionRefused:
+    cls = NotSupportedYet if all(k == UNSUPPORTED for k, _ in problems) else RedistributionRefused
+    return cls("redistribution refused before any data moved:\n  "
+               + "\n  ".join(f"rank {dist.get_rank() if dist.is_initialized() else 0}: {t}" for _, t in problems))
+
+
+def _run(x: Any, entry: _Entry | None, problems: list, check: bool) -> torch.Tensor:
+    """Agree (or raise), then move this rank's local tensor by the entry's plan."""
+    if not dist.is_initialized():
+        raise RuntimeError("verishard.torch.redistribute needs an initialized default process group "
+                           "(torch.distributed.init_process_group, or launch with torchrun)")
+    local = x._local_tensor if isinstance(x, DTensor) else None
+    if entry is not None and local is not None and tuple(local.shape) != entry.local_shape:
+        problems = [(INVALID, f"the DTensor's local tensor has shape {tuple(local.shape)}, but its placements give "
+                              f"local shape {entry.local_shape}")]
+        entry = None
+    if check:
+        if entry is not None:
+            fp, record = entry.fp, entry.record
+        else:
+            fp = 0
+            record = {"errors": [t for _, t in problems],
+                      "unsupported": all(k == UNSUPPORTED for k, _ in problems)}
+        agree(fp, record, local.device if local is not None else _default_device())
+    elif problems:
+        raise _local_error(problems)
+    assert entry is not None
+    if entry.plan is None:
+        return local
+    return run_plan(entry.plan, local, mesh_groups(entry.target_spec.mesh))
+
+
+# ---------------------------------------------------------------------------
+# autograd
+
+
+class _Redistribute(torch.autograd.Function):
+    """Forward: the verified plan from the input's layout to ``placements``.
+    Backward: :class:`_Reverse` (the gradient back to the input's layout)."""
+
+    @staticmethod
+    def forward(ctx, x, device_mesh, placements, check):  # type: ignore[override]
+        _, entry, problems = _forward_entry(x, device_mesh, placements)
+        out = _run(x, entry, problems, check)
+        ctx.src_spec, ctx.check, ctx.dtype = x._spec, check, x._local_tensor.dtype
+        spec = entry.target_spec
+        if device_mesh is not None and spec.mesh is not device_mesh:  # an equal mesh object: return that one
+            spec = DTensorSpec(device_mesh, spec.placements, tensor_meta=spec.tensor_meta,
+                               shard_order=None if spec.use_strided_shard_as_shard_order else spec.shard_order,
+                               use_strided_shard_as_shard_order=spec.use_strided_shard_as_shard_order)
+        return DTensor(out, spec, requires_grad=x.requires_grad)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        return _Reverse.apply(grad, ctx.src_spec, ctx.check, ctx.dtype), None, None, None
+
+
+class _Reverse(torch.autograd.Function):
+    """A gradient redistributed to an earlier layout by a verified plan;
+    differentiable again (its backward is another :class:`_Reverse`)."""
+
+    @staticmethod
+    def forward(ctx, grad, prev_spec, check, dtype):  # type: ignore[override]
+        _, entry, problems = _backward_entry(grad, prev_spec)
+        out = _run(grad, entry, problems, check)
+        ctx.spec, ctx.check, ctx.dtype = grad._spec, check, grad._local_tensor.dtype
+        spec = entry.target_spec
+        if out.dtype != dtype:  # DTensor casts the gradient back to the input's dtype
+            out = out.to(dtype)
+            m = spec.tensor_meta
+            spec = DTensorSpec(spec.mesh, spec.placements, tensor_meta=TensorMeta(m.shape, m.stride, dtype),
+                               use_strided_shard_as_shard_order=spec.use_strided_shard_as_shard_order)
+        return DTensor(out, spec, requires_grad=grad.requires_grad)
+
+    @staticmethod
+    def backward(ctx, grad2):  # type: ignore[override]
+        return _Reverse.apply(grad2, ctx.spec, ctx.check, ctx.dtype), None, None, None
+
+
+def redistribute(dtensor: DTensor, placements: Sequence[Placement], *, device_mesh: DeviceMesh | None = None,
+                 check_agreement: bool = True) -> DTensor:
+    """``dtensor.redistribute(device_mesh, placements)``, moved by a verified plan.
+
+    Collective: every rank of the DTensor's mesh calls it with the same
+    arguments. Returns a new DTensor with the same local shard on every rank,
+    the same placements and the same device mesh as ``DTensor.redistribute``
+    (the input's local tensor itself when the placements do not change, as
+    DTensor does). Differentiable; the plan is cached.
+
+    Raises, on every rank and before any data moves,
+    :class:`~verishard.runtime.torch.RedistributionRefused` for bad input
+    (placements of the wrong length, a dimension out of range, another
+    DeviceMesh, ranks that disagree) and
+    :class:`~verishard.runtime.torch.NotSupportedYet` for Partial placements
+    and shapes that do not divide. A DeviceMesh that does not span the
+    default process group is refused on each rank without communicating.
+    """
+    if isinstance(placements, list):
+        placements = tuple(placements)
+    return _Redistribute.apply(dtensor, device_mesh, placements, check_agreement)
