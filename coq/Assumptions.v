@@ -67,3 +67,23 @@ Print Assumptions usource_in_buffer.
 Print Assumptions ustep_wf.
 Print Assumptions ustep_of_step.
 Print Assumptions usource_even.
+
+From VS Require Import Monoid Partial Partialproof.
+Print Assumptions msum_perm.
+Print Assumptions msum_app.
+Print Assumptions msum_reindex.
+Print Assumptions gsum_perm.
+Print Assumptions represents_nil.
+Print Assumptions pwfb_spec.
+Print Assumptions pstep_wf.
+Print Assumptions papply_spec.
+Print Assumptions pcoll_sound.
+Print Assumptions allreduce_sound.
+Print Assumptions reducescatter_sound.
+Print Assumptions topartial_sound.
+Print Assumptions pstep_sound.
+Print Assumptions pexec_correct.
+Print Assumptions pexec_correct_nil.
+Print Assumptions pexec_plain.
+Print Assumptions allreduce_rs_ag.
+Print Assumptions allreduce_rs_ag_data.
