@@ -79,6 +79,7 @@ test: deps all proofs
 
 demo: deps all
 	$(VENV)/bin/verishard demo
+	$(PY) -m verishard.runtime.torch_demo
 
 bench: deps all
 	$(PY) bench/planner.py

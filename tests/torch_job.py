@@ -271,7 +271,8 @@ def worker(rank: int, port: int, outdir: str) -> None:
     import logging
     import warnings
     warnings.filterwarnings("ignore")
-    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+    for name in ("torch.distributed.tensor._redistribute", "torch.distributed.tensor._collective_utils"):
+        logging.getLogger(name).setLevel(logging.ERROR)  # DTensor's advice on its own plans
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
