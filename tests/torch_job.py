@@ -33,9 +33,10 @@ from datetime import timedelta
 from itertools import permutations, product
 
 CASES_2D = 121   # every pair of the 11 layouts of a 2-D tensor on the (2, 4) mesh
-SAMPLE_3D = 110  # pairs sampled from the 49 x 49 layouts of a 2-D tensor on the (2, 2, 2) mesh
-SAMPLE_3T = 30   # pairs of 3-D tensors on the (2, 2, 2) mesh
-SAMPLE_PERM = 24  # pairs on a (2, 4) mesh with permuted ranks
+SAMPLE_3D = 70   # pairs sampled from the 49 x 49 layouts of a 2-D tensor on the (2, 2, 2) mesh
+SAMPLE_3T = 20   # pairs of 3-D tensors on the (2, 2, 2) mesh
+SAMPLE_ROUNDS = 30  # pairs on the (2, 4) mesh with the backend's buffers forced into rounds
+SAMPLE_PERM = 12  # pairs on a (2, 4) mesh with permuted ranks (and as many again in rounds)
 NPROCS = 8
 
 
@@ -294,12 +295,20 @@ def worker(rank: int, port: int, outdir: str) -> None:
         assert len(pairs24) == CASES_2D, len(pairs24)
         pairs222 = rnd.sample([(a, b) for a in l222 for b in l222], SAMPLE_3D)
         pairs222_3 = rnd.sample([(a, b) for a in l222_3 for b in l222_3], SAMPLE_3T)
-        pairs_perm = rnd.sample(pairs24, SAMPLE_PERM)
+        pairs_rounds = rnd.sample(pairs24, SAMPLE_ROUNDS)
+        pairs_perm = rnd.sample(pairs24, 2 * SAMPLE_PERM)
         t = time.time()
         sweep(job, "(2,4) x,y", m24, (8, 16), pairs24, dtypes)
         sweep(job, "(2,2,2) x,y,z", m222, (8, 8), pairs222, dtypes)
         sweep(job, "(2,2,2) x,y,z", m222, (8, 8, 8), pairs222_3, dtypes)
-        sweep(job, "(2,4) permuted ranks", mperm, (8, 16), pairs_perm, dtypes)
+        sweep(job, "(2,4) permuted ranks", mperm, (8, 16), pairs_perm[:SAMPLE_PERM], dtypes)
+        import verishard.runtime.torch as vrt
+        saved, vrt.ROUND_BYTES = vrt.ROUND_BYTES, 1  # every all-to-all and gather in up to 8 rounds
+        try:
+            sweep(job, "(2,4) x,y in rounds", m24, (16, 16), pairs_rounds, dtypes)
+            sweep(job, "(2,4) permuted ranks in rounds", mperm, (16, 16), pairs_perm[SAMPLE_PERM:], dtypes)
+        finally:
+            vrt.ROUND_BYTES = saved
         timing["sweep"] = time.time() - t
         t = time.time()
         gpairs = (rnd.sample([(a, b) for a, b in pairs24 if a != b], 6)

@@ -9,13 +9,15 @@ coordinates, ``docs/model.md`` section 1) is the process at position ``r`` of
 ``device_mesh.mesh.flatten()``.
 
 - ``AllGather``: ``all_gather_single`` (``all_gather_into_tensor`` before
-  torch 2.13) over the group's process group into one buffer, then the blocks
-  are laid out along the gathered dimension in order of the verified group
-  index.
+  torch 2.13) over the group's process group; along dimension 0 straight
+  into the output, along another dimension in rounds over dimension 0 whose
+  blocks are written into the output in order of the verified group index.
 - ``AllToAll``: ``all_to_all_single``: the pieces along the target dimension
-  are stacked (piece ``j`` for the member with group index ``j``), exchanged,
-  and the received pieces concatenated along the source dimension in order of
-  the sender's group index.
+  (piece ``j`` for the member with group index ``j``) are exchanged and land
+  along the source dimension in order of the sender's group index, in rounds
+  over dimension 0 so that the send and receive buffers stay small
+  (:func:`row_chunks`); with one round and the source dimension 0, straight
+  into the output.
 - ``AllPermute``: ``batch_isend_irecv`` over the plan's device map
   (``core.permute_sources``); ranks that keep their block send and receive
   nothing.
@@ -58,7 +60,7 @@ from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError,
 from .mpi import _verdict
 
 __all__ = ["TorchBackend", "MeshGroups", "mesh_groups", "run_plan", "agree", "fingerprint",
-           "RedistributionRefused", "NotSupportedYet", "gather_blocks", "pack_pieces", "unpack_pieces"]
+           "RedistributionRefused", "NotSupportedYet", "row_chunks", "blocks_view", "ROUND_BYTES"]
 
 # torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -85,59 +87,36 @@ class NotSupportedYet(RedistributionRefused, NotImplementedError):
 # ---------------------------------------------------------------------------
 # layout helpers (pure tensor code, no communication)
 
+# Temporary buffers: an all-to-all (and a gather along a dimension other than
+# 0) runs in rounds over dimension 0 so that its send and receive buffers stay
+# below max(local size / 8, ROUND_BYTES); the output is written in place.
+ROUND_BYTES = 8 << 20
+MAX_ROUNDS = 8
 
-def gather_blocks(buf: torch.Tensor, n: int, dim: int, rank_of_index: torch.Tensor | None) -> torch.Tensor:
-    """Lay out the ``n`` blocks of ``buf`` (stacked along dimension 0 in
-    process-group rank order, as ``all_gather_single`` leaves them) along
-    ``dim``, in order of the verified group index: ``rank_of_index[k]`` is the
-    group rank of the member with index ``k`` (None: the same order).
 
-    >>> buf = torch.tensor([[0, 1], [2, 3], [4, 5]])          # three ranks' (1, 2) blocks
-    >>> gather_blocks(buf, 3, 1, None).tolist()
-    [[0, 1, 2, 3, 4, 5]]
-    >>> gather_blocks(buf, 3, 0, torch.tensor([2, 0, 1])).tolist()
-    [[4, 5], [0, 1], [2, 3]]
+def row_chunks(rows: int, nbytes: int) -> list[tuple[int, int]]:
+    """The rounds ``[a, b)`` over ``rows`` for a local array of ``nbytes``:
+    one round up to ``ROUND_BYTES``, at most ``MAX_ROUNDS``.
+
+    >>> row_chunks(4, 1 << 20)
+    [(0, 4)]
+    >>> row_chunks(10, 64 << 20)
+    [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
     """
-    blocks = buf.unflatten(0, (n, buf.shape[0] // n))
-    if rank_of_index is not None:
-        blocks = blocks.index_select(0, rank_of_index)
-    if dim == 0:
-        return blocks.flatten(0, 1)
-    return blocks.movedim(0, dim).flatten(dim, dim + 1).contiguous()
+    budget = max(nbytes // MAX_ROUNDS, ROUND_BYTES, 1)
+    r = max(1, min(rows, -(-nbytes // budget)))
+    step = -(-rows // r)
+    return [(a, min(rows, a + step)) for a in range(0, rows, step)]
 
 
-def pack_pieces(x: torch.Tensor, n: int, dim: int, index_of_rank: torch.Tensor | None) -> torch.Tensor:
-    """The send buffer of an all-to-all: ``x`` cut into ``n`` pieces along
-    ``dim``, stacked along a new dimension 0 so that position ``j`` holds the
-    piece for the process with group rank ``j``, i.e. piece
-    ``index_of_rank[j]`` (None: piece ``j``).
+def blocks_view(out: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+    """``out`` (``n`` blocks concatenated along ``dim``) as a view of shape
+    ``(n, *block)``: ``[k]`` is block ``k``.
 
-    >>> pack_pieces(torch.arange(6).reshape(1, 6), 3, 1, None).tolist()
+    >>> blocks_view(torch.arange(6).reshape(1, 6), 3, 1).tolist()
     [[[0, 1]], [[2, 3]], [[4, 5]]]
-    >>> pack_pieces(torch.arange(3), 3, 0, torch.tensor([1, 2, 0])).tolist()
-    [[1], [2], [0]]
     """
-    pieces = x.unflatten(dim, (n, x.shape[dim] // n)).movedim(dim, 0)
-    if index_of_rank is not None:
-        pieces = pieces.index_select(0, index_of_rank)
-    return pieces.contiguous()
-
-
-def unpack_pieces(out: torch.Tensor, dim: int, rank_of_index: torch.Tensor | None) -> torch.Tensor:
-    """The result of an all-to-all: the received pieces (stacked along
-    dimension 0 in group-rank order) concatenated along ``dim`` in order of
-    the sender's group index.
-
-    >>> unpack_pieces(torch.tensor([[[0, 1]], [[2, 3]]]), 0, None).tolist()
-    [[0, 1], [2, 3]]
-    >>> unpack_pieces(torch.tensor([[[0, 1]], [[2, 3]]]), 1, torch.tensor([1, 0])).tolist()
-    [[2, 3, 0, 1]]
-    """
-    if rank_of_index is not None:
-        out = out.index_select(0, rank_of_index)
-    if dim == 0:
-        return out.flatten(0, 1)
-    return out.movedim(0, dim).flatten(dim, dim + 1).contiguous()
+    return out.unflatten(dim, (n, out.shape[dim] // n)).movedim(dim, 0)
 
 
 # ---------------------------------------------------------------------------
@@ -272,10 +251,26 @@ class TorchBackend(Backend):
 
     def all_gather(self, x: torch.Tensor, dim: int, group: AxisGroup) -> torch.Tensor:
         g = self.groups.group(group)
+        n = g.size
         x = x.contiguous()
-        buf = x.new_empty((g.size * x.shape[0],) + tuple(x.shape[1:]))
-        _all_gather_single(buf, x, group=g.pg)
-        return gather_blocks(buf, g.size, dim, g.rank_of_index)
+        shape = list(x.shape)
+        shape[dim] *= n
+        out = x.new_empty(shape)
+        if dim == 0 and g.rank_of_index is None:  # the blocks land in place
+            _all_gather_single(out, x, group=g.pg)
+            return out
+        blocks = blocks_view(out, n, dim)  # blocks[k]: the block of group index k
+        rows = x.shape[0] if dim != 0 else None
+        for a, b in (row_chunks(rows, x.nbytes) if rows is not None else [(None, None)]):
+            part = x if a is None else x[a:b]
+            buf = part.new_empty((n * part.shape[0],) + tuple(part.shape[1:]))
+            _all_gather_single(buf, part, group=g.pg)
+            got = buf.unflatten(0, (n, part.shape[0]))  # in group-rank order
+            if g.rank_of_index is not None:
+                got = got.index_select(0, g.rank_of_index)
+            (blocks if a is None else blocks[:, a:b]).copy_(got)
+            del buf, got
+        return out
 
     def dyn_slice(self, x: torch.Tensor, dim: int, group: AxisGroup) -> torch.Tensor:
         k = int(group.index[self.rank])
@@ -284,12 +279,32 @@ class TorchBackend(Backend):
 
     def all_to_all(self, x: torch.Tensor, src_dim: int, dst_dim: int, group: AxisGroup) -> torch.Tensor:
         g = self.groups.group(group)
-        send = pack_pieces(x, g.size, dst_dim, g.index_of_rank)
-        del x
-        recv = torch.empty_like(send)
-        dist.all_to_all_single(recv, send, group=g.pg)
-        del send
-        return unpack_pieces(recv, src_dim, g.rank_of_index)
+        n = g.size
+        x = x.contiguous()
+        shape = list(x.shape)
+        shape[dst_dim] //= n
+        shape[src_dim] *= n
+        out = x.new_empty(shape)
+        pieces = blocks_view(x, n, dst_dim)   # pieces[j]: what goes to group index j
+        landed = blocks_view(out, n, src_dim)  # landed[k]: what comes from group index k
+        chunks = row_chunks(pieces.shape[1], x.nbytes)
+        whole = len(chunks) == 1
+        for a, b in chunks:
+            send = pieces[:, a:b]
+            if g.index_of_rank is not None:
+                send = send.index_select(0, g.index_of_rank)  # position j: the piece for group rank j
+            send = send.contiguous()  # no copy when the pieces are slabs (dst_dim 0, one round)
+            if whole and src_dim == 0 and g.rank_of_index is None:  # receive in place
+                dist.all_to_all_single(out, send, group=g.pg)
+                return out
+            recv = torch.empty_like(send)
+            dist.all_to_all_single(recv, send, group=g.pg)
+            del send
+            if g.rank_of_index is not None:
+                recv = recv.index_select(0, g.rank_of_index)
+            landed[:, a:b].copy_(recv)
+            del recv
+        return out
 
     def all_permute(self, x: torch.Tensor, sources: np.ndarray) -> torch.Tensor:
         r = self.rank
