@@ -71,6 +71,7 @@ from pathlib import Path
 
 import verishard as vs
 from verishard import AllGather, AllPermute, AllToAll, DynSlice
+from verishard import _core as _core_module
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -537,7 +538,7 @@ def version() -> dict:
             return subprocess.run(["git", *a], cwd=HERE.parent, capture_output=True, text=True).stdout.strip()
         except OSError:
             return "?"
-    so = next((HERE.parent / "python" / "verishard").glob("_core*.so"), None)
+    so = Path(_core_module.__file__) if getattr(_core_module, "__file__", None) else None  # the core imported
     digest = hashlib.sha256(so.read_bytes()).hexdigest()[:12] if so else "?"
     dirty = bool(git("status", "--porcelain", "--", "python", "coq", "bindings"))
     return {"commit": git("rev-parse", "--short", "HEAD"), "core_sha256": digest, "dirty": dirty}
