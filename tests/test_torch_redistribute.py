@@ -144,6 +144,11 @@ def test_second_call_does_no_planning(job):
         assert rec["info"]["hits"] == 2 and rec["info"]["misses"] == 2, rec["info"]
 
 
+def test_a_new_process_group_does_not_reuse_the_old_ones(job):
+    recs = list(records(job, "reinit"))
+    assert len(recs) == NPROCS and all(rec["ok"] == [True, True] for _, rec in recs)
+
+
 def test_no_op_keeps_the_local_tensor_like_dtensor(job):
     for r, rec in records(job, "identity"):
         assert rec["ours_keeps"] and rec["dtensor_keeps"], r
@@ -163,6 +168,7 @@ ERRORS = {
                                    "dimension 0 of size 6 is split into 8 shards"]),
     "one-rank-wrong-length": ("RedistributionRefused", ["\n  rank 5: placements (Shard(dim=0),) has 1 entries"]),
     "ranks-disagree": ("RedistributionRefused", ["the ranks disagree on the plan", "ranks 0-2,4-7:", "rank 3:"]),
+    "wrong-local-shape": ("RedistributionRefused", ["the DTensor's local tensor has shape (3, 16)", "(4, 16)"]),
     "rank-count": ("RedistributionRefused", ["rank-count mismatch", "has 4 ranks but the default process group "
                                              "has 8"]),
 }

@@ -257,13 +257,41 @@ def error_cases(job: Job, dm, dm_other) -> None:
                  lambda: redistribute(x, [Shard(0)] if r == 5 else [Replicate(), Shard(1)]), after)
     expect_error(job, "ranks-disagree",
                  lambda: redistribute(x, [Shard(1), Replicate()] if r == 3 else [Replicate(), Shard(1)]), after)
+    bad_local = DTensor.from_local(torch.ones(3, 16), dm, [Shard(0), Replicate()], run_check=False,
+                                   shape=torch.Size((8, 16)), stride=(16, 1))
+    expect_error(job, "wrong-local-shape", lambda: redistribute(bad_local, [Replicate(), Shard(1)]), after)
     small = DeviceMesh("cpu", torch.arange(4).reshape(2, 2), mesh_dim_names=("a", "b"))
     s = DTensor.from_local(torch.ones(4, 4), small, [Shard(0), Replicate()])
     expect_error(job, "rank-count", lambda: redistribute(s, [Replicate(), Replicate()]), after)
     # a no-op keeps the local tensor, as DTensor does
     keep = (Shard(0), Replicate())
-    job.add(case="identity", ours_keeps=redistribute(x, keep)._local_tensor is x._local_tensor,
-            dtensor_keeps=x.redistribute(dm, keep)._local_tensor is x._local_tensor)
+    ours, ref = redistribute(x, keep), x.redistribute(dm, keep)
+    job.add(case="identity", ours_keeps=ours._local_tensor is x._local_tensor and ours._spec is x._spec,
+            dtensor_keeps=ref._local_tensor is x._local_tensor and ref._spec is x._spec)
+
+
+def reinit_case(job: Job, outdir: str) -> None:
+    """A process group destroyed and initialized again: the caches of the old
+    one (process groups, meshes, plans) must not be used."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from verishard.torch import redistribute
+    dist.destroy_process_group()
+    store = dist.FileStore(os.path.join(outdir, "store"), NPROCS)
+    # other rank numbers this time, so that anything kept from the old group would put blocks on wrong ranks
+    dist.init_process_group("gloo", store=store, rank=(job.rank + 3) % NPROCS, world_size=NPROCS,
+                            timeout=timedelta(seconds=120))
+    dm = init_device_mesh("cpu", (2, 4), mesh_dim_names=("x", "y"))
+    ok = []
+    for src, dst in (((Shard(0), Replicate()), (Replicate(), Shard(1))),   # planned and cached before
+                     ((Shard(0), Shard(0)), (Shard(1), Shard(1)))):
+        G = global_tensor((8, 16), torch.float32, seed=21)
+        x = distribute_tensor(G, dm, src, src_data_rank=None)
+        y = redistribute(x, dst)
+        ok.append(same(y.to_local(), x.redistribute(dm, dst).to_local()) and y.device_mesh is dm)
+    job.add(case="reinit", ok=ok)
 
 
 def worker(rank: int, port: int, outdir: str) -> None:
@@ -322,6 +350,7 @@ def worker(rank: int, port: int, outdir: str) -> None:
         t = time.time()
         error_cases(job, m24, m42)
         timing["errors"] = time.time() - t
+        reinit_case(job, outdir)
     except BaseException as e:  # noqa: BLE001 - reported to the test through the file
         job.add(case="crash", error=short(e), traceback=traceback.format_exc())
     finally:

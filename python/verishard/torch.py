@@ -68,7 +68,8 @@ from .errors import VerishardError
 from .mesh import Mesh
 from .plan import Plan
 from .plan import plan as _verified_plan
-from .runtime.torch import NotSupportedYet, RedistributionRefused, agree, fingerprint, mesh_groups, run_plan
+from .runtime.torch import (NotSupportedYet, RedistributionRefused, agree, fingerprint, mesh_groups, run_plan,
+                            world)
 
 __all__ = ["redistribute", "planning_mesh", "plan_for", "cache_info", "cache_clear",
            "RedistributionRefused", "NotSupportedYet"]
@@ -295,7 +296,7 @@ def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Ent
     if not isinstance(x, DTensor):
         return None, None, [(INVALID, f"redistribute expects a DTensor, not {type(x).__name__}")]
     mesh_obj = x.device_mesh if device_mesh is None else device_mesh
-    key = (x._spec, tuple(placements) if isinstance(placements, (list, tuple)) else placements, mesh_obj)
+    key = (world(), x._spec, tuple(placements) if isinstance(placements, (list, tuple)) else placements, mesh_obj)
     e = _lookup(key)
     if e is not None:
         return key, e, []
@@ -342,7 +343,7 @@ def _backward_entry(grad: Any, prev: DTensorSpec) -> tuple[Any, _Entry | None, l
     gradient to the input's placements (DTensor's ``_redistribute_backward``)."""
     if not isinstance(grad, DTensor):
         return None, None, [(INVALID, f"the gradient is a {type(grad).__name__}, not a DTensor")]
-    key = ("backward", grad._spec, prev)
+    key = (world(), "backward", grad._spec, prev)
     e = _lookup(key)
     if e is not None:
         return key, e, []
@@ -408,6 +409,15 @@ def _run(x: Any, entry: _Entry | None, problems: list, check: bool) -> torch.Ten
 # autograd
 
 
+def _with_mesh(spec: DTensorSpec, mesh: DeviceMesh) -> DTensorSpec:
+    """``spec`` on the caller's mesh object (a cached spec may hold an equal one)."""
+    if spec.mesh is mesh:
+        return spec
+    return DTensorSpec(mesh, spec.placements, tensor_meta=spec.tensor_meta,
+                       shard_order=None if spec.use_strided_shard_as_shard_order else spec.shard_order,
+                       use_strided_shard_as_shard_order=spec.use_strided_shard_as_shard_order)
+
+
 class _Redistribute(torch.autograd.Function):
     """Forward: the verified plan from the input's layout to ``placements``.
     Backward: :class:`_Reverse` (the gradient back to the input's layout)."""
@@ -417,11 +427,9 @@ class _Redistribute(torch.autograd.Function):
         _, entry, problems = _forward_entry(x, device_mesh, placements)
         out = _run(x, entry, problems, check)
         ctx.src_spec, ctx.check, ctx.dtype = x._spec, check, x._local_tensor.dtype
-        spec = entry.target_spec
-        if device_mesh is not None and spec.mesh is not device_mesh:  # an equal mesh object: return that one
-            spec = DTensorSpec(device_mesh, spec.placements, tensor_meta=spec.tensor_meta,
-                               shard_order=None if spec.use_strided_shard_as_shard_order else spec.shard_order,
-                               use_strided_shard_as_shard_order=spec.use_strided_shard_as_shard_order)
+        if entry.plan is None:  # DTensor's short cut: the input's own spec
+            return DTensor(out, x._spec, requires_grad=x.requires_grad)
+        spec = _with_mesh(entry.target_spec, x.device_mesh if device_mesh is None else device_mesh)
         return DTensor(out, spec, requires_grad=x.requires_grad)
 
     @staticmethod
@@ -438,7 +446,7 @@ class _Reverse(torch.autograd.Function):
         _, entry, problems = _backward_entry(grad, prev_spec)
         out = _run(grad, entry, problems, check)
         ctx.spec, ctx.check, ctx.dtype = grad._spec, check, grad._local_tensor.dtype
-        spec = entry.target_spec
+        spec = _with_mesh(entry.target_spec, prev_spec.mesh)
         if out.dtype != dtype:  # DTensor casts the gradient back to the input's dtype
             out = out.to(dtype)
             m = spec.tensor_meta

@@ -33,7 +33,9 @@ ranks), the backend reorders the blocks by that table.
 
 Validation (:func:`agree`): before any data moves, every rank contributes a
 fingerprint of its plan (mesh, types, collectives, dtype) and the number of
-problems it found to one small ``all_gather``. If the ranks disagree or any
+problems it found to one small ``all_gather`` on CPU tensors (over a gloo
+group when the default backend is NCCL, so that it does not wait for the
+GPU). If the ranks disagree or any
 rank found a problem, they exchange their records with ``all_gather_object``
 and every rank raises the same :class:`RedistributionRefused`, naming every
 failing rank (the MPI backend's message, :mod:`verishard.runtime.mpi`).
@@ -59,7 +61,8 @@ from ..plan import Plan
 from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
 from .mpi import _verdict
 
-__all__ = ["TorchBackend", "MeshGroups", "mesh_groups", "run_plan", "agree", "fingerprint",
+__all__ = ["TorchBackend", "MeshGroups", "mesh_groups", "run_plan", "agree", "agreement_group", "fingerprint",
+           "world",
            "RedistributionRefused", "NotSupportedYet", "row_chunks", "blocks_view", "ROUND_BYTES"]
 
 # torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single.
@@ -227,11 +230,23 @@ def _device_of(device_mesh: Any) -> torch.device:
 _MESH_GROUPS: dict[Any, MeshGroups] = {}
 
 
+def world() -> Any:
+    """The default process group: caches are kept per default group, so that
+    a process group destroyed and initialized again starts them afresh."""
+    return dist.group.WORLD
+
+
 def mesh_groups(device_mesh: Any) -> MeshGroups:
-    """The cached :class:`MeshGroups` of ``device_mesh`` (equal meshes share one)."""
-    mg = _MESH_GROUPS.get(device_mesh)
+    """The cached :class:`MeshGroups` of ``device_mesh`` (equal meshes share
+    one, within one default process group)."""
+    key = (world(), device_mesh)
+    mg = _MESH_GROUPS.get(key)
     if mg is None:
-        mg = _MESH_GROUPS[device_mesh] = MeshGroups(device_mesh)
+        if len(_MESH_GROUPS) > 64:  # meshes of process groups destroyed since
+            live = world()
+            for k in [k for k in _MESH_GROUPS if k[0] is not live]:
+                del _MESH_GROUPS[k]
+        mg = _MESH_GROUPS[key] = MeshGroups(device_mesh)
     return mg
 
 
@@ -361,11 +376,32 @@ def fingerprint(plan: Plan | None, extra: str = "") -> int:
     return h or 1
 
 
-def agree(fp: int, record: dict, device: torch.device | str = "cpu", group: Any = None) -> None:
-    """Collective over ``group`` (default: every process): return when every
-    rank has the same fingerprint ``fp`` and no rank's ``record["errors"]`` is
-    non-empty; else raise the same :class:`RedistributionRefused` (or
+_AGREEMENT: dict[Any, Any] = {}
+
+
+def agreement_group() -> Any:
+    """The group the agreement runs over: every process, on CPU tensors. With
+    gloo it is the default group; with another default backend (NCCL) a gloo
+    group over every rank, made once (collectively, on the first call), so
+    that the agreement never waits for the GPU stream; None where gloo is not
+    available (then the default group, on the caller's device)."""
+    w = world()
+    if w not in _AGREEMENT:
+        _AGREEMENT.clear()
+        if dist.get_backend() == "gloo" or not dist.is_gloo_available():
+            _AGREEMENT[w] = None
+        else:  # pragma: no cover - needs a non-gloo default group (NCCL)
+            _AGREEMENT[w] = dist.new_group(backend="gloo")
+    return _AGREEMENT[w]
+
+
+def agree(fp: int, record: dict, device: torch.device | str = "cpu") -> None:
+    """Collective over every process: return when every rank has the same
+    fingerprint ``fp`` and no rank's ``record["errors"]`` is non-empty; else
+    raise the same :class:`RedistributionRefused` (or
     :class:`NotSupportedYet` when every problem is of that kind) on every rank.
+    It runs on CPU tensors over :func:`agreement_group` (``device`` is used
+    only when no CPU group is available).
 
     ``record`` is the MPI backend's validation record: ``errors`` (strings),
     and where known ``plan`` (a fingerprint in hex), ``desc``, ``dtype`` and
@@ -375,6 +411,9 @@ def agree(fp: int, record: dict, device: torch.device | str = "cpu", group: Any 
     The common case costs one ``all_gather`` of two integers per rank; the
     records travel (``all_gather_object``) only when something is wrong.
     """
+    group = agreement_group()
+    if group is not None or dist.get_backend() == "gloo":
+        device = "cpu"
     n = dist.get_world_size(group)
     mine = torch.tensor([fp, len(record.get("errors", ()))], dtype=torch.int64, device=device)
     every = torch.empty(2 * n, dtype=torch.int64, device=device)
