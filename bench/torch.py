@@ -77,6 +77,8 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="a small run: 1 MiB sweep of 30 pairs, 16 MiB big case")
     p.add_argument("--out", default=os.path.join(HERE, "results", "torch.md"), help="markdown file, or -")
     p.add_argument("--keep", default="", help="directory for the ranks' raw JSON results (default: a temporary one)")
+    p.add_argument("--from", dest="from_dir", default="",
+                   help="render the report again from a --keep directory (no new measurements)")
     return p.parse_args(argv)
 
 
@@ -415,7 +417,9 @@ def report(results: list[dict], args, seconds: float, command: str) -> str:
          f"`{command}` ({NPROCS} {'NCCL processes, one GPU each' if args.device == 'cuda' else 'gloo processes'}, "
          f"{os.cpu_count()} CPU cores, {platform.machine()}, torch {torch.__version__}, Python "
          f"{platform.python_version()}); {seconds:.0f} s in all. The machine is shared with other work: "
-         "times vary between runs, memory figures are stable.", "",
+         "times vary between runs, memory figures are stable." + (
+             " This page was rendered again from that run's raw results (`--from`), without new measurements."
+             if getattr(args, "from_dir", "") else ""), "",
          "Method (`bench/torch.py`'s docstring has the details): per redistribution and method, one warm-up call "
          "(plans cached; the result compared bit for bit with DTensor's on every rank), one call with the RSS "
          "high-water mark reset just before it, then timed calls started together after a barrier. *time* is the "
@@ -464,6 +468,12 @@ def report(results: list[dict], args, seconds: float, command: str) -> str:
                 f"{min(pr):.2f} ({_pair(min(sweep, key=lambda r: r[f'{m}_peak'] / r['ours_peak']))})")
             rows.setdefault("peak ratio, best for ours (max)", []).append(
                 f"{max(pr):.2f} ({_pair(max(sweep, key=lambda r: r[f'{m}_peak'] / r['ours_peak']))})")
+            comm = [r for r in sweep if r[f"{m}_type_recv"] > 0]
+            local = [r for r in sweep if r[f"{m}_type_recv"] == 0]
+            rows.setdefault("time ratio, geometric mean where DTensor communicates / where it does not "
+                            "(its plan only chunks locally)", []).append(
+                f"{geomean([r[f'{m}_time'] / r['ours_time'] for r in comm]):.2f} ({len(comm)} pairs) / "
+                f"{geomean([r[f'{m}_time'] / r['ours_time'] for r in local]):.2f} ({len(local)})")
             rows.setdefault("pairs where ours is faster", []).append(
                 f"{sum(t > 1 for t in tr)} / {n}")
             rows.setdefault("pairs where ours peaks lower / equal (within 1%) / higher", []).append(
@@ -537,15 +547,26 @@ def main(argv=None) -> int:
              "device": args.device}
     command = "python bench/torch.py" + ("" if argv is None and len(sys.argv) == 1 else " " + " ".join(sys.argv[1:]))
     start = time.time()
-    with tempfile.TemporaryDirectory() as outdir:
-        if args.keep:
-            os.makedirs(args.keep, exist_ok=True)
-            outdir = args.keep
-        method = "spawn" if args.device == "cuda" else "fork"  # CUDA cannot be forked into
-        mp.start_processes(worker, args=(free_port(), wargs, outdir), nprocs=NPROCS, join=True,
-                           start_method=method)
-        results = merge(outdir)
-    text = report(results, args, time.time() - start, command)
+    if args.from_dir:
+        with open(os.path.join(args.from_dir, "meta.json")) as f:
+            meta = json.load(f)
+        results = merge(args.from_dir)
+        for k in ("sweep_mib", "calls", "device"):
+            setattr(args, k, meta[k])
+        text = report(results, args, meta["seconds"], meta["command"])
+    else:
+        with tempfile.TemporaryDirectory() as outdir:
+            if args.keep:
+                os.makedirs(args.keep, exist_ok=True)
+                outdir = args.keep
+            method = "spawn" if args.device == "cuda" else "fork"  # CUDA cannot be forked into
+            mp.start_processes(worker, args=(free_port(), wargs, outdir), nprocs=NPROCS, join=True,
+                               start_method=method)
+            results = merge(outdir)
+            with open(os.path.join(outdir, "meta.json"), "w") as f:
+                json.dump({"command": command, "seconds": time.time() - start, "sweep_mib": args.sweep_mib,
+                           "calls": args.calls, "device": args.device}, f)
+        text = report(results, args, time.time() - start, command)
     if args.out == "-":
         sys.stdout.write(text)
     else:

@@ -203,3 +203,12 @@ def test_the_demo_matches_dtensor():
     assert lines[-1] == "all 6 redistributions and the gradient matched DTensor on every rank", lines[-5:]
     assert sum("identical on all 8 ranks" in line for line in lines) == 6
     assert "CPU process group" not in proc.stderr  # DTensor's own warnings are silenced
+
+
+def test_without_a_process_group_the_error_says_so():
+    code = ("import torch, verishard.torch as vt\n"
+            "try:\n    vt.redistribute(torch.ones(2), [])\n"
+            "except RuntimeError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "needs an initialized default process group" in out.stdout

@@ -248,6 +248,7 @@ def plan_for(dtensor: DTensor, placements: Sequence[Placement], *, device_mesh: 
     """The verified plan :func:`redistribute` runs for these arguments (None
     when the local tensor is kept as it is); local, no communication. Raises
     :class:`~verishard.runtime.torch.RedistributionRefused` naming the problem."""
+    _require_initialized()
     key, entry, problems = _forward_entry(dtensor, device_mesh, placements)
     if problems:
         raise _local_error(problems)
@@ -379,11 +380,14 @@ def _local_error(problems: list) -> RedistributionRefused:
                + "\n  ".join(f"rank {dist.get_rank() if dist.is_initialized() else 0}: {t}" for _, t in problems))
 
 
-def _run(x: Any, entry: _Entry | None, problems: list, check: bool) -> torch.Tensor:
-    """Agree (or raise), then move this rank's local tensor by the entry's plan."""
+def _require_initialized() -> None:
     if not dist.is_initialized():
         raise RuntimeError("verishard.torch.redistribute needs an initialized default process group "
                            "(torch.distributed.init_process_group, or launch with torchrun)")
+
+
+def _run(x: Any, entry: _Entry | None, problems: list, check: bool) -> torch.Tensor:
+    """Agree (or raise), then move this rank's local tensor by the entry's plan."""
     local = x._local_tensor if isinstance(x, DTensor) else None
     if entry is not None and local is not None and tuple(local.shape) != entry.local_shape:
         problems = [(INVALID, f"the DTensor's local tensor has shape {tuple(local.shape)}, but its placements give "
@@ -424,6 +428,7 @@ class _Redistribute(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, device_mesh, placements, check):  # type: ignore[override]
+        _require_initialized()
         _, entry, problems = _forward_entry(x, device_mesh, placements)
         out = _run(x, entry, problems, check)
         ctx.src_spec, ctx.check, ctx.dtype = x._spec, check, x._local_tensor.dtype
@@ -443,6 +448,7 @@ class _Reverse(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, grad, prev_spec, check, dtype):  # type: ignore[override]
+        _require_initialized()
         _, entry, problems = _backward_entry(grad, prev_spec)
         out = _run(grad, entry, problems, check)
         ctx.spec, ctx.check, ctx.dtype = grad._spec, check, grad._local_tensor.dtype
