@@ -2,8 +2,8 @@
 (greedy planner and ``use_min_cost_redistribution_plan``), side by side in
 one run of 8 processes.
 
-    python bench/torch.py                 # writes bench/results/torch.md (and torch_pairs.csv)
-    python bench/torch.py --quick --out - # small sizes, markdown to stdout
+    python bench/torch_redistribute.py                 # writes bench/results/torch.md (and torch_pairs.csv)
+    python bench/torch_redistribute.py --quick --out - # small sizes, markdown to stdout
 
 On CPU the processes use gloo (8 forked processes, MASTER_ADDR=127.0.0.1);
 with 8 or more CUDA devices they use NCCL, one device each, and memory is
@@ -57,9 +57,6 @@ from datetime import timedelta
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-# This file is bench/torch.py: run as a script, its directory comes first on
-# sys.path and would shadow the real torch.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
 MiB = 1 << 20
 NPROCS = 8
 METHODS = ("ours", "greedy", "mincost")
@@ -408,19 +405,19 @@ def mib(b) -> str:
     return f"{b / MiB:.1f}"
 
 
-def report(results: list[dict], args, seconds: float, command: str) -> str:
+def report(results: list[dict], args, seconds: float, command: str, note: str = "") -> str:
     import torch
     big = [r for r in results if r["kind"] == "big"]
     sweep = [r for r in results if r["kind"] == "sweep"]
     over = [r for r in results if r["kind"] == "overhead"]
     L = [f"# verishard.torch.redistribute against DTensor.redistribute", "",
-         f"`{command}` ({NPROCS} {'NCCL processes, one GPU each' if args.device == 'cuda' else 'gloo processes'}, "
+         f"`{command}`{' ' + note if note else ''} ({NPROCS} {'NCCL processes, one GPU each' if args.device == 'cuda' else 'gloo processes'}, "
          f"{os.cpu_count()} CPU cores, {platform.machine()}, torch {torch.__version__}, Python "
          f"{platform.python_version()}); {seconds:.0f} s in all. The machine is shared with other work: "
          "times vary between runs, memory figures are stable." + (
              " This page was rendered again from that run's raw results (`--from`), without new measurements."
              if getattr(args, "from_dir", "") else ""), "",
-         "Method (`bench/torch.py`'s docstring has the details): per redistribution and method, one warm-up call "
+         "Method (`bench/torch_redistribute.py`'s docstring has the details): per redistribution and method, one warm-up call "
          "(plans cached; the result compared bit for bit with DTensor's on every rank), one call with the RSS "
          "high-water mark reset just before it, then timed calls started together after a barrier. *time* is the "
          "median over calls of the slowest rank; *peak* is the most memory a rank held during the call, input "
@@ -545,7 +542,7 @@ def main(argv=None) -> int:
     wargs = {"sweep_mib": args.sweep_mib, "pairs_2d": args.pairs_2d, "pairs_3d": args.pairs_3d, "reps": args.reps, "calls": args.calls,
              "big_mib": [float(s) for s in str(args.big_mib).split(",") if s], "quick": args.quick,
              "device": args.device}
-    command = "python bench/torch.py" + ("" if argv is None and len(sys.argv) == 1 else " " + " ".join(sys.argv[1:]))
+    command = "python bench/torch_redistribute.py" + ("" if argv is None and len(sys.argv) == 1 else " " + " ".join(sys.argv[1:]))
     start = time.time()
     if args.from_dir:
         with open(os.path.join(args.from_dir, "meta.json")) as f:
@@ -553,7 +550,7 @@ def main(argv=None) -> int:
         results = merge(args.from_dir)
         for k in ("sweep_mib", "calls", "device"):
             setattr(args, k, meta[k])
-        text = report(results, args, meta["seconds"], meta["command"])
+        text = report(results, args, meta["seconds"], meta["command"], meta.get("note", ""))
     else:
         with tempfile.TemporaryDirectory() as outdir:
             if args.keep:
