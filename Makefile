@@ -84,6 +84,7 @@ demo: deps all
 bench: deps all
 	$(PY) bench/planner.py
 	$(PY) bench/traffic.py
+	$(PY) bench/jax_reshard.py
 
 clean:
 	rm -rf build coq/extract $(CORE_SO)

@@ -1,7 +1,16 @@
 """JAX: conversions (:mod:`verishard.jax_sharding`), the JAX backend
 (:mod:`verishard.runtime.jax`), and :func:`reshard`, a drop-in for
-``jax.device_put(x, sharding)`` between ``NamedSharding``\\ s of one mesh by a
-verified plan.
+``jax.device_put(x, sharding)`` / ``jax.sharding.reshard(x, sharding)``
+between ``NamedSharding``\\ s of one mesh by a verified plan, eagerly and
+under ``jax.jit``, ``jax.grad`` (and ``jvp``), and ``jax.vmap``.
+
+Under a trace, :func:`reshard` binds one JAX primitive, ``verishard_reshard``,
+whose parameter is the planned redistribution: it lowers to the plan's
+``shard_map``; it is linear, and its transpose (what ``jax.grad`` and
+``jax.vjp`` run backward) is the reverse redistribution ``dst -> src``,
+planned by the verified core (``verishard.plan(mesh, dst, src)``); under
+``jax.vmap`` it plans the batched types (one more dimension). See
+``docs/jax.md`` for the rules on the source sharding and the limits.
 
 Importing this module imports JAX (set ``XLA_FLAGS`` before, for CPU devices).
 """
@@ -9,13 +18,17 @@ Importing this module imports JAX (set ``XLA_FLAGS`` before, for CPU devices).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
 import jax
 import jax.numpy as jnp
+from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
 from jax.sharding import Mesh as JaxMesh
-from jax.sharding import NamedSharding, PartitionSpec
 
 from .errors import ShardingError, VerishardError
 from .jax_sharding import (from_named_sharding, from_partition_spec, jax_mesh, mesh_from_jax, spec_entries,
@@ -23,16 +36,76 @@ from .jax_sharding import (from_named_sharding, from_partition_spec, jax_mesh, m
 from .mesh import Mesh
 from .plan import Plan
 from .plan import plan as synthesize
-from .runtime.backend import validate_plan
+from .runtime.backend import execute as run_steps
+from .runtime.backend import step_call, validate_plan
 from .runtime.jax import JaxBackend, compile_plan, execute, rewrap
 from .sharding import ArrayType
 
+try:  # the concrete array class: the eager fast path tests ``type(x) is ArrayImpl``
+    from jax._src.array import ArrayImpl
+except ImportError:  # pragma: no cover
+    ArrayImpl = type(jnp.zeros(()))
+
 __all__ = ["mesh_from_jax", "jax_mesh", "spec_entries", "from_partition_spec", "to_partition_spec",
-           "from_named_sharding", "to_named_sharding", "JaxBackend", "execute", "reshard", "compile_plan"]
+           "from_named_sharding", "to_named_sharding", "JaxBackend", "execute", "reshard", "compile_plan",
+           "cache_info", "clear_cache", "reshard_p"]
+
+# ---------------------------------------------------------------------------
+# caches
+
 
 @functools.lru_cache(maxsize=1024)
 def _plan_for(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
     return synthesize(mesh, src, dst)
+
+
+_MAX_EXECUTORS = 1024
+# (shape, dtype, x.sharding, target NamedSharding) -> executor, for reshard(x, sharding) on a
+# concrete array without src/plan: a hit is one dict lookup before the compiled call.
+_EAGER: dict[tuple, Callable] = {}
+# (redistribution, input sharding, output sharding) -> executor (src= or plan= given, or impl).
+_EXECUTORS: dict[tuple, Callable] = {}
+_STATS = {"hits": 0, "misses": 0}
+
+
+def _remember(table: dict, key: tuple, value: Callable) -> None:
+    if len(table) >= _MAX_EXECUTORS:
+        table.pop(next(iter(table)))  # oldest first
+    table[key] = value
+
+
+def cache_info() -> dict[str, int]:
+    """What the caches hold: ``plans`` (distinct ``(mesh, src, dst)`` planned
+    by the core), ``executors`` (compiled callables, one per shape, dtype,
+    source and target sharding), and eager ``hits``/``misses`` of
+    :func:`reshard` on concrete arrays.
+
+    >>> clear_cache()
+    >>> jm = jax_mesh("x=2")
+    >>> x = jax.device_put(jnp.arange(4.0), NamedSharding(jm, PartitionSpec("x")))
+    >>> for _ in range(3):
+    ...     y = reshard(x, NamedSharding(jm, PartitionSpec()))
+    >>> cache_info()
+    {'plans': 1, 'executors': 1, 'hits': 2, 'misses': 1}
+    """
+    return {"plans": _plan_for.cache_info().currsize, "executors": len(_EAGER) + len(_EXECUTORS),
+            "hits": _STATS["hits"], "misses": _STATS["misses"]}
+
+
+def clear_cache() -> None:
+    """Forget every cached plan and executor (the next call plans and compiles again).
+
+    >>> clear_cache(); cache_info()
+    {'plans': 0, 'executors': 0, 'hits': 0, 'misses': 0}
+    """
+    _plan_for.cache_clear()
+    _EAGER.clear()
+    _EXECUTORS.clear()
+    _STATS.update(hits=0, misses=0)
+
+
+# ---------------------------------------------------------------------------
+# meshes
 
 
 def _same_devices(a: JaxMesh, b: JaxMesh) -> bool:
@@ -40,16 +113,275 @@ def _same_devices(a: JaxMesh, b: JaxMesh) -> bool:
             and all(x.id == y.id for x, y in zip(a.devices.flat, b.devices.flat)))
 
 
-def reshard(x: jax.Array, sharding: NamedSharding, *, plan: Plan | None = None) -> jax.Array:
-    """``jax.device_put(x, sharding)`` by a verified plan.
+def _same_axes(a, b) -> bool:
+    return tuple(a.axis_names) == tuple(b.axis_names) and tuple(a.axis_sizes) == tuple(b.axis_sizes)
 
-    ``x`` is a ``jax.Array`` with a ``NamedSharding`` over the same JAX mesh as
-    ``sharding`` (same axes, same devices in the same order). The plan comes
-    from :func:`verishard.plan` (or ``plan``, re-checked), runs as one jitted
-    ``shard_map``, and the result has exactly ``sharding``. Anything else (a
-    NumPy array, another mesh, another memory kind) is refused with a
-    :class:`~verishard.errors.ShardingError`: there is nothing to redistribute
-    among one mesh's devices, use ``jax.device_put``.
+
+def _types(m) -> str:
+    return "(" + ", ".join(t.name for t in m.axis_types) + ")"
+
+
+def _describe_mesh(m) -> str:
+    return "{" + ", ".join(f"{n}:{s}" for n, s in zip(m.axis_names, m.axis_sizes)) + "}"
+
+
+def _mode(amesh) -> bool:
+    """True for a mesh of Explicit axes, False for Auto axes; anything else is refused."""
+    types = set(amesh.axis_types)
+    if AxisType.Manual in types:
+        manual = ", ".join(n for n, t in zip(amesh.axis_names, amesh.axis_types) if t == AxisType.Manual)
+        raise ShardingError(f"reshard inside jax.shard_map (manual axes {manual}) is not supported: "
+                            f"call it outside the shard_map")
+    if types <= {AxisType.Explicit}:
+        return True
+    if types <= {AxisType.Auto}:
+        return False
+    raise ShardingError(f"mesh {_describe_mesh(amesh)} mixes Auto and Explicit axes {_types(amesh)}; "
+                        f"reshard needs all axes Auto or all Explicit")
+
+
+@functools.lru_cache(maxsize=256)
+def _plan_mesh(plan_mesh: Mesh, user: JaxMesh | AbstractMesh) -> JaxMesh | AbstractMesh:
+    """The JAX mesh a plan runs on: ``user`` itself when the plan's mesh is the
+    user's, else its parts (``y.0``, ``y.1``) over the same devices in the same
+    order, each part with its axis's type; concrete if ``user`` is."""
+    if len(plan_mesh.parts) == len(plan_mesh.axes) and mesh_from_jax(user) == plan_mesh:
+        return user
+    kinds = dict(zip(user.axis_names, user.axis_types))
+    names = tuple(n for n, _ in plan_mesh.parts)
+    types = tuple(kinds[n.partition(".")[0]] for n in names)
+    if isinstance(user, AbstractMesh):
+        return AbstractMesh(plan_mesh.part_sizes, names, axis_types=types)
+    return JaxMesh(np.asarray(user.devices).reshape(plan_mesh.part_sizes), names, axis_types=types)
+
+
+# ---------------------------------------------------------------------------
+# the redistribution: the static parameter of the primitive
+
+
+class _Redistribution:
+    """A planned redistribution of one global shape between two layouts of one
+    mesh: the primitive's parameter (hashable, compared by value).
+
+    ``jmesh`` is the user's concrete JAX mesh when known (None inside a trace
+    whose mesh comes from ``jax.set_mesh``), ``amesh`` its abstract mesh
+    (axis types decide Auto or Explicit mode)."""
+
+    __slots__ = ("jmesh", "amesh", "mesh", "src", "dst", "plan", "user_plan", "explicit", "_key", "_hash",
+                 "_reverse")
+
+    def __init__(self, jmesh: JaxMesh | None, amesh: AbstractMesh, src: ArrayType, dst: ArrayType,
+                 plan: Plan, user_plan: bool = False):
+        self.jmesh, self.amesh, self.src, self.dst, self.plan = jmesh, amesh, src, dst, plan
+        self.mesh = src.mesh
+        self.user_plan = user_plan
+        self.explicit = _mode(amesh)
+        self._key = (jmesh, amesh, src, dst, plan)
+        self._hash = hash(self._key)
+        self._reverse = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Redistribution) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"{self.src} -> {self.dst} by {', '.join(map(str, self.plan.collectives)) or 'no step'}"
+
+    @property
+    def moves(self) -> bool:
+        """Whether any step moves data (a plan of trivial steps only relabels)."""
+        t = self.plan.src
+        for s in self.plan.steps:
+            if step_call(self.plan.mesh, t, s.collective) is not None:
+                return True
+            t = s.type
+        return False
+
+    def reverse(self) -> "_Redistribution":
+        """``dst -> src``, planned by the verified core: the transpose."""
+        if self._reverse is None:
+            self._reverse = _Redistribution(self.jmesh, self.amesh, self.dst, self.src,
+                                            _plan_for(self.mesh, self.dst, self.src))
+        return self._reverse
+
+    def batched(self, dim: int, size: int, src_entry, dst_entry) -> "_Redistribution":
+        """The same redistribution with a batch dimension of ``size`` inserted
+        at ``dim`` (sharded as ``src_entry``/``dst_entry``), planned by the core."""
+        shape = list(self.src.global_shape)
+        shape.insert(dim, size)
+        types = []
+        for t, e in ((self.src, src_entry), (self.dst, dst_entry)):
+            entries = list(spec_entries(to_partition_spec(t)))
+            entries += [None] * (t.rank - len(entries))
+            entries.insert(dim, e)
+            try:
+                types.append(from_partition_spec(self.mesh, shape, PartitionSpec(*entries)))
+            except ShardingError as err:
+                raise ShardingError(f"vmap: the batch dimension {dim} sharded as {e!r} does not fit {t}: {err}") \
+                    from None
+        return _Redistribution(self.jmesh, self.amesh, types[0], types[1], _plan_for(self.mesh, *types))
+
+    def user_sharding(self, t: ArrayType) -> NamedSharding | PartitionSpec:
+        spec = to_partition_spec(t)
+        return NamedSharding(self.jmesh, spec) if self.jmesh is not None else spec
+
+
+def _body(r: _Redistribution, x):
+    """The plan as traced JAX: one ``shard_map`` over the plan's mesh (the
+    user's, or its parts), with the array's type moved onto that mesh and
+    back in Explicit mode (same devices, same layout: no data moves)."""
+    p = r.plan
+    user = r.jmesh if r.jmesh is not None else r.amesh
+    pm = _plan_mesh(p.mesh, user)
+    ins, outs = to_partition_spec(p.src, parts=True), to_partition_spec(p.dst, parts=True)
+    backend = JaxBackend(p.mesh)
+    split = pm is not user
+    if r.explicit and split:
+        x = jax.sharding.reshard(x, NamedSharding(pm, ins))
+    amesh = pm.abstract_mesh if isinstance(pm, JaxMesh) else pm
+    with jax.sharding.use_abstract_mesh(amesh):
+        y = jax.shard_map(lambda v: run_steps(p, v, backend), mesh=pm, in_specs=ins, out_specs=outs,
+                          check_vma=False)(x)
+    if split:
+        dst = to_partition_spec(r.dst)
+        if r.explicit:
+            y = jax.sharding.reshard(y, NamedSharding(user, dst))
+        else:
+            y = lax.with_sharding_constraint(y, r.user_sharding(r.dst))
+    return y
+
+
+# ---------------------------------------------------------------------------
+# the primitive
+
+
+reshard_p = Primitive("verishard_reshard")
+
+
+def _impl(x, *, r: _Redistribution):
+    # Evaluated eagerly (e.g. the transpose inside an eager jax.grad): plan
+    # from the array's actual layout, through the cached eager path.
+    if type(x) is ArrayImpl and isinstance(x.sharding, NamedSharding):
+        jm = r.jmesh if r.jmesh is not None else x.sharding.mesh
+        same = from_named_sharding(x.sharding, x.shape).refined() == r.src.refined()
+        return _reshard(x, NamedSharding(jm, to_partition_spec(r.dst)), None,
+                        r.plan if (r.user_plan and same) else None)
+    return _executor(r, None, None)(x)
+
+
+def _abstract_eval(aval, *, r: _Redistribution):
+    if r.explicit:
+        return aval.update(sharding=NamedSharding(aval.sharding.mesh, to_partition_spec(r.dst)))
+    return aval
+
+
+def _transpose(ct, x, *, r: _Redistribution):
+    return [reshard_p.bind(ct, r=r.reverse())]
+
+
+def _batch(axis_data, vals_in, dims_in, *, r: _Redistribution):
+    # The batched problem has one more dimension, planned by the core. Its
+    # sharding follows JAX's own reshard batcher: in Explicit mode the batch
+    # axis's mesh axis (``explicit_mesh_axis``) in the target and the type's in
+    # the source; in Auto mode ``spmd_axis_name`` (or unsharded), or a
+    # concrete array's own layout in the source.
+    (x,), (d,) = vals_in, dims_in
+    if d is None:
+        return reshard_p.bind(x, r=r), None
+    spmd = axis_data.spmd_name
+    spmd = tuple(spmd) if spmd else None
+    if r.explicit:
+        spec = jax.typeof(x).sharding.spec
+        src_entry = spec[d] if d < len(spec) else None
+        dst_entry = axis_data.explicit_mesh_axis
+    elif type(x) is ArrayImpl and isinstance(x.sharding, NamedSharding):
+        spec = x.sharding.spec
+        src_entry, dst_entry = (spec[d] if d < len(spec) else None), spmd
+    else:
+        src_entry = dst_entry = spmd
+    return reshard_p.bind(x, r=r.batched(d, axis_data.size, src_entry, dst_entry)), d
+
+
+reshard_p.def_impl(_impl)
+reshard_p.def_abstract_eval(_abstract_eval)
+ad.deflinear2(reshard_p, _transpose)
+batching.fancy_primitive_batchers[reshard_p] = _batch
+mlir.register_lowering(reshard_p, mlir.lower_fun(lambda x, *, r: _body(r, x), multiple_results=False))
+
+
+@functools.lru_cache(maxsize=1024)
+def _pinned(r: _Redistribution) -> Callable:
+    """Auto mode: the primitive inside a ``jax.jit`` whose out sharding names
+    the concrete mesh (the layout the plan's ``shard_map`` produces), where the
+    enclosing jit looks for its devices: a primitive's lowering is invisible
+    to it, and without this a jit whose arguments carry no sharding (a
+    gradient that depends on shapes only) would compile for one device."""
+    return jax.jit(lambda v: reshard_p.bind(v, r=r), out_shardings=NamedSharding(r.jmesh, to_partition_spec(r.dst)))
+
+
+# ---------------------------------------------------------------------------
+# executors (eager)
+
+
+def _relabel(out_sh: NamedSharding):
+    def run(x):
+        return x if x.sharding == out_sh else jax.device_put(x, out_sh)  # same layout: buffers reused
+    return run
+
+
+def _executor(r: _Redistribution, in_sh: NamedSharding | None, out_sh: NamedSharding | None) -> Callable:
+    key = (r, in_sh, out_sh)
+    fn = _EXECUTORS.get(key)
+    if fn is None:
+        fn = _build(r, in_sh, out_sh)
+        _remember(_EXECUTORS, key, fn)
+    return fn
+
+
+def _build(r: _Redistribution, in_sh, out_sh) -> Callable:
+    if out_sh is not None and not r.moves:
+        return _relabel(out_sh)
+    fn = jax.jit(functools.partial(_body, r), in_shardings=in_sh, out_shardings=out_sh)
+    devices = in_sh.mesh.devices.flat if in_sh is not None else jax.devices()
+    if all(d.platform == "cpu" for d in devices):
+        # XLA's CPU client aborts (rendezvous timeout) when more than about 32
+        # collective programs are in flight; on CPU devices the eager call
+        # waits for its result, so a loop of reshards cannot pile them up.
+        def run(x):
+            y = fn(x)
+            y.block_until_ready()
+            return y
+        run.jitted = fn
+        return run
+    return fn
+
+
+# ---------------------------------------------------------------------------
+# reshard
+
+
+def reshard(x: jax.Array, sharding: NamedSharding | PartitionSpec, *,
+            src: NamedSharding | PartitionSpec | None = None, plan: Plan | None = None) -> jax.Array:
+    """``jax.device_put(x, sharding)`` (or ``jax.sharding.reshard``) by a verified plan.
+
+    ``sharding`` is a ``NamedSharding``, or a ``PartitionSpec`` over the mesh
+    set by ``jax.set_mesh``. Works eagerly and under ``jax.jit``,
+    ``jax.grad``/``jax.vjp`` (the backward pass is the reverse
+    redistribution, planned and checked by the verified core),
+    ``jax.jvp`` and ``jax.vmap``.
+
+    The source sharding is ``x.sharding`` for a concrete array and the type
+    ``jax.typeof(x).sharding`` in Explicit mode (a mesh of
+    ``AxisType.Explicit`` axes, ``jax.make_mesh``'s default). Inside a trace
+    in Auto mode JAX does not track it: pass ``src`` (a ``NamedSharding`` or
+    ``PartitionSpec``); ``src`` is checked against ``x`` wherever ``x``'s
+    layout is known. The plan comes from :func:`verishard.plan` (or
+    ``plan``, re-checked) and is compiled once per shape, dtype, source and
+    target (:func:`cache_info`). Rank-0 arrays pass through. ``x`` may be a
+    pytree of arrays (tuples, lists, dicts), with one ``sharding`` (and
+    ``src``) for all or a matching tree of them.
 
     >>> jm = jax_mesh("x=2")
     >>> x = jax.device_put(jnp.arange(4), NamedSharding(jm, PartitionSpec("x")))
@@ -61,26 +393,204 @@ def reshard(x: jax.Array, sharding: NamedSharding, *, plan: Plan | None = None) 
     ...
     verishard.errors.ShardingError: reshard needs a jax.Array laid out on the mesh, not ndarray; use jax.device_put for host data
     """
-    if not isinstance(sharding, NamedSharding):
-        raise ShardingError(f"reshard needs a jax.sharding.NamedSharding, not {type(sharding).__name__}")
+    if src is None and plan is None and type(x) is ArrayImpl:
+        try:
+            fn = _EAGER.get((x.shape, x.dtype, x.sharding, sharding))
+        except TypeError:  # an unhashable "sharding": refused below
+            fn = None
+        if fn is not None:
+            _STATS["hits"] += 1
+            return fn(x)
+    if isinstance(x, (tuple, list, dict)) and not isinstance(x, jax.Array):
+        return _reshard_tree(x, sharding, src, plan)
+    return _reshard(x, sharding, src, plan)
+
+
+def _is_sharding(s) -> bool:
+    return s is None or isinstance(s, (NamedSharding, PartitionSpec, jax.sharding.Sharding))
+
+
+def _reshard_tree(xs, sharding, src, plan):
+    """A pytree of arrays: one sharding (and src) for every leaf, or a tree of them matching ``xs``."""
+    if plan is not None:
+        raise VerishardError("plan= is for one array; reshard a pytree without it")
+    leaves, tree = jax.tree.flatten(xs)
+
+    def per_leaf(s, what):
+        if _is_sharding(s):
+            return [s] * len(leaves)
+        got, t = jax.tree.flatten(s, is_leaf=_is_sharding)
+        if t != tree:
+            raise ShardingError(f"reshard: the {what} tree {t} does not match the arrays' tree {tree}")
+        return got
+    dsts, srcs = per_leaf(sharding, "sharding"), per_leaf(src, "src")
+    return jax.tree.unflatten(tree, [reshard(a, d, src=s) for a, d, s in zip(leaves, dsts, srcs)])
+
+
+def _context_mesh() -> tuple[JaxMesh | None, AbstractMesh]:
+    am = jax.sharding.get_abstract_mesh()
+    try:
+        cm = jax.sharding.get_mesh()  # outside jit only
+    except ValueError:
+        cm = None
+    return (cm if cm is not None and not cm.empty else None), am
+
+
+def _peek(x) -> tuple[JaxMesh, PartitionSpec] | None:
+    """The concrete array under an eager ``jax.grad``/``jvp``/``vmap`` tracer
+    (Auto mode keeps no sharding in the type), with the per-example spec: the
+    concrete array's spec without the vmapped dimensions. None inside jit."""
+    dims = []
+    while isinstance(x, jax.core.Tracer):
+        if hasattr(x, "primal"):
+            x = x.primal
+        elif hasattr(x, "val") and hasattr(x, "batch_dim"):
+            d = x.batch_dim
+            if d is not None:
+                if not isinstance(d, int):
+                    return None
+                dims.append(d)
+            x = x.val
+        else:
+            return None
+    if type(x) is not ArrayImpl or not isinstance(x.sharding, NamedSharding):
+        return None
+    entries = list(spec_entries(x.sharding.spec))
+    entries += [None] * (x.ndim - len(entries))
+    for d in reversed(dims):
+        del entries[d]
+    return x.sharding.mesh, PartitionSpec(*entries)
+
+
+def _type(mesh: Mesh, shape, spec, what: str) -> ArrayType:
+    try:
+        return from_partition_spec(mesh, shape, spec)
+    except ShardingError as e:
+        raise ShardingError(f"reshard {what} {spec}: {e}") from None
+
+
+def _reshard(x, sharding, src, plan):
+    # -- the target and its mesh
+    if isinstance(sharding, NamedSharding):
+        tgt_spec, tmesh = sharding.spec, sharding.mesh
+    elif isinstance(sharding, PartitionSpec):
+        tgt_spec, tmesh = sharding, None
+    else:
+        raise ShardingError(f"reshard needs a jax.sharding.NamedSharding (or a PartitionSpec with a mesh set by "
+                            f"jax.set_mesh), not {type(sharding).__name__}")
     if not isinstance(x, jax.Array):
         raise ShardingError(f"reshard needs a jax.Array laid out on the mesh, not {type(x).__name__}; "
                             f"use jax.device_put for host data")
-    src_sh = x.sharding
-    if not isinstance(src_sh, NamedSharding) or not _same_devices(src_sh.mesh, sharding.mesh):
-        raise ShardingError("reshard moves data between NamedShardings of one JAX mesh; "
-                            f"the array has {src_sh}, the target is over another mesh or devices")
-    if src_sh.memory_kind != sharding.memory_kind:
-        raise ShardingError(f"reshard keeps the memory kind; the array is in {src_sh.memory_kind}, "
-                            f"the target in {sharding.memory_kind}")
-    mesh = mesh_from_jax(sharding.mesh)
-    src = from_partition_spec(mesh, x.shape, src_sh.spec)
-    dst = from_partition_spec(mesh, x.shape, sharding.spec)
+    concrete = not isinstance(x, jax.core.Tracer)
+    if isinstance(tmesh, JaxMesh):
+        cmesh, amesh = tmesh, tmesh.abstract_mesh
+    elif isinstance(tmesh, AbstractMesh):
+        cmesh, amesh = _context_mesh()[0], tmesh
+    else:
+        cmesh, amesh = _context_mesh()
+        if amesh.empty:
+            raise ShardingError(f"reshard to the PartitionSpec {tgt_spec} needs a mesh: pass a NamedSharding, "
+                                f"or set one with jax.set_mesh(mesh)")
+    if cmesh is not None and not _same_axes(cmesh, amesh):
+        cmesh = None
+
+    # -- the source
+    xs = x.sharding if concrete else None
+    if concrete and not isinstance(xs, NamedSharding):
+        raise ShardingError(f"reshard moves data between NamedShardings of one JAX mesh; the array has a "
+                            f"{type(xs).__name__} ({xs}); use jax.device_put to move it onto a mesh")
+    if concrete:
+        if not _same_axes(xs.mesh, amesh) or (cmesh is not None and not _same_devices(xs.mesh, cmesh)):
+            raise ShardingError("reshard moves data between NamedShardings of one JAX mesh; the array is on mesh "
+                                f"{_describe_mesh(xs.mesh)}, the target on {_describe_mesh(amesh)} "
+                                f"(or other devices)")
+        if tuple(xs.mesh.axis_types) != tuple(amesh.axis_types):
+            raise ShardingError(f"the array's mesh has axis types {_types(xs.mesh)}, the target's "
+                                f"{_types(amesh)}; reshard keeps the axis types")
+        if isinstance(sharding, NamedSharding) and xs.memory_kind != sharding.memory_kind:
+            raise ShardingError(f"reshard keeps the memory kind; the array is in {xs.memory_kind}, "
+                                f"the target in {sharding.memory_kind}")
+        cmesh, amesh = xs.mesh, xs.mesh.abstract_mesh
+        known = xs.spec
+    else:
+        tsh = jax.typeof(x).sharding
+        known = None
+        if not tsh.mesh.empty:
+            if not _same_axes(tsh.mesh, amesh):
+                raise ShardingError(f"reshard moves data within one mesh; the traced array's type is over "
+                                    f"{_describe_mesh(tsh.mesh)}, the target over {_describe_mesh(amesh)}")
+            explicit = _mode(tsh.mesh)
+            if tmesh is not None and tuple(tmesh.axis_types) != tuple(tsh.mesh.axis_types):
+                raise ShardingError(f"the array's mesh has axis types {_types(tsh.mesh)}, the target's "
+                                    f"{_types(tmesh)}; reshard keeps the axis types")
+            amesh = tsh.mesh
+            if explicit:
+                known = tsh.spec
+        if known is None:
+            peeked = _peek(x)
+            if peeked is not None:
+                pm, known = peeked
+                if not _same_axes(pm, amesh) or (cmesh is not None and not _same_devices(pm, cmesh)):
+                    raise ShardingError("reshard moves data between NamedShardings of one JAX mesh; the array is on "
+                                        f"mesh {_describe_mesh(pm)}, the target on {_describe_mesh(amesh)} "
+                                        f"(or other devices)")
+                cmesh = pm
+    if src is not None:
+        if isinstance(src, NamedSharding):
+            if not _same_axes(src.mesh, amesh) or (isinstance(src.mesh, JaxMesh) and cmesh is not None
+                                                   and not _same_devices(src.mesh, cmesh)):
+                raise ShardingError(f"src is over mesh {_describe_mesh(src.mesh)}, the target over "
+                                    f"{_describe_mesh(amesh)} (or other devices)")
+            if cmesh is None and isinstance(src.mesh, JaxMesh):
+                cmesh = src.mesh
+            src_spec = src.spec
+        elif isinstance(src, PartitionSpec):
+            src_spec = src
+        else:
+            raise ShardingError(f"src must be a NamedSharding or a PartitionSpec, not {type(src).__name__}")
+    elif known is not None:
+        src_spec = known
+    else:
+        raise ShardingError(
+            "reshard cannot tell how the traced array is laid out: under jax.jit in Auto mode the type does not "
+            "carry the sharding; pass src=NamedSharding(...) or PartitionSpec(...), or use a mesh with "
+            "AxisType.Explicit axes (jax.make_mesh's default) so that the type carries it")
+    # -- rank 0: nothing to move
+    if x.ndim == 0:
+        for what, spec in (("target", tgt_spec), ("src", src_spec)):
+            if len(spec_entries(spec)):
+                raise ShardingError(f"reshard {what} {spec} has {len(spec)} entries but the array has rank 0")
+        if concrete:
+            out = sharding if isinstance(sharding, NamedSharding) else NamedSharding(cmesh, PartitionSpec())
+            return x if x.sharding == out else jax.device_put(x, out)
+        return x
+
+    mesh = mesh_from_jax(amesh)
+    src_t = _type(mesh, x.shape, src_spec, "source")
+    dst_t = _type(mesh, x.shape, tgt_spec, "target")
+    if known is not None and src is not None:
+        k = _type(mesh, x.shape, known, "source")
+        if k.refined() != src_t.refined():
+            raise ShardingError(f"src {src_spec} ({src_t}) is not how the array is laid out: {known} ({k})")
     if plan is None:
-        p = _plan_for(mesh, src, dst)
+        p = _plan_for(mesh, src_t, dst_t)
     else:
         p = validate_plan(plan)
-        if p.src.refined() != src.refined() or p.dst.refined() != dst.refined():
-            raise VerishardError(f"the plan goes from {p.src} to {p.dst}, not from {src} to {dst}")
-    y = execute(p, x, mesh=sharding.mesh, check=False)
-    return rewrap(y, sharding)
+        if p.src.refined() != src_t.refined() or p.dst.refined() != dst_t.refined():
+            raise VerishardError(f"the plan goes from {p.src} to {p.dst}, not from {src_t} to {dst_t}")
+    r = _Redistribution(cmesh, amesh, src_t, dst_t, p, user_plan=plan is not None)
+    if not concrete:
+        if r.explicit or cmesh is None:
+            # Explicit mode: JAX asks for jax.set_mesh where no argument names the devices; a mesh
+            # from jax.set_mesh: the enclosing jit knows the devices.
+            return reshard_p.bind(x, r=r)
+        return _pinned(r)(x)
+    out_sh = sharding if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, JaxMesh) \
+        else NamedSharding(cmesh, tgt_spec)
+    _STATS["misses"] += 1
+    if src is None and plan is None and isinstance(sharding, NamedSharding):
+        fn = _build(r, xs, out_sh)
+        _remember(_EAGER, (x.shape, x.dtype, xs, sharding), fn)
+    else:
+        fn = _executor(r, xs, out_sh)
+    return fn(x)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 import jax
+from jax.sharding import AbstractMesh
 from jax.sharding import Mesh as JaxMesh
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -40,8 +41,9 @@ __all__ = ["mesh_from_jax", "jax_mesh", "spec_entries", "from_partition_spec", "
 # meshes
 
 
-def mesh_from_jax(jmesh: JaxMesh) -> Mesh:
-    """Our mesh for a ``jax.sharding.Mesh`` (axis names and sizes, in order).
+def mesh_from_jax(jmesh: JaxMesh | AbstractMesh) -> Mesh:
+    """Our mesh for a ``jax.sharding.Mesh`` or ``AbstractMesh`` (axis names
+    and sizes, in order; axis types do not matter).
 
     Part names of a parts-level JAX mesh (``y.0``, ``y.1``, as made by
     :func:`jax_mesh`) are folded back into a split axis.
@@ -50,8 +52,10 @@ def mesh_from_jax(jmesh: JaxMesh) -> Mesh:
     {x:2, y:2}
     >>> mesh_from_jax(jax_mesh("x=2,y=2*2"))
     {x:2, y:2*2}
+    >>> mesh_from_jax(jax_mesh("x=2,y=3").abstract_mesh)
+    {x:2, y:3}
     """
-    if not isinstance(jmesh, JaxMesh):
+    if not isinstance(jmesh, (JaxMesh, AbstractMesh)):
         raise ShardingError(f"expected a jax.sharding.Mesh, not {type(jmesh).__name__}")
     axes: list[tuple[str, Any]] = []
     for name, size in jmesh.shape.items():
