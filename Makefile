@@ -84,6 +84,7 @@ demo: deps all
 bench: deps all
 	$(PY) bench/planner.py
 	$(PY) bench/traffic.py
+	$(PY) bench/optimality.py
 	$(PY) bench/jax_reshard.py
 
 clean:
