@@ -48,7 +48,6 @@ import math
 import os
 import platform
 import random
-import socket
 import statistics
 import sys
 import tempfile
@@ -96,27 +95,6 @@ def reset_hwm() -> None:
         f.write("5")
 
 
-def layouts(dm, ndim: int):
-    import itertools
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry
-    out = []
-    for combo in itertools.product(range(-1, ndim), repeat=dm.ndim):
-        base = tuple(Replicate() if d < 0 else Shard(d) for d in combo)
-        by_dim: dict[int, list[int]] = {}
-        for i, d in enumerate(combo):
-            if d >= 0:
-                by_dim.setdefault(d, []).append(i)
-        dims = sorted(by_dim)
-        for orders in itertools.product(*[list(itertools.permutations(by_dim[d])) for d in dims]):
-            if all(list(o) == by_dim[d] for d, o in zip(dims, orders)):
-                out.append(base)
-            else:
-                so = tuple(ShardOrderEntry(tensor_dim=d, mesh_dims=o) for d, o in zip(dims, orders))
-                out.append(tuple(DTensorSpec._convert_shard_order_to_StridedShard(so, base, dm)))
-    return out
-
-
 def short(pl) -> str:
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.placement_types import _StridedShard
@@ -137,28 +115,13 @@ def dtensor_type_level(x, dm, dst, min_cost: bool) -> tuple[int, int, int]:
     chunk divides it, an all-to-all keeps it)."""
     from torch.distributed.tensor import _redistribute as R
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from verishard.crosscheck.torch_dtensor import transform_costs
     target = DTensorSpec(dm, dst, tensor_meta=x._spec.tensor_meta)
     with R.use_min_cost_redistribution_plan(min_cost):
         infos = R._gen_transform_infos_non_cached(x._spec, target)
     infos = R._optimize_transform_infos(infos, dm, x.placements, dst)
-    size = x._local_tensor.numel()
-    peak, recv, steps = size, 0, 0
-    for info in infos:
-        a, b = info.src_dst_placements
-        dims = tuple(getattr(info, "original_mesh_dims", None) or (info.mesh_dim,))
-        n = math.prod(dm.size(d) for d in dims)
-        if a == b or n == 1:
-            continue
-        steps += 1
-        if b.is_replicate():
-            recv += (n - 1) * size
-            size *= n
-        elif a.is_replicate():
-            size //= n
-        else:
-            recv += size - size // n
-        peak = max(peak, size)
-    return steps, peak, recv
+    moving, peak, recv = transform_costs(infos, dm, x._local_tensor.numel())
+    return len(moving), peak, recv
 
 
 class Worker:
@@ -347,8 +310,9 @@ def worker(rank: int, port: int, args: dict, outdir: str) -> None:
         side = int(math.sqrt(args["sweep_mib"] * MiB / 4))
         side -= side % 8
         rnd = random.Random(3)
-        p24 = [(a, b) for a in layouts(m24, 2) for b in layouts(m24, 2) if a != b]
-        p222 = rnd.sample([(a, b) for a in layouts(m222, 2) for b in layouts(m222, 2) if a != b], args["pairs_3d"])
+        from verishard.dtensor import all_placements
+        p24 = [(a, b) for a in all_placements(m24, 2) for b in all_placements(m24, 2) if a != b]
+        p222 = rnd.sample([(a, b) for a in all_placements(m222, 2) for b in all_placements(m222, 2) if a != b], args["pairs_3d"])
         if args["pairs_2d"]:
             p24 = rnd.sample(p24, args["pairs_2d"])
         for src, dst in p24:
@@ -362,12 +326,6 @@ def worker(rank: int, port: int, args: dict, outdir: str) -> None:
 
 # ---------------------------------------------------------------------------
 # launcher side
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def merge(outdir: str) -> list[dict]:
@@ -557,6 +515,7 @@ def main(argv=None) -> int:
                 os.makedirs(args.keep, exist_ok=True)
                 outdir = args.keep
             method = "spawn" if args.device == "cuda" else "fork"  # CUDA cannot be forked into
+            from verishard.runtime.torch import free_port
             mp.start_processes(worker, args=(free_port(), wargs, outdir), nprocs=NPROCS, join=True,
                                start_method=method)
             results = merge(outdir)

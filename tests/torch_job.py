@@ -25,12 +25,10 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import sys
 import time
 import traceback
 from datetime import timedelta
-from itertools import permutations, product
 
 CASES_2D = 121   # every pair of the 11 layouts of a 2-D tensor on the (2, 4) mesh
 SAMPLE_3D = 70   # pairs sampled from the 49 x 49 layouts of a 2-D tensor on the (2, 2, 2) mesh
@@ -38,28 +36,6 @@ SAMPLE_3T = 20   # pairs of 3-D tensors on the (2, 2, 2) mesh
 SAMPLE_ROUNDS = 30  # pairs on the (2, 4) mesh with the backend's buffers forced into rounds
 SAMPLE_PERM = 12  # pairs on a (2, 4) mesh with permuted ranks (and as many again in rounds)
 NPROCS = 8
-
-
-def layouts(dm, ndim: int):
-    """Every placement tuple (Shard/Replicate, and _StridedShard for every
-    non-default order of several mesh dimensions on one tensor dimension)."""
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry
-    out = []
-    for combo in product(range(-1, ndim), repeat=dm.ndim):
-        base = tuple(Replicate() if d < 0 else Shard(d) for d in combo)
-        by_dim: dict[int, list[int]] = {}
-        for i, d in enumerate(combo):
-            if d >= 0:
-                by_dim.setdefault(d, []).append(i)
-        dims = sorted(by_dim)
-        for orders in product(*[list(permutations(by_dim[d])) for d in dims]):
-            if all(list(o) == by_dim[d] for d, o in zip(dims, orders)):
-                out.append(base)
-                continue
-            so = tuple(ShardOrderEntry(tensor_dim=d, mesh_dims=o) for d, o in zip(dims, orders))
-            out.append(tuple(DTensorSpec._convert_shard_order_to_StridedShard(so, base, dm)))
-    return out
 
 
 def global_tensor(shape, dtype, seed: int):
@@ -316,9 +292,10 @@ def worker(rank: int, port: int, outdir: str) -> None:
         m42 = init_device_mesh("cpu", (4, 2), mesh_dim_names=("a", "b"))
         rnd = random.Random(12)
         dtypes = [torch.float32, torch.int64, torch.float64, torch.bfloat16, torch.int32, torch.float16]
-        l24 = layouts(m24, 2)
-        l222 = layouts(m222, 2)
-        l222_3 = layouts(m222, 3)
+        from verishard.dtensor import all_placements
+        l24 = all_placements(m24, 2)
+        l222 = all_placements(m222, 2)
+        l222_3 = all_placements(m222, 3)
         pairs24 = [(a, b) for a in l24 for b in l24]
         assert len(pairs24) == CASES_2D, len(pairs24)
         pairs222 = rnd.sample([(a, b) for a in l222 for b in l222], SAMPLE_3D)
@@ -363,12 +340,6 @@ def worker(rank: int, port: int, outdir: str) -> None:
             pass
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(outdir: str) -> None:
     # Import everything once here, then fork: 8 processes importing torch on a
     # 2-core machine take ~12 s with the spawn start method, forking ~1 s.
@@ -377,6 +348,7 @@ def main(outdir: str) -> None:
     import torch.distributed.tensor  # noqa: F401
     import verishard.torch  # noqa: F401
     os.makedirs(outdir, exist_ok=True)
+    from verishard.runtime.torch import free_port
     mp.start_processes(worker, args=(free_port(), outdir), nprocs=NPROCS, join=True, start_method="fork")
 
 

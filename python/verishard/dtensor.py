@@ -22,6 +22,7 @@ Importing this module imports torch.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -36,7 +37,7 @@ from .errors import ShardingError
 from .mesh import Mesh
 from .sharding import ArrayType
 
-__all__ = ["placements_to_tuples", "tuples_to_placements", "shard_order_dict", "full_shard_order",
+__all__ = ["all_placements", "placements_to_tuples", "tuples_to_placements", "shard_order_dict", "full_shard_order",
            "from_placements", "to_placements", "from_spec", "to_spec", "device_mesh", "fake_process_group",
            "planning_mesh"]
 
@@ -265,3 +266,24 @@ def planning_mesh(mesh: Mesh | str):
     if mesh not in _MESHES:
         _MESHES[mesh] = device_mesh(mesh)
     return _MESHES[mesh]
+
+
+def all_placements(device_mesh: Any, ndim: int) -> list[tuple[Any, ...]]:
+    """Every placement tuple on ``device_mesh`` for a tensor of ``ndim``
+    dimensions: Shard/Replicate, and the _StridedShard form of every
+    non-default order of several mesh dimensions on one tensor dimension."""
+    out = []
+    for combo in itertools.product(range(-1, ndim), repeat=device_mesh.ndim):
+        base = tuple(Replicate() if d < 0 else Shard(d) for d in combo)
+        by_dim: dict[int, list[int]] = {}
+        for i, d in enumerate(combo):
+            if d >= 0:
+                by_dim.setdefault(d, []).append(i)
+        dims = sorted(by_dim)
+        for orders in itertools.product(*[list(itertools.permutations(by_dim[d])) for d in dims]):
+            if all(list(o) == by_dim[d] for d, o in zip(dims, orders)):
+                out.append(base)
+                continue
+            so = tuple(ShardOrderEntry(tensor_dim=d, mesh_dims=o) for d, o in zip(dims, orders))
+            out.append(tuple(DTensorSpec._convert_shard_order_to_StridedShard(so, base, device_mesh)))
+    return out

@@ -145,3 +145,29 @@ def dtensor_plan(mesh: Mesh, src: ArrayType, dst: ArrayType, *, min_cost: bool =
         events.append(Event(kind, held_sets(xs), None, label))
     return judge(name, mesh, src, dst, events, xs, program=tuple(extra["transforms"]), n_collectives=n_coll,
                  peak_elements=peak, received_elements=received_total, extra=extra)
+
+
+def transform_costs(infos, device_mesh: Any, size: int) -> tuple[list, int, int]:
+    """Along DTensor's transforms from a local tensor of ``size`` elements:
+    the transforms that communicate or slice, the largest local size, and
+    the elements a rank receives (a gather multiplies the local size, a chunk
+    divides it, an all-to-all keeps it), as the cross-check models them."""
+    peak, recv, moving = size, 0, []
+    for info in infos:
+        a, b = info.src_dst_placements
+        dims = tuple(getattr(info, "original_mesh_dims", None) or (info.mesh_dim,))
+        n = 1
+        for d in dims:
+            n *= device_mesh.size(d)
+        if a == b or n == 1:
+            continue
+        moving.append(info)
+        if b.is_replicate():
+            recv += (n - 1) * size
+            size *= n
+        elif a.is_replicate():
+            size //= n
+        else:
+            recv += size - size // n
+        peak = max(peak, size)
+    return moving, peak, recv

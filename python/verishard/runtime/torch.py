@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +62,7 @@ from ..plan import Plan
 from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
 from .mpi import _verdict
 
-__all__ = ["TorchBackend", "MeshGroups", "mesh_groups", "run_plan", "agree", "agreement_group", "fingerprint",
+__all__ = ["free_port", "TorchBackend", "MeshGroups", "mesh_groups", "run_plan", "agree", "agreement_group", "fingerprint",
            "world",
            "RedistributionRefused", "NotSupportedYet", "row_chunks", "blocks_view", "ROUND_BYTES"]
 
@@ -95,6 +96,13 @@ class NotSupportedYet(RedistributionRefused, NotImplementedError):
 # below max(local size / 8, ROUND_BYTES); the output is written in place.
 ROUND_BYTES = 8 << 20
 MAX_ROUNDS = 8
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (for ``MASTER_PORT``)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def row_chunks(rows: int, nbytes: int) -> list[tuple[int, int]]:

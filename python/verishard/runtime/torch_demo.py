@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import statistics
 import sys
 import time
@@ -78,29 +77,11 @@ def dtensor_steps(x, dm, dst):
     all-to-all keeps it)."""
     from torch.distributed.tensor import _redistribute as R
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
-    from ..crosscheck.torch_dtensor import _describe
+    from ..crosscheck.torch_dtensor import _describe, transform_costs
     target = DTensorSpec(dm, dst, tensor_meta=x._spec.tensor_meta)
     infos = R._optimize_transform_infos(R._gen_transform_infos(x._spec, target), dm, x.placements, dst)
-    size = x.to_local().numel()
-    peak, recv, labels = size, 0, []
-    for info in infos:
-        a, b = info.src_dst_placements
-        dims = tuple(getattr(info, "original_mesh_dims", None) or (info.mesh_dim,))
-        n = 1
-        for d in dims:
-            n *= dm.size(d)
-        if a == b or n == 1:
-            continue
-        labels.append(_describe(info))
-        if b.is_replicate():
-            recv += (n - 1) * size
-            size *= n
-        elif a.is_replicate():
-            size //= n
-        else:
-            recv += size - size // n
-        peak = max(peak, size)
-    return labels, peak, recv
+    moving, peak, recv = transform_costs(infos, dm, x.to_local().numel())
+    return [_describe(info) for info in moving], peak, recv
 
 
 def worker(rank: int, port: int) -> None:
@@ -190,12 +171,6 @@ def worker(rank: int, port: int) -> None:
         sys.exit(1)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> int:
     """Fork 8 workers (after importing torch and verishard once, here) and
     wait; 0 when every rank's results matched, else 1."""
@@ -204,6 +179,7 @@ def main() -> int:
     import verishard.torch  # noqa: F401
     sys.stdout.flush()
     try:
+        from .torch import free_port
         mp.start_processes(worker, args=(free_port(),), nprocs=NPROCS, join=True, start_method="fork")
     except mp.ProcessExitedException as e:
         print(f"verishard.torch demo FAILED: {e}", file=sys.stderr)
