@@ -189,7 +189,7 @@ def lower_bound(src: ArrayType, dst: ArrayType) -> int:
 
 
 def synthesize(mesh: Mesh, src: ArrayType, dst: ArrayType) -> tuple[bool, list[Collective]]:
-    """Run the extracted synthesizer (``Synth.synthesize``) on ``mesh`` as given.
+    """Run the extracted synthesizer (``Search.synthesize_best``) on ``mesh`` as given.
 
     Returns whether the memory bound is guaranteed, and the collectives.
 

@@ -15,15 +15,15 @@ second Python computation.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-import weakref
 from functools import cached_property, lru_cache
 from typing import Any
 
 from . import core
 from .collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice
-from .errors import ParseError, PlanError, ShardingError, VerishardError
+from .errors import ParseError, PlanError, ShardingError
 from .mesh import Mesh
 from .sharding import ArrayType
 

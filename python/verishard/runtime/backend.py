@@ -68,7 +68,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import core
 from ..collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice
 from ..errors import PlanError, VerishardError
 from ..mesh import Mesh
