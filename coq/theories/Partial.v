@@ -84,6 +84,19 @@ Inductive perror :=
 | NotPending (a : nat)       (* a reduction names axis [a], which is not pending *)
 | AxisPending (a : nat).     (* the step would use or add axis [a], which is pending *)
 
+(** Why a reduction cannot be over the axes [xs] of the pending [P]: it
+    names none, one twice, or one that is not pending. *)
+Definition reduce_error (P xs : list nat) : option perror :=
+  match xs with
+  | [] => Some (CollError NoAxes)
+  | _ =>
+      if negb (nodupb xs) then Some (CollError RepeatedAxis) else
+      match find (fun a => negb (memb a P)) xs with
+      | Some a => Some (NotPending a)
+      | None => None
+      end
+  end.
+
 (** The typing rules as a function ([Partialproof.papply_spec]). *)
 Definition papply (m : mesh) (pt : ptype) (op : pcoll) : result perror ptype :=
   let P := paxes pt in
@@ -99,30 +112,20 @@ Definition papply (m : mesh) (pt : ptype) (op : pcoll) : result perror ptype :=
           end
       end
   | AllReduce xs =>
-      match xs with
-      | [] => Err (CollError NoAxes)
-      | _ =>
-          if negb (nodupb xs) then Err (CollError RepeatedAxis) else
-          match find (fun a => negb (memb a P)) xs with
-          | Some a => Err (NotPending a)
-          | None => Ok (mkptype (remove_axes xs P) t)
-          end
+      match reduce_error P xs with
+      | Some e => Err e
+      | None => Ok (mkptype (remove_axes xs P) t)
       end
   | ReduceScatter d xs =>
       match nth_error t d with
       | None => Err (CollError (BadDim d))
       | Some D =>
-          match xs with
-          | [] => Err (CollError NoAxes)
-          | _ =>
-              if negb (nodupb xs) then Err (CollError RepeatedAxis) else
-              match find (fun a => negb (memb a P)) xs with
-              | Some a => Err (NotPending a)
-              | None =>
-                  if lsize m D mod nprod m xs =? 0
-                  then Ok (mkptype (remove_axes xs P) (set_nth t d (mkdim (axes D ++ xs) (gsize D))))
-                  else Err (CollError NotDivisible)
-              end
+          match reduce_error P xs with
+          | Some e => Err e
+          | None =>
+              if lsize m D mod nprod m xs =? 0
+              then Ok (mkptype (remove_axes xs P) (set_nth t d (mkdim (axes D ++ xs) (gsize D))))
+              else Err (CollError NotDivisible)
           end
       end
   | ToPartial xs =>

@@ -466,6 +466,21 @@ Lemma find_memb_none : forall (f : nat -> bool) l a, find f l = None -> In a l -
 Proof. intros f l a H Ha. exact (find_none f l H a Ha). Qed.
 
 (** The function decides the relation. *)
+Lemma reduce_error_none : forall P xs,
+  reduce_error P xs = None <-> xs <> [] /\ NoDup xs /\ (forall a, In a xs -> In a P).
+Proof.
+  intros P xs. unfold reduce_error. split.
+  - destruct xs as [|x xs']; [discriminate|]. intros H.
+    destruct (nodupb (x :: xs')) eqn:ND; cbn [negb] in H; [|discriminate].
+    destruct (find (fun a => negb (memb a P)) (x :: xs')) as [a|] eqn:F; [discriminate|].
+    split; [discriminate|]. split; [apply nodupb_spec; exact ND|].
+    intros a Ha. pose proof (find_memb_none _ _ a F Ha) as Hf. cbv beta in Hf.
+    apply negb_false_iff, memb_spec in Hf. exact Hf.
+  - intros [Hne [Hnd Hin]]. destruct xs as [|x xs']; [congruence|].
+    assert (ND : nodupb (x :: xs') = true) by (apply nodupb_spec; exact Hnd). rewrite ND. cbn [negb].
+    rewrite find_none_intro; [reflexivity|]. intros a Ha. apply negb_false_iff, memb_spec. auto.
+Qed.
+
 Theorem papply_sound : forall m pt op pt', pwf m pt -> papply m pt op = Ok pt' -> pstep m pt op pt'.
 Proof.
   intros m [P t] op pt' Hwf H. destruct Hwf as [Ht [HndP [HrP HPt]]]. cbn [paxes ptyp] in *.
@@ -477,27 +492,16 @@ Proof.
     + apply apply_sound; auto.
     + intros a Ha' Hu. pose proof (find_memb_none _ _ a F Ha') as Hf. cbv beta in Hf.
       apply memb_false in Hf. contradiction.
-  - destruct xs as [|x xs']; [discriminate|].
-    destruct (nodupb (x :: xs')) eqn:ND; cbn [negb] in H; [|discriminate].
-    destruct (find (fun a => negb (memb a P)) (x :: xs')) as [a|] eqn:F; [discriminate|].
-    injection H as <-. apply pstep_allreduce.
-    + discriminate.
-    + apply nodupb_spec; auto.
-    + intros a Ha. pose proof (find_memb_none _ _ a F Ha) as Hf. cbv beta in Hf.
-      apply negb_false_iff, memb_spec in Hf. exact Hf.
+  - destruct (reduce_error P xs) as [e|] eqn:E; [discriminate|].
+    apply reduce_error_none in E as [Hne [Hnd Hin]].
+    injection H as <-. apply pstep_allreduce; auto.
   - destruct (nth_error t d) as [D|] eqn:HD; [|discriminate].
-    destruct xs as [|x xs']; [discriminate|].
-    destruct (nodupb (x :: xs')) eqn:ND; cbn [negb] in H; [|discriminate].
-    destruct (find (fun a => negb (memb a P)) (x :: xs')) as [a|] eqn:F; [discriminate|].
-    assert (Hin : forall a, In a (x :: xs') -> In a P).
-    { intros a Ha. pose proof (find_memb_none _ _ a F Ha) as Hf. cbv beta in Hf.
-      apply negb_false_iff, memb_spec in Hf. exact Hf. }
-    destruct (lsize m D mod nprod m (x :: xs') =? 0) eqn:Hmod; [|discriminate].
+    destruct (reduce_error P xs) as [e|] eqn:E; [discriminate|].
+    apply reduce_error_none in E as [Hne [Hnd Hin]].
+    destruct (lsize m D mod nprod m xs =? 0) eqn:Hmod; [|discriminate].
     injection H as <-. apply pstep_reducescatter; auto.
-    + discriminate.
-    + apply nodupb_spec; auto.
-    + apply Nat.eqb_eq in Hmod.
-      exact (proj1 (mod_nprod_divide m (x :: xs') _ Hm (fun a Ha => HrP a (Hin a Ha))) Hmod).
+    apply Nat.eqb_eq in Hmod.
+    exact (proj1 (mod_nprod_divide m xs _ Hm (fun a Ha => HrP a (Hin a Ha))) Hmod).
   - destruct xs as [|x xs']; [discriminate|].
     destruct (find (fun a => length m <=? a) (x :: xs')) as [a|] eqn:F1; [discriminate|].
     destruct (nodupb (x :: xs')) eqn:ND; cbn [negb] in H; [|discriminate].
@@ -522,14 +526,10 @@ Proof.
                  | P t xs Hxs HxL Hnd Hnu HnP]; cbn [paxes ptyp] in *; cbn [papply paxes ptyp].
   - rewrite (apply_complete m t c t' Ht Hst). rewrite find_none_intro; [reflexivity|].
     intros a Ha. apply memb_false. auto.
-  - destruct xs as [|x xs']; [congruence|].
-    assert (ND : nodupb (x :: xs') = true) by (apply nodupb_spec; auto). rewrite ND. cbn [negb].
-    rewrite find_none_intro; [reflexivity|]. intros a Ha. apply negb_false_iff, memb_spec. auto.
-  - rewrite HD. destruct xs as [|x xs']; [congruence|].
-    assert (ND : nodupb (x :: xs') = true) by (apply nodupb_spec; auto). rewrite ND. cbn [negb].
-    rewrite find_none_intro by (intros a Ha; apply negb_false_iff, memb_spec; auto).
-    assert (Hmod : lsize m D mod nprod m (x :: xs') = 0).
-    { exact (proj2 (mod_nprod_divide m (x :: xs') _ Hm (fun a Ha => HrP a (Hin a Ha))) Hdiv). }
+  - rewrite (proj2 (reduce_error_none P xs) (conj Hxs (conj Hnd Hin))). reflexivity.
+  - rewrite HD, (proj2 (reduce_error_none P xs) (conj Hxs (conj Hnd Hin))).
+    assert (Hmod : lsize m D mod nprod m xs = 0).
+    { exact (proj2 (mod_nprod_divide m xs _ Hm (fun a Ha => HrP a (Hin a Ha))) Hdiv). }
     rewrite Hmod. reflexivity.
   - destruct xs as [|x xs']; [congruence|].
     assert (ND : nodupb (x :: xs') = true) by (apply nodupb_spec; auto).

@@ -79,12 +79,11 @@ Definition extras_of (m : mesh) (U : list nat) (r : nat) (C D : list (list nat))
   if all_done U r C D then fun d => skipn (length (ax D d)) (ax C d)
   else extras_f m r (ax D) (ax C).
 
-(** The state can be finished: done, or one permute reaches the target
-    and its extras (same local size in every dimension). *)
-Definition finishable (m : mesh) (U : list nat) (r : nat) (C D : list (list nat)) : bool :=
-  all_done U r C D ||
-  (let E := extras_of m U r C D in
-   forallb (fun d => nprod m (ax C d) =? nprod m (ax D d ++ E d)) (seq 0 r)).
+(** A state not yet done can be finished by one permute to the target and
+    its extras: the same local size in every dimension. *)
+Definition finishable (m : mesh) (r : nat) (C D : list (list nat)) : bool :=
+  let E := extras_f m r (ax D) (ax C) in
+  forallb (fun d => nprod m (ax C d) =? nprod m (ax D d ++ E d)) (seq 0 r).
 
 Definition a2a_cost (m : mesh) (s : nat) (xs : list nat) : nat := s - s / nprod m xs.
 
@@ -99,27 +98,29 @@ Definition keep_better (c : nat) (mv : list coll) (C : list (list nat)) (b : bes
 Definition below (c : nat) (b : best_t) : bool :=
   match b with Some (c0, _, _) => c <? c0 | None => true end.
 
+(** The order axes leaving a dimension take, major to minor (a sort key):
+    those the target does not use first (they leave last), then the others
+    by the dimension they go to and their place in it, so that each group
+    sits at the minor end in its target's order. *)
+Definition leave_key (m : mesh) (U : list nat) (r : nat) (D : list (list nat)) (a : nat) : nat :=
+  let dest := fold_left (fun h e => if memb a (ax D e) then e else h) (seq 0 r) 0 in
+  if memb a U then S (dest * S (length m) + index_of a (ax D dest)) else 0.
+
 (** A permute that reorders every dimension: the longest prefix of its
-    target order that it holds, then the axes that must leave, those the
-    target does not use first (they leave last) and the others grouped by
-    the dimension they go to, in that dimension's order. Same axes per
-    dimension, so the same local shape. *)
+    target order that it holds, then the axes that must leave, in
+    [leave_key] order. Same axes per dimension, so the same local shape. *)
 Definition reorder (m : mesh) (U : list nat) (r : nat) (C D : list (list nat)) (d : nat) : list nat :=
   let Cd := ax C d in
   let Dd := ax D d in
   let k := lcp_in Cd Dd in
   let stay := firstn k Dd in
-  let big := S (length m) in
-  let dest := fun a => fold_left (fun h e => if memb a (ax D e) then e else h) (seq 0 r) 0 in
-  let key := fun a => if memb a U then S (dest a * big + index_of a (ax D (dest a))) else 0 in
-  stay ++ sort_by key (filter (fun a => negb (memb a stay)) Cd).
+  stay ++ sort_by (leave_key m U r D) (filter (fun a => negb (memb a stay)) Cd).
 
 (** A permute that also exchanges axes of the same size between
     dimensions (any type of the same local shape will do): every dimension
     keeps the sizes of its axes; it takes the longest prefix of its target
     order that the axes in use can give it, and its other slots are filled
-    with the remaining axes, those that must go elsewhere ordered as in
-    [reorder]. *)
+    with the remaining axes in [leave_key] order. *)
 Fixpoint take_prefix (m : mesh) (Dd pool sl : list nat) : list nat * list nat * list nat :=
   match Dd with
   | [] => ([], pool, sl)
@@ -142,9 +143,7 @@ Fixpoint fill (m : mesh) (sl pool : list nat) : list nat * list nat :=
   end.
 
 Definition retarget (m : mesh) (U : list nat) (r : nat) (C D : list (list nat)) : list (list nat) :=
-  let big := S (length m) in
-  let dest := fun a => fold_left (fun h e => if memb a (ax D e) then e else h) (seq 0 r) 0 in
-  let key := fun a => if memb a U then S (dest a * big + index_of a (ax D (dest a))) else 0 in
+  let key := leave_key m U r D in
   let pre := fold_left (fun (acc : list (list nat * list nat) * list nat) d =>
                let '(p, pool', sl) := take_prefix m (ax D d) (snd acc) (map (asize m) (ax C d)) in
                (fst acc ++ [(p, sl)], pool'))
@@ -173,7 +172,7 @@ Fixpoint dfs (m : mesh) (src : atype) (U : list nat) (r s : nat) (g : nat -> nat
   (* A state is finished by a permute only where no move makes progress,
      or at the end of the fuel. *)
   let b1 := if done then keep_better cost mv C b
-            else if (stuck || (fuel =? 0)) && below (cost + s) b && finishable m U r C D
+            else if (stuck || (fuel =? 0)) && below (cost + s) b && finishable m r C D
             then keep_better (cost + s) mv C b
             else b in
   match fuel with
