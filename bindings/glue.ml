@@ -56,6 +56,20 @@ let read_coll next =
 
 let read_plan next : plan = list_of (fun () -> read_coll next) (next ())
 
+(* A partial type: its pending axes, then its array type. *)
+let read_ptype next : ptype = let p = list_of next (next ()) in { paxes = p; ptyp = read_type next }
+
+let read_pcoll next =
+  match next () with
+  | 4 -> AllReduce (list_of next (next ()))
+  | 5 -> let d = next () in ReduceScatter (d, list_of next (next ()))
+  | 6 -> ToPartial (list_of next (next ()))
+  | tag -> (* tags 0-3: the four collectives, as [read_coll] reads them *)
+      let first = ref true in
+      PColl (read_coll (fun () -> if !first then (first := false; tag) else next ()))
+
+let read_pplan next : pplan = list_of (fun () -> read_pcoll next) (next ())
+
 let put_type buf (t : atype) =
   Buffer.add_int buf (List.length t);
   List.iter (fun d -> Buffer.add_int buf d.gsize; Buffer.add_int buf (List.length d.axes);
@@ -67,6 +81,16 @@ let put_coll buf = function
   | AllToAll (d, e, xs) -> List.iter (Buffer.add_int buf) ([2; d; e; List.length xs] @ xs)
   | AllPermute t -> Buffer.add_int buf 3; put_type buf t
 
+let put_axes buf xs = Buffer.add_int buf (List.length xs); List.iter (Buffer.add_int buf) xs
+
+let put_ptype buf (pt : ptype) = put_axes buf pt.paxes; put_type buf pt.ptyp
+
+let put_pcoll buf = function
+  | PColl c -> put_coll buf c
+  | AllReduce xs -> Buffer.add_int buf 4; put_axes buf xs
+  | ReduceScatter (d, xs) -> Buffer.add_int buf 5; Buffer.add_int buf d; put_axes buf xs
+  | ToPartial xs -> Buffer.add_int buf 6; put_axes buf xs
+
 (* Reason codes: constructors of Rules.error in order, with their argument. *)
 let error_code = function
   | BadDim d -> (0, d) | NoAxes -> (1, 0) | NotMinorAxes -> (2, 0) | AxisOutOfRange a -> (3, a)
@@ -74,6 +98,9 @@ let error_code = function
   | BadTarget -> (8, 0) | ShapeChanged -> (9, 0) | BadMesh -> (10, 0) | BadSource -> (11, 0)
   | BadDest -> (12, 0) | GlobalShapeMismatch -> (13, 0) | WrongResult -> (14, 0)
 
+(* Partial.perror: Rules.error's codes, then 15 (not pending) and 16 (pending). *)
+let perror_code = function
+  | CollError e -> error_code e | NotPending a -> (15, a) | AxisPending a -> (16, a)
 
 let finish buf = Buffer.contents buf
 
@@ -136,6 +163,39 @@ let plan_fn a =
        List.iter (Buffer.add_int buf) r.received);
   finish buf
 
+(* [Pchecker.pcheck]: as [check_fn], with partial types and steps. *)
+let pcheck_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_ptype next in let dst = read_ptype next in
+  let p = read_pplan next in
+  let buf = Buffer.create () in
+  (match pcheck m src dst p with
+   | Ok r ->
+       List.iter (Buffer.add_int buf) [0; r.ppeak; List.length p];
+       List.iter (put_ptype buf) r.ptypes;
+       List.iter (Buffer.add_int buf) r.preceived
+   | Err (i, e) -> let (c, x) = perror_code e in List.iter (Buffer.add_int buf) [1; i; c; x]);
+  finish buf
+
+(* The one planning call, [Ppipeline.pplan_problem]: as [plan_fn], with
+   partial types and steps. *)
+let pplan_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_ptype next in let dst = read_ptype next in
+  let buf = Buffer.create () in
+  (match pplan_problem m src dst with
+   | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
+   | Ok ((fs, p), r) ->
+       Buffer.add_int buf 0;
+       Buffer.add_int buf (List.length fs);
+       List.iter (fun f -> put_axes buf f) fs;
+       Buffer.add_int buf r.ppeak;
+       Buffer.add_int buf (List.length p);
+       List.iter (put_pcoll buf) p;
+       List.iter (put_ptype buf) r.ptypes;
+       List.iter (Buffer.add_int buf) r.preceived);
+  finish buf
+
 let lower_bound_fn a =
   let next = reader a in
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
@@ -150,6 +210,8 @@ let guard f a = try f a with
 let () =
   Callback.register "vs_check" (guard check_fn);
   Callback.register "vs_plan" (guard plan_fn);
+  Callback.register "vs_pcheck" (guard pcheck_fn);
+  Callback.register "vs_pplan" (guard pplan_fn);
   Callback.register "vs_lower_bound" (guard lower_bound_fn);
   Callback.register "vs_synthesize" (guard synthesize_fn);
   Callback.register "vs_blocks" (guard blocks_fn);

@@ -75,6 +75,8 @@ PYBIND11_MODULE(_core, m) {
   vs_init();
   m.def("check", [](py::object a) { return forward("vs_check", a); });
   m.def("plan", [](py::object a) { return forward("vs_plan", a); });
+  m.def("pcheck", [](py::object a) { return forward("vs_pcheck", a); });
+  m.def("pplan", [](py::object a) { return forward("vs_pplan", a); });
   m.def("lower_bound", [](py::object a) { return forward("vs_lower_bound", a); });
   m.def("synthesize", [](py::object a) { return forward("vs_synthesize", a); });
   m.def("blocks", [](py::object a) { return forward("vs_blocks", a); });

@@ -87,3 +87,11 @@ Print Assumptions pexec_correct_nil.
 Print Assumptions pexec_plain.
 Print Assumptions allreduce_rs_ag.
 Print Assumptions allreduce_rs_ag_data.
+
+From VS Require Import Pchecker Ppipeline Ppipelineproof.
+Print Assumptions pcheck_ok.
+Print Assumptions pcheck_correct.
+Print Assumptions pvalidate_spec.
+Print Assumptions pfallback_ok.
+Print Assumptions pplan_spec.
+Print Assumptions pplan_plain.

@@ -16,9 +16,9 @@ def _camel_to_snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def coq_constructors(inductive: str) -> list[str]:
-    """The constructors of ``Inductive <inductive>`` in Rules.v, in order."""
-    text = (ROOT / "coq" / "theories" / "Rules.v").read_text()
+def coq_constructors(inductive: str, file: str = "Rules.v") -> list[str]:
+    """The constructors of ``Inductive <inductive>`` in ``file``, in order."""
+    text = (ROOT / "coq" / "theories" / file).read_text()
     body = text[text.index(f"Inductive {inductive} :="):]
     body = body[:body.index(".\n")]
     return re.findall(r"^\|\s*([A-Z][A-Za-z]*)", body, re.M)
@@ -28,17 +28,49 @@ def coq_error_constructors() -> list[str]:
     return coq_constructors("error")
 
 
+def partial_error_constructors() -> list[str]:
+    """``Partial.perror``'s own reasons (after ``CollError``, which wraps ``Rules.error``)."""
+    names = coq_constructors("perror", "Partial.v")
+    assert names[0] == "CollError"
+    return names[1:]
+
+
 def test_python_reason_codes_follow_the_coq_constructors():
     names = coq_error_constructors()
     assert len(names) == 15
-    assert [key for key, _ in REASONS] == [_camel_to_snake(n) for n in names]
+    assert [key for key, _ in REASONS] == [_camel_to_snake(n) for n in names + partial_error_constructors()]
+
+
+def test_glue_partial_reason_codes_follow_the_coq_constructors():
+    glue = (ROOT / "bindings" / "glue.ml").read_text()
+    codes = {name: int(code) for name, code in re.findall(r"\b([A-Z][A-Za-z]*) a -> \((\d+), a\)", glue)}
+    assert [codes[n] for n in partial_error_constructors()] == [15, 16]
+
+
+def test_partial_collective_tags_agree_in_coq_glue_and_python():
+    """Tags 4, 5, 6: the constructors of ``Partial.pcoll`` after ``PColl``
+    (which carries the four collectives with their own tags)."""
+    from verishard import AllReduce, Collective, Mesh, ReduceScatter, ToPartial
+
+    names = coq_constructors("pcoll", "Partial.v")
+    assert names[0] == "PColl"
+    tags = {n: 3 + i for i, n in enumerate(names) if i}
+    glue = (ROOT / "bindings" / "glue.ml").read_text()
+    read = {n: int(k) for k, n in re.findall(r"\| (\d) -> (?:let [^|]*? in )*([A-Z][A-Za-z]*) \(", glue) if n in tags}
+    write = {n: int(k) for n, k in re.findall(r"\| ([A-Z][A-Za-z]*) [^|]*?-> Buffer.add_int buf (\d)", glue) if n in tags}
+    assert read == write == tags
+    m = Mesh.parse("x=2,y=2")
+    for c in (AllReduce(("x", "y")), ReduceScatter(1, "y"), ToPartial("x")):
+        code = c.encode(m)
+        assert code[0] == tags[type(c).__name__]
+        assert Collective.decode(m, code) == (c, len(code))
 
 
 def test_glue_reason_codes_follow_the_coq_constructors():
     glue = (ROOT / "bindings" / "glue.ml").read_text()
     pairs = re.findall(r"\b([A-Z][A-Za-z]*)(?: [a-z])? -> \((\d+), ", glue)
     codes = {name: int(code) for name, code in pairs}
-    assert [codes[n] for n in coq_error_constructors()] == list(range(len(REASONS)))
+    assert [codes[n] for n in coq_error_constructors()] == list(range(15))
 
 
 def test_collective_tags_agree_in_coq_glue_and_python():
@@ -49,7 +81,8 @@ def test_collective_tags_agree_in_coq_glue_and_python():
     names = coq_constructors("coll")
     assert names == ["AllGather", "DynSlice", "AllToAll", "AllPermute"]
     glue = (ROOT / "bindings" / "glue.ml").read_text()
-    read = dict((n, int(k)) for k, n in re.findall(r"\| (\d) -> (?:let [^|]*? in )*([A-Z][A-Za-z]*) \(", glue))
+    read = dict((n, int(k)) for k, n in re.findall(r"\| (\d) -> (?:let [^|]*? in )*([A-Z][A-Za-z]*) \(", glue)
+                if n in names)
     write = {n: int(k) for n, k in re.findall(r"\| ([A-Z][A-Za-z]*) [^|]*?-> [^|]*?(?:\[|add_int buf )(\d)", glue)
              if n in names}
     assert read == write == {n: i for i, n in enumerate(names)}

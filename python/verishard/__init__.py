@@ -5,14 +5,14 @@
 (3, 4)
 """
 
-from .collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice
+from .collectives import AllGather, AllPermute, AllReduce, AllToAll, Collective, DynSlice, ReduceScatter, ToPartial
 from .errors import LimitError, MeshError, ParseError, PlanError, ShardingError, VerishardError
 from .mesh import Mesh
 from .sharding import ArrayType, DimType
 
 __all__ = [
     "Mesh", "DimType", "ArrayType",
-    "Collective", "AllGather", "DynSlice", "AllToAll", "AllPermute",
+    "Collective", "AllGather", "DynSlice", "AllToAll", "AllPermute", "AllReduce", "ReduceScatter", "ToPartial",
     "VerishardError", "ParseError", "MeshError", "ShardingError", "PlanError", "LimitError",
 ]
 

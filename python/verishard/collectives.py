@@ -1,4 +1,6 @@
-"""The four collectives of the model, with text, JSON and integer encodings.
+"""The collectives of the model, with text, JSON and integer encodings: the
+four of plain types, and the three that reduce or create pending axes of
+partial types (``AllReduce``, ``ReduceScatter``, ``ToPartial``).
 
 ``axes`` are axis or part names as written (``"y"`` or ``"y.0"``); they are
 resolved to mesh parts only when encoding.
@@ -106,6 +108,16 @@ class Collective:
             elif tag == 3:
                 t, pos = ArrayType.decode(mesh, ints, pos + 1)
                 return raw(AllPermute, target=t), pos
+            elif tag in (4, 6):
+                m = ints[pos + 1]
+                names = mesh.names(tuple(ints[pos + 2:pos + 2 + m]))
+                c = raw(AllReduce if tag == 4 else ToPartial, axes=names)
+                pos += 2 + m
+            elif tag == 5:
+                d, m = ints[pos + 1], ints[pos + 2]
+                names = mesh.names(tuple(ints[pos + 3:pos + 3 + m]))
+                c = raw(ReduceScatter, dim=d, axes=names) if d <= MAX_INDEX else ReduceScatter(d, names)
+                pos += 3 + m
             else:
                 raise ParseError(f"unknown collective tag {tag!r} at position {pos}")
         except IndexError:
@@ -125,7 +137,8 @@ class Collective:
             raise ParseError(f"a collective must be a JSON object, not {type(obj).__name__}")
         op = obj.get("op")
         fields = {"all_gather": ("dim", "axes"), "dyn_slice": ("dim", "axes"),
-                  "all_to_all": ("src_dim", "dst_dim", "axes"), "all_permute": ("target",)}
+                  "all_to_all": ("src_dim", "dst_dim", "axes"), "all_permute": ("target",),
+                  "all_reduce": ("axes",), "reduce_scatter": ("dim", "axes"), "to_partial": ("axes",)}
         if not isinstance(op, str) or op not in fields:
             raise ParseError(f"unknown collective op {show(op) if isinstance(op, str) else repr(op)}; "
                              f"expected one of {', '.join(fields)}")
@@ -149,6 +162,12 @@ class Collective:
                 c = AllToAll(obj["src_dim"], obj["dst_dim"], tuple(obj["axes"]))
             elif op == "all_gather":
                 c = AllGather(obj["dim"], tuple(obj["axes"]))
+            elif op == "all_reduce":
+                c = AllReduce(tuple(obj["axes"]))
+            elif op == "to_partial":
+                c = ToPartial(tuple(obj["axes"]))
+            elif op == "reduce_scatter":
+                c = ReduceScatter(obj["dim"], tuple(obj["axes"]))
             else:
                 c = DynSlice(obj["dim"], tuple(obj["axes"]))
             c.parts(mesh)
@@ -172,10 +191,12 @@ class Collective:
             raise ParseError(f"collective text must be a string, not {type(text).__name__}")
         name = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[0-9]+)?"
         axes = rf"({name}|\{{\s*(?:{name}(?:\s*,\s*{name})*)?\s*\}})"
-        m = re.fullmatch(rf"\s*(AllGather|DynSlice)\s*\(\s*([0-9]{{1,9}})\s*,\s*{axes}\s*\)\s*", text)
+        m = re.fullmatch(rf"\s*(AllGather|DynSlice|ReduceScatter)\s*\(\s*([0-9]{{1,9}})\s*,\s*{axes}\s*\)\s*", text)
         if m:
-            cls = AllGather if m.group(1) == "AllGather" else DynSlice
+            cls = {"AllGather": AllGather, "DynSlice": DynSlice, "ReduceScatter": ReduceScatter}[m.group(1)]
             c: Collective = cls(int(m.group(2)), _split_axes(m.group(3)))
+        elif m := re.fullmatch(rf"\s*(AllReduce|ToPartial)\s*\(\s*{axes}\s*\)\s*", text):
+            c = (AllReduce if m.group(1) == "AllReduce" else ToPartial)(_split_axes(m.group(2)))
         elif m := re.fullmatch(rf"\s*AllToAll\s*\(\s*([0-9]{{1,9}})\s*->\s*([0-9]{{1,9}})\s*,\s*{axes}\s*\)\s*", text):
             c = AllToAll(int(m.group(1)), int(m.group(2)), _split_axes(m.group(3)))
         elif m := re.fullmatch(r"\s*AllPermute\s*\((.*)\)\s*", text, re.S):
@@ -347,8 +368,90 @@ class AllPermute(Collective):
         return f"AllPermute({self.target})"
 
 
+@dataclass(frozen=True)
+class AllReduce(Collective):
+    """Reduce over the pending ``axes``: every device of a group gets the
+    reduction of the group's local arrays, and the axes become replicated.
+
+    >>> c = AllReduce("x")
+    >>> str(c), c.encode(Mesh.parse("x=2")), c.to_json()
+    ('AllReduce(x)', [4, 1, 0], {'op': 'all_reduce', 'axes': ['x']})
+    """
+
+    axes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "axes", _axes(self.axes))
+
+    def encode(self, mesh: Mesh) -> list[int]:
+        ps = self.parts(mesh)
+        return [4, len(ps), *ps]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": "all_reduce", "axes": list(self.axes)}
+
+    def __str__(self) -> str:
+        return f"AllReduce({_show_axes(self.axes)})"
+
+
+@dataclass(frozen=True)
+class ReduceScatter(Collective):
+    """Reduce over the pending ``axes``, each device keeping its piece along
+    ``dim``: the axes move to the minor end of dimension ``dim``.
+
+    >>> c = ReduceScatter(0, "x")
+    >>> str(c), c.encode(Mesh.parse("x=2")), c.to_json()
+    ('ReduceScatter(0, x)', [5, 0, 1, 0], {'op': 'reduce_scatter', 'dim': 0, 'axes': ['x']})
+    """
+
+    dim: int
+    axes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dim", check_int(self.dim, "dimension", "ReduceScatter"))
+        object.__setattr__(self, "axes", _axes(self.axes))
+
+    def encode(self, mesh: Mesh) -> list[int]:
+        ps = self.parts(mesh)
+        return [5, self.dim, len(ps), *ps]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": "reduce_scatter", "dim": self.dim, "axes": list(self.axes)}
+
+    def __str__(self) -> str:
+        return f"ReduceScatter({self.dim}, {_show_axes(self.axes)})"
+
+
+@dataclass(frozen=True)
+class ToPartial(Collective):
+    """Make the replicated ``axes`` pending: the device numbered 0 in each
+    group keeps its array, the others hold the reduction's unit. No
+    communication.
+
+    >>> c = ToPartial("y")
+    >>> str(c), c.encode(Mesh.parse("y=2")), c.to_json()
+    ('ToPartial(y)', [6, 1, 0], {'op': 'to_partial', 'axes': ['y']})
+    """
+
+    axes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "axes", _axes(self.axes))
+
+    def encode(self, mesh: Mesh) -> list[int]:
+        ps = self.parts(mesh)
+        return [6, len(ps), *ps]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": "to_partial", "axes": list(self.axes)}
+
+    def __str__(self) -> str:
+        return f"ToPartial({_show_axes(self.axes)})"
+
+
 decode = Collective.decode
 from_json = Collective.from_json
 parse = Collective.parse
 
-__all__ = ["Collective", "AllGather", "DynSlice", "AllToAll", "AllPermute", "decode", "from_json", "parse"]
+__all__ = ["Collective", "AllGather", "DynSlice", "AllToAll", "AllPermute", "AllReduce", "ReduceScatter",
+           "ToPartial", "decode", "from_json", "parse"]

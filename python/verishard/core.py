@@ -43,6 +43,8 @@ REASONS = (
     ("bad_dest", "the target type is not well formed"),
     ("global_shape_mismatch", "source and target have different global shapes"),
     ("wrong_result", "the plan does not end at the target type"),
+    ("not_pending", "axis {name} is not pending"),
+    ("axis_pending", "axis {name} is pending"),
 )
 
 
@@ -76,8 +78,26 @@ class CheckOk:
     received: tuple[int, ...]
 
 
+def reduction(src: ArrayType, dst: ArrayType) -> str:
+    """The reduction a problem's pending axes wait for: the source's when it
+    has pending axes, else the target's. A problem that would change it
+    (sum pending to max pending) is refused: no collective does that.
+
+    >>> from verishard import Mesh, ArrayType
+    >>> m = Mesh.parse("x=2")
+    >>> reduction(ArrayType.parse("[4] partial(max){x}", m), ArrayType.parse("[2{x}4]", m))
+    'max'
+    """
+    if src.partial and dst.partial and src.reduce != dst.reduce:
+        raise ShardingError(f"source {src} is pending a {src.reduce} and target {dst} a {dst.reduce}: "
+                            "a redistribution cannot change the reduction")
+    return src.reduce if src.partial else dst.reduce
+
+
 def check(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]) -> CheckOk:
-    """Run the extracted checker (``Checker.check``); raise :class:`PlanError` on rejection.
+    """Run the extracted checker of partial plans (``Pchecker.pcheck``; on
+    types with nothing pending it is ``Checker.check``'s rules); raise
+    :class:`PlanError` on rejection.
 
     >>> from verishard import Mesh, ArrayType, DynSlice, AllPermute, AllGather
     >>> m = Mesh.parse("x=2,y=3")
@@ -87,18 +107,19 @@ def check(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]
     (3, (0, 1, 1))
     """
     _same_mesh(mesh, src, dst)
-    ints = mesh.encode() + src.encode() + dst.encode() + [len(plan)]
+    op = reduction(src, dst)
+    ints = mesh.encode() + src.pencode() + dst.pencode() + [len(plan)]
     for c in plan:
         if not isinstance(c, Collective):
             raise PlanError(f"plan step {c!r} is not a collective")
         ints += c.encode(mesh)
-    out = _call(_core.check, ints)
+    out = _call(_core.pcheck, ints)
     if out[0] == 1:
         _raise_rejection(mesh, out, plan)
     peak, s = out[1], out[2]
     pos, types = 3, []
     for _ in range(s + 1):
-        t, pos = ArrayType.decode(mesh, out, pos)
+        t, pos = ArrayType.pdecode(mesh, out, pos, op)
         types.append(t)
     return CheckOk(peak, tuple(types), tuple(out[pos:pos + s]))
 
@@ -107,7 +128,8 @@ def _raise_rejection(mesh: Mesh, out: Sequence[int], plan: Sequence[Collective])
     """Raise the :class:`PlanError` for the core's answer ``[1, step, reason, detail]``."""
     step, code, detail = out[1], out[2], out[3]
     key, template = REASONS[code]
-    name = mesh.part_name(detail) if key == "axis_in_use" and detail < len(mesh.parts) else detail
+    named = key in ("axis_in_use", "not_pending", "axis_pending")
+    name = mesh.part_name(detail) if named and detail < len(mesh.parts) else detail
     why = template.format(detail=detail, name=name)
     where = "the problem itself" if step == 0 else f"step {step} ({plan[step - 1]})"
     if key == "wrong_result":
@@ -117,7 +139,7 @@ def _raise_rejection(mesh: Mesh, out: Sequence[int], plan: Sequence[Collective])
 
 @dataclass(frozen=True)
 class PlanReport:
-    """What ``Pipeline.plan_problem`` returns in one call: the plan over the
+    """What ``Ppipeline.pplan_problem`` returns in one call: the plan over the
     partial refinement ``mesh`` of the user's mesh it runs on, the types
     along it (source first), the checker's per-step received elements and
     peak.
@@ -137,10 +159,21 @@ class PlanReport:
 
 
 def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
-    """Plan with the verified pipeline (``Pipeline.plan_problem``: refine,
-    synthesize, re-express, validate) in one crossing; see ``Pipelineproof.plan_spec``."""
+    """Plan with the verified pipeline (``Ppipeline.pplan_problem``: reduce
+    or create pending axes around ``Pipeline.plan_problem``, which refines,
+    synthesizes, re-expresses and validates) in one crossing; see
+    ``Ppipelineproof.pplan_spec``, and ``pplan_plain``: with nothing pending
+    the plan is ``plan_problem``'s, so ``Pipelineproof.plan_spec`` holds.
+
+    >>> from verishard import Mesh, ArrayType
+    >>> m = Mesh.parse("x=2,y=2")
+    >>> r = plan(m, ArrayType.parse("[4, 4] partial{x}", m), ArrayType.parse("[2{x}4, 4]", m))
+    >>> r.collectives, r.types, r.received
+    ((ReduceScatter(dim=0, axes=('x',)),), ([4, 4] partial{x}, [2{x}4, 4]), (8,))
+    """
     _same_mesh(mesh, src, dst)
-    out = _call(_core.plan, mesh.encode() + src.encode() + dst.encode())
+    op = reduction(src, dst)
+    out = _call(_core.pplan, mesh.encode() + src.pencode() + dst.pencode())
     if out[0] == 1:
         _raise_rejection(mesh, out, [])
     k, pos, split = out[1], 2, []
@@ -156,7 +189,7 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
         c, pos = Collective.decode(coarse, out, pos)
         plan_.append(c)
     for _ in range(s + 1):
-        t, pos = ArrayType.decode(coarse, out, pos)
+        t, pos = ArrayType.pdecode(coarse, out, pos, op)
         types.append(t)
     return PlanReport(coarse, tuple(plan_), tuple(types), tuple(out[pos:pos + s]), peak)
 

@@ -136,24 +136,48 @@ class Plan:
         """
         return sum(s.received for s in self.steps)
 
+    @property
+    def partial(self) -> bool:
+        """Whether the source or the target has pending axes (a partial problem).
+
+        >>> plan("x=2", "[4] partial{x}", "[2{x}4]").partial
+        True
+        """
+        return bool(self.src.partial or self.dst.partial)
+
+    @property
+    def reduce(self) -> str:
+        """The reduction the pending axes wait for ("sum" when none are pending).
+
+        >>> plan("x=2", "[4] partial(max){x}", "[4]").reduce
+        'max'
+        """
+        return core.reduction(self.src, self.dst)
+
     @cached_property
-    def lower_bound(self) -> int:
+    def lower_bound(self) -> int | None:
         """The transfer lower bound (``Traffic.lower_bound``, computed by the core):
         the most any device must receive; no accepted plan's traffic is lower.
+        None for a partial problem: no lower bound is proved for those.
 
         >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").lower_bound
         2
+        >>> plan("x=2", "[4] partial{x}", "[2{x}4]").lower_bound is None
+        True
         """
-        return core.lower_bound(self.src, self.dst)
+        return None if self.partial else core.lower_bound(self.src, self.dst)
 
     @property
-    def traffic_ratio(self) -> float:
-        """``traffic / lower_bound`` (1.0 when both are 0, inf when only the bound is).
+    def traffic_ratio(self) -> float | None:
+        """``traffic / lower_bound`` (1.0 when both are 0, inf when only the
+        bound is; None without a lower bound).
 
         >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").traffic_ratio
         1.0
         """
         lb = self.lower_bound
+        if lb is None:
+            return None
         if lb == 0:
             return 1.0 if self.traffic == 0 else float("inf")
         return self.traffic / lb
@@ -172,9 +196,12 @@ class Plan:
             lines.append("  " + "  ".join(
                 r[k].ljust(widths[k]) if k in (1, 2) else r[k].rjust(widths[k]) for k in range(5)))
         lines.append(f"peak {self.peak} elements/device; bound max({self.src.size}, {self.dst.size}) = {self.bound}"
-                     + _guarantee_note(self.guaranteed))
-        lines.append(f"traffic {self.traffic} elements/device; lower bound {self.lower_bound}"
-                     f" (ratio {self.traffic_ratio:.2f})")
+                     + _guarantee_note(self.guaranteed, self.partial))
+        if self.lower_bound is None:
+            lines.append(f"traffic {self.traffic} elements/device; no lower bound proved for partial types")
+        else:
+            lines.append(f"traffic {self.traffic} elements/device; lower bound {self.lower_bound}"
+                         f" (ratio {self.traffic_ratio:.2f})")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -221,11 +248,11 @@ class Plan:
         return check(mesh, obj["src"], obj["dst"], steps)
 
 
-def _guarantee_note(guaranteed: bool | None) -> str:
+def _guarantee_note(guaranteed: bool | None, partial: bool = False) -> str:
     if guaranteed is None:
         return ""
     if guaranteed:
-        return " (guaranteed by Pipelineproof.plan_spec)"
+        return " (guaranteed by Ppipelineproof.pplan_spec)" if partial else " (guaranteed by Pipelineproof.plan_spec)"
     return " (NOT guaranteed: fallback plan)"
 
 
@@ -273,7 +300,12 @@ def check(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str,
 def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> Plan:
     """Plan a redistribution with the verified pipeline, in one call into the core.
 
-    ``Pipeline.plan_problem`` refines the mesh into prime sub-axes,
+    ``Ppipeline.pplan_problem`` reduces the source's pending axes the target
+    does not keep (reduce-scatters where the target shards with them,
+    all-reduces where the array is smallest otherwise), makes pending what
+    the target adds, and plans the rest with ``Pipeline.plan_problem``
+    (``Ppipelineproof.pplan_spec``; with nothing pending the plan is
+    ``plan_problem``'s own, ``Ppipelineproof.pplan_plain``), which refines the mesh into prime sub-axes,
     synthesizes there, re-expresses the plan over the user's mesh with an
     axis split into sub-axes only where the plan needs one, and validates it
     there; ``Pipelineproof.plan_spec`` proves the result correct, within

@@ -10,6 +10,17 @@ of the same type are equal.
 True
 >>> t, t.local_shape, t.size, t.encode()
 ([2{y}8, 3{x}6], (2, 3), 6, [2, 8, 2, 1, 2, 6, 1, 0])
+
+A partial type is a value pending a reduction over some mesh axes (the
+output of a matmul whose contraction dimension was sharded): each device
+holds an array of the local shape, and the global value is the reduction
+(sum by default; max or min) over the devices of each pending group.
+
+>>> p = ArrayType.parse("[8, 3{x}6] partial{y}", m)
+>>> p, p.partial, p.local_shape, p.pencode()
+([8, 3{x}6] partial{y}, (1, 2), (8, 3), [2, 1, 2, 2, 8, 0, 6, 1, 0])
+>>> ArrayType.parse("[8] partial(max){x}", m).reduce
+'max'
 """
 
 from __future__ import annotations
@@ -54,7 +65,19 @@ def _as_dim(d: object) -> DimType:
     return DimType(d)
 
 
-def _render(mesh: Mesh, dims: Sequence[DimType]) -> str:
+# The reductions a pending value can wait for (DTensor's Partial("sum" | "max" | "min")).
+REDUCE_OPS = ("sum", "max", "min")
+
+
+def _render(mesh: Mesh, dims: Sequence[DimType], partial: tuple[int, ...] = (), reduce: str = "sum") -> str:
+    text = _render_dims(mesh, dims)
+    if partial:
+        op = "" if reduce == "sum" else f"({reduce})"
+        text += f" partial{op}{{{','.join(mesh.names(partial))}}}"
+    return text
+
+
+def _render_dims(mesh: Mesh, dims: Sequence[DimType]) -> str:
     out = []
     for d in dims:
         if not d.parts:
@@ -74,14 +97,21 @@ class ArrayType:
 
     ``dims`` holds a :class:`DimType` (or a ``(global_size, parts)`` pair, or a
     bare global size) per dimension; parts are indices into ``mesh.parts``.
+    ``partial`` lists the pending parts (kept sorted: their order does not
+    matter), none of which may shard a dimension; ``reduce`` is the pending
+    reduction, one of ``REDUCE_OPS`` ("sum" when nothing is pending).
 
     >>> m = Mesh.parse("x=2,y=3")
     >>> ArrayType(m, [(6, (0, 1)), 4])
     [1{x,y}6, 4]
+    >>> ArrayType(m, [(6, (1,)), 4], partial=(0,))
+    [2{y}6, 4] partial{x}
     """
 
     mesh: Mesh
     dims: tuple[DimType, ...]
+    partial: tuple[int, ...] = ()
+    reduce: str = "sum"
 
     def __post_init__(self) -> None:
         mesh = self.mesh
@@ -123,6 +153,29 @@ class ArrayType:
                 raise ShardingError(
                     f"global size {d.global_size} of dimension {i} is not divisible by {n} "
                     f"(axes {', '.join(mesh.names(d.parts))})")
+        self._check_partial(seen)
+
+    def _check_partial(self, used: set[int]) -> None:
+        mesh, raw = self.mesh, self.partial
+        if isinstance(raw, (str, bytes)) or not isinstance(raw, Iterable):
+            raise ShardingError(f"partial {raw!r} must be a sequence of part indices")
+        parts = tuple(check_int(p, "part index", high=MAX_INDEX, error=ShardingError) for p in raw)
+        for p in parts:
+            if p >= len(mesh.part_sizes):
+                raise ShardingError(f"unknown pending part {p}; the mesh has parts "
+                                    f"{', '.join(name for name, _ in mesh.parts)}")
+        if len(set(parts)) != len(parts):
+            dup = next(p for p in parts if parts.count(p) > 1)
+            raise ShardingError(f"duplicate pending axis {show(mesh.part_name(dup))}")
+        for p in parts:
+            if p in used:
+                raise ShardingError(f"axis {show(mesh.part_name(p))} both shards "
+                                    f"{_render_dims(mesh, self.dims)} and is pending")
+        if self.reduce not in REDUCE_OPS:
+            raise ShardingError(f"unknown reduction {self.reduce!r}; expected one of {', '.join(REDUCE_OPS)}")
+        object.__setattr__(self, "partial", tuple(sorted(parts)))
+        if not parts:
+            object.__setattr__(self, "reduce", "sum")
 
     # construction -----------------------------------------------------------
 
@@ -238,9 +291,32 @@ class ArrayType:
                 break
             if sep != ",":
                 raise ParseError(f"expected ',' or ']' after dimension {i}, found {show(sep)} in {show(text)}")
+        partial, reduce = (), "sum"
+        if peek() == "partial":
+            take("'partial'")
+            if peek() == "(":
+                take("'('")
+                reduce = take("a reduction")
+                if reduce not in REDUCE_OPS:
+                    raise ParseError(f"unknown reduction {show(reduce)} in {show(text)}; "
+                                     f"expected one of {', '.join(REDUCE_OPS)}")
+                expect(")", "after the reduction")
+            expect("{", "after 'partial'")
+            names = []
+            while True:
+                tok = take("a pending axis name")
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[0-9]+)?", tok):
+                    raise ParseError(f"expected a pending axis name, found {show(tok)} in {show(text)}")
+                names.append(tok)
+                sep = take("',' or '}'")
+                if sep == "}":
+                    break
+                if sep != ",":
+                    raise ParseError(f"expected ',' or '}}' after axis {show(tok)}, found {show(sep)} in {show(text)}")
+            partial = tuple(p for a in names for p in mesh.resolve(a))
         if pos != len(toks):
-            raise ParseError(f"unexpected {show(toks[pos])} after the closing ']' in {show(text)}")
-        t = cls(mesh, tuple(dims))
+            raise ParseError(f"unexpected {show(toks[pos])} after the type in {show(text)}")
+        t = cls(mesh, tuple(dims), partial, reduce)
         for i, (l, local) in enumerate(zip(written, t.local_shape)):
             if l is not None and l != local:
                 g = t.dims[i].global_size
@@ -332,7 +408,17 @@ class ArrayType:
         """
         table = self.mesh.refinement()
         return ArrayType(self.mesh.refined(),
-                         tuple(DimType(d.global_size, tuple(q for p in d.parts for q in table[p])) for d in self.dims))
+                         tuple(DimType(d.global_size, tuple(q for p in d.parts for q in table[p])) for d in self.dims),
+                         tuple(q for p in self.partial for q in table[p]), self.reduce)
+
+    @property
+    def plain(self) -> "ArrayType":
+        """The array type of the local arrays, without the pending reduction.
+
+        >>> ArrayType.parse("[4] partial{x}", "x=2").plain
+        [4]
+        """
+        return self if not self.partial else _raw_type(self.mesh, self.dims)
 
     # encoding and printing ----------------------------------------------------
 
@@ -346,6 +432,35 @@ class ArrayType:
         for d in self.dims:
             out += [d.global_size, len(d.parts), *d.parts]
         return out
+
+    def pencode(self) -> list[int]:
+        """The core's encoding of a partial type: ``[len, pending..., type...]``.
+
+        >>> ArrayType.parse("[4] partial{x}", "x=2").pencode()
+        [1, 0, 1, 4, 0]
+        """
+        return [len(self.partial), *self.partial] + self.encode()
+
+    @classmethod
+    def pdecode(cls, mesh: Mesh, ints: Sequence[int], pos: int = 0, reduce: str = "sum") -> tuple["ArrayType", int]:
+        """Decode a partial type (see ``pencode``), with reduction ``reduce``
+        (the core's types do not carry it: its theorems hold for every
+        commutative monoid).
+
+        >>> ArrayType.pdecode(Mesh.parse("x=2"), [1, 0, 1, 4, 0])
+        ([4] partial{x}, 5)
+        """
+        try:
+            k = ints[pos]
+            partial = tuple(sorted(ints[pos + 1:pos + 1 + k]))
+        except IndexError:
+            raise ParseError(f"truncated type encoding at position {pos}") from None
+        if pos + 1 + k > len(ints):
+            raise ParseError(f"truncated type encoding at position {pos}")
+        t, end = cls.decode(mesh, ints, pos + 1 + k)
+        if not partial:
+            return t, end
+        return raw(ArrayType, mesh=mesh, dims=t.dims, partial=partial, reduce=reduce), end
 
     @classmethod
     def decode(cls, mesh: Mesh, ints: Sequence[int], pos: int = 0) -> tuple["ArrayType", int]:
@@ -377,7 +492,7 @@ class ArrayType:
         # immutable, and a key of the planning caches: hash once
         h = self.__dict__.get("_hash")
         if h is None:
-            h = hash((self.mesh, self.dims))
+            h = hash((self.mesh, self.dims, self.partial, self.reduce))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -386,7 +501,7 @@ class ArrayType:
         return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     def __str__(self) -> str:
-        return _render(self.mesh, self.dims)
+        return _render(self.mesh, self.dims, self.partial, self.reduce)
 
     def __repr__(self) -> str:
         return str(self)
@@ -412,7 +527,7 @@ def _raw_type(mesh: Mesh, dims: tuple[DimType, ...]) -> ArrayType:
     return raw(ArrayType, mesh=mesh, dims=dims)
 
 
-_TOKEN = re.compile(r"\s*(?:(-?[0-9]+)|([A-Za-z_][A-Za-z0-9_]*(?:\.[0-9]+)?)|([\[\]{},]))")
+_TOKEN = re.compile(r"\s*(?:(-?[0-9]+)|([A-Za-z_][A-Za-z0-9_]*(?:\.[0-9]+)?)|([\[\]{},()]))")
 
 
 def _tokens(text: str) -> list[str]:

@@ -14,11 +14,11 @@
 from .backend import (AxisGroup, Backend, Donated, RedistributionError, RuntimeCheckError, execute,
                       naive_plan, validate_plan)
 from .launch import LaunchResult, mpirun, run_mpi_demo
-from .layout import LayoutError, assemble, box, boxes, distribute, local_block
+from .layout import LayoutError, assemble, box, boxes, distribute, local_block, represented, split_partial
 from .simulator import SimBackend, SimResult, SimStep, simulate
 
 __all__ = [
-    "distribute", "assemble", "local_block", "box", "boxes", "LayoutError",
+    "distribute", "assemble", "local_block", "box", "boxes", "LayoutError", "split_partial", "represented",
     "Backend", "AxisGroup", "Donated", "execute", "validate_plan", "naive_plan",
     "RedistributionError", "RuntimeCheckError",
     "simulate", "SimBackend", "SimResult", "SimStep",

@@ -55,6 +55,24 @@ row-major over the whole axes, so ranks never change. A JAX backend builds
 its ``jax.sharding.Mesh`` from ``plan.mesh.parts`` (names and sizes) over the
 devices in rank order.
 
+Partial types add three methods; ``op`` is the pending reduction, one of
+``"sum"``, ``"max"``, ``"min"`` (the plan's :attr:`~verishard.plan.Plan.reduce`):
+
+``all_reduce(x, group, op) -> y``
+    Every device returns the elementwise reduction of its group's arrays.
+    MPI: ``Allreduce``; JAX: ``lax.psum`` / ``pmax`` / ``pmin``; torch:
+    ``all_reduce``.
+
+``reduce_scatter(x, dim, group, op) -> y``
+    The reduction, of which the device with group index ``k`` keeps the
+    ``k``-th of ``group.size`` equal pieces along ``dim``. MPI:
+    ``Reduce_scatter_block``; JAX: ``lax.psum_scatter(..., tiled=True)``;
+    torch: ``reduce_scatter_tensor``.
+
+``to_partial(x, group, op) -> y``
+    No communication: the device with group index 0 returns ``x``, the
+    others an array of the reduction's unit (:func:`reduction_identity`).
+
 The executor never calls a backend for a step that moves nothing: a group
 of size 1, or a permute whose bijection is the identity.
 """
@@ -68,7 +86,7 @@ from typing import Any
 
 import numpy as np
 
-from ..collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice
+from ..collectives import AllGather, AllPermute, AllReduce, AllToAll, Collective, DynSlice, ReduceScatter, ToPartial
 from ..errors import PlanError, VerishardError
 from ..mesh import Mesh
 from ..plan import Plan, Step, check, is_verified
@@ -220,6 +238,40 @@ class Backend:
     def all_permute(self, x: Any, sources: np.ndarray) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not implement all_permute")
 
+    def all_reduce(self, x: Any, group: AxisGroup, op: str) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not implement all_reduce")
+
+    def reduce_scatter(self, x: Any, dim: int, group: AxisGroup, op: str) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not implement reduce_scatter")
+
+    def to_partial(self, x: Any, group: AxisGroup, op: str) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not implement to_partial")
+
+
+def reduction_identity(dtype: np.dtype, op: str):
+    """The unit of reduction ``op`` for ``dtype`` (what ``to_partial`` fills
+    the other devices with): 0 for a sum, the lowest value for a max, the
+    highest for a min (infinities for floating dtypes).
+
+    >>> reduction_identity(np.dtype(np.int32), "max"), reduction_identity(np.dtype(np.float32), "min")
+    (-2147483648, inf)
+    """
+    if op not in NUMPY_REDUCE:
+        raise ValueError(f"unknown reduction {op!r}; expected one of {', '.join(NUMPY_REDUCE)}")
+    if op == "sum":
+        return 0
+    high = op == "min"
+    if dtype == np.bool_:
+        return high
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return int(info.max if high else info.min)
+    return np.inf if high else -np.inf  # floating, including ml_dtypes' bfloat16 (kind 'V')
+
+
+# The numpy reduction of each op, for the simulator and the tests.
+NUMPY_REDUCE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+
 
 class Donated:
     """Hand an input over to the runtime: ``execute(plan, Donated(x), ...)``.
@@ -312,9 +364,9 @@ def naive_plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> 
     return check(mesh, src, dst, steps)
 
 
-def step_call(mesh: Mesh, t: ArrayType, c: Collective) -> tuple[str, tuple] | None:
+def step_call(mesh: Mesh, t: ArrayType, c: Collective, op: str = "sum") -> tuple[str, tuple] | None:
     """The backend method and arguments for collective ``c`` applied to type
-    ``t``, or None when the step moves nothing.
+    ``t`` (pending reduction ``op``), or None when the step moves nothing.
 
     >>> m = Mesh.parse("x=2,y=3")
     >>> step_call(m, ArrayType.parse("[3{x}6]", m), DynSlice(0, "y"))
@@ -338,6 +390,12 @@ def step_call(mesh: Mesh, t: ArrayType, c: Collective) -> tuple[str, tuple] | No
         return "dyn_slice", (c.dim, group)
     if isinstance(c, AllToAll):
         return "all_to_all", (c.src_dim, c.dst_dim, group)
+    if isinstance(c, AllReduce):
+        return "all_reduce", (group, op)
+    if isinstance(c, ReduceScatter):
+        return "reduce_scatter", (c.dim, group, op)
+    if isinstance(c, ToPartial):
+        return "to_partial", (group, op)
     raise PlanError(f"unknown collective {c!r}")  # pragma: no cover
 
 
@@ -361,9 +419,9 @@ def execute(plan: Plan, x: Any, backend: Backend,
     """
     if isinstance(x, Donated):
         x = x.take()
-    t = plan.src
+    t, op = plan.src, plan.reduce
     for i, step in enumerate(plan.steps, 1):
-        call = step_call(plan.mesh, t, step.collective)
+        call = step_call(plan.mesh, t, step.collective, op)
         if call is not None:
             name, args = call
             x = getattr(backend, name)(x, *args)
@@ -374,4 +432,5 @@ def execute(plan: Plan, x: Any, backend: Backend,
 
 
 __all__ = ["Backend", "AxisGroup", "Donated", "execute", "validate_plan", "naive_plan", "step_call",
+           "reduction_identity", "NUMPY_REDUCE",
            "permute_sources", "RedistributionError", "RuntimeCheckError"]

@@ -1,6 +1,7 @@
-"""The JAX backend: the four collectives of :mod:`verishard.runtime.backend`
+"""The JAX backend: the collectives of :mod:`verishard.runtime.backend`
 with ``lax.all_gather``, ``lax.all_to_all``, ``lax.ppermute`` and local
-``dynamic_slice`` inside ``jax.shard_map``, driven by the shared executor
+``dynamic_slice`` inside ``jax.shard_map`` (on partial types ``lax.psum`` /
+``pmax`` / ``pmin``, ``lax.psum_scatter`` and a local ``where``), driven by the shared executor
 :func:`verishard.runtime.execute`; :func:`compile_plan` jits a plan,
 :func:`execute` runs one on an array.
 
@@ -24,14 +25,16 @@ from ..jax_sharding import (devices_of, cached_jax_mesh, from_named_sharding, ja
                             to_named_sharding, to_partition_spec)
 from ..mesh import Mesh
 from ..plan import Plan
-from .backend import AxisGroup, Backend, validate_plan
+from .backend import AxisGroup, Backend, reduction_identity, validate_plan
 from .backend import execute as run_steps
+
+_REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
 __all__ = ["JaxBackend", "compile_plan", "execute", "rewrap"]
 
 
 class JaxBackend(Backend):
-    """The four collectives inside ``jax.shard_map`` over a JAX mesh whose
+    """The collectives inside ``jax.shard_map`` over a JAX mesh whose
     axes are the parts of ``mesh`` (see :func:`jax_mesh`).
 
     Normally driven by :func:`execute`; its methods can also be called
@@ -93,6 +96,46 @@ class JaxBackend(Backend):
         ([[0, 1], [2, 3], [4, 5], [6, 7]], [[[0], [2], [4], [6]], [[1], [3], [5], [7]]])
         """
         return lax.all_to_all(x, group.names, split_axis=dst_dim, concat_axis=src_dim, tiled=True)
+
+    def all_reduce(self, x, group: AxisGroup, op: str):
+        """``lax.psum`` / ``lax.pmax`` / ``lax.pmin`` over the group's part names.
+
+        >>> b = JaxBackend(Mesh.parse("x=2")); jm = jax_mesh(b.mesh)
+        >>> x = jax.device_put(jnp.arange(4), NamedSharding(jm, PartitionSpec("x")))
+        >>> f = jax.shard_map(lambda v: b.all_reduce(v, AxisGroup.of(b.mesh, (0,)), "max"), mesh=jm,
+        ...                   in_specs=PartitionSpec("x"), out_specs=PartitionSpec("x"), check_vma=False)
+        >>> f(x).tolist()
+        [2, 3, 2, 3]
+        """
+        return _REDUCE[op](x, group.names)
+
+    def reduce_scatter(self, x, dim: int, group: AxisGroup, op: str):
+        """``lax.psum_scatter(..., tiled=True)`` for a sum; for max and min, which
+        have no scatter primitive, ``pmax``/``pmin`` then this device's piece.
+
+        >>> b = JaxBackend(Mesh.parse("x=2")); jm = jax_mesh(b.mesh)
+        >>> x = jax.device_put(jnp.arange(8), NamedSharding(jm, PartitionSpec("x")))
+        >>> f = jax.shard_map(lambda v: b.reduce_scatter(v, 0, AxisGroup.of(b.mesh, (0,)), "sum"), mesh=jm,
+        ...                   in_specs=PartitionSpec("x"), out_specs=PartitionSpec("x"), check_vma=False)
+        >>> f(x).tolist()
+        [4, 6, 8, 10]
+        """
+        if op == "sum":
+            return lax.psum_scatter(x, group.names, scatter_dimension=dim, tiled=True)
+        return self.dyn_slice(_REDUCE[op](x, group.names), dim, group)
+
+    def to_partial(self, x, group: AxisGroup, op: str):
+        """Group index 0 keeps ``x``, the others hold the unit of ``op``; no communication.
+
+        >>> b = JaxBackend(Mesh.parse("x=2")); jm = jax_mesh(b.mesh)
+        >>> x = jax.device_put(jnp.arange(2), NamedSharding(jm, PartitionSpec()))
+        >>> f = jax.shard_map(lambda v: b.to_partial(v, AxisGroup.of(b.mesh, (0,)), "sum"), mesh=jm,
+        ...                   in_specs=PartitionSpec(), out_specs=PartitionSpec("x"), check_vma=False)
+        >>> f(x).tolist()
+        [0, 1, 0, 0]
+        """
+        unit = jnp.full_like(x, reduction_identity(np.dtype(x.dtype), op))
+        return jnp.where(lax.axis_index(group.names) == 0, x, unit)
 
     def all_permute(self, x, sources: np.ndarray):
         """``lax.ppermute`` over every part name; devices with ``sources[c] == c`` keep ``x``.

@@ -14,11 +14,21 @@ this module never recomputes the mixed-radix block formula.
 [0, 1, 2, 3, 4, 5]
 >>> box("x=2,y=3", "[1{y,x}6]", 4)
 (slice(3, 4, None),)
+
+A partial type's distribution is not unique: :func:`distribute` gives the
+canonical one (device 0 of each pending group holds the block, the others
+the reduction's unit), :func:`split_partial` a random one, and
+:func:`assemble` reduces over the pending groups first.
+
+>>> parts = split_partial(np.arange(4), "x=2", "[4] partial{x}", np.random.default_rng(0))
+>>> (parts[0] + parts[1]).tolist(), assemble(parts, "x=2", "[4] partial{x}").tolist()
+([0, 1, 2, 3], [0, 1, 2, 3])
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +36,7 @@ from ..core import block_starts
 from ..errors import ShardingError, VerishardError
 from ..mesh import Mesh
 from ..sharding import ArrayType
+from .backend import NUMPY_REDUCE, AxisGroup, reduction_identity
 
 
 class LayoutError(VerishardError):
@@ -110,7 +121,80 @@ def distribute(global_array, mesh: Mesh | str, t: ArrayType | str) -> list[np.nd
     """
     t = as_type(t, mesh)
     A = _global(global_array, t)
-    return [np.array(A[b], order="C", copy=True) for b in boxes(mesh, t)]
+    out = [np.array(A[b], order="C", copy=True) for b in boxes(mesh, t)]
+    if t.partial:  # the canonical representation: device 0 of each pending group holds the block
+        index = AxisGroup.of(t.mesh, t.partial).index
+        unit = reduction_identity(out[0].dtype, t.reduce)
+        for r in np.flatnonzero(index != 0):
+            out[r][...] = unit
+    return out
+
+
+def split_partial(global_array, mesh: Mesh | str, t: ArrayType | str, rng: np.random.Generator) -> list[np.ndarray]:
+    """A random representation of the global array under the partial type
+    ``t`` (for tests and demos): a sum split into random terms (small
+    integers, or normal floats), a max or min whose every device holds at
+    most (at least) the block and one device of each group the block
+    itself. Devices that hold the same block and the same pending index
+    hold the same array, as replicas do.
+
+    >>> parts = split_partial(np.arange(3), "x=2", "[3] partial(max){x}", np.random.default_rng(1))
+    >>> np.maximum(parts[0], parts[1]).tolist()
+    [0, 1, 2]
+    """
+    t = as_type(t, mesh)
+    out = distribute(global_array, mesh, t.plain)
+    if not t.partial:
+        return out
+    g = AxisGroup.of(t.mesh, t.partial)
+    starts = block_starts(t)
+    draws: dict[tuple, Any] = {}
+    for members in g.members:
+        block = out[int(members[0])]
+        key0 = tuple(int(v) for v in starts[int(members[0])])
+        terms = []
+        for k in range(g.size):
+            key = (key0, k)
+            if key not in draws:
+                if block.dtype.kind == "f":
+                    draws[key] = rng.standard_normal(block.shape).astype(block.dtype)
+                else:
+                    draws[key] = rng.integers(0, 3, block.shape).astype(block.dtype)
+            terms.append(draws[key])
+        if (key0, "exact") not in draws:  # which device holds the block itself (max, min)
+            draws[(key0, "exact")] = int(rng.integers(g.size))
+        exact = draws[(key0, "exact")]
+        for k, r in enumerate(members):
+            if t.reduce == "sum":
+                out[int(r)] = block - sum(terms[1:], np.zeros_like(block)) if k == 0 else terms[k].copy()
+            elif k == exact:
+                out[int(r)] = block.copy()
+            else:
+                lower = np.abs(terms[k])  # a max's terms are at most the block, a min's at least
+                out[int(r)] = block - lower if t.reduce == "max" else block + lower
+    return out
+
+
+def represented(locals_: Sequence[np.ndarray], t: ArrayType) -> list[np.ndarray]:
+    """Every device's element of the represented value: the reduction, in
+    group order, of its pending group's local arrays (the arrays themselves
+    when nothing is pending).
+
+    >>> t = as_type("[2] partial{x}", "x=2")
+    >>> [a.tolist() for a in represented([np.array([1, 2]), np.array([10, 20])], t)]
+    [[11, 22], [11, 22]]
+    """
+    if not t.partial:
+        return list(locals_)
+    g, ufunc = AxisGroup.of(t.mesh, t.partial), NUMPY_REDUCE[t.reduce]
+    out: list[np.ndarray] = [None] * len(locals_)  # type: ignore[list-item]
+    for members in g.members:
+        acc = np.array(locals_[int(members[0])], copy=True)
+        for r in members[1:]:
+            ufunc(acc, locals_[int(r)], out=acc)
+        for r in members:
+            out[int(r)] = acc
+    return out
 
 
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
@@ -183,6 +267,8 @@ def assemble(locals_: Sequence[np.ndarray], mesh: Mesh | str, t: ArrayType | str
     """
     t = as_type(t, mesh)
     dtype = check_locals(locals_, t)
+    if t.partial:
+        locals_, t = represented(locals_, t), t.plain
     out = np.empty(t.global_shape, dtype=dtype)
     first: dict[tuple[int, ...], int] = {}
     for r, (b, row) in enumerate(zip(boxes(mesh, t), block_starts(t))):

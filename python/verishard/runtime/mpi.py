@@ -28,6 +28,12 @@ How it runs:
   verified bijection (``core.permute_sources``); ranks that keep their block
   send and receive nothing.
 - ``DynSlice``: a local copy of the rank's piece.
+- ``AllReduce`` / ``ReduceScatter`` (partial types): ``MPI_Allreduce`` and
+  ``MPI_Reduce_scatter_block`` with ``MPI_SUM``/``MPI_MAX``/``MPI_MIN`` on the
+  element's MPI datatype, or a numpy user operation where MPI has none for the
+  dtype (bool, float16, bfloat16); a scatter along a dimension other than the
+  first (under a leading extent) packs the pieces first, since a reduction
+  cannot use the layout datatypes. ``ToPartial``: no communication.
 
 Data goes straight from and into numpy memory (buffer protocol with
 explicit MPI datatypes), never pickled.
@@ -67,8 +73,8 @@ from ..errors import VerishardError
 from ..mesh import Mesh
 from ..plan import Plan, Step
 from ..sharding import ArrayType
-from .backend import (AxisGroup, Backend, Donated, RedistributionError, RuntimeCheckError, execute,
-                      validate_plan)
+from .backend import (NUMPY_REDUCE, AxisGroup, Backend, Donated, RedistributionError, RuntimeCheckError, execute,
+                      reduction_identity, validate_plan)
 
 
 
@@ -238,6 +244,30 @@ def _bytes(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
+_USER_OPS: dict[tuple[str, str], MPI.Op] = {}
+
+
+def _reduction(dtype: np.dtype, op: str) -> tuple[MPI.Datatype, MPI.Op]:
+    """The MPI datatype of one element and the MPI operation reducing ``dtype`` by ``op``."""
+    basic = MPI._typedict.get(dtype.char) if dtype.isnative else None
+    if basic is not None and (dtype.kind in "iu" or (dtype.kind == "f" and dtype.char != "e")
+                              or (dtype.kind == "c" and op == "sum")):
+        return basic, {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+    # MPI has no predefined operation for this dtype (bool, float16, bfloat16,
+    # byte-swapped, complex max/min): reduce with numpy in a user operation.
+    key = (dtype.str, op)
+    user = _USER_OPS.get(key)
+    if user is None:
+        ufunc = NUMPY_REDUCE[op]
+
+        def combine(a, b, _datatype):
+            acc = np.frombuffer(b, dtype=dtype)
+            ufunc(np.frombuffer(a, dtype=dtype), acc, out=acc)
+
+        user = _USER_OPS[key] = MPI.Op.Create(combine, commute=True)
+    return _unit(dtype.itemsize), user
+
+
 def _block_type(unit: MPI.Datatype, shape: tuple[int, ...], sub: tuple[int, ...], dim: int,
                 itemsize: int) -> MPI.Datatype:
     """The elements of a ``sub``-shaped corner box of a C-order ``shape`` array,
@@ -273,7 +303,7 @@ class StepStats:
 
 
 class MPIBackend(Backend):
-    """The four collectives over one rank's numpy array.
+    """The collectives over one rank's numpy array.
 
     ``sent`` and ``received`` are the bytes of the last call. On a one-rank
     run with a one-device mesh every group has size 1:
@@ -361,6 +391,57 @@ class MPIBackend(Backend):
         self.mc.group_comm(group.parts).Alltoall(send, recv)
         self.sent = self.received = (n - 1) * count * it
         return out
+
+    def all_reduce(self, x, group, op):
+        """``MPI_Allreduce`` by ``op`` over the group (same shape as ``x``).
+
+        >>> m = Mesh.parse("x=1")
+        >>> MPIBackend(mesh_comm(MPI.COMM_WORLD, m)).all_reduce(np.arange(3), AxisGroup.of(m, (0,)), "max")
+        array([0, 1, 2])
+        """
+        x = np.ascontiguousarray(x)
+        out = np.empty_like(x)
+        dt, mop = _reduction(x.dtype, op)
+        self.mc.group_comm(group.parts).Allreduce([_bytes(x), x.size, dt], [_bytes(out), x.size, dt], mop)
+        # the spec's figure (Partial.precv): a reduce-scatter then an all-gather
+        self.sent = self.received = 2 * (x.size - x.size // group.size) * x.dtype.itemsize
+        return out
+
+    def reduce_scatter(self, x, dim, group, op):
+        """``MPI_Reduce_scatter_block`` by ``op``: the rank with group index ``k``
+        keeps the ``k``-th piece along ``dim`` of the reduction.
+
+        >>> m = Mesh.parse("x=1")
+        >>> MPIBackend(mesh_comm(MPI.COMM_WORLD, m)).reduce_scatter(np.arange(4).reshape(2, 2), 1,
+        ...                                                        AxisGroup.of(m, (0,)), "sum")
+        array([[0, 1],
+               [2, 3]])
+        """
+        n = group.size
+        x = np.ascontiguousarray(x)
+        piece = x.shape[:dim] + (x.shape[dim] // n,) + x.shape[dim + 1:]
+        # A reduction needs one elementary datatype on both sides, so pieces that
+        # are not contiguous (dim > 0 under leading extents) are packed first.
+        send = x if prod(x.shape[:dim]) == 1 else np.ascontiguousarray(np.moveaxis(
+            x.reshape(x.shape[:dim] + (n, piece[dim]) + x.shape[dim + 1:]), dim, 0))
+        out = np.empty(piece, dtype=x.dtype)
+        dt, mop = _reduction(x.dtype, op)
+        self.mc.group_comm(group.parts).Reduce_scatter_block([_bytes(send), dt], [_bytes(out), out.size, dt], mop)
+        self.sent = self.received = (n - 1) * out.nbytes
+        return out
+
+    def to_partial(self, x, group, op):
+        """Group index 0 keeps ``x``, the others hold the unit of ``op``; nothing is sent.
+
+        >>> m = Mesh.parse("x=1")
+        >>> x = np.arange(3)
+        >>> MPIBackend(mesh_comm(MPI.COMM_WORLD, m)).to_partial(x, AxisGroup.of(m, (0,)), "sum") is x
+        True
+        """
+        self.sent = self.received = 0
+        if int(group.index[self.rank]) == 0:
+            return x
+        return np.full(x.shape, reduction_identity(x.dtype, op), dtype=x.dtype)
 
     def all_permute(self, x, sources):
         """Receive the array of rank ``sources[rank]`` (``MPI_Sendrecv``); a fixed rank keeps ``x``.

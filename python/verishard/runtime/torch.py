@@ -1,4 +1,4 @@
-"""The torch.distributed backend: the four collectives of
+"""The torch.distributed backend: the collectives of
 :mod:`verishard.runtime.backend` on a DTensor ``DeviceMesh``'s ranks, driven by
 the shared executor (:func:`verishard.runtime.backend.execute`).
 
@@ -22,6 +22,12 @@ coordinates, ``docs/model.md`` section 1) is the process at position ``r`` of
   (``core.permute_sources``); ranks that keep their block send and receive
   nothing.
 - ``DynSlice``: a local copy of the rank's piece.
+- ``AllReduce``: ``all_reduce`` with ``ReduceOp.SUM``/``MAX``/``MIN``.
+  ``ReduceScatter``: ``reduce_scatter_single`` (``reduce_scatter_tensor``
+  before torch 2.13) on the pieces along the dimension, ordered by group rank
+  (gloo in torch 2.13 has it for the three ops); where a process group refuses
+  it, ``all_reduce`` then the rank's piece.
+  ``ToPartial``: no communication.
 
 Process groups (:class:`MeshGroups`): one per set of mesh parts a plan's
 collectives run over, created with ``dist.new_group`` with its members listed
@@ -68,6 +74,8 @@ __all__ = ["free_port", "TorchBackend", "MeshGroups", "mesh_groups", "run_plan",
 
 # torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+# ... and reduce_scatter_tensor to reduce_scatter_single.
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 class RedistributionRefused(RedistributionError, ValueError):
@@ -262,8 +270,30 @@ def mesh_groups(device_mesh: Any) -> MeshGroups:
 # the backend
 
 
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+# Process groups whose reduce_scatter_single refused (see TorchBackend.reduce_scatter).
+_NO_REDUCE_SCATTER: set[Any] = set()
+
+
+def _identity(dtype: torch.dtype, op: str):
+    """The unit of reduction ``op`` for ``dtype``: 0, the lowest or the highest value.
+
+    >>> _identity(torch.int32, "max"), _identity(torch.bfloat16, "min"), _identity(torch.bool, "min")
+    (-2147483648, inf, True)
+    """
+    if op == "sum":
+        return 0
+    high = op == "min"
+    if dtype == torch.bool:
+        return high
+    if dtype.is_floating_point:
+        return float("inf") if high else float("-inf")
+    info = torch.iinfo(dtype)
+    return info.max if high else info.min
+
+
 class TorchBackend(Backend):
-    """The four collectives on ``torch.Tensor`` local arrays over the process
+    """The collectives on ``torch.Tensor`` local arrays over the process
     groups of a :class:`MeshGroups` (see the module docstring)."""
 
     name = "torch"
@@ -328,6 +358,39 @@ class TorchBackend(Backend):
             landed[:, a:b].copy_(recv)
             del recv
         return out
+
+    def all_reduce(self, x: torch.Tensor, group: AxisGroup, op: str) -> torch.Tensor:
+        y = x.clone(memory_format=torch.contiguous_format)  # all_reduce works in place
+        dist.all_reduce(y, op=_REDUCE_OPS[op], group=self.groups.group(group).pg)
+        return y
+
+    def reduce_scatter(self, x: torch.Tensor, dim: int, group: AxisGroup, op: str) -> torch.Tensor:
+        g = self.groups.group(group)
+        n = g.size
+        if g.pg not in _NO_REDUCE_SCATTER:
+            pieces = blocks_view(x, n, dim)  # pieces[k]: the piece of group index k
+            if g.index_of_rank is not None:
+                pieces = pieces.index_select(0, g.index_of_rank)  # position j: the piece for group rank j
+            send = pieces.contiguous()  # no copy for dim 0 in index order
+            out = x.new_empty(send.shape[1:])
+            try:
+                _reduce_scatter_single(out, send.flatten(0, 1), op=_REDUCE_OPS[op], group=g.pg)
+                return out
+            except (NotImplementedError, RuntimeError) as e:
+                # A process group without reduce_scatter for this op or dtype
+                # (gloo in older torch releases) refuses on every rank before sending
+                # anything; any other error is real.
+                if not any(w in str(e).lower() for w in ("support", "implement")):
+                    raise
+                _NO_REDUCE_SCATTER.add(g.pg)
+        # Fallback: the whole reduction on every member, then its own piece
+        # (twice the traffic of a reduce-scatter, same result).
+        return self.dyn_slice(self.all_reduce(x, group, op), dim, group)
+
+    def to_partial(self, x: torch.Tensor, group: AxisGroup, op: str) -> torch.Tensor:
+        if int(group.index[self.rank]) == 0:
+            return x
+        return torch.full_like(x, _identity(x.dtype, op))
 
     def all_permute(self, x: torch.Tensor, sources: np.ndarray) -> torch.Tensor:
         r = self.rank

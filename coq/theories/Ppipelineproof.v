@@ -1,0 +1,244 @@
+(** The end-to-end guarantees of [Ppipeline.pplan_problem]: for every valid
+    partial problem it returns a plan over a refinement of the user's mesh
+    that the partial checker accepts, that takes every representation of
+    every global array to one of the same array under the target, over any
+    commutative monoid, and whose every type fits [max(size src, size dst)];
+    with nothing pending it is [Pipeline.plan_problem]'s plan. *)
+From Coq Require Import List Arith Lia Bool.
+From VS Require Import Prelude Mesh Types Rules Checker Validate Refine Pipeline Pipelineproof
+  Semantics Monoid Partial Partialproof Pchecker Ppipeline.
+Import ListNotations.
+
+(** * Refined partial types *)
+
+Lemma raxes_range : forall m fs xs, splits m fs -> (forall a, In a xs -> a < length m) ->
+  forall x, In x (raxes fs xs) -> x < length (rmesh fs).
+Proof.
+  intros m fs xs Hs Hr x Hx. apply in_flat_map in Hx as [a [Ha Hxa]]. apply (grp_lt m fs a); auto.
+Qed.
+
+(** Refined axes of disjoint lists of axes are disjoint. *)
+Lemma raxes_disjoint : forall m fs xs ys, splits m fs ->
+  (forall a, In a xs -> a < length m) -> (forall a, In a ys -> a < length m) ->
+  (forall a, In a xs -> ~ In a ys) -> forall x, In x (raxes fs xs) -> ~ In x (raxes fs ys).
+Proof.
+  intros m fs xs ys Hs Hx Hy Hd x Hxs Hys.
+  apply in_flat_map in Hxs as [a [Ha Hxa]]. apply in_flat_map in Hys as [b [Hb Hxb]].
+  apply (grp_disjoint m fs a b x); auto. intros <-. apply (Hd a); auto.
+Qed.
+
+Lemma rptype_pwf : forall m fs pt, splits m fs -> pwf m pt -> pwf (rmesh fs) (rptype fs pt).
+Proof.
+  intros m fs [P t] Hs [Ht [Hnd [Hr Hu]]]. cbn [paxes ptyp] in *. unfold rptype. cbn [paxes ptyp].
+  assert (Hru : forall a, In a (used t) -> a < length m).
+  { intros a Ha. unfold used in Ha. apply in_flat_map in Ha as [D [HD Ha]]. apply (wf_axes_range m t D); auto. }
+  split; [apply (refine_wf m); auto|]. split; [apply (nodup_flat_grp m); auto|]. split.
+  - apply (raxes_range m); auto.
+  - intros x Hx. cbn [paxes ptyp] in *. rewrite used_rtype. apply (raxes_disjoint m fs P (used t)); auto.
+Qed.
+
+Lemma refine_pvalid : forall m fs src dst, splits m fs -> pvalid_problem m src dst ->
+  pvalid_problem (rmesh fs) (rptype fs src) (rptype fs dst).
+Proof.
+  intros m fs src dst Hs [Hsrc [Hdst Hg]]. split; [|split]; try (apply (rptype_pwf m); auto).
+  unfold rptype. cbn [ptyp]. rewrite !refine_gsizes. exact Hg.
+Qed.
+
+Lemma refine_pbound : forall m fs src dst, splits m fs -> pvalid_problem m src dst ->
+  pbound (rmesh fs) (rptype fs src) (rptype fs dst) = pbound m src dst.
+Proof.
+  intros m fs src dst Hs [Hsrc [Hdst _]]. unfold pbound, rptype. cbn [ptyp].
+  rewrite !(refine_size m); auto; [apply Hdst|apply Hsrc].
+Qed.
+
+(** * Segments of a plan *)
+
+Lemma filter_none : forall (f : nat -> bool) l, (forall x, In x l -> f x = false) -> filter f l = [].
+Proof.
+  intros f l H. induction l as [|x l IH]; [reflexivity|]. cbn [filter].
+  rewrite H by (left; auto). apply IH. intros; apply H; right; auto.
+Qed.
+
+Lemma remove_axes_self : forall xs, remove_axes xs xs = [].
+Proof.
+  intros xs. apply filter_none. intros x Hx. rewrite (proj2 (memb_spec x xs) Hx). reflexivity.
+Qed.
+
+Lemma Forall_removelast : forall A (F : A -> Prop) l, Forall F l -> Forall F (removelast l).
+Proof.
+  intros A F l H. induction H as [|x l Hx Hl IH]; [constructor|].
+  destruct l as [|y l]; [constructor|]. cbn [removelast]. constructor; auto.
+Qed.
+
+(** Two traces one after the other, with what holds of every type. *)
+Lemma two_segments : forall m (F : ptype -> Prop) pt p ts rs q ts' rs',
+  ptrace m pt p ts rs -> ptrace m (last ts pt) q ts' rs' -> Forall F ts -> Forall F ts' ->
+  ptrace m pt (p ++ q) (removelast ts ++ ts') (rs ++ rs') /\
+  last (removelast ts ++ ts') pt = last ts' (last ts pt) /\ Forall F (removelast ts ++ ts').
+Proof.
+  intros m F pt p ts rs q ts' rs' Ht Ht' Hf Hf'. pose proof (ptrace_nonempty _ _ _ _ _ Ht') as Hne.
+  split; [apply ptrace_app; auto|]. split.
+  - rewrite last_app_ne by exact Hne. apply last_default, Hne.
+  - apply Forall_app. split; auto. apply Forall_removelast, Hf.
+Qed.
+
+Lemma reduce_all_trace : forall m xs t, NoDup xs ->
+  exists ts rs, ptrace m (mkptype xs t) (reduce_all xs) ts rs /\
+    last ts (mkptype xs t) = mkptype [] t /\ Forall (fun pt => ptyp pt = t) ts.
+Proof.
+  intros m [|a xs] t Hnd.
+  - exists [mkptype [] t], []. split; [constructor|]. split; [reflexivity|]. repeat constructor.
+  - eexists _, _. split.
+    + econstructor; [|constructor]. apply pstep_allreduce; auto; discriminate.
+    + rewrite remove_axes_self. split; [reflexivity|]. repeat constructor.
+Qed.
+
+Lemma make_pending_trace : forall m xs t, (forall a, In a xs -> a < length m) -> NoDup xs ->
+  (forall a, In a xs -> ~ In a (used t)) ->
+  exists ts rs, ptrace m (mkptype [] t) (make_pending xs) ts rs /\
+    last ts (mkptype [] t) = mkptype xs t /\ Forall (fun pt => ptyp pt = t) ts.
+Proof.
+  intros m [|a xs] t Hr Hnd Hu.
+  - exists [mkptype [] t], []. split; [constructor|]. split; [reflexivity|]. repeat constructor.
+  - eexists _, _. split.
+    + econstructor; [|constructor]. apply pstep_topartial; auto; try discriminate.
+    + split; [reflexivity|]. repeat constructor.
+Qed.
+
+Lemma problem_error_valid : forall m src dst, problem_error m src dst = None -> valid_problem m src dst.
+Proof.
+  intros m src dst H. unfold problem_error in H.
+  destruct (wf_meshb m); [|discriminate]. destruct (wfb m src) eqn:Hs; [|discriminate].
+  destruct (wfb m dst) eqn:Hd; [|discriminate].
+  destruct (nat_list_eqb (map gsize src) (map gsize dst)) eqn:Hg; [|discriminate].
+  apply wfb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. split; auto.
+Qed.
+
+Lemma plan_problem_splits : forall m src dst fs p r, plan_problem m src dst = Ok (fs, p, r) -> splits m fs.
+Proof.
+  intros m src dst fs p r H. destruct (problem_error m src dst) eqn:E.
+  - unfold plan_problem in H. rewrite E in H. discriminate.
+  - destruct (plan_problem_validated m src dst (problem_error_valid m src dst E)) as [fs' [p' [r' [H' [Hs _]]]]].
+    rewrite H in H'. inversion H'. subst. exact Hs.
+Qed.
+
+Lemma last_map_f : forall A B (f : A -> B) l d, last (map f l) (f d) = f (last l d).
+Proof.
+  intros A B f l. induction l as [|x l IH]; intros d; [reflexivity|].
+  destruct l as [|y l]; [reflexivity|]. cbn [map]. change (last (f x :: f y :: map f l) (f d)) with (last (f y :: map f l) (f d)).
+  change (last (x :: y :: l) d) with (last (y :: l) d). rewrite <- (IH d). reflexivity.
+Qed.
+
+(** [plan_problem]'s plan as a partial plan with nothing pending. *)
+Lemma plain_segment : forall m s t fs p r, valid_problem m s t -> plan_problem m s t = Ok (fs, p, r) ->
+  splits m fs /\
+  ptrace (rmesh fs) (mkptype [] (rtype fs s)) (map PColl p) (map (mkptype []) (types r)) (received r) /\
+  last (map (mkptype []) (types r)) (mkptype [] (rtype fs s)) = mkptype [] (rtype fs t) /\
+  Forall (fun pt => size (rmesh fs) (ptyp pt) <= bound m s t) (map (mkptype []) (types r)).
+Proof.
+  intros m s t fs p r Hv Hpp.
+  destruct (plan_spec m s t Hv) as [fs' [p' [r' [H' [Hs [_ [Hc [_ [_ [Hf _]]]]]]]]]].
+  rewrite Hpp in H'. inversion H'. subst fs' p' r'.
+  apply check_ok_iff in Hc as [_ [Ht [Hl _]]].
+  split; auto. split; [apply trace_ptrace; auto|]. split.
+  - rewrite last_map_f, Hl. reflexivity.
+  - apply Forall_map. exact Hf.
+Qed.
+
+(** * The fallback *)
+
+Lemma pfallback_ok : forall m src dst, pvalid_problem m src dst ->
+  exists fs pp r, pfallback m src dst = Ok (fs, pp, r) /\ splits m fs /\
+    pvalidate (rmesh fs) (rptype fs src) (rptype fs dst) pp = Some r.
+Proof.
+  intros m [P s] [Q t] Hv. pose proof Hv as [Hs [Hd Hg]]. cbn [paxes ptyp] in *.
+  assert (Hvp : valid_problem m s t) by (split; [apply Hs|split; [apply Hd|exact Hg]]).
+  destruct (plan_problem_validated m s t Hvp) as [fs [p [r [Hpp _]]]].
+  destruct (plain_segment m s t fs p r Hvp Hpp) as [Hsp [Ht2 [Hl2 Hf2]]].
+  pose proof (rptype_pwf m fs _ Hsp Hs) as Hrs. pose proof (rptype_pwf m fs _ Hsp Hd) as Hrd.
+  destruct (reduce_all_trace (rmesh fs) (raxes fs P) (rtype fs s)) as [ts1 [rs1 [Ht1 [Hl1 Hf1]]]];
+    [apply Hrs|].
+  destruct (make_pending_trace (rmesh fs) (raxes fs Q) (rtype fs t)) as [ts3 [rs3 [Ht3 [Hl3 Hf3]]]];
+    [apply Hrd|apply Hrd|apply Hrd|].
+  set (F := fun pt => size (rmesh fs) (ptyp pt) <= pbound (rmesh fs) (rptype fs (mkptype P s)) (rptype fs (mkptype Q t))).
+  assert (Hb : pbound (rmesh fs) (rptype fs (mkptype P s)) (rptype fs (mkptype Q t)) = bound m s t)
+    by (rewrite (refine_pbound m); auto).
+  assert (HsS : size (rmesh fs) (rtype fs s) = size m s) by (apply (refine_size m); auto; apply Hs).
+  assert (HsT : size (rmesh fs) (rtype fs t) = size m t) by (apply (refine_size m); auto; apply Hd).
+  assert (HF1 : Forall F ts1).
+  { eapply Forall_impl; [|exact Hf1]. intros pt E. unfold F. rewrite Hb, E, HsS. unfold bound. lia. }
+  assert (HF2 : Forall F (map (mkptype []) (types r))).
+  { eapply Forall_impl; [|exact Hf2]. intros pt E. unfold F. rewrite Hb. exact E. }
+  assert (HF3 : Forall F ts3).
+  { eapply Forall_impl; [|exact Hf3]. intros pt E. unfold F. rewrite Hb, E, HsT. unfold bound. lia. }
+  rewrite <- Hl2 in Ht3.
+  destruct (two_segments _ F _ _ _ _ _ _ _ Ht2 Ht3 HF2 HF3) as [Ht23 [Hl23 HF23]].
+  rewrite Hl2, Hl3 in Hl23. rewrite <- Hl1 in Ht23, Hl23.
+  destruct (two_segments _ F _ _ _ _ _ _ _ Ht1 Ht23 HF1 HF23) as [Ht [Hl HF]].
+  rewrite Hl23 in Hl.
+  unfold pfallback. cbn [ptyp paxes]. rewrite Hpp.
+  pose proof (pvalidate_complete (rmesh fs) (rptype fs (mkptype P s)) (rptype fs (mkptype Q t)) _ _ _
+             (refine_pvalid m fs _ _ Hsp Hv) Ht Hl HF) as Hval.
+  rewrite Hval. eexists _, _, _. split; [reflexivity|]. split; [exact Hsp|exact Hval].
+Qed.
+
+(** * The pipeline *)
+
+Lemma pplan_validated : forall m src dst, pvalid_problem m src dst ->
+  exists fs pp r, pplan_problem m src dst = Ok (fs, pp, r) /\ splits m fs /\
+    pvalidate (rmesh fs) (rptype fs src) (rptype fs dst) pp = Some r.
+Proof.
+  intros m src dst Hv. unfold pplan_problem. rewrite (pproblem_error_none m src dst Hv).
+  destruct (scatter m (ptyp dst) (remove_axes (paxes dst) (paxes src)) (ptyp src)) as [[scat rest] u].
+  destruct (plan_problem m u (ptyp dst)) as [[[fs p] r0]|e] eqn:Hpp; [|apply pfallback_ok; auto].
+  match goal with |- context [pvalidate ?a ?b ?c ?d] => destruct (pvalidate a b c d) as [r|] eqn:Hval end;
+    [|apply pfallback_ok; auto].
+  eexists _, _, _. split; [reflexivity|]. split; [apply (plan_problem_splits m u (ptyp dst) fs p r0 Hpp)|exact Hval].
+Qed.
+
+(** The end-to-end theorem for partial types. For every valid problem,
+    [pplan_problem] returns a split [fs] of the user's mesh (same devices),
+    a partial plan [pp] and a report [r] such that: the partial checker
+    accepts [pp] over the refined mesh with report [r]; executing [pp] by
+    the data semantics takes any local arrays that represent a global array
+    [A] under the (refined) source, over any commutative monoid, to local
+    arrays that represent [A] under the target; and every type along the
+    plan, hence the peak, is at most [max(size src, size dst)]. *)
+Theorem pplan_spec : forall m src dst, pvalid_problem m src dst ->
+  exists fs pp r, pplan_problem m src dst = Ok (fs, pp, r) /\
+    splits m fs /\ ndevices (rmesh fs) = ndevices m /\
+    pcheck (rmesh fs) (rptype fs src) (rptype fs dst) pp = Ok r /\
+    (forall M A (x : coords -> list nat -> carrier M),
+       represents M (rmesh fs) (rptype fs src) A x ->
+       represents M (rmesh fs) (rptype fs dst) A (pexec M (rmesh fs) (rptype fs src) pp x)) /\
+    Forall (fun pt => size (rmesh fs) (ptyp pt) <= pbound m src dst) (ptypes r) /\
+    ppeak r <= pbound m src dst.
+Proof.
+  intros m src dst Hv. destruct (pplan_validated m src dst Hv) as [fs [pp [r [H [Hs Hval]]]]].
+  apply pvalidate_spec in Hval as [Hc [Hpk Hf]]. rewrite (refine_pbound m) in Hpk, Hf by auto.
+  exists fs, pp, r. split; [exact H|]. split; [exact Hs|]. split; [apply (ndevices_rmesh m); auto|].
+  split; [exact Hc|]. split; [|auto]. intros M A x Hx. eapply pcheck_correct; eauto.
+Qed.
+
+(** With nothing pending, the partial pipeline returns [plan_problem]'s own
+    plan, so [Pipelineproof.plan_spec] (exact blocks, normal form) and the
+    traffic theorems apply to it as they are. *)
+Theorem pplan_plain : forall m s t fs p r, valid_problem m s t -> plan_problem m s t = Ok (fs, p, r) ->
+  exists r', pplan_problem m (mkptype [] s) (mkptype [] t) = Ok (fs, map PColl p, r').
+Proof.
+  intros m s t fs p r Hv Hpp.
+  assert (Hpv : pvalid_problem m (mkptype [] s) (mkptype [] t)).
+  { destruct Hv as [Hs [Hd Hg]]. split; [|split]; auto;
+      (split; [auto|split; [constructor|split; intros a []]]). }
+  destruct (plain_segment m s t fs p r Hv Hpp) as [Hsp [Ht [Hl Hf]]].
+  unfold pplan_problem. rewrite (pproblem_error_none _ _ _ Hpv). cbn [paxes ptyp remove_axes filter scatter].
+  rewrite Hpp. cbn [raxes flat_map reduce_all make_pending existsb andb negb map app].
+  assert (Hb : pbound (rmesh fs) (rptype fs (mkptype [] s)) (rptype fs (mkptype [] t)) = bound m s t)
+    by (rewrite (refine_pbound m); auto).
+  assert (Hval : pvalidate (rmesh fs) (rptype fs (mkptype [] s)) (rptype fs (mkptype [] t)) (map PColl p)
+                 = Some (mkpreport (map (mkptype []) (types r)) (ppeak_of (rmesh fs) (map (mkptype []) (types r))) (received r))).
+  { apply pvalidate_complete; auto.
+    - apply (refine_pvalid m); auto.
+    - rewrite Hb. exact Hf. }
+  destruct (size m t <? size m s); rewrite ?app_nil_r; cbn [app]; rewrite Hval; eexists; reflexivity.
+Qed.
