@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import itertools
 import random
 import sys
 from math import prod
@@ -73,6 +74,17 @@ def _all_ref_types(n: tuple, gshape: tuple) -> tuple:
 def all_types(mesh: Mesh, gshape) -> list[ArrayType]:
     """Every well-formed type of ``gshape`` over the parts of ``mesh``."""
     return [from_ref(mesh, t) for t in _all_ref_types(mesh.part_sizes, tuple(gshape))]
+
+
+def partial_types(mesh: Mesh, gshape, reduces=("sum",)) -> list[ArrayType]:
+    """Every type of ``all_types`` with every set of its unused parts pending, for each reduction."""
+    out = []
+    for t in all_types(mesh, gshape):
+        free = [p for p in range(len(mesh.part_sizes)) if p not in t.used_parts]
+        for k in range(len(free) + 1):
+            for pending in itertools.combinations(free, k):
+                out += [ArrayType(mesh, t.dims, pending, op) for op in (reduces if pending else ("sum",))]
+    return out
 
 
 def random_mesh(rng: random.Random, max_devices: int = 24) -> Mesh:

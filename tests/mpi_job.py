@@ -10,6 +10,10 @@ printed as ``[rank r] FAIL ...`` lines):
   sub-axis ones, split meshes) on larger arrays of random dtypes.
 - ``movement``: every collective kind moves each element as ``core.movement``
   (the verified ``Semantics.source``) says.
+- ``partial``: pairs of partial types (pending sums, some max/min) on
+  ``x=2,y=2,z=2`` (a fixed sample) or ``x=2,y=3`` (all), from a random
+  representation of a numpy array; each rank checks the value its pending
+  group's outputs represent (integers exactly, floats to 1e-9).
 - ``bad``: bad plans and inputs; every rank must get the same
   ``RedistributionRefused`` naming the failing ranks, and the communicator
   must work afterwards.
@@ -81,7 +85,11 @@ def run_case(suite: Suite, plan: Plan, A: np.ndarray, label: str, donate: bool =
     want = local_block(A, plan.mesh, plan.dst, RANK)
     if not same_bytes(res.output, want):
         suite.fail(f"{label}: wrong data")
-    it = A.dtype.itemsize
+    check_traffic(suite, plan, res, A.dtype.itemsize, label)
+
+
+def check_traffic(suite: Suite, plan: Plan, res, it: int, label: str) -> None:
+    """Per step: no rank received more than the checker's figure, and the most is that figure."""
     for s, step in zip(res.steps, plan.steps):
         if s.received > step.received * it:
             suite.fail(f"{label}: step {s.index} received {s.received} B > verified {step.received * it} B")
@@ -107,6 +115,34 @@ def suite_pairs() -> bool:
                 direct = mc.direct_permute(mesh, src, dst)
                 if direct is not None and src != dst:
                     run_case(suite, direct, A, label + " (AllPermute)")
+    return suite.finish()
+
+
+def suite_partial() -> bool:
+    from verishard.runtime import represented, split_partial
+    suite = Suite("partial")
+    meshes = {8: [("x=2,y=2,z=2", (4, 4), 600)], 6: [("x=2,y=3", (6, 6), None)]}.get(SIZE, [])
+    rng = np.random.default_rng(5)
+    for mesh_text, shape, sample in meshes:
+        mesh = Mesh.parse(mesh_text)
+        types = mc.partial_types(mesh, shape, ("sum", "max"))
+        pairs = [(s, d) for s in types for d in types if (s.reduce == d.reduce or not (s.partial and d.partial))
+                 and (s.partial or d.partial)]
+        if sample is not None:
+            pairs = [pairs[i] for i in sorted(rng.choice(len(pairs), sample, replace=False))]
+        for i, (src, dst) in enumerate(pairs):
+            dtype = (np.int32, np.float64)[i % 2]
+            A = rng.integers(-50, 50, shape).astype(dtype)
+            plan = verishard.plan(mesh, src, dst)
+            local = split_partial(A, plan.mesh, plan.src, np.random.default_rng(i))[RANK]   # same split on every rank
+            res = redistribute(plan, local, timeout=60)
+            got = represented(COMM.allgather(res.output), plan.dst)[RANK]
+            want = local_block(A, plan.mesh, plan.dst.plain, RANK)
+            exact = np.dtype(dtype).kind != "f" or plan.reduce != "sum"
+            if not (same_bytes(got, want) if exact else np.allclose(got, want, rtol=1e-9, atol=1e-9)):
+                suite.fail(f"{mesh}: {src} -> {dst} [{dtype.__name__}]: wrong data")
+            check_traffic(suite, plan, res, A.dtype.itemsize, f"{mesh}: {src} -> {dst}")
+            suite.count += 1
     return suite.finish()
 
 
@@ -253,7 +289,8 @@ def exit_size() -> None:
     redistribute(plan, np.zeros(1), timeout=60)
 
 
-SUITES = {"pairs": suite_pairs, "random": suite_random, "movement": suite_movement, "bad": suite_bad}
+SUITES = {"pairs": suite_pairs, "random": suite_random, "movement": suite_movement, "bad": suite_bad,
+          "partial": suite_partial}
 EXITS = {"exit-refused": exit_refused, "exit-crash": exit_crash, "exit-timeout": exit_timeout,
          "exit-size": exit_size}
 

@@ -24,17 +24,6 @@ from verishard import AllReduce, ArrayType, DynSlice, ReduceScatter, ToPartial
 from verishard.runtime import distribute, represented, simulate, split_partial
 
 
-def partial_types(mesh: vs.Mesh, shape, reduce: str = "sum") -> list[ArrayType]:
-    """Every well-formed type of ``shape``, with every set of its unused parts pending."""
-    out = []
-    for t in mc.all_types(mesh, shape):
-        free = [p for p in range(len(mesh.part_sizes)) if p not in t.used_parts]
-        for k in range(len(free) + 1):
-            for pending in itertools.combinations(free, k):
-                out.append(ArrayType(mesh, t.dims, pending, reduce))
-    return out
-
-
 def executes_to_numpy(p: vs.Plan, rng: np.random.Generator, dtype) -> None:
     """Simulate ``p`` on a random representation of a random array; the value
     the outputs represent must be numpy's array, on every device."""
@@ -55,7 +44,7 @@ EXHAUSTIVE = [("x=2,y=2,z=2", (4, 4)), ("x=2,y=3", (6, 4)), ("x=2,y=3", (6, 6))]
 @pytest.mark.parametrize("mesh_text,shape", EXHAUSTIVE, ids=[f"{m} {s}" for m, s in EXHAUSTIVE])
 def test_every_pair_of_partial_types(mesh_text, shape, capsys):
     mesh = vs.Mesh.parse(mesh_text)
-    types = partial_types(mesh, shape)
+    types = mc.partial_types(mesh, shape)
     rng = np.random.default_rng(0)
     pairs = scattered = reduced = 0
     for src, dst in itertools.product(types, types):

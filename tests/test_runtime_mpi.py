@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from mpi_helpers import assert_suites_pass, report, run_job  # noqa: E402
 
-SUITES = ["bad", "movement", "pairs", "random"]
+SUITES = ["bad", "movement", "pairs", "random", "partial"]
 
 
 @pytest.mark.parametrize("nranks", [4, 6, 8])
@@ -24,6 +24,7 @@ def test_mpi_suites(nranks):
     counts = assert_suites_pass(res, nranks, SUITES)
     assert counts["pairs"] >= 100 and counts["random"] >= 100 and counts["movement"] >= 30
     assert counts["bad"] == 11
+    assert counts["partial"] >= (0 if nranks == 4 else 400)   # partial pairs on x=2,y=3 and x=2,y=2,z=2
 
 
 @pytest.mark.parametrize("nranks", [4, 8])

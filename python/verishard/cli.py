@@ -93,6 +93,8 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
     """
     from .collectives import AllPermute
 
+    if plan.partial:
+        return _partial_guarantees(plan)
     out = [
         ("Checker.check_ok_iff", "each step is well typed, the plan ends at the target, "
                                  "and the peak and traffic shown are the checker's"),
@@ -111,18 +113,47 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
                                                f"the least any plan can reach"))
         out.append(("Pipelineproof.plan_spec", "normal form: slices first, gathers last; slices add only axes "
                                                "the target uses, gathers remove only axes it does not"))
-    elif plan.peak == plan.bound:
-        out.append((None, f"memory: peak {plan.peak} meets the bound max(size(src), size(dst)) = {plan.bound} "
-                          f"(measured by the checker; no plan can do better)"))
-    elif plan.guaranteed is None:
-        out.append((None, f"memory: a given plan: peak {plan.peak} exceeds the bound {plan.bound} "
-                          f"(measured by the checker)"))
     else:
-        out.append((None, f"memory: the fallback plan: peak {plan.peak} exceeds the bound {plan.bound}; "
-                          f"no memory guarantee"))
+        out.append(_measured_memory(plan))
     out.append(("Trafficproof.accepted_traffic_lower_bound",
                 f"traffic {plan.traffic} >= the lower bound {plan.lower_bound}, which no accepted plan beats "
                 f"(the ratio is measured; the synthesizer is not proved traffic-minimal)"))
+    return out
+
+
+def _measured_memory(plan) -> tuple[None, str]:
+    if plan.peak == plan.bound:
+        return (None, f"memory: peak {plan.peak} meets the bound max(size(src), size(dst)) = {plan.bound} "
+                      f"(measured by the checker; no plan can do better)")
+    if plan.guaranteed is None:
+        return (None, f"memory: a given plan: peak {plan.peak} exceeds the bound {plan.bound} "
+                      f"(measured by the checker)")
+    return (None, f"memory: the fallback plan: peak {plan.peak} exceeds the bound {plan.bound}; "
+                  f"no memory guarantee")
+
+
+def _partial_guarantees(plan) -> list[tuple[str | None, str]]:
+    """The guarantees of a plan between partial types (pending reductions).
+
+    >>> from verishard import plan
+    >>> [name for name, _ in guarantees(plan("x=2", "[4] partial{x}", "[2{x}4]"))]
+    ['Pchecker.pcheck_ok', 'Pchecker.pcheck_correct', 'Ppipelineproof.pplan_spec', 'Ppipelineproof.pplan_spec', None]
+    """
+    out = [
+        ("Pchecker.pcheck_ok", "each step is well typed on partial types, the plan ends at the target, "
+                               "and the peak and traffic shown are the checker's"),
+        ("Pchecker.pcheck_correct", "executing it keeps the represented value: for any global array and any "
+                                    "local arrays whose reduction over the pending groups is it, over any "
+                                    "commutative monoid (sum, max, min)"),
+    ]
+    if plan.guaranteed:
+        out.append(("Ppipelineproof.pplan_spec", "the plan comes from the verified partial pipeline, accepted "
+                                                 "by the partial checker over the refined mesh"))
+        out.append(("Ppipelineproof.pplan_spec", f"memory: peak {plan.peak} <= max(size(src), size(dst)), "
+                                                 f"the least any plan can reach"))
+    else:
+        out.append(_measured_memory(plan))
+    out.append((None, f"traffic {plan.traffic} (the checker's figure; no lower bound is proved for partial types)"))
     return out
 
 
