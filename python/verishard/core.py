@@ -20,10 +20,12 @@ from functools import lru_cache
 import numpy as np
 
 from . import _core
-from .collectives import Collective
+from .collectives import AllReduce, Collective, ReduceScatter, ToPartial
 from .errors import LimitError, PlanError, ShardingError
 from .mesh import Mesh
 from .sharding import ArrayType
+
+PARTIAL_COLLECTIVES = (AllReduce, ReduceScatter, ToPartial)
 
 # Constructors of Rules.error in order: (code, template). Templates get
 # `detail` (the constructor's argument) and `names` (mesh part names).
@@ -95,9 +97,9 @@ def reduction(src: ArrayType, dst: ArrayType) -> str:
 
 
 def check(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]) -> CheckOk:
-    """Run the extracted checker of partial plans (``Pchecker.pcheck``; on
-    types with nothing pending it is ``Checker.check``'s rules); raise
-    :class:`PlanError` on rejection.
+    """Run the extracted checker: ``Checker.check`` on a plain problem and
+    plan, ``Pchecker.pcheck`` when something is pending or a step reduces or
+    makes pending; raise :class:`PlanError` on rejection.
 
     >>> from verishard import Mesh, ArrayType, DynSlice, AllPermute, AllGather
     >>> m = Mesh.parse("x=2,y=3")
@@ -108,18 +110,22 @@ def check(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]
     """
     _same_mesh(mesh, src, dst)
     op = reduction(src, dst)
-    ints = mesh.encode() + src.pencode() + dst.pencode() + [len(plan)]
     for c in plan:
         if not isinstance(c, Collective):
             raise PlanError(f"plan step {c!r} is not a collective")
+    # Plain problems and plans go to Checker.check (its theorems, check_ok_iff, are about it)
+    plain = not (src.partial or dst.partial) and not any(isinstance(c, PARTIAL_COLLECTIVES) for c in plan)
+    encode = ArrayType.encode if plain else ArrayType.pencode
+    ints = mesh.encode() + encode(src) + encode(dst) + [len(plan)]
+    for c in plan:
         ints += c.encode(mesh)
-    out = _call(_core.pcheck, ints)
+    out = _call(_core.check if plain else _core.pcheck, ints)
     if out[0] == 1:
         _raise_rejection(mesh, out, plan)
     peak, s = out[1], out[2]
     pos, types = 3, []
     for _ in range(s + 1):
-        t, pos = ArrayType.pdecode(mesh, out, pos, op)
+        t, pos = ArrayType.decode(mesh, out, pos) if plain else ArrayType.pdecode(mesh, out, pos, op)
         types.append(t)
     return CheckOk(peak, tuple(types), tuple(out[pos:pos + s]))
 
