@@ -86,6 +86,7 @@ bench: deps all
 	$(PY) bench/traffic.py
 	$(PY) bench/optimality.py
 	$(PY) bench/jax_reshard.py
+	$(PY) bench/partial.py
 
 clean:
 	rm -rf build coq/extract $(CORE_SO)
