@@ -60,10 +60,92 @@ def test_examples():
     assert vd.to_placements(ArrayType.parse("[3{x}6, 2]", m)) == ((Shard(0), Replicate()), None)
 
 
+# every type of TYPES with some of its unused axes pending (by the bits of a mask), sum, max or min
+PARTIAL_TYPES = sorted({u for i, t in enumerate(TYPES) for mask in range(1, 16)
+                        for u in [ArrayType(t.mesh, t.dims, reduce=("sum", "max", "min")[(i + mask) % 3],
+                                            partial=tuple(p for p in range(len(t.mesh.parts))
+                                                          if mask >> p & 1 and all(p not in d.parts for d in t.dims)))]
+                        if u.partial}, key=str)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(PARTIAL_TYPES))
+def test_partial_round_trip(t):
+    """Partial(op) on mesh dimension i <-> mesh axis i pending with reduction op."""
+    pl, order = vd.to_placements(t)
+    pending = {i for i, p in enumerate(pl) if p.is_partial()}
+    assert pending == set(t.partial)  # whole axes: part index = mesh dimension
+    assert all(type(pl[i]) is Partial and pl[i].reduce_op == t.reduce for i in pending)
+    assert vd.from_placements(t.mesh, t.global_shape, pl, order) == t
+    full = vd.full_shard_order(t)
+    strided = DTensorSpec._convert_shard_order_to_StridedShard(full, pl, vd._Sizes(t.mesh.axis_sizes))
+    assert vd.from_placements(t.mesh, t.global_shape, strided) == t
+
+
+def test_partial_examples():
+    m = Mesh.parse("x=2,y=2,z=2")
+    T = lambda s: ArrayType.parse(s, m)  # noqa: E731
+    assert vd.from_placements(m, (8, 4), [Partial(), Shard(0), Replicate()]) == T("[4{y}8, 4] partial{x}")
+    assert vd.from_placements(m, (8, 4), [Partial("sum"), Replicate(), Partial()]) == T("[8, 4] partial{x,z}")
+    assert vd.from_placements(m, (8, 4), [Shard(1), Partial("max"), Shard(1)]).reduce == "max"
+    assert vd.from_placements(m, (8, 4), [Replicate(), Replicate(), Partial("min")]) == T("[8, 4] partial(min){z}")
+    assert vd.to_placements(T("[8, 2{y}4] partial(max){x,z}")) == ((Partial("max"), Shard(1), Partial("max")), None)
+    assert vd.to_placements(T("[2{z,y}8, 4] partial{x}")) == ((Partial(), Shard(0), Shard(0)),
+                                                           (ShardOrderEntry(0, (2, 1)),))
+    # a DTensorSpec with Partial placements, and back
+    dm = vd.planning_mesh(m)
+    spec = vd.to_spec(T("[8, 2{x}4] partial(min){y}"), dm)
+    assert spec.placements == (Shard(1), Partial("min"), Replicate())
+    assert vd.from_spec(m, spec) == T("[8, 2{x}4] partial(min){y}")
+    # Partial over a split axis: DTensor has no placement for part of a mesh dimension
+    with pytest.raises(ShardingError, match="pending sub-axis 'y.0'"):
+        vd.to_placements(ArrayType.parse("[4] partial{y.0}", "x=2,y=2*2"))
+    assert vd.to_placements(ArrayType.parse("[4] partial{y}", "x=2,y=2*2"))[0] == (Replicate(), Partial())
+
+
+@pytest.mark.parametrize("op", ["avg", "product", "band", "bor", "bxor"])
+def test_partial_refuses_other_reductions(op):
+    m = Mesh.parse("x=2,y=2")
+    with pytest.raises(vd.UnsupportedReduction, match=rf"Partial\({op}\) on mesh dimension 1 \('y'\) is not supported"):
+        vd.from_placements(m, (4,), [Shard(0), Partial(op)])
+    if op == "avg":
+        with pytest.raises(ShardingError, match="mean is the value"):
+            vd.from_placements(m, (4,), [Partial("avg"), Replicate()])
+
+
+def test_partial_refuses_mixed_reductions_and_subclasses():
+    m = Mesh.parse("x=2,y=2,z=2")
+    with pytest.raises(ShardingError, match=r"mix reductions: sum on mesh dimension 0 \('x'\), mesh dimension 2 "
+                                            r"\('z'\), max on mesh dimension 1 \('y'\)"):
+        vd.from_placements(m, (4,), [Partial("sum"), Partial("max"), Partial("sum")])
+    with pytest.raises(ShardingError, match="mix reductions"):
+        vd.from_placements(m, (4,), [Partial("min"), Replicate(), Partial("max")])
+    assert not issubclass(ShardingError, vd.UnsupportedReduction)
+
+    class MyPartial(Partial):
+        pass
+
+    with pytest.raises(vd.UnsupportedReduction, match="is a MyPartial, not a plain Partial"):
+        vd.from_placements(m, (4,), [MyPartial(), Replicate(), Replicate()])
+
+
+def test_all_placements_with_partial():
+    dm = vd.planning_mesh(Mesh.parse("x=2,y=2,z=2"))
+    plain = vd.all_placements(dm, 2)
+    with_p = vd.all_placements(dm, 2, partial="max")
+    assert set(plain) < set(with_p) and len(with_p) == 92
+    assert all(p.reduce_op == "max" for pl in with_p for p in pl if p.is_partial())
+    m = Mesh.parse("x=2,y=2,z=2")
+    types = {vd.from_placements(m, (8, 8), pl) for pl in with_p}
+    assert len(types) == len(with_p)  # every tuple a different type
+    with pytest.raises(ShardingError, match="unknown reduction 'avg'"):
+        vd.all_placements(dm, 2, partial="avg")
+
+
 def test_refusals():
     m = Mesh.parse("x=2,y=2")
     with pytest.raises(ShardingError, match="Partial"):
-        vd.from_placements(m, (4,), [Partial(), Shard(0)])
+        vd.placements_to_tuples([Partial(), Shard(0)])  # the tuple notation has no pending reductions
     with pytest.raises(ShardingError, match="one per mesh axis"):
         vd.from_placements(m, (4,), [Shard(0)])
     with pytest.raises(ShardingError):

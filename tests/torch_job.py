@@ -12,12 +12,20 @@ that cannot be judged is recorded with the reason):
   ``DTensor.redistribute`` (bit for bit, placements, shard order, mesh) and
   against ``distribute_tensor`` of the global tensor to the target (the
   local shard DTensor's own layout gives every rank).
-- ``grad``: gradients through ours and through DTensor's.
+- ``partial``: placement pairs with ``Partial("sum")`` in the source or the
+  target (and some with ``"max"``/``"min"``) on the (2, 2, 2) mesh, float32,
+  int32 and int64: the source is ``DTensor.from_local`` of per-rank local
+  tensors whose reduction over each pending group is the block of a known
+  global tensor; every rank checks its result against that tensor (for a
+  Partial target: the reduction of the pending group's results) and
+  against DTensor's own redistribution (``full_tensor()`` of both).
+- ``grad``: gradients through ours and through DTensor's (``pgrad``: through
+  Partial -> Shard and Replicate -> Partial).
 - ``cache``: calls of the verified planner (``verishard.core.plan``) on a
   first and a second call, forward and backward.
 - ``errors``: bad input on every rank or on one rank, ranks that disagree,
-  Partial, uneven shapes, another mesh, a mesh over fewer ranks; after each,
-  a good call must still work.
+  Partial("avg"), mixed or changed reductions, uneven shapes, another mesh,
+  a mesh over fewer ranks; after each, a good call must still work.
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ SAMPLE_3D = 70   # pairs sampled from the 49 x 49 layouts of a 2-D tensor on the
 SAMPLE_3T = 20   # pairs of 3-D tensors on the (2, 2, 2) mesh
 SAMPLE_ROUNDS = 30  # pairs on the (2, 4) mesh with the backend's buffers forced into rounds
 SAMPLE_PERM = 12  # pairs on a (2, 4) mesh with permuted ranks (and as many again in rounds)
+SAMPLE_PARTIAL = 96  # pairs with Partial("sum") in the source or the target (of 6063) on the (2, 2, 2) mesh
+SAMPLE_PARTIAL_OTHER = 8  # as many again with Partial("max"), and with Partial("min")
+PARTIAL_RTOL = PARTIAL_ATOL = 1e-5  # float32 results of partial sums; integers and max/min are exact
 NPROCS = 8
 
 
@@ -113,6 +124,237 @@ def sweep(job: Job, name: str, dm, shape, pairs, dtypes) -> None:
         job.add(**rec)
 
 
+def plain(placements):
+    """The placements with Partial as Replicate (the layout of the value)."""
+    from torch.distributed.tensor import Replicate
+    return tuple(Replicate() if p.is_partial() else p for p in placements)
+
+
+def partial_op(placements) -> str | None:
+    ops = {p.reduce_op for p in placements if p.is_partial()}
+    assert len(ops) <= 1, placements
+    return ops.pop() if ops else None
+
+
+def coords_of(dm, rank: int) -> tuple[int, ...]:
+    return tuple(int(c) for c in (dm.mesh == rank).nonzero()[0])
+
+
+def pending_group(dm, rank: int, placements) -> tuple[list[int], int]:
+    """The global ranks of ``rank``'s pending group (mesh coordinates equal
+    off the Partial mesh dimensions, in row-major order over those) and
+    ``rank``'s index in it."""
+    c = coords_of(dm, rank)
+    idx = tuple(slice(None) if p.is_partial() else c[i] for i, p in enumerate(placements))
+    group = [int(r) for r in dm.mesh[idx].flatten()]
+    return group, group.index(rank)
+
+
+def block(G, dm, placements):
+    """This rank's block of ``G`` under ``placements`` (Partial as
+    Replicate), by DTensor's own offset computation (what distribute_tensor
+    with src_data_rank=None gives, without its overhead)."""
+    from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
+    local, offset = _compute_local_shape_and_global_offset(
+        tuple(G.shape), tuple(dm.mesh.shape), list(coords_of(dm, dist_rank())), list(plain(placements)))
+    return G[tuple(slice(o, o + n) for o, n in zip(offset, local))].clone()
+
+
+def partial_global(shape, dtype, seed: int):
+    """A global tensor in float64 (values representable in ``dtype``) or int64."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype).double()
+    return torch.randint(-2**20, 2**20, shape, generator=g, dtype=torch.int64)
+
+
+def partial_local(G, dm, placements, dtype, seed: int):
+    """This rank's local tensor for ``placements`` (Partial on some mesh
+    dimensions) of the global ``G``: its block of ``G``, split over its
+    pending group so that the group's reduction is the block (sum: terms
+    that add up to it; max/min: the block on one member per element, below
+    or above it on the others)."""
+    import torch
+    B = block(G, dm, placements)
+    op = partial_op(placements)
+    if op is None:
+        return B.to(dtype)
+    group, k = pending_group(dm, dist_rank(), placements)
+    n = len(group)
+    g = torch.Generator().manual_seed(seed)  # the same draws on every member of the group
+
+    def noise():
+        if B.dtype.is_floating_point:
+            return torch.randn(B.shape, generator=g, dtype=torch.float64)
+        return torch.randint(-2**20, 2**20, B.shape, generator=g, dtype=torch.int64)
+
+    if op == "sum":
+        terms = [noise() for _ in range(n - 1)]
+        terms.append(-sum(terms))  # adding up to 0; the member with index 0 adds the block
+        return (terms[k] + B if k == 0 else terms[k]).to(dtype)
+    winner = torch.randint(0, n, B.shape, generator=g)
+    gaps = [noise().abs() + 1 for _ in range(n)]
+    off = gaps[k] if op == "min" else -gaps[k]
+    return torch.where(winner == k, B, B + off).to(dtype)
+
+
+def dist_rank() -> int:
+    import torch.distributed as dist
+    return dist.get_rank()
+
+
+def dtensor_redistribute(x, dm, dst):
+    """DTensor's redistribution, also to Partial placements: DTensor.redistribute
+    refuses a Partial target that the source does not have ("for internal use
+    only"); its autograd Function (what DTensor.redistribute calls) does it."""
+    if all(not p.is_partial() or p == q for p, q in zip(dst, x.placements)):
+        return x.redistribute(dm, dst)
+    from torch.distributed.tensor._redistribute import Redistribute
+    dt = x._local_tensor.dtype
+    return Redistribute.apply(x, dm, tuple(dst), False,
+                              {"op_dtype": dt, "out_dtype": dt,
+                               "backward_options": {"op_dtype": dt, "out_dtype": dt}})
+
+
+def close(a, b, exact: bool) -> bool:
+    import torch
+    if tuple(a.shape) != tuple(b.shape):
+        return False
+    if exact:
+        return torch.equal(a.to(torch.int64), b.to(torch.int64)) if not a.dtype.is_floating_point \
+            and not b.dtype.is_floating_point else torch.equal(a.double(), b.double())
+    return torch.allclose(a.double(), b.double(), rtol=PARTIAL_RTOL, atol=PARTIAL_ATOL)
+
+
+def reduce_group(locals_, op):
+    import torch
+    st = torch.stack([t.double() if t.dtype.is_floating_point else t.to(torch.int64) for t in locals_])
+    return st.sum(0) if op == "sum" else st.amax(0) if op == "max" else st.amin(0)
+
+
+def dtensor_program(x, dm, dst) -> list[str]:
+    """DTensor's transforms (after its merging pass) for x -> dst."""
+    from torch.distributed.tensor import _redistribute as R
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    d = DTensorSpec(dm, tuple(dst), tensor_meta=x._spec.tensor_meta)
+    infos = R._optimize_transform_infos(R._gen_transform_infos(x._spec, d), dm, x._spec.placements, d.placements)
+    out = []
+    for info in infos:
+        a, b = info.src_dst_placements
+        dims = getattr(info, "original_mesh_dims", None) or (info.mesh_dim,)
+        if a != b and all(dm.size(i) > 1 for i in dims):
+            out.append(f"{','.join(map(str, dims))}: {a} -> {b}")
+    return out
+
+
+def partial_sweep(job: Job, name: str, dm, shape, pairs, dtypes) -> None:
+    """``partial`` records (see the module docstring); collective: every rank
+    runs the same pairs in the same order."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+    from verishard.torch import plan_for, redistribute
+    rank = dist.get_rank()
+    for k, (src, dst) in enumerate(pairs):
+        dtype = dtypes[k % len(dtypes)]
+        exact = not dtype.is_floating_point or partial_op(src + dst) in ("max", "min")
+        G = partial_global(shape, dtype, seed=300 + k)
+        x = DTensor.from_local(partial_local(G, dm, src, dtype, seed=600 + k), dm, src,
+                               shape=torch.Size(shape), stride=G.stride())
+        rec = {"case": "partial", "mesh": name, "shape": list(shape), "dtype": str(dtype), "src": str(src),
+               "dst": str(dst), "op": partial_op(src + dst), "exact": exact,
+               # DTensor makes Partial("sum") from a non-Partial mesh dimension by dividing by the group size
+               # (Partial._partition_value), which floors integers
+               "int_partition": not dtype.is_floating_point and any(
+                   q.is_partial() and q.reduce_op == "sum" and not p.is_partial() for p, q in zip(src, dst))}
+        t = time.perf_counter()
+        try:
+            ours = redistribute(x, dst)
+            rec["ours_error"] = None
+        except Exception as e:  # noqa: BLE001 - recorded and judged by the test
+            ours, rec["ours_error"] = None, short(e) + "\n" + traceback.format_exc()
+        t1 = time.perf_counter()
+        try:
+            ref = dtensor_redistribute(x, dm, dst)
+            rec["dtensor_error"] = None
+        except Exception as e:  # noqa: BLE001
+            ref, rec["dtensor_error"] = None, short(e)
+        rec["seconds"] = {"ours": t1 - t, "dtensor": time.perf_counter() - t1}
+        want = block(G, dm, dst)
+        if ours is not None:
+            local = ours.to_local()
+            rec["placements_ok"] = ours.placements == tuple(dst) and ours.device_mesh is dm
+            rec["shape_ok"] = tuple(ours.shape) == tuple(shape) and local.dtype == dtype
+            # every rank's result, to reduce over this rank's pending group of the target
+            everyone = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+            dist.all_gather(everyone, local.contiguous())
+            group, _ = pending_group(dm, rank, dst)
+            op = partial_op(dst)
+            got = reduce_group([everyone[r] for r in group], op) if op else local
+            rec["ours_vs_global"] = close(got, want, exact)
+            p = plan_for(x, dst)
+            rec["plan"] = [str(c) for c in p.collectives] if p is not None else []
+            rec["traffic"], rec["peak"] = (p.traffic, p.peak) if p is not None else (0, local.numel())
+        if ref is not None:
+            rec["dtensor_local_dtype"] = str(ref._local_tensor.dtype)
+            if rank == 0 and k % 4 == 0:  # DTensor's planner on rank 0, for a quarter of the pairs
+                try:
+                    rec["dtensor_program"] = dtensor_program(x, dm, dst)
+                except Exception as e:  # noqa: BLE001
+                    rec["dtensor_program"] = [short(e)]
+        if ours is not None and ref is not None:
+            rec["locals_bit_identical"] = same(ours.to_local(), ref.to_local())
+            a, b = ours.full_tensor(), ref.full_tensor()
+            rec["full_vs_dtensor"] = close(a, b, exact)
+            rec["dtensor_full_vs_global"] = close(b, G, exact)
+            rec["ours_full_vs_global"] = close(a, G, exact)
+        job.add(**rec)
+
+
+def partial_grad_cases(job: Job, dm) -> None:
+    """Gradients through Partial -> Shard and Replicate -> Partial (the
+    gradient arriving as DTensor's default Replicate, or as Partial), ours
+    against DTensor's (bit for bit, or within the tolerance where the
+    gradient is reduced over two mesh dimensions: DTensor all-reduces one at
+    a time, our plan once over both) and against the layout of the global
+    gradient."""
+    import torch
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+    from verishard.torch import redistribute
+    shape = (8, 8)
+    cases = [((Partial(), Shard(0), Replicate()), (Shard(1), Shard(0), Replicate()), False),
+             ((Partial(), Partial(), Replicate()), (Shard(0), Replicate(), Shard(1)), False),
+             ((Replicate(), Shard(0), Replicate()), (Partial(), Shard(0), Replicate()), False),
+             ((Replicate(), Shard(0), Replicate()), (Partial(), Shard(0), Partial()), True)]
+    for k, (src, dst, partial_grad) in enumerate(cases):
+        G = partial_global(shape, torch.float64, seed=900 + k)
+        W = partial_global(shape, torch.float64, seed=950 + k)
+        # the gradient arriving at y: the layout of W, split over y's pending groups when it arrives as Partial
+        w = partial_local(W, dm, dst if partial_grad else plain(dst), torch.float64, seed=970 + k)
+        grads, specs = {}, {}
+        for who in ("ours", "dtensor"):
+            x = DTensor.from_local(partial_local(G, dm, src, torch.float64, seed=920 + k), dm, src,
+                                   shape=torch.Size(shape), stride=G.stride()).requires_grad_()
+            y = redistribute(x, dst) if who == "ours" else dtensor_redistribute(x, dm, dst)
+            out = y.to_local(grad_placements=dst if partial_grad else None)
+            (out * w).sum().backward()
+            grads[who], specs[who] = x.grad, x.grad._spec
+        a, b = grads["ours"], grads["dtensor"]
+        # DTensor's rule: the gradient's layout is the input's with Partial as Replicate where the
+        # incoming gradient is not Partial; its value is the global gradient W
+        expect = tuple(Replicate() if p.is_partial() and not (partial_grad and dst[i].is_partial()) else p
+                       for i, p in enumerate(src))
+        wa = partial_local(W, dm, expect, torch.float64, seed=0) if partial_op(expect) is None else None
+        job.add(case="pgrad", src=str(src), dst=str(dst), partial_grad=partial_grad,
+                grad_vs_dtensor=same(a.to_local(), b.to_local()),
+                grad_close_to_dtensor=close(a.to_local(), b.to_local(), False),
+                grad_placements=str(a.placements), dtensor_grad_placements=str(b.placements),
+                grad_spec_vs_dtensor=a.placements == b.placements and a._spec.shard_order == b._spec.shard_order,
+                grad_vs_global=(close(a.to_local(), wa, False) if wa is not None
+                                else close(a.full_tensor(), W, False)))
+
+
 def grad_cases(job: Job, name: str, dm, shape, pairs) -> None:
     import torch
     from torch.distributed.tensor import distribute_tensor
@@ -131,6 +373,7 @@ def grad_cases(job: Job, name: str, dm, shape, pairs) -> None:
         a, b = grads["ours"], grads["dtensor"]
         job.add(case="grad", mesh=name, src=str(src), dst=str(dst),
                 grad_vs_dtensor=same(a.to_local(), b.to_local()),
+                grad_close_to_dtensor=close(a.to_local(), b.to_local(), False),
                 grad_spec_vs_dtensor=(a.placements == b.placements and a._spec.shard_order == b._spec.shard_order),
                 grad_vs_oracle=same(a.to_local(), want.to_local()))
     # twice differentiable: grad_x sum(y^2) = 2x through our backward, then
@@ -223,9 +466,11 @@ def error_cases(job: Job, dm, dm_other) -> None:
     expect_error(job, "not-a-dtensor", lambda: redistribute(G, [Shard(0), Replicate()]), after)
     expect_error(job, "mismatched-mesh",
                  lambda: redistribute(x, [Replicate(), Replicate()], device_mesh=dm_other), after)
+    avg = DTensor.from_local(torch.ones(8, 16), dm, [Partial("avg"), Replicate()])
+    expect_error(job, "partial-avg", lambda: redistribute(avg, [Replicate(), Replicate()]), after)
+    expect_error(job, "partial-mixed", lambda: redistribute(x, [Partial("sum"), Partial("max")]), after)
     p = DTensor.from_local(torch.ones(8, 16), dm, [Partial(), Replicate()])
-    expect_error(job, "partial-source", lambda: redistribute(p, [Replicate(), Replicate()]), after)
-    expect_error(job, "partial-target", lambda: redistribute(x, [Partial(), Replicate()]), after)
+    expect_error(job, "partial-change-reduction", lambda: redistribute(p, [Replicate(), Partial("max")]), after)
     u = distribute_tensor(global_tensor((6, 16), torch.float32, 3), dm, (Replicate(), Replicate()),
                           src_data_rank=None)
     expect_error(job, "uneven", lambda: redistribute(u, [Shard(0), Shard(0)]), after)
@@ -321,6 +566,16 @@ def worker(rank: int, port: int, outdir: str) -> None:
         grad_cases(job, "(2,4) x,y", m24, (8, 16), gpairs[:6])
         grad_cases(job, "(2,2,2) x,y,z", m222, (8, 8), gpairs[6:])
         timing["grad"] = time.time() - t
+        # pairs with Partial: every placement tuple of a 2-D tensor on the (2, 2, 2) mesh with
+        # Partial(op) allowed on each mesh dimension (92 for each op); pairs whose source or target has one
+        t = time.time()
+        prnd, ppairs = random.Random(34), []
+        for op, n in (("sum", SAMPLE_PARTIAL), ("max", SAMPLE_PARTIAL_OTHER), ("min", SAMPLE_PARTIAL_OTHER)):
+            lp = all_placements(m222, 2, partial=op)
+            ppairs += prnd.sample([(a, b) for a in lp for b in lp if any(p.is_partial() for p in a + b)], n)
+        partial_sweep(job, "(2,2,2) x,y,z", m222, (8, 8), ppairs, [torch.float32, torch.int32, torch.int64])
+        partial_grad_cases(job, m222)
+        timing["partial"] = time.time() - t
         t = time.time()
         cache_case(job, m24)
         timing["cache"] = time.time() - t
@@ -346,6 +601,7 @@ def main(outdir: str) -> None:
     # Nothing here has started a process group or a thread pool yet.
     import torch.multiprocessing as mp
     import torch.distributed.tensor  # noqa: F401
+    import torch._dynamo  # noqa: F401 - DTensor.from_local imports it on first use (~2 s per process)
     import verishard.torch  # noqa: F401
     os.makedirs(outdir, exist_ok=True)
     from verishard.runtime.torch import free_port

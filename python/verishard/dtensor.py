@@ -6,7 +6,15 @@ is :mod:`verishard.notation`; this module maps PyTorch's objects onto it:
 
 * ``Shard(d)`` on mesh dimension ``i``: mesh axis ``i`` shards tensor
   dimension ``d``; ``Replicate()``: mesh axis ``i`` is replicated;
-  ``Partial()`` is refused (pending reductions are not a sharding).
+  ``Partial(op)`` (op ``"sum"``, ``"max"`` or ``"min"``): mesh axis ``i`` is
+  pending, the type's reduction is ``op`` (``[8, 4] partial(max){x}``).
+  Refused with a :class:`~verishard.errors.ShardingError` naming the problem:
+  ``Partial("avg")`` (its local values average to the value, which is no
+  sum, max or min of them), the other DTensor reductions (``"product"``,
+  bitwise ones), subclasses of ``Partial`` (``_NormPartial``,
+  ``_MaskPartial``: their local values are not plain partial results), and
+  two different reductions in one placement tuple (a type has one pending
+  reduction; DTensor refuses mixed Partial types too).
 * Several mesh dimensions sharding one tensor dimension: by default the lower
   mesh dimension is major (DTensor's left-to-right order); another order is
   DTensor's ``shard_order`` (``ShardOrderEntry(tensor_dim, mesh_dims)``,
@@ -33,13 +41,23 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry,
 from torch.distributed.tensor.placement_types import _StridedShard
 
 from . import notation
-from .errors import ShardingError
+from .errors import ShardingError, show
 from .mesh import Mesh
-from .sharding import ArrayType
+from .sharding import REDUCE_OPS, ArrayType
 
 __all__ = ["all_placements", "placements_to_tuples", "tuples_to_placements", "shard_order_dict", "full_shard_order",
-           "from_placements", "to_placements", "from_spec", "to_spec", "device_mesh", "fake_process_group",
-           "planning_mesh"]
+           "partial_of", "from_placements", "to_placements", "from_spec", "to_spec", "device_mesh",
+           "fake_process_group", "planning_mesh", "UnsupportedReduction"]
+
+
+class UnsupportedReduction(ShardingError):
+    """A DTensor ``Partial`` placement whose reduction verishard's types do
+    not have (``"avg"``, ``"product"``, bitwise ones, a ``Partial``
+    subclass): valid DTensor input that cannot be typed.
+
+    >>> issubclass(UnsupportedReduction, ShardingError)
+    True
+    """
 
 
 class _Sizes:
@@ -54,6 +72,8 @@ class _Sizes:
 
 def placements_to_tuples(placements: Iterable[Any]) -> tuple[tuple, ...]:
     """``Shard(d)``/``Replicate()`` objects as notation tuples (``_StridedShard`` as a shard).
+    The tuple notation has no pending reductions: ``Partial`` is refused here
+    (:func:`from_placements` takes it).
 
     >>> placements_to_tuples([Shard(1), Replicate()])
     (('shard', 1), ('replicate',))
@@ -117,12 +137,73 @@ def full_shard_order(t: ArrayType) -> tuple[ShardOrderEntry, ...]:
                  for d in sorted(by_dim))
 
 
+def _label(i: int, names: Sequence[str] | None) -> str:
+    return f"mesh dimension {i}" + (f" ({names[i]!r})" if names and i < len(names) else "")
+
+
+def partial_of(placements: Iterable[Any], names: Sequence[str] | None = None) -> tuple[str, tuple[int, ...]]:
+    """The pending reduction of DTensor placements and the mesh dimensions
+    that carry it: ``(op, dims)``, ``("sum", ())`` when none is Partial.
+    ``names`` (the mesh dimension names) only label the errors.
+
+    Raises :class:`UnsupportedReduction` for a reduction our types do not
+    have and :class:`~verishard.errors.ShardingError` for two different
+    reductions.
+
+    >>> partial_of([Partial(), Shard(0), Partial("sum")])
+    ('sum', (0, 2))
+    >>> partial_of([Partial("max"), Replicate()])
+    ('max', (0,))
+    >>> partial_of([Replicate(), Partial("avg")], ("x", "y"))
+    Traceback (most recent call last):
+    ...
+    verishard.dtensor.UnsupportedReduction: Partial(avg) on mesh dimension 1 ('y') is not supported: DTensor's average holds local values whose mean is the value, which is no sum, max or min of them; verishard's pending reductions are sum, max and min (reduce it first, or build the DTensor as Partial("sum") with the local values divided by the group size)
+    >>> partial_of([Partial("sum"), Partial("max")], ("x", "y"))
+    Traceback (most recent call last):
+    ...
+    verishard.errors.ShardingError: placements (Partial(sum), Partial(max)) mix reductions: sum on mesh dimension 0 ('x'), max on mesh dimension 1 ('y'); a type has one pending reduction (DTensor refuses mixed Partial types too)
+    """
+    placements = tuple(placements)
+    ops: dict[str, list[int]] = {}
+    for i, p in enumerate(placements):
+        if not (isinstance(p, Partial) or (hasattr(p, "is_partial") and p.is_partial())):
+            continue
+        if type(p) is not Partial:
+            raise UnsupportedReduction(
+                f"{p!r} on {_label(i, names)} is a {type(p).__name__}, not a plain Partial: its local values are "
+                "not partial results of a sum, max or min, which is all verishard's types express; "
+                "reduce it first (DTensor.redistribute to Replicate() or Shard(d))")
+        op = p.reduce_op
+        if op == "avg":
+            raise UnsupportedReduction(
+                f"{p!r} on {_label(i, names)} is not supported: DTensor's average holds local values whose mean is "
+                "the value, which is no sum, max or min of them; verishard's pending reductions are "
+                f"{', '.join(REDUCE_OPS[:-1])} and {REDUCE_OPS[-1]} (reduce it first, or build the DTensor as "
+                'Partial("sum") with the local values divided by the group size)')
+        if op not in REDUCE_OPS:
+            raise UnsupportedReduction(
+                f"{p!r} on {_label(i, names)} is not supported: verishard's pending reductions are "
+                f"{', '.join(REDUCE_OPS[:-1])} and {REDUCE_OPS[-1]}, not {op!r}; reduce it first "
+                "(DTensor.redistribute to Replicate() or Shard(d))")
+        ops.setdefault(op, []).append(i)
+    if len(ops) > 1:
+        where = ", ".join(f"{op} on {', '.join(_label(i, names) for i in dims)}" for op, dims in ops.items())
+        raise ShardingError(f"placements ({', '.join(map(repr, placements))}) mix reductions: {where}; "
+                            "a type has one pending reduction (DTensor refuses mixed Partial types too)")
+    if not ops:
+        return "sum", ()
+    (op, dims), = ops.items()
+    return op, tuple(dims)
+
+
 def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: Iterable[Any],
                     shard_order: Any = None) -> ArrayType:
     """Our type for DTensor placements (objects or notation tuples), one per
     mesh axis, with an optional ``shard_order`` (DTensor ``ShardOrder`` or
     ``{d: mesh dims major first}``). ``_StridedShard`` placements are decoded
     with DTensor's rule (and may not be combined with ``shard_order``).
+    ``Partial(op)`` makes its mesh axis pending, with reduction ``op``
+    (:func:`partial_of` says what is refused).
 
     >>> m = Mesh.parse("x=2,y=3")
     >>> from_placements(m, (12, 4), [Shard(0), Shard(0)])
@@ -131,10 +212,23 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
     [2{y,x}12, 4]
     >>> from_placements(m, (12, 4), [_StridedShard(0, split_factor=3), Shard(0)])
     [2{y,x}12, 4]
+    >>> from_placements(m, (12, 6), [Partial(), Shard(1)])
+    [12, 2{y}6] partial{x}
+    >>> from_placements(m, (12, 4), [Partial("min"), Partial("min")])
+    [12, 4] partial(min){x,y}
     """
     if isinstance(mesh, str):
         mesh = Mesh.parse(mesh)
     placements = tuple(placements)
+    if len(placements) == len(mesh.axis_names):
+        op, pending = partial_of(placements, mesh.axis_names)
+    else:
+        op, pending = partial_of(placements)
+    if pending:
+        t = from_placements(mesh, global_shape,
+                            [Replicate() if i in pending else p for i, p in enumerate(placements)], shard_order)
+        parts = tuple(q for i in pending for q in mesh.resolve(mesh.axis_names[i]))
+        return ArrayType(mesh, t.dims, partial=parts, reduce=op)
     if any(isinstance(p, _StridedShard) for p in placements):
         if shard_order is not None:
             raise ShardingError("give either _StridedShard placements or a shard_order, not both")
@@ -150,13 +244,32 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
 
 def to_placements(t: ArrayType) -> tuple[tuple[Any, ...], tuple[ShardOrderEntry, ...] | None]:
     """DTensor placements of ``t`` and its ``ShardOrder`` (None when every
-    dimension's mesh axes are in the default left-to-right order).
+    dimension's mesh axes are in the default left-to-right order); a pending
+    mesh axis is ``Partial(t.reduce)``.
 
     >>> to_placements(ArrayType.parse("[2{y,x}12, 4]", "x=2,y=3"))
     ((Shard(dim=0), Shard(dim=0)), (ShardOrderEntry(tensor_dim=0, mesh_dims=(1, 0)),))
+    >>> to_placements(ArrayType.parse("[12, 2{y}6] partial(max){x}", "x=2,y=3"))
+    ((Partial(max), Shard(dim=1)), None)
+    >>> to_placements(ArrayType.parse("[4] partial{y.0}", "x=2,y=2*2"))
+    Traceback (most recent call last):
+    ...
+    verishard.errors.ShardingError: pending sub-axis 'y.0' in [4] partial{y.0} is not a whole mesh axis; DTensor placements name whole mesh dimensions
     """
     pl, order = notation.to_placements(t)
-    return tuples_to_placements(pl), (full_shard_order(t) if order else None)
+    out = list(tuples_to_placements(pl))
+    if isinstance(t, ArrayType) and t.partial:
+        pending = set(t.partial)
+        for i, name in enumerate(t.mesh.axis_names):
+            parts = set(t.mesh.resolve(name))
+            if parts <= pending:
+                out[i] = Partial(t.reduce)
+                pending -= parts
+        if pending:
+            names = ", ".join(show(n) for n in t.mesh.names(sorted(pending)))
+            raise ShardingError(f"pending sub-axis {names} in {t} is not a whole mesh axis; "
+                                "DTensor placements name whole mesh dimensions")
+    return tuple(out), (full_shard_order(t) if order else None)
 
 
 def to_spec(t: ArrayType, mesh: Any, dtype: torch.dtype = torch.float32) -> DTensorSpec:
@@ -167,6 +280,8 @@ def to_spec(t: ArrayType, mesh: Any, dtype: torch.dtype = torch.float32) -> DTen
     ((Shard(dim=0), Shard(dim=0)), (ShardOrderEntry(tensor_dim=0, mesh_dims=(1, 0)),))
     >>> s.tensor_meta
     TensorMeta(shape=torch.Size([8, 4]), stride=(4, 1), dtype=torch.float32)
+    >>> to_spec(ArrayType.parse("[8, 2{y}4] partial{x}", "x=2,y=2"), planning_mesh("x=2,y=2")).placements
+    (Partial(sum), Shard(dim=1))
     """
     if tuple(mesh.shape) != t.mesh.axis_sizes:
         raise ShardingError(f"DeviceMesh of shape {tuple(mesh.shape)} is not the mesh {t.mesh}")
@@ -187,6 +302,9 @@ def from_spec(mesh: Mesh | str, spec: DTensorSpec) -> ArrayType:
     >>> t = ArrayType.parse("[2{y,x}8, 4]", "x=2,y=2")
     >>> from_spec("x=2,y=2", to_spec(t, planning_mesh("x=2,y=2")))
     [2{y,x}8, 4]
+    >>> p = ArrayType.parse("[8, 4] partial(min){x,y}", "x=2,y=2")
+    >>> from_spec("x=2,y=2", to_spec(p, planning_mesh("x=2,y=2")))
+    [8, 4] partial(min){x,y}
     """
     if spec.tensor_meta is None:
         raise ShardingError("the DTensorSpec has no tensor_meta, so no global shape")
@@ -268,13 +386,23 @@ def planning_mesh(mesh: Mesh | str):
     return _MESHES[mesh]
 
 
-def all_placements(device_mesh: Any, ndim: int) -> list[tuple[Any, ...]]:
+def all_placements(device_mesh: Any, ndim: int, partial: str | None = None) -> list[tuple[Any, ...]]:
     """Every placement tuple on ``device_mesh`` for a tensor of ``ndim``
     dimensions: Shard/Replicate, and the _StridedShard form of every
-    non-default order of several mesh dimensions on one tensor dimension."""
+    non-default order of several mesh dimensions on one tensor dimension.
+    With ``partial="sum"`` (or ``"max"``, ``"min"``) a mesh dimension may also
+    be ``Partial(partial)``.
+
+    >>> dm = planning_mesh("x=2,y=2")
+    >>> len(all_placements(dm, 1)), len(all_placements(dm, 1, partial="max"))
+    (5, 10)
+    """
+    if partial is not None and partial not in REDUCE_OPS:
+        raise ShardingError(f"unknown reduction {partial!r}; expected one of {', '.join(REDUCE_OPS)}")
     out = []
-    for combo in itertools.product(range(-1, ndim), repeat=device_mesh.ndim):
-        base = tuple(Replicate() if d < 0 else Shard(d) for d in combo)
+    first = -2 if partial is not None else -1
+    for combo in itertools.product(range(first, ndim), repeat=device_mesh.ndim):
+        base = tuple(Partial(partial) if d == -2 else Replicate() if d == -1 else Shard(d) for d in combo)
         by_dim: dict[int, list[int]] = {}
         for i, d in enumerate(combo):
             if d >= 0:

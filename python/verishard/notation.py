@@ -317,6 +317,8 @@ def to_partition_spec(t: ArrayType) -> PartitionSpecEntries:
     """
     if not isinstance(t, ArrayType):
         raise ShardingError(f"expected an ArrayType, not {type(t).__name__}")
+    if t.partial:  # the text notation has no unreduced axes yet: never drop them silently
+        raise ShardingError(f"{t} has pending axes; this PartitionSpec text has no unreduced axes")
     out: list[tuple[str, ...] | None] = []
     for d in range(t.rank):
         names = t.dim_axes(d)
@@ -500,6 +502,8 @@ def to_placements(t: ArrayType) -> tuple[tuple[Placement, ...], dict[int, tuple[
     """
     if not isinstance(t, ArrayType):
         raise ShardingError(f"expected an ArrayType, not {type(t).__name__}")
+    if t.partial:  # the placement text has no Partial yet: never drop the pending axes silently
+        raise ShardingError(f"{t} has pending axes; this placement text has no Partial")
     names = t.mesh.axis_names
     pl: list[Placement] = [("replicate",)] * len(names)
     order: dict[int, tuple[int, ...]] = {}

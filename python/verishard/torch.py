@@ -8,8 +8,9 @@ that moves the data with a verified plan.
 
 The result is what ``DTensor.redistribute`` returns: the same local shard on
 every rank, the same ``placements`` (and shard order), the same
-``device_mesh``. The data moves by the plan ``verishard.plan`` returns for
-the two layouts (``Pipelineproof.plan_spec``: every rank ends with exactly its
+``device_mesh`` (with Partial placements: the same value; see below). The
+data moves by the plan ``verishard.plan`` returns for the two layouts
+(``Pipelineproof.plan_spec``: every rank ends with exactly its
 target block, and no rank holds more than ``max(size(src), size(dst))``
 elements of array data between steps), run with torch.distributed collectives
 by :mod:`verishard.runtime.torch`: gloo for CPU tensors, NCCL for CUDA
@@ -21,16 +22,28 @@ What it takes:
   source with a non-default ``shard_order``), on a ``DeviceMesh`` of any
   number of dimensions, named or not, that spans every rank of the default
   process group;
-- not yet: ``Partial()`` placements (pending sums) and shapes whose sharded
-  dimensions do not divide evenly; both are refused on every rank with an
-  error naming the problem (:class:`~verishard.runtime.torch.NotSupportedYet`,
-  a ``NotImplementedError``), before any rank communicates. Each has one
-  place here (:func:`_partial_problems`, :func:`_uneven_problems`) to change
-  once the verified core types them.
+- ``Partial("sum" | "max" | "min")`` in the source and in the target (a
+  pending reduction; the plan is ``verishard.plan``'s over the partial
+  types, ``Ppipelineproof.pplan_spec``, with all-reduce, reduce-scatter and
+  to-partial steps). Unlike ``DTensor.redistribute``, a target may be
+  Partial where the source is not (DTensor keeps that for internal use); the
+  result's local tensors are then the backend's: the rank with index 0 in
+  the pending group holds the value, the others the reduction's unit
+  (DTensor's own Replicate -> Partial("sum") divides by the group size
+  instead; the reductions agree). Refused (:func:`_partial_problems`):
+  ``Partial("avg")`` and DTensor's other reductions, Partial subclasses,
+  two reductions in one placement tuple, and a target pending another
+  reduction than the source;
+- not yet: shapes whose sharded dimensions do not divide evenly, refused on
+  every rank with an error naming the problem
+  (:class:`~verishard.runtime.torch.NotSupportedYet`, a
+  ``NotImplementedError``), before any rank communicates; one place here
+  (:func:`_uneven_problems`) to change once the verified core types them.
 
 It is differentiable as ``DTensor.redistribute`` is: the backward
-redistributes the gradient back to the input's placements with a verified
-plan of its own (and is itself differentiable).
+redistributes the gradient back to the input's placements (DTensor's rule:
+a Partial input placement becomes Replicate unless the gradient is Partial
+there too) with a verified plan of its own (and is itself differentiable).
 
 Plans are cached per (mesh, global shape, dtype, source placements and shard
 order, target placements): a second call with the same layouts does no
@@ -124,22 +137,35 @@ def _default_device() -> torch.device:
 
 
 # ---------------------------------------------------------------------------
-# what the verified core cannot type yet: one place each
+# what the verified core cannot type: one place each
 
 
-def _partial_problems(src: DTensorSpec, device_mesh: DeviceMesh) -> list[str]:
-    """Partial placements in the source (a pending sum over a mesh dimension).
-
-    The one place they are refused: once the core types partial sums, this
-    returns [] and the backend gains ``reduce_scatter_tensor`` and
-    ``all_reduce`` (``verishard.runtime.torch.TorchBackend``).
-    """
-    bad = [f"{p} on {_dim_label(device_mesh, i)}" for i, p in enumerate(src.placements) if p.is_partial()]
-    if not bad:
-        return []
-    return [f"Partial placements are not supported yet: the source has {', '.join(bad)} (a pending reduction; "
-            "the verified core cannot type partial sums yet); reduce it first, e.g. with "
-            "DTensor.redistribute to Replicate() or Shard(d) on that mesh dimension"]
+def _partial_problems(src: DTensorSpec, dst: DTensorSpec, device_mesh: DeviceMesh,
+                      what: tuple[str, str] = ("source", "target")) -> list[tuple[str, str]]:
+    """Partial placements our types cannot hold (``verishard.dtensor.partial_of``:
+    ``Partial("avg")``, other reductions, Partial subclasses: unsupported;
+    two reductions in one tuple: invalid, DTensor refuses them too), and a
+    target pending another reduction than the source (unsupported: a plan
+    keeps the reduction)."""
+    names = tuple(device_mesh.mesh_dim_names) if device_mesh.mesh_dim_names else None
+    out, ops = [], []
+    for spec, w in zip((src, dst), what):
+        try:
+            op, dims = _conv.partial_of(spec.placements, names)
+        except _conv.UnsupportedReduction as e:
+            out.append((UNSUPPORTED, f"the {w}: {e}"))
+            continue
+        except VerishardError as e:
+            out.append((INVALID, f"the {w}: {e}"))
+            continue
+        ops.append((op, dims))
+    if not out and ops[0][1] and ops[1][1] and ops[0][0] != ops[1][0]:
+        (a, da), (b, db) = ops
+        on = lambda dims: ", ".join(_dim_label(device_mesh, i) for i in dims)  # noqa: E731
+        out.append((UNSUPPORTED, f"the {what[0]} is pending a {a} (on {on(da)}) and the {what[1]} a {b} "
+                                 f"(on {on(db)}): a verified plan keeps the pending reduction; reduce the "
+                                 f"{what[0]} first (to Replicate() or Shard(d) on those mesh dimensions)"))
+    return out
 
 
 def _uneven_problems(spec: DTensorSpec, shape: Sequence[int], device_mesh: DeviceMesh, what: str) -> list[str]:
@@ -267,7 +293,8 @@ def _normalise(placements: Any, x: DTensor, device_mesh: DeviceMesh) -> tuple[tu
                                 f"{type(placements).__name__}")]
     bad = [p for p in placements if not isinstance(p, Placement)]
     if bad:
-        return None, [(INVALID, f"placement {bad[0]!r} is not a Placement (Shard(d), Replicate(), _StridedShard)")]
+        return None, [(INVALID, f"placement {bad[0]!r} is not a Placement (Shard(d), Replicate(), _StridedShard, "
+                                f"Partial(op))")]
     if len(placements) != device_mesh.ndim:
         names = f" {tuple(device_mesh.mesh_dim_names)}" if device_mesh.mesh_dim_names else ""
         return None, [(INVALID, f"placements {tuple(placements)} has {len(placements)} entries but the DeviceMesh "
@@ -284,10 +311,6 @@ def _normalise(placements: Any, x: DTensor, device_mesh: DeviceMesh) -> tuple[tu
             if p.dim < 0:
                 p = (_StridedShard(p.dim + ndim, split_factor=p.split_factor) if isinstance(p, _StridedShard)
                      else Shard(p.dim + ndim))
-        elif p.is_partial() and x.placements[i] != p:
-            problems.append((INVALID, f"Can not redistribute from {x.placements[i]} to {p} on "
-                                      f"{_dim_label(device_mesh, i)}: redistributing to Partial is for internal use "
-                                      "only (DTensor's rule)"))
         out.append(p)
     return (tuple(out) if not problems else None), problems
 
@@ -321,7 +344,7 @@ def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Ent
         _store(key, e)
         return key, e, []
     dst = DTensorSpec(mesh_obj, pl, tensor_meta=src.tensor_meta)
-    problems = [(UNSUPPORTED, t) for t in _partial_problems(src, mesh_obj)]
+    problems = _partial_problems(src, dst, mesh_obj)
     problems += [(UNSUPPORTED, t) for t in _uneven_problems(src, tuple(x.shape), mesh_obj, "source")]
     problems += [(UNSUPPORTED, t) for t in _uneven_problems(dst, tuple(x.shape), mesh_obj, "target")]
     if problems:
@@ -353,6 +376,9 @@ def _backward_entry(grad: Any, prev: DTensorSpec) -> tuple[Any, _Entry | None, l
     mesh_obj = prev.mesh
     if cur.mesh != mesh_obj:
         return key, None, [(UNSUPPORTED, f"mismatched mesh: the gradient is on {cur.mesh}, the input on {mesh_obj}")]
+    # DTensor's _redistribute_backward: where the input was Partial and the
+    # gradient is not (Shard, _StridedShard or Replicate), the gradient stays
+    # Replicate there (no conversion back to Partial).
     pl = tuple(Replicate() if p.is_partial() and not c.is_partial() else p
                for c, p in zip(cur.placements, prev.placements))
     target = DTensorSpec(mesh_obj, pl, tensor_meta=meta,
@@ -360,7 +386,7 @@ def _backward_entry(grad: Any, prev: DTensorSpec) -> tuple[Any, _Entry | None, l
     out_spec = DTensorSpec(mesh_obj, pl, tensor_meta=TensorMeta(meta.shape, meta.stride, meta.dtype),
                            use_strided_shard_as_shard_order=prev.use_strided_shard_as_shard_order)
     shape = tuple(meta.shape)
-    problems = [(UNSUPPORTED, t.replace("the source", "the gradient")) for t in _partial_problems(cur, mesh_obj)]
+    problems = _partial_problems(cur, target, mesh_obj, ("gradient", "input's layout"))
     problems += [(UNSUPPORTED, t) for t in _uneven_problems(cur, shape, mesh_obj, "gradient")]
     problems += [(UNSUPPORTED, t) for t in _uneven_problems(target, shape, mesh_obj, "input")]
     if problems:
@@ -475,12 +501,17 @@ def redistribute(dtensor: DTensor, placements: Sequence[Placement], *, device_me
     (the input's local tensor itself when the placements do not change, as
     DTensor does). Differentiable; the plan is cached.
 
+    Partial placements (``"sum"``, ``"max"``, ``"min"``) may be in the source
+    and the target; a Partial target gives a DTensor with those placements
+    whose local tensors reduce to the value.
+
     Raises, on every rank and before any data moves,
     :class:`~verishard.runtime.torch.RedistributionRefused` for bad input
     (placements of the wrong length, a dimension out of range, another
-    DeviceMesh, ranks that disagree) and
-    :class:`~verishard.runtime.torch.NotSupportedYet` for Partial placements
-    and shapes that do not divide. A DeviceMesh that does not span the
+    DeviceMesh, mixed Partial reductions, ranks that disagree) and
+    :class:`~verishard.runtime.torch.NotSupportedYet` for ``Partial("avg")``
+    and DTensor's other reductions, a change of the pending reduction, and
+    shapes that do not divide. A DeviceMesh that does not span the
     default process group is refused on each rank without communicating.
     """
     if isinstance(placements, list):

@@ -89,7 +89,7 @@ class RedistributionRefused(RedistributionError, ValueError):
 
 class NotSupportedYet(RedistributionRefused, NotImplementedError):
     """Raised on every rank when every problem found is a feature the verified
-    core does not type yet (Partial placements, shapes that do not divide).
+    core does not type yet (shapes that do not divide, Partial reductions other than sum/max/min).
 
     >>> issubclass(NotSupportedYet, NotImplementedError), issubclass(NotSupportedYet, RedistributionRefused)
     (True, True)
