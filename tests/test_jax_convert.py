@@ -110,3 +110,103 @@ def test_named_sharding_needs_the_right_mesh():
         vj.to_named_sharding(ArrayType.parse("[4{x}8]", "x=2,y=4"), jm)
     assert vj.to_named_sharding(ArrayType.parse("[2{x}8]", "x=4,y=2"), jm) == NamedSharding(jm, P("x"))
     assert np.array_equal(np.vectorize(lambda d: d.id)(jm.devices), np.arange(8).reshape(4, 2))
+
+
+# ---------------------------------------------------------------------------
+# unreduced axes: the pending axes of a sum
+
+
+import mpi_cases as mc  # noqa: E402
+from jax.sharding import AxisType  # noqa: E402
+
+PARTIAL_CASES = [("x=2,y=2,z=2", (4, 4)), ("x=2,y=3", (6, 6)), ("x=2,y=2*2", (8, 8))]
+
+
+def _partial_types(reduce="sum"):
+    """Every type of each case (over the mesh's parts) with a non-empty set of its unused parts pending."""
+    return [t for m, shape in PARTIAL_CASES for t in mc.partial_types(Mesh.parse(m), shape, (reduce,)) if t.partial]
+
+
+PARTIAL = _partial_types()
+
+
+def _whole_axes(t):
+    """Whether every dimension and the pending set name whole axes only."""
+    parts = set(t.partial) | set(t.used_parts)
+    m = t.mesh
+    return all(set(m.resolve(a)) <= parts or not set(m.resolve(a)) & parts for a in m.axis_names) and \
+        all(n in m.axis_names for d in range(t.rank) for n in t.dim_axes(d))
+
+
+def test_partial_types_round_trip_through_unreduced():
+    """All partial (sum) types of the cases (43 + 7 + 43 = 93); every one to a PartitionSpec with
+    unreduced axes and back, over whole axes where it can be spelled so, else over the mesh's parts;
+    and to a NamedSharding (a mesh of Explicit axes, which JAX's unreduced axes need) and back."""
+    assert len(PARTIAL) == 93
+    whole = 0
+    for t in PARTIAL:
+        if _whole_axes(t):
+            spec = vj.to_partition_spec(t)
+            assert spec.unreduced == frozenset(t.mesh.axis_names[i] for i, a in enumerate(t.mesh.axis_names)
+                                               if set(t.mesh.resolve(a)) <= set(t.partial))
+            assert vj.from_partition_spec(t.mesh, t.global_shape, spec) == t
+            whole += 1
+        spec = vj.to_partition_spec(t, parts=True)
+        assert spec.unreduced == frozenset(t.mesh.part_name(q) for q in t.partial)
+        assert vj.from_partition_spec(vj.jax_mesh(t.mesh), t.global_shape, spec) == t
+        sh = vj.to_named_sharding(t)
+        assert set(sh.mesh.axis_types) == {AxisType.Explicit}
+        assert vj.from_named_sharding(sh, t.global_shape) == t
+    assert 0 < whole < len(PARTIAL)
+
+
+def test_unreduced_spec_forms():
+    m = Mesh.parse("x=2,y=2,z=2")
+    assert vj.from_partition_spec(m, (4, 4), P(None, unreduced={"x"})) == ArrayType.parse("[4, 4] partial{x}", m)
+    assert vj.from_partition_spec(m, (4, 4), P("y", unreduced={"z", "x"})) == \
+        ArrayType.parse("[2{y}4, 4] partial{x,z}", m)
+    assert vj.to_partition_spec(ArrayType.parse("[4, 2{y}4] partial{z,x}", m)) == P(None, "y", unreduced={"x", "z"})
+    # a split axis: whole when all its parts are pending, else only over the mesh's parts
+    s = Mesh.parse("x=2,y=2*2")
+    assert vj.to_partition_spec(ArrayType.parse("[8] partial{y}", s)) == P(None, unreduced={"y"})
+    with pytest.raises(ShardingError, match="sub-axis 'y.1' is pending in .*, not the whole axis 'y'"):
+        vj.to_partition_spec(ArrayType.parse("[4{x}8] partial{y.1}", s))
+    t = ArrayType.parse("[4{y.0}8] partial{y.1}", s)
+    with pytest.raises(ShardingError, match="sub-axis"):
+        vj.to_partition_spec(t)
+    assert vj.to_partition_spec(t, parts=True) == P("y.0", unreduced={"y.1"})
+    sh = vj.to_named_sharding(t)
+    assert sh.mesh.axis_names == ("x", "y.0", "y.1") and vj.from_named_sharding(sh, (8,)) == t
+    # a given Explicit mesh (a split one keeps its axis types on the parts)
+    em = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+    sh = vj.to_named_sharding(t, em)
+    assert sh.mesh.axis_types == (AxisType.Explicit,) * 3 and [d.id for d in sh.mesh.devices.flat] == \
+        [d.id for d in em.devices.flat]
+    # the spec of an unreduced NamedSharding
+    u = NamedSharding(vj.jax_mesh(m, axis_types=AxisType.Explicit), P(None, "z", unreduced={"y"}))
+    assert vj.from_named_sharding(u, (4, 4)) == ArrayType.parse("[4, 2{z}4] partial{y}", m)
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_pending_max_and_min_have_no_partition_spec(reduce):
+    t = _partial_types(reduce)[0]
+    with pytest.raises(ShardingError, match=f"pending a {reduce}: JAX's unreduced axes are a pending sum"):
+        vj.to_partition_spec(t)
+    with pytest.raises(ShardingError, match="reshard_local"):
+        vj.to_named_sharding(t)
+
+
+def test_bad_unreduced_specs_are_refused():
+    m = Mesh.parse("x=2,y=2")
+    with pytest.raises(ShardingError, match="unreduced axes of .*unknown axis 'z'"):
+        vj.from_partition_spec(m, (4, 4), P(None, unreduced={"z"}))
+    with pytest.raises(ShardingError, match="both unreduced and sharding"):
+        vj.from_partition_spec(Mesh.parse("x=2,y=2*2"), (4, 4), P("y.0", unreduced={"y"}))
+    with pytest.raises(ShardingError, match="reduced axes"):
+        vj.from_partition_spec(m, (4, 4), P(None, reduced={"x"}))
+    with pytest.raises(ShardingError, match="unreduced axes"):
+        vj.spec_entries(P(None, unreduced={"x"}))   # plain entries only, unless asked
+    assert vj.spec_entries(P(None, unreduced={"x"}), unreduced=True) == (None,)
+    # JAX's rule: unreduced axes are Explicit axes
+    with pytest.raises(ShardingError, match="must be AxisType.Explicit"):
+        vj.to_named_sharding(ArrayType.parse("[4, 4] partial{x}", m), vj.jax_mesh(m))

@@ -158,10 +158,13 @@ def collectives(compiled_text: str) -> dict[str, int]:
 def plan_collectives(p) -> dict[str, int]:
     from verishard.runtime.backend import step_call
     out = dict.fromkeys(("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter"), 0)
-    kind = {"all_gather": "all-gather", "all_to_all": "all-to-all", "all_permute": "collective-permute"}
+    kind = {"all_gather": "all-gather", "all_to_all": "all-to-all", "all_permute": "collective-permute",
+            "all_reduce": "all-reduce"}
+    if p.reduce == "sum":  # a max or min reduce-scatter is an all-reduce and a local slice
+        kind["reduce_scatter"] = "reduce-scatter"
     t = p.src
     for s in p.steps:
-        call = step_call(p.mesh, t, s.collective)
+        call = step_call(p.mesh, t, s.collective, p.reduce)
         if call is not None and call[0] in kind:
             out[kind[call[0]]] += 1
         t = s.type
@@ -399,3 +402,235 @@ def test_pytrees(data):
     assert equivalent(out[0], jax.device_put(x, b)) and equivalent(out[1], jax.device_put(z, b))
     with pytest.raises(ShardingError, match="does not match"):
         vj.reshard((x, z), (a,))
+
+
+# ---------------------------------------------------------------------------
+# partial values: unreduced axes (a pending sum) and reshard_local (any reduction)
+
+import random  # noqa: E402
+
+import mpi_cases as mc  # noqa: E402
+from verishard import AllReduce, ReduceScatter, ToPartial  # noqa: E402
+from verishard.runtime import distribute, represented, split_partial  # noqa: E402
+
+XYZ_EXPLICIT = vj.jax_mesh(XYZ, axis_types=AxisType.Explicit)
+ALL = P(("x", "y", "z"))  # the stacked representation: device r holds row r (ranks are row-major over x, y, z)
+
+
+def partial_pairs(reduce, n, seed):
+    """``n`` pairs (of all those whose source or target is pending ``reduce``), drawn with ``seed``."""
+    ts = mc.partial_types(XYZ, (4, 4), (reduce,))
+    pairs = [(a, b) for a in ts for b in ts if a.partial or b.partial]
+    random.Random(seed).shuffle(pairs)
+    return pairs[:n], len(pairs)
+
+
+def a_global(rng, dtype):
+    return (rng.integers(-50, 50, (4, 4)) if np.dtype(dtype).kind == "i" else rng.standard_normal((4, 4))).astype(dtype)
+
+
+def assert_represents(blocks, t, A, what):
+    """The blocks (rank order) represent ``A`` under ``t``: float32 sums to rtol = atol = 1e-5
+    (the order of the additions differs from numpy's), everything else exactly."""
+    got, want = represented([np.asarray(b) for b in blocks], t), distribute(A, t.mesh, t.plain)
+    for dev, (g, w) in enumerate(zip(got, want)):
+        if A.dtype.kind == "f" and t.reduce == "sum":
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"device {dev}: {what}")
+        else:
+            assert g.dtype == w.dtype and np.array_equal(g, w), f"device {dev}: {what}"
+
+
+@pytest.mark.parametrize("reduce, n, check_vma", [("sum", 150, True), ("max", 40, False), ("min", 20, True)])
+def test_partial_pairs_inside_shard_map(reduce, n, check_vma):
+    """On {x:2, y:2, z:2}, global shape (4, 4): 80 types pending a sum (43 of them partial), 5031 pairs
+    whose source or target is pending; 150 of them drawn with seed 0 (and 40 of the 5031 max pairs,
+    20 of the min pairs), half float32, half int32. Every device's term comes from split_partial (a
+    random representation of a random array); reshard_local runs the verified plan on it inside
+    one jitted shard_map per reduction (psum / pmax / pmin, psum_scatter, ...); every device's output
+    block must represent the same array (represented / distribute in numpy)."""
+    pairs, total = partial_pairs(reduce, n, seed=0)
+    assert total == 5031 and len(pairs) == n
+    rng = np.random.default_rng(1)
+    plans, inputs, arrays = [], [], []
+    for i, (a, b) in enumerate(pairs):
+        p = verishard.plan(XYZ, a, b)
+        assert p.reduce == reduce
+        A = a_global(rng, np.int32 if i % 2 else np.float32)
+        blocks = split_partial(A, XYZ, p.src, rng)
+        plans.append(p)
+        arrays.append(A)
+        inputs.append(jax.device_put(np.stack(blocks), NamedSharding(JM, ALL)))
+
+    def body(*xs):
+        return tuple(vj.reshard_local(x[0], p)[None] for p, x in zip(plans, xs))
+
+    outs = jax.jit(jax.shard_map(body, mesh=JM, in_specs=ALL, out_specs=ALL, check_vma=check_vma))(*inputs)
+    kinds = set()
+    for p, A, y in zip(plans, arrays, outs):
+        assert y.shape == (8, *p.dst.local_shape) and y.dtype == A.dtype
+        assert_represents(list(np.asarray(y)), p.dst, A, str(p))
+        kinds |= {type(c) for c in p.collectives}
+    assert {AllReduce, ReduceScatter, ToPartial} <= kinds   # every partial collective ran
+
+
+def test_reshard_local_forms_and_errors():
+    A = np.arange(16, dtype=np.float32).reshape(4, 4)
+    rng = np.random.default_rng(2)
+    src, dst = ArrayType.parse("[4, 4] partial{x}", XYZ), ArrayType.parse("[2{x}4, 4]", XYZ)
+    blocks = jax.device_put(np.stack(split_partial(A, XYZ, src, rng)), NamedSharding(JM, ALL))
+    p = verishard.plan(XYZ, src, dst)
+    # a plan; a mesh (ours, its text, a JAX mesh) with types, their text or PartitionSpecs
+    forms = [(p,), (XYZ, src, dst), ("x=2,y=2,z=2", "[4, 4] partial{x}", "[2{x}4, 4]"),
+             (JM, P(unreduced={"x"}), P("x"))]
+    for form in forms:
+        f = jax.shard_map(lambda v, form=form: vj.reshard_local(v[0], *form)[None], mesh=JM, in_specs=ALL,
+                          out_specs=ALL)
+        assert_represents(list(np.asarray(f(blocks))), dst, A, str(form))
+    # "P(None)" has no pending axes: the plan [4, 4] -> [2{x}4, 4] keeps each device's half (by its x)
+    f = jax.shard_map(lambda v: vj.reshard_local(v[0], XYZ, "P(None)", "P('x')")[None], mesh=JM, in_specs=ALL,
+                      out_specs=ALL)
+    terms = np.asarray(blocks)
+    np.testing.assert_array_equal(np.asarray(f(blocks)), np.stack([terms[r, 2 * (r // 4):2 * (r // 4) + 2]
+                                                                  for r in range(8)]))
+    # outside shard_map, a block of the wrong shape, a plan over a split axis in a whole-axis shard_map
+    with pytest.raises(ShardingError, match="inside jax.shard_map"):
+        vj.reshard_local(jnp.zeros((4, 4)), p)
+    with pytest.raises(ShardingError, match=r"block has shape \(2, 4\)"):
+        jax.shard_map(lambda v: vj.reshard_local(v[0, :2], p)[None], mesh=JM, in_specs=ALL, out_specs=ALL)(blocks)
+    with pytest.raises(verishard.VerishardError, match="not both"):
+        vj.reshard_local(jnp.zeros((4, 4)), p, src)
+    split = verishard.check("x=2,y=2*2", "[8] partial{y}", "[4{y.0}8] partial{y.1}", [ReduceScatter(0, "y.0")])
+    jm = jax.make_mesh((2, 4), ("x", "y"))
+    with pytest.raises(ShardingError, match=r"y\.0 \(size 2\).*jax_mesh\(plan.mesh\)"):
+        jax.shard_map(lambda v: vj.reshard_local(v, split), mesh=jm, in_specs=P(), out_specs=P(),
+                      check_vma=False)(jnp.zeros(8))
+    # ... which runs over the mesh of parts
+    pm = vj.jax_mesh(split.mesh)
+    A8 = np.arange(8, dtype=np.float32)
+    terms = jax.device_put(np.stack(split_partial(A8, split.mesh, split.src, rng)),
+                           NamedSharding(pm, P(("x", "y.0", "y.1"))))
+    out = jax.shard_map(lambda v: vj.reshard_local(v[0], split)[None], mesh=pm, in_specs=P(("x", "y.0", "y.1")),
+                        out_specs=P(("x", "y.0", "y.1")))(terms)
+    assert_represents(list(np.asarray(out)), split.dst, A8, "split")
+
+
+def unreduced_array(A, t, rng, jm=XYZ_EXPLICIT):
+    """A jax.Array laid out as ``t`` on ``jm`` (Explicit axes): pending axes unreduced, each device
+    holding its term from split_partial (jax.device_put cannot build unreduced arrays)."""
+    blocks = split_partial(A, vj.mesh_from_jax(jm), t, rng)
+    sh = vj.to_named_sharding(t, jm)
+    return jax.make_array_from_single_device_arrays(
+        A.shape, sh, [jax.device_put(b, d) for b, d in zip(blocks, sh.mesh.devices.flat)])
+
+
+def blocks_of(y):
+    """Every device's block of ``y``, in rank order (the mesh's device order)."""
+    by_id = {s.device.id: np.asarray(s.data) for s in y.addressable_shards}
+    return [by_id[d.id] for d in y.sharding.mesh.devices.flat]
+
+
+def test_reshard_unreduced_arrays_eagerly_and_under_jit():
+    """reshard takes and returns arrays with unreduced axes (JAX 0.10.2 builds them on Explicit
+    axes): 30 pairs of the 5031 (seed 3), eagerly (and every fifth under jax.jit), each checked on
+    every device; the result's sharding is the target's, unreduced axes included."""
+    pairs, _ = partial_pairs("sum", 30, seed=3)
+    rng = np.random.default_rng(4)
+    for i, (a, b) in enumerate(pairs):
+        A = a_global(rng, np.int32 if i % 2 else np.float32)
+        x = unreduced_array(A, a, rng)
+        dst = vj.to_named_sharding(b, XYZ_EXPLICIT)
+        assert x.sharding.spec.unreduced == frozenset(XYZ.names(a.partial))
+        for y in (vj.reshard(x, dst), jax.jit(lambda v, dst=dst: vj.reshard(v, dst))(x) if i % 5 == 0 else None):
+            if y is None:
+                continue
+            assert y.sharding.spec.unreduced == dst.spec.unreduced
+            assert vj.from_named_sharding(y.sharding, y.shape).refined() == b.refined(), (str(a), str(b))
+            assert_represents(blocks_of(y), b, A, f"{a} -> {b}")
+
+
+def test_reshard_of_unreduced_uses_psum_scatter_under_jit():
+    """[4, 4] partial{x} -> [2{x}4, 4] is one ReduceScatter: under jax.jit the compiled HLO (XLA's CPU
+    backend) holds exactly one reduce-scatter (lax.psum_scatter) and no other collective, both through
+    reshard on an unreduced array and through reshard_local inside a shard_map."""
+    p = verishard.plan(XYZ, "[4, 4] partial{x}", "[2{x}4, 4]")
+    assert p.collectives == (ReduceScatter(0, ("x",)),)
+    want = dict.fromkeys(("all-gather", "all-to-all", "collective-permute", "all-reduce"), 0) | {"reduce-scatter": 1}
+    assert plan_collectives(p) == want
+    A = np.arange(16, dtype=np.float32).reshape(4, 4)
+    x = unreduced_array(A, p.src, np.random.default_rng(5))
+    f = jax.jit(lambda v: vj.reshard(v, NamedSharding(XYZ_EXPLICIT, P("x"))))
+    assert collectives(f.lower(x).compile().as_text()) == want
+    np.testing.assert_allclose(np.asarray(f(x)), A, rtol=1e-5, atol=1e-5)
+    g = jax.jit(jax.shard_map(lambda v: vj.reshard_local(v[0], p)[None], mesh=JM, in_specs=ALL, out_specs=ALL))
+    assert collectives(g.lower(jnp.zeros((8, 4, 4), jnp.float32)).compile().as_text()) == want
+    # JAX's own pending sum: a product over a sharded contraction with an unreduced out_sharding
+    a = jax.device_put(A, NamedSharding(XYZ_EXPLICIT, P(None, "x")))
+    b = jax.device_put(np.eye(4, dtype=np.float32), NamedSharding(XYZ_EXPLICIT, P("x")))
+    with jax.set_mesh(XYZ_EXPLICIT):
+        k = jax.jit(lambda u, v: vj.reshard(jnp.dot(u, v, out_sharding=P(None, None, unreduced={"x"})), P("x")))
+        assert collectives(k.lower(a, b).compile().as_text()) == want
+        np.testing.assert_allclose(np.asarray(k(a, b)), A, rtol=1e-5, atol=1e-5)
+    # an all-reduce: [4, 4] partial{x} -> [4, 4]
+    q = verishard.plan(XYZ, "[4, 4] partial{x}", "[4, 4]")
+    h = jax.jit(lambda v: vj.reshard(v, NamedSharding(XYZ_EXPLICIT, P())))
+    assert collectives(h.lower(x).compile().as_text()) == plan_collectives(q) == want | {"reduce-scatter": 0,
+                                                                                          "all-reduce": 1}
+
+
+def test_unreduced_with_execute_vmap_jvp_and_split_axes():
+    rng = np.random.default_rng(6)
+    A = rng.standard_normal((4, 4)).astype(np.float32)
+    src = ArrayType.parse("[4, 2{y}4] partial{x,z}", XYZ)
+    x = unreduced_array(A, src, rng)
+    # runtime execute on the array
+    p = verishard.plan(XYZ, src, "[2{z}4, 2{x}4]")
+    assert_represents(blocks_of(vj.execute(p, x)), p.dst, A, str(p))
+    with pytest.raises(ShardingError, match="unreduced axes"):
+        vj.execute(verishard.plan(XYZ, "[4, 2{y}4] partial{x}", "[4, 4]"), x)
+    # jvp: the tangent is redistributed the same way
+    dst = NamedSharding(XYZ_EXPLICIT, P("z", "x"))
+    y, ty = jax.jvp(lambda v: vj.reshard(v, dst), (x,), (x,))
+    assert_represents(blocks_of(y), p.dst, A, "jvp primal")
+    assert_represents(blocks_of(ty), p.dst, A, "jvp tangent")
+    # vmap: the batched problem keeps the pending axes (a target's: JAX 0.10.2's vmap itself refuses an
+    # input with unreduced axes, indexing its PartitionSpec before any primitive runs)
+    B = np.stack([A, 2 * A])
+    xb = jax.device_put(B, NamedSharding(XYZ_EXPLICIT, P(None, None, "y")))
+    yb = jax.jit(jax.vmap(lambda v: vj.reshard(v, NamedSharding(XYZ_EXPLICIT, P("z", unreduced={"x"})))))(xb)
+    assert yb.sharding.spec == P(None, "z", None, unreduced={"x"})
+    assert_represents(blocks_of(yb), ArrayType.parse("[2, 2{z}4, 4] partial{x}", XYZ), B, "vmap")
+    # a mesh whose axis of size 4 the plan splits (y.0, y.1), both ways: the arrays stay on the user's mesh
+    jm = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+    m24 = vj.mesh_from_jax(jm)
+    C = rng.standard_normal((8, 8)).astype(np.float32)
+    src, dst = ArrayType.parse("[4{x}8, 8] partial{y}", m24), ArrayType.parse("[2{y}8, 4{x}8]", m24)
+    assert verishard.plan(m24, src, dst).mesh == Mesh.parse("x=2,y=2*2")
+    u = unreduced_array(C, src, rng, jm)
+    for fn in (vj.reshard, jax.jit(vj.reshard, static_argnums=1)):
+        z = fn(u, NamedSharding(jm, P("y", "x")))
+        assert z.sharding == NamedSharding(jm, P("y", "x"))
+        np.testing.assert_allclose(np.asarray(z), C, rtol=1e-5, atol=1e-5)
+        back = fn(z, NamedSharding(jm, P("x", unreduced={"y"})))
+        assert vj.from_named_sharding(back.sharding, (8, 8)) == src   # P("x", unreduced={"y"}), however spelled
+        assert_represents(blocks_of(back), src, C, "split, back")
+    # execute runs the split plan on the mesh of parts (Explicit axes, as the user's)
+    z = vj.execute(verishard.plan(m24, src, dst), u)
+    assert z.sharding.mesh.axis_names == ("x", "y.0", "y.1") and set(z.sharding.mesh.axis_types) == {AxisType.Explicit}
+    np.testing.assert_allclose(np.asarray(z), C, rtol=1e-5, atol=1e-5)
+
+
+def test_unreduced_errors_are_clear():
+    A = np.ones((4, 4), np.float32)
+    x = unreduced_array(A, ArrayType.parse("[4, 4] partial{x}", XYZ), np.random.default_rng(7))
+    with jax.set_mesh(XYZ_EXPLICIT):
+        with pytest.raises(ShardingError, match="jax.grad / jax.vjp through reshard"):
+            jax.grad(lambda v: jnp.sum(vj.reshard(v, NamedSharding(XYZ_EXPLICIT, P()))))(x)
+    # Auto axes: JAX has no unreduced arrays there; a src= naming them is refused, pointing to reshard_local
+    auto = jax.device_put(A, NamedSharding(JM, P()))
+    with pytest.raises(ShardingError, match="AxisType.Explicit.*reshard_local"):
+        jax.jit(lambda v: vj.reshard(v, NamedSharding(JM, P("x")), src=P(unreduced={"x"})))(auto)
+    with pytest.raises(ShardingError, match="must be AxisType.Explicit"):
+        vj.to_named_sharding(ArrayType.parse("[4, 4] partial{x}", XYZ), JM)
+    with pytest.raises(ShardingError, match="rank-0"):
+        vj.reshard(jax.device_put(np.float32(1), NamedSharding(XYZ_EXPLICIT, P())),
+                   NamedSharding(XYZ_EXPLICIT, P(unreduced={"x"})))

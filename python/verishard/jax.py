@@ -12,6 +12,14 @@ planned by the verified core (``verishard.plan(mesh, dst, src)``); under
 ``jax.vmap`` it plans the batched types (one more dimension). See
 ``docs/jax.md`` for the rules on the source sharding and the limits.
 
+Partial values: a sharding's ``unreduced`` axes (JAX's pending sum, on a
+mesh of ``AxisType.Explicit`` axes) are the pending axes of a partial type,
+so :func:`reshard` also runs the all-reduces, reduce-scatters and
+make-pending steps of a partial plan (``P(unreduced={'x'})`` to ``P('x')`` is
+one ``psum_scatter``). Inside a ``jax.shard_map`` of your own,
+:func:`reshard_local` runs a plan on the local blocks (any reduction: sum,
+max or min).
+
 Importing this module imports JAX (set ``XLA_FLAGS`` before, for CPU devices).
 """
 
@@ -40,6 +48,7 @@ from .runtime.backend import execute as run_steps
 from .runtime.backend import step_call, validate_plan
 from .runtime.jax import JaxBackend, compile_plan, execute, rewrap
 from .sharding import ArrayType
+from .notation import parse_partition_spec
 
 try:  # the concrete array class: the eager fast path tests ``type(x) is ArrayImpl``
     from jax._src.array import ArrayImpl
@@ -47,8 +56,8 @@ except ImportError:  # pragma: no cover
     ArrayImpl = type(jnp.zeros(()))
 
 __all__ = ["mesh_from_jax", "jax_mesh", "spec_entries", "from_partition_spec", "to_partition_spec",
-           "from_named_sharding", "to_named_sharding", "JaxBackend", "execute", "reshard", "compile_plan",
-           "cache_info", "clear_cache", "reshard_p"]
+           "from_named_sharding", "to_named_sharding", "JaxBackend", "execute", "reshard", "reshard_local",
+           "compile_plan", "cache_info", "clear_cache", "reshard_p"]
 
 # ---------------------------------------------------------------------------
 # caches
@@ -131,7 +140,7 @@ def _mode(amesh) -> bool:
     if AxisType.Manual in types:
         manual = ", ".join(n for n, t in zip(amesh.axis_names, amesh.axis_types) if t == AxisType.Manual)
         raise ShardingError(f"reshard inside jax.shard_map (manual axes {manual}) is not supported: "
-                            f"call it outside the shard_map")
+                            f"call it outside the shard_map, or verishard.jax.reshard_local inside it")
     if types <= {AxisType.Explicit}:
         return True
     if types <= {AxisType.Auto}:
@@ -213,11 +222,12 @@ class _Redistribution:
         shape.insert(dim, size)
         types = []
         for t, e in ((self.src, src_entry), (self.dst, dst_entry)):
-            entries = list(spec_entries(to_partition_spec(t)))
+            spec = to_partition_spec(t)
+            entries = list(spec_entries(spec, unreduced=True))
             entries += [None] * (t.rank - len(entries))
             entries.insert(dim, e)
             try:
-                types.append(from_partition_spec(self.mesh, shape, PartitionSpec(*entries)))
+                types.append(from_partition_spec(self.mesh, shape, PartitionSpec(*entries, unreduced=spec.unreduced)))
             except ShardingError as err:
                 raise ShardingError(f"vmap: the batch dimension {dim} sharded as {e!r} does not fit {t}: {err}") \
                     from None
@@ -278,6 +288,10 @@ def _abstract_eval(aval, *, r: _Redistribution):
 
 
 def _transpose(ct, x, *, r: _Redistribution):
+    if r.src.partial or r.dst.partial:
+        raise ShardingError(f"jax.grad / jax.vjp through reshard {r.src} -> {r.dst} (unreduced axes) is not "
+                            f"supported: the cotangent of an unreduced value is a reduced (replicated) one, not the "
+                            f"reverse redistribution; forward mode (jax.jvp) and jax.vmap work")
     return [reshard_p.bind(ct, r=r.reverse())]
 
 
@@ -294,11 +308,11 @@ def _batch(axis_data, vals_in, dims_in, *, r: _Redistribution):
     spmd = tuple(spmd) if spmd else None
     if r.explicit:
         spec = jax.typeof(x).sharding.spec
-        src_entry = spec[d] if d < len(spec) else None
+        src_entry = spec.partitions[d] if d < len(spec.partitions) else None
         dst_entry = axis_data.explicit_mesh_axis
     elif type(x) is ArrayImpl and isinstance(x.sharding, NamedSharding):
         spec = x.sharding.spec
-        src_entry, dst_entry = (spec[d] if d < len(spec) else None), spmd
+        src_entry, dst_entry = (spec.partitions[d] if d < len(spec.partitions) else None), spmd
     else:
         src_entry = dst_entry = spmd
     return reshard_p.bind(x, r=r.batched(d, axis_data.size, src_entry, dst_entry)), d
@@ -326,6 +340,9 @@ def _pinned(r: _Redistribution) -> Callable:
 
 
 def _relabel(out_sh: NamedSharding):
+    if out_sh.spec.unreduced:  # jax.device_put cannot place unreduced arrays; the buffers are the same
+        return lambda x: rewrap(x, out_sh)
+
     def run(x):
         return x if x.sharding == out_sh else jax.device_put(x, out_sh)  # same layout: buffers reused
     return run
@@ -558,6 +575,9 @@ def _reshard(x, sharding, src, plan):
     # -- rank 0: nothing to move
     if x.ndim == 0:
         for what, spec in (("target", tgt_spec), ("src", src_spec)):
+            if getattr(spec, "unreduced", None):
+                raise ShardingError(f"reshard {what} {spec} of a rank-0 array has unreduced axes: verishard types "
+                                    f"have at least one dimension (reshape it to (1,), or use jax.lax.psum)")
             if len(spec_entries(spec)):
                 raise ShardingError(f"reshard {what} {spec} has {len(spec)} entries but the array has rank 0")
         if concrete:
@@ -572,6 +592,10 @@ def _reshard(x, sharding, src, plan):
         k = _type(mesh, x.shape, known, "source")
         if k.refined() != src_t.refined():
             raise ShardingError(f"src {src_spec} ({src_t}) is not how the array is laid out: {known} ({k})")
+    if (src_t.partial or dst_t.partial) and not _mode(amesh):
+        raise ShardingError(f"reshard {src_t} -> {dst_t}: unreduced axes need a mesh of AxisType.Explicit axes "
+                            f"(JAX's rule: it has no unreduced arrays on Auto axes); inside jax.shard_map, "
+                            f"verishard.jax.reshard_local runs the plan on the local blocks")
     if plan is None:
         p = _plan_for(mesh, src_t, dst_t)
     else:
@@ -594,3 +618,87 @@ def _reshard(x, sharding, src, plan):
     else:
         fn = _executor(r, xs, out_sh)
     return fn(x)
+
+
+# ---------------------------------------------------------------------------
+# inside shard_map: the local block
+
+
+def _given_type(mesh: Mesh, t, global_shape=None, local_shape=None, what: str = "src") -> ArrayType:
+    """``t`` as a type over ``mesh``: an ArrayType, its text, or a
+    PartitionSpec (over ``global_shape``, or over ``local_shape`` times the
+    shards of each dimension)."""
+    if isinstance(t, ArrayType):
+        return t
+    if isinstance(t, str) and t.lstrip().startswith("["):
+        return ArrayType.parse(t, mesh)
+    spec = parse_partition_spec(t) if isinstance(t, str) else t
+    if not isinstance(spec, (PartitionSpec, tuple, list)):
+        raise ShardingError(f"reshard_local {what}: expected a type, its text or a PartitionSpec, "
+                            f"not {type(t).__name__}")
+    if global_shape is None:
+        entries = list(spec_entries(spec, unreduced=True))
+        if len(entries) > len(local_shape):
+            raise ShardingError(f"reshard_local {what} {spec} has {len(entries)} entries but the block has rank "
+                                f"{len(local_shape)}")
+        entries += [None] * (len(local_shape) - len(entries))
+        global_shape = []
+        for n, e in zip(local_shape, entries):
+            for name in e or ():
+                for q in mesh.resolve(name):
+                    n *= mesh.part_sizes[q]
+            global_shape.append(n)
+    return from_partition_spec(mesh, global_shape, spec)
+
+
+def _axis_size(name: str) -> int | None:
+    try:
+        return lax.axis_size(name)
+    except (NameError, ValueError, KeyError):
+        return None
+
+
+def reshard_local(x, plan: Plan | Mesh | str, src: ArrayType | PartitionSpec | str | None = None,
+                  dst: ArrayType | PartitionSpec | str | None = None):
+    """Run a redistribution on the local block ``x`` of the calling device,
+    inside a ``jax.shard_map`` (or another context naming the mesh axes) over
+    the axes of the plan's mesh; returns the local block of the target.
+
+    ``plan`` is a :class:`~verishard.plan.Plan` (re-checked by the verified
+    checker unless this process made it), or a mesh with ``src`` and ``dst``
+    (types, their text, or ``PartitionSpec``\\ s whose global shape is the
+    block's times its shards), planned by :func:`verishard.plan` (cached).
+    This is the entry point for a pending reduction of any kind (sum, max,
+    min): ``x`` is this device's term of it, e.g. its piece of a matrix
+    product. The steps are those of :func:`verishard.runtime.execute` with
+    :class:`JaxBackend` (``psum``/``pmax``/``pmin``, ``psum_scatter``,
+    ``all_gather``, ``all_to_all``, ``ppermute``, local slices). Works with
+    ``check_vma`` on or off, and under ``jax.jit``.
+
+    >>> jm = jax_mesh("x=2")
+    >>> terms = jax.device_put(jnp.arange(8.0).reshape(2, 4), NamedSharding(jm, PartitionSpec("x")))
+    >>> f = jax.shard_map(lambda v: reshard_local(v[0], "x=2", "[4] partial{x}", "[2{x}4]"),
+    ...                   mesh=jm, in_specs=PartitionSpec("x"), out_specs=PartitionSpec("x"))
+    >>> f(terms).tolist()                   # [0, 1, 2, 3] + [4, 5, 6, 7], scattered over x
+    [4.0, 6.0, 8.0, 10.0]
+    """
+    if isinstance(plan, Plan):
+        if src is not None or dst is not None:
+            raise VerishardError("reshard_local: pass a plan, or a mesh with src and dst, not both")
+        p = validate_plan(plan)
+    else:
+        if src is None or dst is None:
+            raise VerishardError("reshard_local needs a plan, or a mesh with src and dst")
+        mesh = mesh_from_jax(plan) if isinstance(plan, (JaxMesh, AbstractMesh)) else Mesh.coerce(plan)
+        s = _given_type(mesh, src, local_shape=tuple(x.shape), what="src")
+        p = _plan_for(mesh, s, _given_type(mesh, dst, global_shape=s.global_shape, what="dst"))
+    if tuple(x.shape) != tuple(p.src.local_shape):
+        raise ShardingError(f"reshard_local: the block has shape {tuple(x.shape)}, but a block of {p.src} on "
+                            f"{p.mesh} has shape {tuple(p.src.local_shape)}")
+    missing = [f"{n} (size {k})" for n, k in p.mesh.parts if k > 1 and _axis_size(n) != k]
+    if missing:
+        raise ShardingError(f"reshard_local runs inside jax.shard_map over the axes of the plan's mesh {p.mesh}; "
+                            f"{', '.join(missing)} is not a manual axis of that size here"
+                            + (" (the plan splits an axis: shard_map over verishard.jax.jax_mesh(plan.mesh))"
+                               if len(p.mesh.parts) != len(p.mesh.axes) else ""))
+    return run_steps(p, x, JaxBackend(p.mesh))

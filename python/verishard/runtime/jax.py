@@ -21,8 +21,11 @@ from jax import lax
 from jax.sharding import Mesh as JaxMesh
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jax.sharding import AxisType
+
+from ..errors import ShardingError
 from ..jax_sharding import (devices_of, cached_jax_mesh, from_named_sharding, jax_mesh, mesh_from_jax,
-                            to_named_sharding, to_partition_spec)
+                            part_axis_types, to_named_sharding, to_partition_spec)
 from ..mesh import Mesh
 from ..plan import Plan
 from .backend import AxisGroup, Backend, reduction_identity, validate_plan
@@ -156,12 +159,19 @@ class JaxBackend(Backend):
         return jnp.where(keep, x, y)
 
 
+def _pending(plan: Plan) -> bool:
+    return bool(plan.src.partial or plan.dst.partial)
+
+
 def _same_layout_mesh(plan: Plan, jmesh: JaxMesh) -> JaxMesh:
     """The JAX mesh the plan runs on: ``jmesh`` itself when the plan's mesh is
-    the user's, else the parts-level mesh over the same devices."""
+    the user's, else the parts-level mesh over the same devices (each part
+    with its axis's type when the plan has pending axes, which JAX wants
+    Explicit)."""
     if mesh_from_jax(jmesh) == plan.mesh and len(plan.mesh.parts) == len(plan.mesh.axes):
         return jmesh
-    return cached_jax_mesh(plan.mesh, tuple(d.id for d in jmesh.devices.flat))
+    types = part_axis_types(plan.mesh, jmesh) if _pending(plan) else None
+    return cached_jax_mesh(plan.mesh, tuple(d.id for d in jmesh.devices.flat), types)
 
 
 @functools.lru_cache(maxsize=512)
@@ -181,6 +191,10 @@ def compile_plan(plan: Plan, mesh: JaxMesh | Sequence | None = None):
     argument is an array laid out as ``plan.src`` on the returned mesh.
 
     Returns ``(fn, jax_mesh)``. ``mesh`` is the user's JAX mesh (or devices).
+    A plan with pending axes (a pending sum: JAX's ``unreduced``) runs on a
+    mesh of ``AxisType.Explicit`` axes, as JAX requires; a pending max or min
+    has no JAX spelling (:func:`verishard.jax.reshard_local` runs it inside a
+    ``shard_map`` of your own).
 
     >>> from verishard import plan
     >>> p = plan("x=2", "[2{x}4]", "[4]")
@@ -194,7 +208,8 @@ def compile_plan(plan: Plan, mesh: JaxMesh | Sequence | None = None):
         jm = _same_layout_mesh(plan, mesh)
     else:
         devs = devices_of(mesh) if mesh is not None else jax.devices()[:plan.mesh.num_devices]
-        jm = cached_jax_mesh(plan.mesh, tuple(d.id for d in devs))
+        types = (AxisType.Explicit,) * len(plan.mesh.parts) if _pending(plan) else None
+        jm = cached_jax_mesh(plan.mesh, tuple(d.id for d in devs), types)
     return _compiled(plan, jm), jm
 
 
@@ -205,12 +220,31 @@ def rewrap(x: jax.Array, sharding: NamedSharding) -> jax.Array:
     return jax.make_array_from_single_device_arrays(x.shape, sharding, [s.data for s in x.addressable_shards])
 
 
+def _check_pending(plan: Plan, x: jax.Array) -> None:
+    """The array's unreduced axes are the plan's pending axes (the rest of the
+    layout is the caller's promise; a wrong pending set would silently scale
+    the data)."""
+    sh = getattr(x, "sharding", None)
+    got = set(sh.spec.unreduced) if isinstance(sh, NamedSharding) else set()
+    parts: set[int] = set()
+    for name in got:
+        try:
+            parts.update(plan.mesh.resolve(name))
+        except ShardingError:
+            parts.add(-1)
+    if parts != set(plan.src.partial):
+        raise ShardingError(f"execute: the array's unreduced axes {sorted(got)} are not the pending axes of the "
+                            f"plan's source {plan.src}")
+
+
 def execute(plan: Plan, x: jax.Array, mesh: JaxMesh | None = None, check: bool = True) -> jax.Array:
     """Run a checked plan on ``x`` (laid out as ``plan.src``); returns the
     array laid out as ``plan.dst``, with a sharding over ``mesh`` (default:
     ``x``'s JAX mesh) when the plan's mesh is the user's.
 
-    ``check`` re-checks the plan with the verified checker first.
+    ``check`` re-checks the plan with the verified checker first. A source
+    with pending axes is an array whose sharding has those ``unreduced`` axes
+    (each device holds a term of the sum), on a mesh of Explicit axes.
 
     >>> from verishard import plan
     >>> p = plan("x=2", "[2{x}4]", "[4]")
@@ -227,7 +261,11 @@ def execute(plan: Plan, x: jax.Array, mesh: JaxMesh | None = None, check: bool =
     fn, jm = compile_plan(plan, mesh)
     src_sh = NamedSharding(jm, to_partition_spec(plan.src, parts=True))
     if not isinstance(x, jax.Array):
+        if plan.src.partial:
+            raise ShardingError(f"execute: the source {plan.src} has pending axes, so it must be a jax.Array whose "
+                                f"sharding has them unreduced (jax.device_put cannot make one from host data)")
         x = jax.device_put(x, src_sh)
     else:
+        _check_pending(plan, x)
         x = rewrap(x, src_sh)
     return rewrap(fn(x), NamedSharding(jm, to_partition_spec(plan.dst, parts=True)))
