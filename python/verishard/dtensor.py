@@ -127,7 +127,7 @@ def full_shard_order(t: ArrayType) -> tuple[ShardOrderEntry, ...]:
     >>> full_shard_order(ArrayType.parse("[2{y,x}12, 4]", "x=2,y=3"))
     (ShardOrderEntry(tensor_dim=0, mesh_dims=(1, 0)),)
     """
-    pl, order = notation.to_placements(t)
+    pl, order = notation.to_placements(t.plain)
     by_dim: dict[int, list[int]] = {}
     for i, p in enumerate(pl):
         if p[0] == "shard":
@@ -256,7 +256,7 @@ def to_placements(t: ArrayType) -> tuple[tuple[Any, ...], tuple[ShardOrderEntry,
     ...
     verishard.errors.ShardingError: pending sub-axis 'y.0' in [4] partial{y.0} is not a whole mesh axis; DTensor placements name whole mesh dimensions
     """
-    pl, order = notation.to_placements(t)
+    pl, order = notation.to_placements(t.plain if isinstance(t, ArrayType) else t)  # the pending axes below
     out = list(tuples_to_placements(pl))
     if isinstance(t, ArrayType) and t.partial:
         pending = set(t.partial)
