@@ -104,16 +104,31 @@ let perror_code = function
 
 let finish buf = Buffer.contents buf
 
+(* A checker's report, plain or partial: [0; peak; s; s+1 types; s received counts]. *)
+let put_report buf put_t peak s ts rs =
+  List.iter (Buffer.add_int buf) [0; peak; s];
+  List.iter (put_t buf) ts;
+  List.iter (Buffer.add_int buf) rs
+
+(* A pipeline's answer, plain or partial: [0; k; (len; sizes..) for each of
+   the k parts (the split); peak; s; s steps; s+1 types; s received counts]. *)
+let put_planned buf put_step put_t fs peak p ts rs =
+  Buffer.add_int buf 0;
+  Buffer.add_int buf (List.length fs);
+  List.iter (put_axes buf) fs;
+  Buffer.add_int buf peak;
+  Buffer.add_int buf (List.length p);
+  List.iter (put_step buf) p;
+  List.iter (put_t buf) ts;
+  List.iter (Buffer.add_int buf) rs
+
 let check_fn a =
   let next = reader a in
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
   let p = read_plan next in
   let buf = Buffer.create () in
   (match check m src dst p with
-   | Ok r ->
-       List.iter (Buffer.add_int buf) [0; r.peak; List.length p];
-       List.iter (put_type buf) r.types;
-       List.iter (Buffer.add_int buf) r.received
+   | Ok r -> put_report buf put_type r.peak (List.length p) r.types r.received
    | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]);
   finish buf
 
@@ -152,15 +167,7 @@ let plan_fn a =
   let buf = Buffer.create () in
   (match plan_problem m src dst with
    | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
-   | Ok ((fs, p), r) ->
-       Buffer.add_int buf 0;
-       Buffer.add_int buf (List.length fs);
-       List.iter (fun f -> Buffer.add_int buf (List.length f); List.iter (Buffer.add_int buf) f) fs;
-       Buffer.add_int buf r.peak;
-       Buffer.add_int buf (List.length p);
-       List.iter (put_coll buf) p;
-       List.iter (put_type buf) r.types;
-       List.iter (Buffer.add_int buf) r.received);
+   | Ok ((fs, p), r) -> put_planned buf put_coll put_type fs r.peak p r.types r.received);
   finish buf
 
 (* [Pchecker.pcheck]: as [check_fn], with partial types and steps. *)
@@ -170,10 +177,7 @@ let pcheck_fn a =
   let p = read_pplan next in
   let buf = Buffer.create () in
   (match pcheck m src dst p with
-   | Ok r ->
-       List.iter (Buffer.add_int buf) [0; r.ppeak; List.length p];
-       List.iter (put_ptype buf) r.ptypes;
-       List.iter (Buffer.add_int buf) r.preceived
+   | Ok r -> put_report buf put_ptype r.ppeak (List.length p) r.ptypes r.preceived
    | Err (i, e) -> let (c, x) = perror_code e in List.iter (Buffer.add_int buf) [1; i; c; x]);
   finish buf
 
@@ -185,15 +189,7 @@ let pplan_fn a =
   let buf = Buffer.create () in
   (match pplan_problem m src dst with
    | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
-   | Ok ((fs, p), r) ->
-       Buffer.add_int buf 0;
-       Buffer.add_int buf (List.length fs);
-       List.iter (fun f -> put_axes buf f) fs;
-       Buffer.add_int buf r.ppeak;
-       Buffer.add_int buf (List.length p);
-       List.iter (put_pcoll buf) p;
-       List.iter (put_ptype buf) r.ptypes;
-       List.iter (Buffer.add_int buf) r.preceived);
+   | Ok ((fs, p), r) -> put_planned buf put_pcoll put_ptype fs r.ppeak p r.ptypes r.preceived);
   finish buf
 
 let lower_bound_fn a =
