@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from .errors import ParseError, PlanError, ShardingError, VerishardError, show
 from .limits import MAX_INDEX, check_int
@@ -369,7 +369,30 @@ class AllPermute(Collective):
 
 
 @dataclass(frozen=True)
-class AllReduce(Collective):
+class _GroupStep(Collective):
+    """A step named by its axes alone (``AllReduce``, ``ToPartial``): tag
+    ``_TAG``, JSON op ``_OP``; encoded ``[tag, m, parts...]``."""
+
+    _TAG: ClassVar[int]
+    _OP: ClassVar[str]
+    axes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "axes", _axes(self.axes))
+
+    def encode(self, mesh: Mesh) -> list[int]:
+        ps = self.parts(mesh)
+        return [self._TAG, len(ps), *ps]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self._OP, "axes": list(self.axes)}
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}({_show_axes(self.axes)})"
+
+
+@dataclass(frozen=True)
+class AllReduce(_GroupStep):
     """Reduce over the pending ``axes``: every device of a group gets the
     reduction of the group's local arrays, and the axes become replicated.
 
@@ -378,20 +401,8 @@ class AllReduce(Collective):
     ('AllReduce(x)', [4, 1, 0], {'op': 'all_reduce', 'axes': ['x']})
     """
 
-    axes: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "axes", _axes(self.axes))
-
-    def encode(self, mesh: Mesh) -> list[int]:
-        ps = self.parts(mesh)
-        return [4, len(ps), *ps]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"op": "all_reduce", "axes": list(self.axes)}
-
-    def __str__(self) -> str:
-        return f"AllReduce({_show_axes(self.axes)})"
+    _TAG: ClassVar[int] = 4
+    _OP: ClassVar[str] = "all_reduce"
 
 
 @dataclass(frozen=True)
@@ -423,7 +434,7 @@ class ReduceScatter(Collective):
 
 
 @dataclass(frozen=True)
-class ToPartial(Collective):
+class ToPartial(_GroupStep):
     """Make the replicated ``axes`` pending: the device numbered 0 in each
     group keeps its array, the others hold the reduction's unit. No
     communication.
@@ -433,20 +444,8 @@ class ToPartial(Collective):
     ('ToPartial(y)', [6, 1, 0], {'op': 'to_partial', 'axes': ['y']})
     """
 
-    axes: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "axes", _axes(self.axes))
-
-    def encode(self, mesh: Mesh) -> list[int]:
-        ps = self.parts(mesh)
-        return [6, len(ps), *ps]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"op": "to_partial", "axes": list(self.axes)}
-
-    def __str__(self) -> str:
-        return f"ToPartial({_show_axes(self.axes)})"
+    _TAG: ClassVar[int] = 6
+    _OP: ClassVar[str] = "to_partial"
 
 
 decode = Collective.decode
