@@ -255,6 +255,20 @@ class ArrayType:
                 raise LimitError(f"{what} {show(tok)} is too large")
             return int(tok)
 
+        def axis_names(what: str) -> list[str]:
+            """``a, b, ...}``: one or more names, then the closing brace."""
+            names = []
+            while True:
+                tok = take(what)
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[0-9]+)?", tok):
+                    raise ParseError(f"expected {what}, found {show(tok)} in {show(text)}")
+                names.append(tok)
+                sep = take("',' or '}'")
+                if sep == "}":
+                    return names
+                if sep != ",":
+                    raise ParseError(f"expected ',' or '}}' after axis {show(tok)}, found {show(sep)} in {show(text)}")
+
         expect("[", "at the start")
         if peek() == "]":
             raise ParseError(f"empty type {show(text)}; an array type has at least one dimension")
@@ -264,21 +278,11 @@ class ArrayType:
             first = integer(f"a size for dimension {i}")
             if peek() == "{":
                 take("'{'")
-                names = []
-                if peek() == "}":
+                if peek() == "}":  # "{}": no axes
                     take("'}'")
+                    names = []
                 else:
-                    while True:
-                        tok = take(f"an axis name in dimension {i}")
-                        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[0-9]+)?", tok):
-                            raise ParseError(f"expected an axis name in dimension {i}, found {show(tok)} in {show(text)}")
-                        names.append(tok)
-                        sep = take("',' or '}'")
-                        if sep == "}":
-                            break
-                        if sep != ",":
-                            raise ParseError(
-                                f"expected ',' or '}}' after axis {show(tok)}, found {show(sep)} in {show(text)}")
+                    names = axis_names(f"an axis name in dimension {i}")
                 g = integer(f"the global size of dimension {i}")
                 parts = tuple(p for a in names for p in mesh.resolve(a))
                 dims.append(DimType(g, parts))
@@ -302,18 +306,7 @@ class ArrayType:
                                      f"expected one of {', '.join(REDUCE_OPS)}")
                 expect(")", "after the reduction")
             expect("{", "after 'partial'")
-            names = []
-            while True:
-                tok = take("a pending axis name")
-                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[0-9]+)?", tok):
-                    raise ParseError(f"expected a pending axis name, found {show(tok)} in {show(text)}")
-                names.append(tok)
-                sep = take("',' or '}'")
-                if sep == "}":
-                    break
-                if sep != ",":
-                    raise ParseError(f"expected ',' or '}}' after axis {show(tok)}, found {show(sep)} in {show(text)}")
-            partial = tuple(p for a in names for p in mesh.resolve(a))
+            partial = tuple(p for a in axis_names("a pending axis name") for p in mesh.resolve(a))
         if pos != len(toks):
             raise ParseError(f"unexpected {show(toks[pos])} after the type in {show(text)}")
         t = cls(mesh, tuple(dims), partial, reduce)
