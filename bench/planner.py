@@ -7,9 +7,10 @@ source/target pairs are planned by:
 
   synth     the extracted synthesizer alone (`verishard._core.synthesize`) on
             pre-encoded refined inputs: one Python->OCaml call;
-  core      the extracted pipeline alone (`verishard._core.plan`) on the
-            pre-encoded user-mesh input, as `verishard.core.plan` encodes it:
-            refinement, search, re-expression and validation in one call;
+  core      the extracted pipeline alone (`verishard._core.pplan`, the call
+            `verishard.core.plan` makes) on the pre-encoded user-mesh input:
+            pending reductions around refinement, search, re-expression and
+            validation, in one call;
   plan()    the public path `verishard.plan(mesh, src, dst)`: encoding, that
             one call and decoding the report into Python objects, on a problem
             not seen before (the plan cache is cleared before each call; its
@@ -74,7 +75,7 @@ GROWTH_AXES = [(4, k) for k in range(1, 9)]
 GROWTH_RANK = [(r, 4) for r in range(1, 7)]
 CELLS = GRID + [c for c in GROWTH_AXES + GROWTH_RANK if c not in GRID]
 METHODS = ("synth", "core", "plan", "plan1", "naive", "dtg", "dtm")
-LABEL = {"synth": "synth", "core": "core (_core.plan)", "plan": "plan()", "plan1": "plan() 1st",
+LABEL = {"synth": "synth", "core": "core (_core.pplan)", "plan": "plan()", "plan1": "plan() 1st",
          "naive": "naive", "dtg": "DT greedy", "dtm": "DT min-cost"}
 
 
@@ -229,10 +230,10 @@ def run_cell(rng, rank, k, cases, dt: DTensor, cap_s):
         t["plan1"].append(once(lambda: vs.plan(mesh, src, dst)))   # first call on this problem
         fine = mesh.refined()
         synth_in = fine.encode() + src.refined().encode() + dst.refined().encode()
-        plan_in = mesh.encode() + src.encode() + dst.encode()
-        n["core_rejected"] += _core.plan(plan_in)[0] == 1
+        plan_in = mesh.encode() + src.pencode() + dst.pencode()
+        n["core_rejected"] += _core.pplan(plan_in)[0] == 1
         t["synth"].append(timed(lambda: _core.synthesize(synth_in)))
-        t["core"].append(timed(lambda: _core.plan(plan_in)))
+        t["core"].append(timed(lambda: _core.pplan(plan_in)))
         t["plan"].append(timed(lambda: (_planned.cache_clear(), vs.plan(mesh, src, dst))))
         t["hit"].append(timed(lambda: vs.plan(mesh, src, dst)))
         t["naive"].append(timed(lambda: naive_plan(src, dst)))
@@ -382,7 +383,7 @@ def main() -> None:
             f"(target <= {TARGET_MEDIAN_US:.0f} us: {verdict(pm <= TARGET_MEDIAN_US)}), p99 {pq:.1f} us "
             f"(target <= {TARGET_P99_US:.0f} us: {verdict(pq <= TARGET_P99_US)}). "
             f"First call on a fresh problem: median {fmt(s['plan1'][0])} us, p99 {fmt(s['plan1'][1])} us. "
-            f"Core call alone (_core.plan): median {fmt(s['core'][0])} us, p99 {fmt(s['core'][1])} us; "
+            f"Core call alone (_core.pplan): median {fmt(s['core'][0])} us, p99 {fmt(s['core'][1])} us; "
             f"synthesizer alone: median {fmt(s['synth'][0])} us. "
             f"DTensor greedy: median {fmt(s['dtg'][0])} us, p99 {fmt(s['dtg'][1])} us; "
             f"min-cost: median {fmt(s['dtm'][0])} us, p99 {fmt(s['dtm'][1])} us "
@@ -423,7 +424,7 @@ def main() -> None:
         "that depends on a timeout prints as `>x`, x being its value with timeouts counted at the cap; once more than half of a cell's cases timed out for a DTensor planner, "
         "its median and p99 are known to be > cap and its remaining cases are skipped, counted as such); per cell the median / p99 over cases (with this many cases the "
         "p99 is the maximum); times in microseconds on this machine (2 shared cores). Ratios are of medians. "
-        "Columns: `synth` = `_core.synthesize` on pre-encoded refined inputs; `core` = `_core.plan` on the "
+        "Columns: `synth` = `_core.synthesize` on pre-encoded refined inputs; `core` = `_core.pplan` (what `plan()` calls) on the "
         "pre-encoded user-mesh problem (the one call into the verified pipeline); `plan()` = "
         "`verishard.plan(mesh, src, dst)`; `plan() 1st` = its first call on each fresh problem (one sample); "
         "`naive` = gather-all-then-slice in Python; `DT greedy` / `DT min-cost` = torch's "
