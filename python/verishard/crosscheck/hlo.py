@@ -588,7 +588,7 @@ def _int_div(a, b):
 
 _BINARY = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum,
-    "minimum": np.minimum, "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor,
+    "minimum": np.minimum, "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,  # bitwise on ints
     "divide": _int_div, "remainder": lambda a, b: a - _int_div(a, b) * b,
     "shift-left": np.left_shift, "shift-right-logical": np.right_shift,
     "shift-right-arithmetic": np.right_shift,
@@ -877,7 +877,7 @@ class Interpreter:
         comp = self.module.computations.get(callee)
         root = comp.root.opcode if comp else "add"
         fns = {"add": np.add, "maximum": np.maximum, "minimum": np.minimum, "multiply": np.multiply,
-               "or": np.logical_or, "and": np.logical_and}
+               "or": np.bitwise_or, "and": np.bitwise_and}
         if root not in fns:
             raise HloError(f"unsupported reduction {root!r}")
         return fns[root]

@@ -24,7 +24,7 @@ from ..sharding import ArrayType
 from .result import PlannerResult, judge
 from .trace import Event, global_values, held_sets, local_arrays
 
-__all__ = ["dtensor_plan", "dtensor_transforms"]
+__all__ = ["dtensor_plan", "dtensor_transforms", "replay"]
 
 
 def _groups(mesh: Mesh, dims: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -77,6 +77,55 @@ def _describe(info: Any) -> str:
     return f"mesh dim{'s' if len(dims) > 1 else ''} {','.join(map(str, dims))}: {a} -> {b}"
 
 
+def replay(mesh: Mesh, info: Any, xs: list[np.ndarray]):
+    """One DTensor transform on every rank's local array, with DTensor's data
+    semantics: ``(kind, new arrays, received per rank)``, ``None`` for a
+    transform that does nothing, kind ``"unsupported"`` for one not modelled.
+
+    Shard -> Replicate gathers in group order, Replicate -> Shard takes the
+    rank's chunk, Shard -> Shard is an all-to-all; Partial("sum") ->
+    Replicate sums the group (an all-reduce, counted as a ring: ``2 (s -
+    s / n)`` received), Partial -> Shard sums and keeps the rank's chunk (a
+    reduce-scatter, ``s - s / n``), and Replicate -> Partial("sum") is
+    DTensor's ``Partial._partition_value``: the value divided by the group
+    size on every rank (true division; the arrays should be floats).
+    """
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    a, b = info.src_dst_placements
+    dims = tuple(getattr(info, "original_mesh_dims", None) or (info.mesh_dim,))
+    key, index = _groups(mesh, dims)
+    size = int(np.prod([mesh.axis_sizes[d] for d in dims]))
+    n = mesh.num_devices
+    if size == 1 or a == b:
+        return None
+    received = np.zeros(n, dtype=np.int64)
+    members = [sorted((i for i in range(n) if key[i] == key[r]), key=lambda i: index[i]) for r in range(n)]
+    summed = isinstance(a, Partial) and a.reduce_op == "sum"
+    if type(a) is Shard and isinstance(b, Replicate):
+        new = [np.concatenate([xs[m] for m in members[r]], axis=a.dim) for r in range(n)]
+        received = np.array([y.size - x.size for x, y in zip(xs, new)], dtype=np.int64)
+        return "all-gather", new, received
+    if isinstance(a, Replicate) and type(b) is Shard:
+        return "local", [np.split(xs[r], size, axis=b.dim)[index[r]] for r in range(n)], received
+    if type(a) is Shard and type(b) is Shard:
+        new = []
+        for r in range(n):
+            got = [np.split(xs[m], size, axis=b.dim)[index[r]] for m in members[r]]
+            new.append(np.concatenate(got, axis=a.dim))
+            received[r] = sum(g.size for m, g in zip(members[r], got) if m != r)
+        return "all-to-all", new, received
+    if summed and isinstance(b, Replicate):
+        new = [sum(xs[m] for m in members[r]) for r in range(n)]
+        return "all-reduce", new, np.array([2 * (x.size - x.size // size) for x in xs], dtype=np.int64)
+    if summed and type(b) is Shard:
+        new = [np.split(sum(xs[m] for m in members[r]), size, axis=b.dim)[index[r]] for r in range(n)]
+        return "reduce-scatter", new, np.array([x.size - x.size // size for x in xs], dtype=np.int64)
+    if isinstance(a, Replicate) and isinstance(b, Partial) and b.reduce_op == "sum":
+        return "to-partial", [x / size for x in xs], received
+    return "unsupported", xs, received
+
+
 def dtensor_plan(mesh: Mesh, src: ArrayType, dst: ArrayType, *, min_cost: bool = False) -> PlannerResult:
     """DTensor's plan for ``src -> dst`` in our IR (or why it has none).
 
@@ -89,8 +138,6 @@ def dtensor_plan(mesh: Mesh, src: ArrayType, dst: ArrayType, *, min_cost: bool =
     >>> dtensor_plan(Mesh.parse("x=2*2"), ArrayType.parse("[1{x}4]", "x=2*2"), ArrayType.parse("[4]", "x=2*2")).summary()
     'dtensor-greedy: unsupported (DTensor mesh dimensions are whole axes; the mesh splits one)'
     """
-    from torch.distributed.tensor import Replicate, Shard
-
     name = "dtensor-mincost" if min_cost else "dtensor-greedy"
     if len(mesh.parts) != len(mesh.axes):
         return PlannerResult(name, "unsupported", "DTensor mesh dimensions are whole axes; the mesh splits one")
@@ -108,41 +155,19 @@ def dtensor_plan(mesh: Mesh, src: ArrayType, dst: ArrayType, *, min_cost: bool =
     peak = src.size
     received_total, n_coll = 0, 0
     for info in infos:
-        a, b = info.src_dst_placements
-        dims = tuple(getattr(info, "original_mesh_dims", None) or (info.mesh_dim,))
-        key, index = _groups(mesh, dims)
-        size = int(np.prod([mesh.axis_sizes[d] for d in dims]))
-        label = _describe(info)
-        received = np.zeros(n, dtype=np.int64)
-        if size == 1 or a == b:
+        step = replay(mesh, info, xs)
+        if step is None:
             continue
-        if type(a) is Shard and isinstance(b, Replicate):
-            kind = "all-gather"
-            new = []
-            for r in range(n):
-                members = sorted((i for i in range(n) if key[i] == key[r]), key=lambda i: index[i])
-                new.append(np.concatenate([xs[m] for m in members], axis=a.dim))
-                received[r] = new[-1].size - xs[r].size
-        elif isinstance(a, Replicate) and type(b) is Shard:
-            kind = "local"
-            new = [np.split(xs[r], size, axis=b.dim)[index[r]] for r in range(n)]
-        elif type(a) is Shard and type(b) is Shard:
-            kind = "all-to-all"
-            new = []
-            for r in range(n):
-                members = sorted((i for i in range(n) if key[i] == key[r]), key=lambda i: index[i])
-                got = [np.split(xs[m], size, axis=b.dim)[index[r]] for m in members]
-                new.append(np.concatenate(got, axis=a.dim))
-                received[r] = sum(g.size for m, g in zip(members, got) if m != r)
-        else:
-            return PlannerResult(name, "unsupported", f"transform {label} is not modelled",
+        kind, new, received = step
+        if kind == "unsupported":
+            return PlannerResult(name, "unsupported", f"transform {_describe(info)} is not modelled",
                                  program=tuple(extra["transforms"]), extra=extra)
         if kind != "local":
             n_coll += 1
         received_total += int(received.max())
         xs = new
         peak = max(peak, max(x.size for x in xs))
-        events.append(Event(kind, held_sets(xs), None, label))
+        events.append(Event(kind, held_sets(xs), None, _describe(info)))
     return judge(name, mesh, src, dst, events, xs, program=tuple(extra["transforms"]), n_collectives=n_coll,
                  peak_elements=peak, received_elements=received_total, extra=extra)
 
