@@ -60,3 +60,16 @@ ENTRY %main (p: s32[]) -> s32[] {
 }""")
     out = Interpreter(mod, 1).run([[np.array(6, dtype=np.int32)]]).outputs[0]
     assert int(out) == 2
+
+
+def test_xla_unreduced_permute_case():
+    """The XLA case the partial cross-check report reads by hand. Whatever
+    XLA does, our interpreter must agree with XLA's own run (no "error"), and
+    ours is correct; the report records XLA's status (wrong in JAX 0.10.2)."""
+    m = Mesh.parse("x=2,y=2,z=2")
+    c = PartialCase(m, ArrayType.parse("[8, 16, 16{z}32] partial{y}", m), ArrayType.parse("[8, 16, 16{x}32] partial{y}", m))
+    res = {r.planner: r for r in run_partial(c, ("ours", "xla"))}
+    assert res["ours"].status == "correct"
+    assert res["xla"].status in ("correct", "wrong_data"), res["xla"].reason
+    if res["xla"].status == "wrong_data":
+        assert "does not give" in res["xla"].reason  # JAX's own reduction agrees that it is wrong
