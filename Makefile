@@ -87,6 +87,8 @@ bench: deps all
 	$(PY) bench/optimality.py
 	$(PY) bench/jax_reshard.py
 	$(PY) bench/partial.py
+	$(PY) bench/partition.py
+	$(PY) bench/checkpoint.py
 
 clean:
 	rm -rf build coq/extract $(CORE_SO)

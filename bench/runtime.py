@@ -66,6 +66,10 @@ def parse_args(argv):
     p.add_argument("--nranks", type=int, default=8)
     p.add_argument("--out", default=os.path.join(HERE, "results", "runtime.md"), help="markdown file, or - for stdout")
     p.add_argument("--timeout", type=float, default=3000, help="seconds before the MPI job is stopped")
+    p.add_argument("--naive-max", type=int, default=256, help="largest size (MiB) the naive plan runs at "
+                   "(it holds the whole array on every rank; default 256)")
+    p.add_argument("--budget", type=float, default=0.0, help="chunked runs: budget as a multiple of the bound "
+                   "(default: the runtime's default, bound + bound/8)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -83,7 +87,8 @@ def launch(args) -> int:
     env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 16))
     env.setdefault("OMP_NUM_THREADS", "1")
     argv = [sys.executable, os.path.abspath(__file__), "--worker", "--sizes", args.sizes, "--reps",
-            str(args.reps), "--nranks", str(args.nranks), "--out", args.out]
+            str(args.reps), "--nranks", str(args.nranks), "--out", args.out, "--naive-max", str(args.naive_max),
+            "--budget", str(args.budget)]
     res = mpirun(argv, args.nranks, timeout=args.timeout, stream=sys.stdout if args.out == "-" else sys.stderr,
                  env=env, cwd=ROOT)
     if res.timed_out:
@@ -202,6 +207,46 @@ class Direct:
         return out
 
 
+def copy_rates(comm, nbytes: int, reps: int = 3, rounds: int = 4) -> tuple[float, float]:
+    """Bytes per second one rank copies while every rank copies at once (barrier to
+    barrier, ``rounds`` copies of ``nbytes``, best of ``reps``): into a warm
+    (already written) buffer, and into fresh ones (page faults included)."""
+    src = np.ones(nbytes // 4, dtype=np.float32)
+    warm = np.empty_like(src)
+    warm[:] = 0
+    best = [float("inf"), float("inf")]
+    for _ in range(reps):
+        for j in range(2):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                if j == 0:
+                    np.copyto(warm, src)
+                else:
+                    fresh = np.empty_like(src)
+                    np.copyto(fresh, src)
+                    del fresh
+            comm.Barrier()
+            best[j] = min(best[j], time.perf_counter() - t0)
+    best = [comm.bcast(b, root=0) for b in best]
+    return rounds * nbytes / best[0], rounds * nbytes / best[1]
+
+
+def written_bytes(plan, itemsize: int) -> int:
+    """Bytes a rank must write for ``plan``: the output of every step that moves data (a slice needs none)."""
+    from verishard.runtime.backend import step_call
+    t, total = plan.src, 0
+    for st in plan.steps:
+        call = step_call(plan.mesh, t, st.collective, plan.reduce)
+        if call is not None and call[0] != "dyn_slice":
+            total += st.type.size * itemsize
+        t = st.type
+    return total
+
+
+METHODS = ("chunked", "unchunked", "naive", "alltoallv")
+
+
 def worker(args) -> None:
     from mpi4py import MPI
 
@@ -214,9 +259,13 @@ def worker(args) -> None:
     rank, size = comm.Get_rank(), comm.Get_size()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     hwm_ok = reset_hwm()
-    results, plans = [], {}
+    results, plans, rates = [], {}, {}
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if rank == 0 else (lambda *a: None)
     started = time.monotonic()
+    for mib in sizes:
+        rates[mib] = copy_rates(comm, mib * MiB // size)
+        log(f"copy rate per rank at {mib // size if mib >= size else mib / size} MiB: warm {rates[mib][0] / 1e9:.2f} GB/s, "
+            f"fresh {rates[mib][1] / 1e9:.2f} GB/s")
     for name, mesh_text, src_t, dst_t in CASES:
         mesh = Mesh.parse(mesh_text)
         if mesh.num_devices != size:
@@ -232,14 +281,18 @@ def worker(args) -> None:
             ours = verishard.plan(mesh, src, dst)
             naive = naive_plan(mesh, src, dst)
             direct = Direct(src, dst, rank, comm)
+            bound = max(src.size, dst.size) * 4
+            budget = int(bound * args.budget) if args.budget else None
             reps = args.reps or (7 if mib <= 4 else 5 if mib <= 16 else 3 if mib <= 64 else 2)
-            for method in ("ours", "naive", "alltoallv"):
-                times, rss, acct = [], 0, 0
+            for method in METHODS:
+                if method == "naive" and mib > args.naive_max:
+                    continue
+                times, rss, acct, chunking = [], 0, 0, None
                 for rep in range(-1, reps):   # rep -1: warm-up (communicators, datatypes), not timed
                     gc.collect()
                     base = rss_kib("VmRSS")
                     # the only reference to the input is the Donated box: each method may free it
-                    given = Donated(block_values(ours.src if method == "ours" else src, rank, C))
+                    given = Donated(block_values(src if method in ("naive", "alltoallv") else ours.src, rank, C))
                     reset_hwm()
                     comm.Barrier()
                     t0 = time.perf_counter()
@@ -247,8 +300,10 @@ def worker(args) -> None:
                         y = direct.run(given)
                         held = direct.peak
                     else:
-                        res = redistribute(ours if method == "ours" else naive, given)
-                        y, held = res.output, res.peak_bytes
+                        p = naive if method == "naive" else ours
+                        res = redistribute(p, given, budget_bytes=budget,
+                                           chunks=None if method == "chunked" else 1)
+                        y, held, chunking = res.output, res.peak_bytes, res.chunking
                         del res
                     t1 = time.perf_counter()
                     comm.Barrier()
@@ -256,71 +311,100 @@ def worker(args) -> None:
                     slowest = comm.allreduce(t1 - t0, op=MPI.MAX)
                     if rep >= 0:
                         times.append(slowest)
-                    rss = max(rss, comm.allreduce(hwm - base, op=MPI.MAX))
+                    if rep >= 0:  # the warm-up run also pays MPI's one-time buffers (shared segments)
+                        rss = max(rss, comm.allreduce(hwm - base, op=MPI.MAX))
                     acct = max(acct, comm.allreduce(held, op=MPI.MAX))
                     if rep == -1:
-                        want_t = ours.dst if method == "ours" else dst
+                        want_t = dst if method in ("naive", "alltoallv") else ours.dst
                         ok = bool(np.array_equal(y, block_values(want_t, rank, C)))
                         if not comm.allreduce(ok, op=MPI.LAND):
                             raise SystemExit(f"{name} {mib} MiB {method}: wrong result")
                     del y
-                plan = ours if method == "ours" else naive if method == "naive" else None
+                plan = naive if method == "naive" else None if method == "alltoallv" else ours
                 results.append({"case": name, "mib": mib, "method": method, "seconds": statistics.median(times),
-                                "rss": rss * 1024, "held": acct, "bound": max(src.size, dst.size) * 4,
+                                "rss": rss * 1024, "held": acct, "bound": bound,
+                                "refined": chunking.refined if chunking is not None else None,
+                                "ks": chunking.ks if chunking is not None else None,
+                                "written": written_bytes(ours, 4),
                                 "steps": len(plan.steps) if plan else 1})
-                log(f"{name:26s} {mib:4d} MiB {method:9s} {statistics.median(times) * 1e3:9.1f} ms  "
-                    f"peak RSS {rss / 1024:7.1f} MiB  ({reps} reps, {time.monotonic() - started:.0f} s so far)")
+                log(f"{name:26s} {mib:5d} MiB {method:9s} {statistics.median(times) * 1e3:9.1f} ms  "
+                    f"peak RSS {rss / 1024:7.1f} MiB = {rss * 1024 / bound:.3f} x bound "
+                    f"k={chunking.ks if chunking is not None else '-'} "
+                    f"({reps} reps, {time.monotonic() - started:.0f} s so far)")
             plans[name] = (str(ours.mesh), ", ".join(map(str, ours.collectives)), ours.guaranteed)
     if rank == 0:
-        write_report(args, results, plans, hwm_ok, size, time.monotonic() - started)
+        write_report(args, results, plans, rates, hwm_ok, size, time.monotonic() - started)
 
 
-def write_report(args, results, plans, hwm_ok, size, seconds) -> None:
+def write_report(args, results, plans, rates, hwm_ok, size, seconds) -> None:
     from mpi4py import MPI
     by = {(r["case"], r["mib"], r["method"]): r for r in results}
+    cmd = f"python bench/runtime.py --sizes {args.sizes}" + (f" --naive-max {args.naive_max}"
+                                                             if args.naive_max != 256 else "") \
+        + (f" --budget {args.budget:g}" if args.budget else "")
     lines = ["# MPI runtime benchmark", "",
-             f"`python bench/runtime.py --sizes {args.sizes}` ({size} ranks under `mpirun --oversubscribe`, "
+             f"`{cmd}` ({size} ranks under `mpirun --oversubscribe`, "
              f"{os.cpu_count()} CPU cores, {platform.machine()}, "
              f"{MPI.get_vendor()[0]} {'.'.join(map(str, MPI.get_vendor()[1]))}, mpi4py, numpy {np.__version__}); "
              f"{seconds:.0f} s in all.", "",
              "Global arrays are float32, R x C with R = C. Times are the median over repetitions of the slowest rank "
-             "(ours includes the plan's validation on every rank). *peak RSS* is the most resident memory "
-             "a rank gained during the run above the idle process (input included while a method holds it; "
-             "each method receives the input donated and may free it early); *held* is the runtime's own "
-             "accounting (a step's input and output together); *bound* is max(size(src), size(dst)).", ""]
+             "(validation included). Methods: *chunked* is our plan run by `verishard.runtime.mpi.redistribute` "
+             "with its default budget (every step in `k` pieces, each input piece released once used, "
+             "`verishard.runtime.chunked`); *unchunked* the same plan with `chunks=1` (a step holds its input "
+             "and output together); *naive* gathers everything then slices (unchunked); *alltoallv* one "
+             "`MPI_Alltoallv` with packing. *peak RSS* is the most resident memory a rank gained during the "
+             "run above the idle process (`VmHWM`, reset before each timed run, the warm-up run excluded; "
+             "the input is donated), divided by "
+             "*bound* = max(size(src), size(dst)) per rank; *refined* is the bound the chunked runtime "
+             "reports (`result.chunking.refined`: per step max(in, out) + (min(in, out) + out [+ in when "
+             "the pieces are strided]) / k). *copy bound*: the bytes our plan must write per rank (every "
+             "moving step's output) at the copy rate one rank reaches while all ranks copy at once into a "
+             "warm buffer, measured in the same run.", ""]
     if not hwm_ok:
         lines += ["**/proc/self/clear_refs was not writable: peak RSS figures are not per run.**", ""]
+    lines += ["| MiB global | MiB per rank | copy rate per rank, warm / fresh |", "|---:|---:|---:|"]
+    for mib in sorted(rates):
+        w, f = rates[mib]
+        lines.append(f"| {mib} | {mib / size:g} | {w / 1e9:.2f} / {f / 1e9:.2f} GB/s |")
+    lines.append("")
+
+    def cell(r, key, fmt):
+        return "-" if r is None else fmt(r)
+
     for name, mesh_text, src_t, dst_t in CASES:
         mesh_s, plan_s, guaranteed = plans.get(name, ("?", "?", None))
         lines += [f"## {name}: `{symbolic(src_t)}` -> `{symbolic(dst_t)}` on {{{mesh_text.replace('=', ':')}}}", "",
                   f"ours ({'guaranteed' if guaranteed else 'not guaranteed'}, on {mesh_s}): {plan_s}", "",
-                  "| MiB | ours ms | naive ms | alltoallv ms | naive / ours | alltoallv / ours "
-                  "| peak RSS MiB ours / naive / alltoallv | held MiB ours / naive / alltoallv | bound MiB |",
-                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| MiB | bound MiB | k per step | peak RSS / bound: chunked / unchunked / naive / alltoallv "
+                  "| refined / bound | ms: chunked / unchunked / naive / alltoallv | chunked / unchunked time "
+                  "| copy bound ms | chunked / copy bound | unchunked / copy bound |",
+                  "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
         for mib in sorted({r["mib"] for r in results if r["case"] == name}):
-            o, n, a = by[(name, mib, "ours")], by[(name, mib, "naive")], by[(name, mib, "alltoallv")]
-            lines.append(f"| {mib} | {o['seconds'] * 1e3:.1f} | {n['seconds'] * 1e3:.1f} | {a['seconds'] * 1e3:.1f} | "
-                         f"{n['seconds'] / o['seconds']:.2f} | {a['seconds'] / o['seconds']:.2f} | "
-                         f"{o['rss'] / MiB:.1f} / {n['rss'] / MiB:.1f} / {a['rss'] / MiB:.1f} | "
-                         f"{o['held'] / MiB:.1f} / {n['held'] / MiB:.1f} / {a['held'] / MiB:.1f} | "
-                         f"{o['bound'] / MiB:.1f} |")
+            c, u = by[(name, mib, "chunked")], by[(name, mib, "unchunked")]
+            n, a = by.get((name, mib, "naive")), by[(name, mib, "alltoallv")]
+            copy_s = c["written"] / rates[mib][0]
+            rss = " / ".join(cell(r, "rss", lambda r: f"{r['rss'] / r['bound']:.2f}") for r in (c, u, n, a))
+            ms = " / ".join(cell(r, "seconds", lambda r: f"{r['seconds'] * 1e3:.1f}") for r in (c, u, n, a))
+            lines.append(f"| {mib} | {c['bound'] / MiB:.0f} | {', '.join(map(str, c['ks']))} | {rss} | "
+                         f"{c['refined'] / c['bound']:.3f} | {ms} | {c['seconds'] / u['seconds']:.2f} | "
+                         f"{copy_s * 1e3:.1f} | {c['seconds'] / copy_s:.1f} | {u['seconds'] / copy_s:.1f} |")
         lines.append("")
     big = max(r["mib"] for r in results)
     lines += [f"## Summary at {big} MiB", "",
-              "| redistribution | naive / ours time | alltoallv / ours time | peak RSS ours / naive | "
-              "peak RSS ours / alltoallv |", "|---|---:|---:|---:|---:|"]
+              "| redistribution | peak RSS / bound chunked | unchunked | chunked / unchunked time | "
+              "chunked / copy bound | alltoallv / chunked time |", "|---|---:|---:|---:|---:|---:|"]
     for name, *_ in CASES:
-        o, n, a = by[(name, big, "ours")], by[(name, big, "naive")], by[(name, big, "alltoallv")]
-        lines.append(f"| {name} | {n['seconds'] / o['seconds']:.2f} | {a['seconds'] / o['seconds']:.2f} | "
-                     f"{o['rss'] / n['rss']:.2f} | {o['rss'] / a['rss']:.2f} |")
+        c, u, a = by[(name, big, "chunked")], by[(name, big, "unchunked")], by[(name, big, "alltoallv")]
+        lines.append(f"| {name} | {c['rss'] / c['bound']:.2f} | {u['rss'] / u['bound']:.2f} | "
+                     f"{c['seconds'] / u['seconds']:.2f} | {c['seconds'] / (c['written'] / rates[big][0]):.1f} | "
+                     f"{a['seconds'] / c['seconds']:.2f} |")
     lines += ["", "Caveats: 8 ranks share the machine's cores (oversubscribed, other jobs may run), so times "
               "vary from run to run (by up to several times under load), most at small sizes where a "
-              "collective's latency "
-              "(processes waiting for a core) dominates; the memory figures are stable. Our plans are the "
-              "synthesizer's; their steps use MPI derived datatypes, so no full-size packing buffers are "
-              "allocated beyond a step's input and output (the small excess of peak RSS over *held* is "
-              "Open MPI's own fragment buffers). The alltoallv baseline packs and unpacks (its *held* "
-              "counts its send and receive buffers), and sends each element once per rank that needs it."]
+              "collective's latency (processes waiting for a core) dominates; the memory figures are stable. "
+              "Our steps use MPI derived datatypes (no full-size packing buffers); chunked, each piece's "
+              "strided input rows are packed (1/k of the input) and its result (1/k of the output) is copied "
+              "into the step's lazily allocated output, whose pages become resident only when written. The "
+              "alltoallv baseline packs and unpacks, and sends each element once per rank that needs it."]
     text = "\n".join(lines) + "\n"
     if args.out == "-":
         sys.stdout.write(text)

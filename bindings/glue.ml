@@ -192,10 +192,61 @@ let pplan_fn a =
    | Ok ((fs, p), r) -> put_planned buf put_pcoll put_ptype fs r.ppeak p r.ptypes r.preceived);
   finish buf
 
+(* [Uchecker.ucheck]: as [check_fn], over uneven types (report peak: the
+   largest padded buffer; received counts on padded buffers). *)
+let ucheck_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_type next in let dst = read_type next in
+  let p = read_plan next in
+  let buf = Buffer.create () in
+  (match ucheck m src dst p with
+   | Ok r -> put_report buf put_type r.upeak (List.length p) r.utypes r.ureceived
+   | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]);
+  finish buf
+
+(* The one planning call for uneven types, [Upipeline.uplan_problem]: as [plan_fn]. *)
+let uplan_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_type next in let dst = read_type next in
+  let buf = Buffer.create () in
+  (match uplan_problem m src dst with
+   | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
+   | Ok ((fs, p), r) -> put_planned buf put_coll put_type fs r.upeak p r.utypes r.ureceived);
+  finish buf
+
+(* [Uchecker.umovement]: as [movement_fn] over padded buffers; fresh padding
+   is the pair (number of devices, 0). *)
+let umovement_fn a =
+  let next = reader a in
+  let m = read_mesh next in let t = read_type next in let op = read_coll next in
+  let t' = read_type next in
+  Array.of_list (umovement m t op t')
+
 let lower_bound_fn a =
   let next = reader a in
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
   [| lower_bound m src dst |]
+
+(* [Crossmesh.xplan], the cross-mesh schedule builder. Input: mesh1; ranks1
+   (n; ranks); type1; mesh2; ranks2; type2. Answer: [1] when it refuses, else
+   [0; number of targets; for each target: number of pieces; for each piece:
+   sending rank, then per dimension: source block, global start, length]. *)
+let xplan_fn a =
+  let next = reader a in
+  let m1 = read_mesh next in let r1 = list_of next (next ()) in let t1 = read_type next in
+  let m2 = read_mesh next in let r2 = list_of next (next ()) in let t2 = read_type next in
+  let buf = Buffer.create () in
+  (match xplan m1 r1 t1 m2 r2 t2 with
+   | None -> Buffer.add_int buf 1
+   | Some pss ->
+       Buffer.add_int buf 0; Buffer.add_int buf (List.length pss);
+       List.iter (fun ps ->
+         Buffer.add_int buf (List.length ps);
+         List.iter (fun q ->
+           Buffer.add_int buf q.psrc;
+           List.iter2 (fun k (s, l) -> Buffer.add_int buf k; Buffer.add_int buf s; Buffer.add_int buf l)
+             q.pcell q.pbox) ps) pss);
+  finish buf
 
 (* Exceptions become a message for the C side, never a crash. *)
 let guard f a = try f a with
@@ -208,7 +259,11 @@ let () =
   Callback.register "vs_plan" (guard plan_fn);
   Callback.register "vs_pcheck" (guard pcheck_fn);
   Callback.register "vs_pplan" (guard pplan_fn);
+  Callback.register "vs_ucheck" (guard ucheck_fn);
+  Callback.register "vs_uplan" (guard uplan_fn);
+  Callback.register "vs_umovement" (guard umovement_fn);
   Callback.register "vs_lower_bound" (guard lower_bound_fn);
+  Callback.register "vs_xplan" (guard xplan_fn);
   Callback.register "vs_synthesize" (guard synthesize_fn);
   Callback.register "vs_blocks" (guard blocks_fn);
   Callback.register "vs_permute" (guard permute_fn);

@@ -77,7 +77,11 @@ PYBIND11_MODULE(_core, m) {
   m.def("plan", [](py::object a) { return forward("vs_plan", a); });
   m.def("pcheck", [](py::object a) { return forward("vs_pcheck", a); });
   m.def("pplan", [](py::object a) { return forward("vs_pplan", a); });
+  m.def("ucheck", [](py::object a) { return forward("vs_ucheck", a); });
+  m.def("uplan", [](py::object a) { return forward("vs_uplan", a); });
+  m.def("umovement", [](py::object a) { return forward("vs_umovement", a); });
   m.def("lower_bound", [](py::object a) { return forward("vs_lower_bound", a); });
+  m.def("xplan", [](py::object a) { return forward("vs_xplan", a); });
   m.def("synthesize", [](py::object a) { return forward("vs_synthesize", a); });
   m.def("blocks", [](py::object a) { return forward("vs_blocks", a); });
   m.def("permute", [](py::object a) { return forward("vs_permute", a); });

@@ -95,3 +95,36 @@ Print Assumptions pvalidate_spec.
 Print Assumptions pfallback_ok.
 Print Assumptions pplan_spec.
 Print Assumptions pplan_plain.
+
+From VS Require Import Uchecker Ucheckerproof Upipeline Upipelineproof.
+Print Assumptions uapply_spec.
+Print Assumptions ucstep_wf.
+Print Assumptions ucheck_ok.
+Print Assumptions usrc_sound.
+Print Assumptions ucheck_correct.
+Print Assumptions ucheck_correct_chunked.
+Print Assumptions ucheck_peak.
+Print Assumptions ucheck_peak_ge.
+Print Assumptions urefine_ugindex.
+Print Assumptions urefine_uvalid_pos.
+Print Assumptions ufallback_ok.
+Print Assumptions uplan_spec.
+Print Assumptions ucheck_of_check.
+Print Assumptions uplan_even.
+
+From VS Require Import Crossmesh Crossmeshproof.
+Print Assumptions cells_count.
+Print Assumptions cells_vol.
+Print Assumptions cells_own.
+Print Assumptions sched1_traffic.
+Print Assumptions xsched_correct.
+Print Assumptions xsched_assemble.
+Print Assumptions xplan_correct.
+
+From VS Require Import Chunk Chunkproof.
+Print Assumptions chunk_range_divides.
+Print Assumptions chunk_source_coord.
+Print Assumptions piece_interval.
+Print Assumptions chunk_decompose.
+Print Assumptions held_bound.
+Print Assumptions held_refined.

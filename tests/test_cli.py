@@ -238,7 +238,7 @@ ERRORS = [
     (["plan", "--mesh", "x=2,y=3", "--src", "[6]", "--dst", "[2{q}6]"], "unknown axis 'q' in --dst"),
     (["plan", "--mesh", "x=2,x=3", "--src", "[6]", "--dst", "[6]"], "duplicate axis 'x'"),
     (["plan", "--mesh", "x=2,y=3", "--src", "[1{x,x}6]", "--dst", "[6]"], "duplicate axis 'x'"),
-    (["plan", "--mesh", "x=2,y=3", "--src", "[3{x}7]", "--dst", "[7]"], "not divisible by 2"),
+    (["plan", "--mesh", "x=2,y=3", "--src", "[3{x}7]", "--dst", "[7]"], "does not match ceil(7 / 2) = 4"),
     (["plan", "--mesh", "x=2,y=3", "--src", "[3{x}6, 4]", "--dst", "[6]"], "global shapes differ"),
     (["plan", "--mesh", "x=2", "--src", "[3{x}6]", "--dst", "[8]"], "global shapes differ"),
     (["plan", "--mesh", "x=-2", "--src", "[6]", "--dst", "[6]"], "size -2 of axis 'x' must be at least 1"),

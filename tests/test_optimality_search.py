@@ -31,16 +31,18 @@ TINY = [((2, 3), (6, 6)), ((2, 2), (4, 2)), ((2, 3), (6, 3, 2)), ((2, 2, 3), (12
 
 
 def _candidate_types(P):
-    """Every type the constructor accepts, built independently of the search."""
+    """Every even type the constructor accepts (the search's class; uneven
+    types are planned by the uneven pipeline), built independently of the search."""
     out = []
     for where in itertools.product(range(-1, P.rank), repeat=P.k):
         dims = [[a for a in range(P.k) if where[a] == d] for d in range(P.rank)]
         for orders in itertools.product(*(itertools.permutations(d) for d in dims)):
             try:
-                vs.ArrayType.from_parts(P.mesh, P.gshape, orders)
+                t = vs.ArrayType.from_parts(P.mesh, P.gshape, orders)
             except vs.VerishardError:
                 continue
-            out.append(tuple(orders))
+            if not t.uneven:
+                out.append(tuple(orders))
     return out
 
 

@@ -190,8 +190,8 @@ def test_refined_type_has_same_boxes():
     (XY, "[3{x}6, 2{x}4]", ShardingError, "duplicate axis 'x' in [3{x}6, 2{x}4]"),
     (SPLIT, "[2{y}8, 2{y.0}4]", ShardingError, "duplicate axis 'y.0'"),
     (SPLIT, "[1{y,y.1}8]", ShardingError, "duplicate axis 'y.1'"),
-    (XY, "[3{x}7]", ShardingError, "global size 7 of dimension 0 is not divisible by 2 (axes x)"),
-    (XY, "[1{x,y}8]", ShardingError, "global size 8 of dimension 0 is not divisible by 6 (axes x, y)"),
+    (XY, "[3{x}7]", ShardingError, "local size 3 written for dimension 0 does not match ceil(7 / 2) = 4"),
+    (XY, "[1{x,y}8]", ShardingError, "local size 1 written for dimension 0 does not match ceil(8 / 6) = 2"),
     (XY, "[4{x}6]", ShardingError, "local size 4 written for dimension 0 does not match 6 / 2 = 3"),
     (XY, "[5{}6]", ShardingError, "local size 5 written for dimension 0 does not match 6 / 1 = 6"),
     (XY, "[-6]", ShardingError, "global size -6 of dimension 0"),
@@ -474,9 +474,11 @@ def test_fuzz_decode(ints, mesh):
 @given(st.sampled_from(["x=2", "x=2,y=3", "x=2,y=2*2", "x=4,y=6"]),
        st.lists(st.tuples(st.integers(1, 13), st.lists(st.integers(0, 3), max_size=3)), min_size=1, max_size=3))
 def test_python_well_formedness_is_the_cores(mesh_text, raw):
-    """ArrayType's early checks (duplicate axis, divisibility, ...) accept
-    exactly the types the verified core calls well formed (``Types.wfb``,
-    asked through the checker on the empty plan from the type to itself)."""
+    """ArrayType's early checks (duplicate axis, ...) accept exactly the
+    types the verified core calls well-formed uneven types
+    (``Uneven.wf_unevenb``, asked through the uneven checker on the empty
+    plan from the type to itself), and the even ones among them are exactly
+    the core's well-formed types (``Types.wfb``, through the checker)."""
     from verishard import _core
     from verishard.core import REASONS
 
@@ -486,9 +488,12 @@ def test_python_well_formedness_is_the_cores(mesh_text, raw):
     enc = [len(raw)] + [v for g, ps in raw for v in (g, len(ps), *ps)]
     out = _core.check(mesh.encode() + enc + enc + [0])
     core_ok = out[0] == 0 or REASONS[out[2]][0] != "bad_source"
+    uout = _core.ucheck(mesh.encode() + enc + enc + [0])
+    core_uneven_ok = uout[0] == 0 or REASONS[uout[2]][0] != "bad_source"
     try:
-        ArrayType(mesh, [(g, tuple(ps)) for g, ps in raw])
-        python_ok = True
+        t = ArrayType(mesh, [(g, tuple(ps)) for g, ps in raw])
+        python_ok, even = True, not t.uneven
     except ShardingError:
-        python_ok = False
-    assert python_ok == core_ok, (mesh_text, raw, out)
+        python_ok, even = False, False
+    assert python_ok == core_uneven_ok, (mesh_text, raw, uout)
+    assert (python_ok and even) == core_ok, (mesh_text, raw, out)

@@ -92,3 +92,16 @@ def test_collective_tags_agree_in_coq_glue_and_python():
         code = c.encode(m)
         assert code[0] == read[type(c).__name__]
         assert Collective.decode(m, code) == (c, len(code))
+
+
+def test_uneven_entry_points_are_wired():
+    """The uneven checker, planner and movement table (Uchecker.v, Upipeline.v)
+    are registered in the glue, exported by the module and extracted."""
+    glue = (ROOT / "bindings" / "glue.ml").read_text()
+    module = (ROOT / "bindings" / "module.cpp").read_text()
+    extract = (ROOT / "coq" / "theories" / "Extract.v").read_text()
+    for name in ("ucheck", "uplan", "umovement"):
+        assert f'Callback.register "vs_{name}"' in glue
+        assert f'm.def("{name}"' in module
+    for fn in ("ucheck", "uplan_problem", "umovement"):
+        assert re.search(rf"^Extraction \"verishard_core.ml\".*\b{fn}\b", extract, re.M)

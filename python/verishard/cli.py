@@ -95,6 +95,8 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
 
     if plan.partial:
         return _partial_guarantees(plan)
+    if plan.uneven:
+        return _uneven_guarantees(plan)
     out = [
         ("Checker.check_ok_iff", "each step is well typed, the plan ends at the target, "
                                  "and the peak and traffic shown are the checker's"),
@@ -154,6 +156,32 @@ def _partial_guarantees(plan) -> list[tuple[str | None, str]]:
     else:
         out.append(_measured_memory(plan))
     out.append((None, f"traffic {plan.traffic} (the checker's figure; no lower bound is proved for partial types)"))
+    return out
+
+
+def _uneven_guarantees(plan) -> list[tuple[str | None, str]]:
+    """The guarantees of a plan over uneven types (padded blocks of ``ceil(g / n)``).
+
+    >>> from verishard import plan
+    >>> [name for name, _ in guarantees(plan("x=2", "[3{x}5]", "[5]"))]
+    ['Ucheckerproof.ucheck_ok', 'Ucheckerproof.usrc_sound', 'Ucheckerproof.ucheck_correct', 'Upipelineproof.uplan_spec', None, None]
+    """
+    out = [
+        ("Ucheckerproof.ucheck_ok", "each step is well typed on uneven types, the plan ends at the target, "
+                                    "and the peak (largest padded buffer) and traffic shown are the checker's"),
+        ("Ucheckerproof.usrc_sound", "no padding element ever reaches a valid position"),
+        ("Ucheckerproof.ucheck_correct", "executed on padded buffers (any padding value) or chunked ones "
+                                         "(ucheck_correct_chunked), every valid position gets its element "
+                                         "of any global array"),
+    ]
+    if plan.guaranteed:
+        out.append(("Upipelineproof.uplan_spec", "the plan comes from the verified uneven pipeline, accepted "
+                                                 "by the uneven checker over the refined mesh"))
+    where = "within" if plan.within_bound else "ABOVE"
+    out.append((None, f"memory: peak {plan.peak} is {where} max(padded size(src), padded size(dst)) = {plan.bound} "
+                      f"(the checker's figure; no memory bound is proved for uneven types)"))
+    out.append((None, f"traffic {plan.traffic} (the checker's figure on padded buffers; "
+                      f"no lower bound is proved for uneven types)"))
     return out
 
 
@@ -605,6 +633,20 @@ def _run_mpi_demo(nranks: int, out) -> bool:
     return True
 
 
+def cmd_partition(args, out) -> int:
+    """``verishard partition``: the logic is :func:`verishard.partition.cli.run`."""
+    from .partition.cli import run
+
+    return run(args, out)
+
+
+def cmd_crossmesh(args, out) -> int:
+    """``verishard crossmesh`` and ``reshard-checkpoint``: the logic is :func:`verishard.crossmesh_cli.run`."""
+    from .crossmesh_cli import run
+
+    return run(args, out)
+
+
 def cmd_demo(args, out) -> int:
     """``verishard demo``: plan and check :data:`DEMO_CASES`, then (unless
     ``--no-mpi``) run the MPI demo; 0 when everything passed.
@@ -680,7 +722,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print a traceback on errors")
     parser = _Parser(prog="verishard", description="Verified array redistribution for SPMD programs.",
                      parents=[common])
-    sub = parser.add_subparsers(dest="command", metavar="{plan,check,show,demo}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{plan,check,show,demo,partition,crossmesh,reshard-checkpoint}", parser_class=_Parser)
     sub.required = True
 
     p = sub.add_parser("plan", parents=[common], help="synthesize a plan and print it",
@@ -704,6 +746,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Plan and check a dozen instructive redistributions, then run the MPI demo.")
     d.add_argument("--no-mpi", action="store_true", help="skip the MPI runtime demo")
     d.add_argument("--nranks", type=_nranks, default=8, help="MPI ranks for the runtime demo (default 8)")
+    from .partition.cli import add_parser as _add_partition_parser  # verishard.partition owns its options
+
+    _add_partition_parser(sub, common)
+    from .crossmesh_cli import add_parsers as _add_crossmesh_parsers  # verishard.crossmesh_cli owns its options
+
+    _add_crossmesh_parsers(sub, common)
     return parser
 
 
@@ -721,7 +769,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = sys.stdout
     try:
         args = build_parser().parse_args(argv)
-        handler = {"plan": cmd_plan, "check": cmd_check, "show": cmd_show, "demo": cmd_demo}[args.command]
+        handler = {"plan": cmd_plan, "check": cmd_check, "show": cmd_show, "demo": cmd_demo,
+                   "partition": cmd_partition, "crossmesh": cmd_crossmesh,
+                   "reshard-checkpoint": cmd_crossmesh}[args.command]
         code = handler(args, out)
         out.flush()
         return code

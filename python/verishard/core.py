@@ -113,6 +113,8 @@ def check(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]
     for c in plan:
         if not isinstance(c, Collective):
             raise PlanError(f"plan step {c!r} is not a collective")
+    if _uneven_problem(src, dst, plan):
+        return _ucheck(mesh, src, dst, plan)
     # Plain problems and plans go to Checker.check (its theorems, check_ok_iff, are about it)
     plain = not (src.partial or dst.partial) and not any(isinstance(c, PARTIAL_COLLECTIVES) for c in plan)
     encode = ArrayType.encode if plain else ArrayType.pencode
@@ -178,6 +180,8 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     ((ReduceScatter(dim=0, axes=('x',)),), ([4, 4] partial{x}, [2{x}4, 4]), (8,))
     """
     _same_mesh(mesh, src, dst)
+    if src.uneven or dst.uneven:
+        return _uplan(mesh, src, dst)
     op = reduction(src, dst)
     out = _call(_core.pplan, mesh.encode() + src.pencode() + dst.pencode())
     if out[0] == 1:
@@ -198,6 +202,89 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
         t, pos = ArrayType.pdecode(coarse, out, pos, op)
         types.append(t)
     return PlanReport(coarse, tuple(plan_), tuple(types), tuple(out[pos:pos + s]), peak)
+
+
+# --- uneven types (Uchecker.v, Upipeline.v) ---------------------------------
+
+def _uneven_problem(src: ArrayType, dst: ArrayType, plan: Sequence[Collective]) -> bool:
+    """Whether a problem or plan involves an uneven type (then it goes to the uneven checker)."""
+    from .collectives import AllPermute
+    return src.uneven or dst.uneven or any(isinstance(c, AllPermute) and c.target.uneven for c in plan)
+
+
+def _ucheck(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]) -> CheckOk:
+    """``Uchecker.ucheck`` (theorems ``Ucheckerproof.ucheck_ok`` and
+    ``ucheck_correct``): peak is the largest padded buffer along the plan.
+
+    >>> from verishard import Mesh, ArrayType, AllGather
+    >>> m = Mesh.parse("x=2")
+    >>> check(m, ArrayType.parse("[3{x}5]", m), ArrayType.parse("[5]", m), [AllGather(0, "x")])
+    CheckOk(peak=5, types=([3{x}5], [5]), received=(3,))
+    """
+    if src.partial or dst.partial or any(isinstance(c, PARTIAL_COLLECTIVES) for c in plan):
+        raise ShardingError("partial types and reductions on uneven dimensions are not supported yet")
+    ints = mesh.encode() + src.encode() + dst.encode() + [len(plan)]
+    for c in plan:
+        ints += c.encode(mesh)
+    out = _call(_core.ucheck, ints)
+    if out[0] == 1:
+        _raise_rejection(mesh, out, plan)
+    peak, s = out[1], out[2]
+    pos, types = 3, []
+    for _ in range(s + 1):
+        t, pos = ArrayType.decode(mesh, out, pos)
+        types.append(t)
+    return CheckOk(peak, tuple(types), tuple(out[pos:pos + s]))
+
+
+def _uplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
+    """``Upipeline.uplan_problem`` (theorem ``Upipelineproof.uplan_spec``):
+    the even synthesizer's plan for a surrogate even problem, read back over
+    the real sizes and validated by the uneven checker, or the fallback.
+
+    >>> from verishard import Mesh, ArrayType
+    >>> m = Mesh.parse("x=2,y=2")
+    >>> r = plan(m, ArrayType.parse("[3{x}5]", m), ArrayType.parse("[3{y}5]", m))
+    >>> r.collectives, r.peak
+    ((AllPermute(target=[3{y}5]),), 3)
+    """
+    if src.partial or dst.partial:
+        raise ShardingError("partial types with uneven dimensions are not supported yet")
+    out = _call(_core.uplan, mesh.encode() + src.encode() + dst.encode())
+    if out[0] == 1:
+        _raise_rejection(mesh, out, [])
+    k, pos, split = out[1], 2, []
+    for _ in range(k):
+        n = out[pos]
+        split.append(tuple(out[pos + 1:pos + 1 + n]))
+        pos += 1 + n
+    coarse = _refinement(mesh, tuple(split))
+    peak, s = out[pos], out[pos + 1]
+    pos += 2
+    plan_, types = [], []
+    for _ in range(s):
+        c, pos = Collective.decode(coarse, out, pos)
+        plan_.append(c)
+    for _ in range(s + 1):
+        t, pos = ArrayType.decode(coarse, out, pos)
+        types.append(t)
+    return PlanReport(coarse, tuple(plan_), tuple(types), tuple(out[pos:pos + s]), peak)
+
+
+def umovement(t: ArrayType, op: Collective, t2: ArrayType) -> np.ndarray:
+    """``Uchecker.umovement``: for every rank and every row-major position of
+    its padded buffer after ``op``, the rank and padded offset it is read
+    from; ``(N, 0)`` (N the number of devices) where the step writes fresh
+    padding. Shape ``(N, L, 2)``; for tests on small cases.
+
+    >>> from verishard import Mesh, ArrayType, DynSlice
+    >>> m = Mesh.parse("x=2")
+    >>> umovement(ArrayType.parse("[3]", m), DynSlice(0, "x"), ArrayType.parse("[2{x}3]", m)).tolist()
+    [[[0, 0], [0, 1]], [[1, 2], [2, 0]]]
+    """
+    _same_mesh(t.mesh, t2)
+    out = _call(_core.umovement, t.mesh.encode() + t.encode() + op.encode(t.mesh) + t2.encode())
+    return np.asarray(out, dtype=np.int64).reshape(t.mesh.num_devices, -1, 2)
 
 
 @lru_cache(maxsize=4096)
@@ -294,3 +381,48 @@ def movement(t: ArrayType, op: Collective, t2: ArrayType) -> np.ndarray:
     _same_mesh(t.mesh, t2)
     out = _call(_core.movement, t.mesh.encode() + t.encode() + op.encode(t.mesh) + t2.encode())
     return np.asarray(out, dtype=np.int64).reshape(t.mesh.num_devices, -1, 2)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One piece of a cross-mesh schedule (``Crossmesh.piece``): the world
+    rank ``src`` that sends it, the source block ``cell`` it lies in (block
+    number per dimension), and its global box, ``(start, length)`` per
+    dimension."""
+
+    src: int
+    cell: tuple[int, ...]
+    box: tuple[tuple[int, int], ...]
+
+
+def xplan(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType,
+          dst_ranks: Sequence[int]) -> list[list[Piece]] | None:
+    """The verified cross-mesh schedule (``Crossmesh.xplan``): for every
+    device of ``dst.mesh`` in rank order, the pieces of its block and their
+    senders (world ranks); None when the core refuses the problem.
+
+    >>> from verishard import Mesh, ArrayType
+    >>> s = ArrayType.parse("[3{x}6]", Mesh.parse("x=2"))
+    >>> d = ArrayType.parse("[2{u}6]", Mesh.parse("u=3"))
+    >>> [[(p.src, p.box) for p in ps] for ps in xplan(s, [0, 1], d, [2, 3, 4])]
+    [[(0, ((0, 2),))], [(0, ((2, 1),)), (1, ((3, 1),))], [(1, ((4, 2),))]]
+    """
+    ints = (src.mesh.encode() + [len(src_ranks), *map(int, src_ranks)] + src.encode()
+            + dst.mesh.encode() + [len(dst_ranks), *map(int, dst_ranks)] + dst.encode())
+    out = _call(_core.xplan, ints)
+    if out[0] != 0:
+        return None
+    k = dst.rank
+    pos = 2
+    result = []
+    for _ in range(out[1]):
+        n = out[pos]
+        pos += 1
+        pieces = []
+        for _ in range(n):
+            r = out[pos]
+            vals = out[pos + 1:pos + 1 + 3 * k]
+            pos += 1 + 3 * k
+            pieces.append(Piece(r, tuple(vals[0::3]), tuple(zip(vals[1::3], vals[2::3]))))
+        result.append(pieces)
+    return result

@@ -85,6 +85,17 @@ class LimitError(VerishardError):
     """
 
 
+class CheckpointError(VerishardError):
+    """A checkpoint cannot be loaded: no manifest, a file missing, truncated,
+    of another dtype or failing its checksum, or asked for another shape.
+
+    >>> raise CheckpointError("rank-00001.bin: 1024 bytes, the manifest says 2048")
+    Traceback (most recent call last):
+    ...
+    verishard.errors.CheckpointError: rank-00001.bin: 1024 bytes, the manifest says 2048
+    """
+
+
 def show(token: object, limit: int = 40) -> str:
     """Quote a token for an error message, shortened to about ``limit`` characters.
 
@@ -99,4 +110,5 @@ def show(token: object, limit: int = 40) -> str:
     return repr(text)
 
 
-__all__ = ["VerishardError", "ParseError", "MeshError", "ShardingError", "PlanError", "LimitError"]
+__all__ = ["VerishardError", "ParseError", "MeshError", "ShardingError", "PlanError", "LimitError",
+           "CheckpointError"]

@@ -631,7 +631,7 @@ def _given_type(mesh: Mesh, t, global_shape=None, local_shape=None, what: str = 
     if isinstance(t, ArrayType):
         return t
     if isinstance(t, str) and t.lstrip().startswith("["):
-        return ArrayType.parse(t, mesh)
+        return ArrayType.parse(t, mesh).require_even("(uneven types run on the simulator only)")
     spec = parse_partition_spec(t) if isinstance(t, str) else t
     if not isinstance(spec, (PartitionSpec, tuple, list)):
         raise ShardingError(f"reshard_local {what}: expected a type, its text or a PartitionSpec, "

@@ -302,7 +302,7 @@ def from_partition_spec(mesh: Mesh | str, global_shape: Sequence[int], entries: 
         raise ShardingError(f"PartitionSpec {format_partition_spec(spec)} has {len(spec)} entries "
                             f"but the array has rank {len(shape)} (shape {shape})")
     spec = spec + (None,) * (len(shape) - len(spec))
-    return ArrayType.from_axes(mesh, shape, [e or () for e in spec])
+    return ArrayType.from_axes(mesh, shape, [e or () for e in spec]).require_even()  # JAX's padded uneven shardings: not yet
 
 
 def to_partition_spec(t: ArrayType) -> PartitionSpecEntries:
@@ -487,7 +487,7 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
                                     f"{tuple(want)} that carry Shard({d % rank})")
             by_dim[d % rank] = list(order)
     axes = [tuple(names[i] for i in by_dim.get(d, ())) for d in range(rank)]
-    return ArrayType.from_axes(mesh, shape, axes)
+    return ArrayType.from_axes(mesh, shape, axes).require_even()  # torch.chunk layouts: not yet
 
 
 def to_placements(t: ArrayType) -> tuple[tuple[Placement, ...], dict[int, tuple[int, ...]] | None]:

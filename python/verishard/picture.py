@@ -123,8 +123,12 @@ def type_grid(t: ArrayType, limit: int = MAX_PICTURE_DEVICES) -> list[list[tuple
     if not isinstance(t, ArrayType):
         raise ParseError(f"expected an ArrayType, not {type(t).__name__}")
     _check_small(t.mesh, limit)
-    starts = core.block_starts(t)
     grid = device_grid(t.mesh)
+    if t.uneven:  # blocks of ceil(g / n); a device shows its valid part ("-" for an empty block)
+        return [[(t.block_starts(r), tuple("-" if v == 0 else r_ for r_, v in zip(
+                  _ranges(t.block_starts(r), t.valid_shape(r)), t.valid_shape(r)))) for r in row]
+                for row in grid.cells]
+    starts = core.block_starts(t)
     local = t.local_shape
     return [[(tuple(int(v) for v in starts[r]), _ranges(starts[r], local)) for r in row] for row in grid.cells]
 

@@ -146,6 +146,30 @@ class Plan:
         return bool(self.src.partial or self.dst.partial)
 
     @property
+    def uneven(self) -> bool:
+        """Whether a type along the plan has an uneven dimension (blocks of
+        ``ceil(g / n)``, padded buffers; planned by ``Upipeline.uplan_problem``,
+        checked by ``Uchecker.ucheck``). ``peak``, ``bound`` and sizes are then
+        padded-buffer sizes.
+
+        >>> p = plan("x=2,y=2", "[3{x}5]", "[3{y}5]")
+        >>> p.uneven, p.peak, p.bound, p.within_bound
+        (True, 3, 3, True)
+        """
+        return any(t.uneven for t in self.types)
+
+    @property
+    def within_bound(self) -> bool:
+        """``peak <= bound``: always so for even plans from the pipeline
+        (``plan_spec``); for uneven plans a fact of this plan only (no bound is
+        proved for uneven problems; the peak is the verified checker's).
+
+        >>> plan("x=2", "[3{x}5]", "[5]").within_bound
+        True
+        """
+        return self.peak <= self.bound
+
+    @property
     def reduce(self) -> str:
         """The reduction the pending axes wait for ("sum" when none are pending).
 
@@ -165,7 +189,7 @@ class Plan:
         >>> plan("x=2", "[4] partial{x}", "[2{x}4]").lower_bound is None
         True
         """
-        return None if self.partial else core.lower_bound(self.src, self.dst)
+        return None if self.partial or self.uneven else core.lower_bound(self.src, self.dst)
 
     @property
     def traffic_ratio(self) -> float | None:
@@ -196,8 +220,10 @@ class Plan:
             lines.append("  " + "  ".join(
                 r[k].ljust(widths[k]) if k in (1, 2) else r[k].rjust(widths[k]) for k in range(5)))
         lines.append(f"peak {self.peak} elements/device; bound max({self.src.size}, {self.dst.size}) = {self.bound}"
-                     + _guarantee_note(self.guaranteed, self.partial))
-        if self.lower_bound is None:
+                     + _guarantee_note(self.guaranteed, self.partial, self.uneven, self.within_bound))
+        if self.lower_bound is None and self.uneven:
+            lines.append(f"traffic {self.traffic} elements/device (padded buffers); no lower bound proved for uneven types")
+        elif self.lower_bound is None:
             lines.append(f"traffic {self.traffic} elements/device; no lower bound proved for partial types")
         else:
             lines.append(f"traffic {self.traffic} elements/device; lower bound {self.lower_bound}"
@@ -248,7 +274,14 @@ class Plan:
         return check(mesh, obj["src"], obj["dst"], steps)
 
 
-def _guarantee_note(guaranteed: bool | None, partial: bool = False) -> str:
+def _guarantee_note(guaranteed: bool | None, partial: bool = False, uneven: bool = False,
+                    within: bool = True) -> str:
+    if uneven:
+        where = "" if within else "; peak ABOVE the bound"
+        if guaranteed is None:
+            return f" (padded buffers{where}; accepted by Uchecker.ucheck: data correct by Ucheckerproof.ucheck_correct)"
+        return (f" (padded buffers{where}; accepted and data correct by Upipelineproof.uplan_spec, "
+                f"Ucheckerproof.ucheck_correct; no memory bound is proved for uneven types)")
     if guaranteed is None:
         return ""
     if guaranteed:

@@ -86,7 +86,7 @@ def _render_dims(mesh: Mesh, dims: Sequence[DimType]) -> str:
         n = 1
         for p in d.parts:
             n *= mesh.part_sizes[p]
-        local = str(d.global_size // n) if d.global_size % n == 0 else "?"  # ill-formed: no local size
+        local = str(-(-d.global_size // n))  # ceil(g / n): the block size (uneven when n does not divide g)
         out.append(f"{local}{{{','.join(mesh.names(d.parts))}}}{d.global_size}")
     return "[" + ", ".join(out) + "]"
 
@@ -145,15 +145,34 @@ class ArrayType:
                 if p in seen:
                     raise ShardingError(f"duplicate axis {show(mesh.part_name(p))} in {_render(mesh, dims)}")
                 seen.add(p)
-        for i, d in enumerate(dims):
-            n = 1
-            for p in d.parts:
-                n *= sizes[p]
-            if d.global_size % n:
-                raise ShardingError(
-                    f"global size {d.global_size} of dimension {i} is not divisible by {n} "
-                    f"(axes {', '.join(mesh.names(d.parts))})")
+        # uneven dimensions (the number of blocks does not divide the global
+        # size) are types too: blocks of ceil(g / n), the trailing ones short
+        # or empty (Uneven.v); partial types must still be even
         self._check_partial(seen)
+        if self.partial and self.uneven:
+            raise ShardingError(f"partial types with uneven dimensions are not supported yet: "
+                                f"{_render(mesh, dims, self.partial, self.reduce)} ({self._uneven_reason()})")
+
+    def _uneven_reason(self) -> str:
+        for i, d in enumerate(self.dims):
+            n = self._group(d)
+            if d.global_size % n:
+                return (f"global size {d.global_size} of dimension {i} is not divisible by {n} "
+                        f"(axes {', '.join(self.mesh.names(d.parts))})")
+        return ""
+
+    def require_even(self, where: str = "") -> "ArrayType":
+        """``self`` when every dimension is even; else a :class:`ShardingError`
+        naming the first uneven dimension (for the paths that run even types only).
+
+        >>> ArrayType.parse("[4{x}7]", "x=2").require_even()
+        Traceback (most recent call last):
+        ...
+        verishard.errors.ShardingError: global size 7 of dimension 0 is not divisible by 2 (axes x)
+        """
+        if self.uneven:
+            raise ShardingError(self._uneven_reason() + (f" {where}" if where else ""))
+        return self
 
     def _check_partial(self, used: set[int]) -> None:
         mesh, raw = self.mesh, self.partial
@@ -312,9 +331,10 @@ class ArrayType:
         t = cls(mesh, tuple(dims), partial, reduce)
         for i, (l, local) in enumerate(zip(written, t.local_shape)):
             if l is not None and l != local:
-                g = t.dims[i].global_size
+                g, n = t.dims[i].global_size, t._group(t.dims[i])
+                how = f"{g} / {n}" if g % n == 0 else f"ceil({g} / {n})"
                 raise ShardingError(
-                    f"local size {l} written for dimension {i} does not match {g} / {g // local} = {local}")
+                    f"local size {l} written for dimension {i} does not match {how} = {local}")
         return t
 
     # properties -------------------------------------------------------------
@@ -347,12 +367,63 @@ class ArrayType:
 
     @property
     def local_shape(self) -> tuple[int, ...]:
-        """Local sizes, per device.
+        """Local sizes, per device: the block sizes ``ceil(g / n)``, which on an
+        uneven dimension is the padded buffer every device allocates.
 
         >>> ArrayType.parse("[3{x}6, 4]", "x=2").local_shape
         (3, 4)
+        >>> ArrayType.parse("[3{x}5, 4]", "x=2").local_shape
+        (3, 4)
         """
-        return tuple(d.global_size // self._group(d) for d in self.dims)
+        return tuple(-(-d.global_size // self._group(d)) for d in self.dims)
+
+    @property
+    def uneven(self) -> bool:
+        """Whether some dimension's number of blocks does not divide its global size.
+
+        >>> ArrayType.parse("[3{x}6]", "x=2").uneven, ArrayType.parse("[3{x}5]", "x=2").uneven
+        (False, True)
+        """
+        return any(d.global_size % self._group(d) for d in self.dims)
+
+    def blocks(self, rank: int) -> tuple[int, ...]:
+        """The block number device ``rank`` holds in every dimension (mixed
+        radix of its coordinates over the dimension's parts, major first).
+
+        >>> ArrayType.parse("[2{y,x}5]", "x=2,y=2").blocks(1)
+        (2,)
+        """
+        coords = self.mesh.part_coords(rank)
+        out = []
+        for d in self.dims:
+            b = 0
+            for p in d.parts:
+                b = b * self.mesh.part_sizes[p] + coords[p]
+            out.append(b)
+        return tuple(out)
+
+    def block_starts(self, rank: int) -> tuple[int, ...]:
+        """The first global index of device ``rank``'s block in every dimension
+        (``block * ceil(g / n)``, which may be past the end for an empty block).
+
+        >>> ArrayType.parse("[2{x}3]", "x=2").block_starts(1)
+        (2,)
+        """
+        return tuple(b * l for b, l in zip(self.blocks(rank), self.local_shape))
+
+    def valid_shape(self, rank: int) -> tuple[int, ...]:
+        """The valid part of device ``rank``'s block: the shape of its chunked
+        (``torch.chunk``) buffer, ``max(0, min(g, (b+1) c) - b c)`` per
+        dimension; the rest of the padded buffer (``local_shape``) is padding.
+
+        >>> t = ArrayType.parse("[2{x}3]", "x=2")
+        >>> t.valid_shape(0), t.valid_shape(1)
+        ((2,), (1,))
+        >>> ArrayType.parse("[2{x}5]", "x=4").valid_shape(3)
+        (0,)
+        """
+        return tuple(max(0, min(d.global_size, s + l) - s)
+                     for d, s, l in zip(self.dims, self.block_starts(rank), self.local_shape))
 
     @property
     def size(self) -> int:

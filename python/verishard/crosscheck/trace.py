@@ -158,7 +158,7 @@ def infer_type(mesh: Mesh, shape, sets: list[np.ndarray]) -> ArrayType:
             raise NotExpressible(f"the blocks of dimension {d} are not indexed by mesh axes")
         dims.append((g, tuple(parts)))
     try:
-        t = ArrayType(fine, dims)
+        t = ArrayType(fine, dims).require_even()  # the traced planners' layouts: even types only
     except VerishardError as e:
         raise NotExpressible(f"the layout is not a well-formed type: {e}") from None
     for r in range(n):

@@ -417,6 +417,9 @@ def execute(plan: Plan, x: Any, backend: Backend,
     >>> [y.tolist() for y in ys]
     [[0, 1, 2, 3], [0, 1, 2, 3]]
     """
+    if plan.uneven:  # padded buffers: runtime/uneven.py (the simulator only, for now)
+        raise RedistributionError(f"plan {plan.src} -> {plan.dst} has uneven dimensions; run it with "
+                                  f"verishard.runtime.uneven.simulate_uneven (other backends: not yet)")
     if isinstance(x, Donated):
         x = x.take()
     t, op = plan.src, plan.reduce

@@ -70,13 +70,20 @@ def as_type(t: ArrayType | str, mesh: Mesh | str | None = None) -> ArrayType:
     return t
 
 
+def _even(t: ArrayType) -> ArrayType:
+    if t.uneven:
+        raise LayoutError(f"{t} has uneven dimensions: its buffers are padded or chunked; use "
+                          f"verishard.runtime.uneven (distribute_padded, distribute_chunked, assemble_padded)")
+    return t
+
+
 def boxes(mesh: Mesh | str, t: ArrayType | str) -> list[tuple[slice, ...]]:
     """The global index box (one slice per dimension) of every rank.
 
     >>> boxes("x=2", "[2{x}4, 3]")
     [(slice(0, 2, None), slice(0, 3, None)), (slice(2, 4, None), slice(0, 3, None))]
     """
-    t = as_type(t, mesh)
+    t = _even(as_type(t, mesh))
     ls = t.local_shape
     return [tuple(slice(int(s), int(s) + l) for s, l in zip(row, ls)) for row in block_starts(t)]
 
@@ -87,7 +94,7 @@ def box(mesh: Mesh | str, t: ArrayType | str, rank: int) -> tuple[slice, ...]:
     >>> box("x=2", "[2{x}4, 3]", 1)
     (slice(2, 4, None), slice(0, 3, None))
     """
-    t = as_type(t, mesh)
+    t = _even(as_type(t, mesh))
     starts = block_starts(t)
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < len(starts):
         raise ShardingError(f"rank {rank!r} is out of range for {len(starts)} devices")

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import sys
 import time
@@ -609,6 +610,7 @@ class MPIResult:
     output: np.ndarray
     steps: tuple[StepStats, ...]
     itemsize: int
+    chunking: Any = None  # the ChunkReport (runtime/chunked.py): bound, budget, k and refined bound per step
 
     @property
     def source_bytes(self) -> int:
@@ -665,7 +667,8 @@ DEFAULT_TIMEOUT = 300.0
 
 
 def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None = None,
-                 timeout: float | None = DEFAULT_TIMEOUT, abort_on_error: bool = True) -> MPIResult:
+                 timeout: float | None = DEFAULT_TIMEOUT, abort_on_error: bool = True,
+                 budget_bytes: int | None = None, chunks: int | None = None) -> MPIResult:
     """Redistribute this rank's ``local`` array (its ``plan.src`` block) with ``plan``.
 
     Collective over ``comm`` (default ``MPI.COMM_WORLD``), whose size must be
@@ -679,6 +682,14 @@ def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None 
     ``abort_on_error``: an exception after validation (while data moves)
     prints the error and calls ``MPI_Abort`` (else it propagates, and the
     other ranks may wait forever).
+
+    ``budget_bytes``: memory per rank the run may hold at once; every step
+    runs in as many pieces as it needs for its refined bound to fit
+    (:mod:`verishard.runtime.chunked`; default: the plan's bound plus an
+    eighth, at least 1 MiB). ``chunks``: a fixed number of pieces per step
+    instead (1: unchunked). Must be the same on every rank. With the source
+    donated (and owning its memory) each input piece is released once used;
+    ``result.chunking`` reports the bound that applied.
 
     Without ``mpirun`` mpi4py runs as a singleton (one rank), so a
     one-device mesh is the only one that fits here; the source array may be
@@ -721,7 +732,7 @@ def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None 
         stats: list[StepStats] = []
         prev = {"x": x, "bytes": x.nbytes}
 
-        def on_step(i: int, step: Step, t: ArrayType, y: np.ndarray) -> None:
+        def on_step(i: int, step: Step, t: ArrayType, y: np.ndarray, info=None) -> None:
             step_index[0] = i
             moved = y is not prev["x"]
             sent, recv = (backend.sent, backend.received) if moved else (0, 0)
@@ -734,14 +745,21 @@ def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None 
                 raise RuntimeCheckError(f"step {i} ({step.collective}): received {recv} B, the spec's figure "
                                         f"for rank {rank} is {want} B")
             peak = prev["bytes"] + y.nbytes if moved else prev["bytes"]
+            if info is not None and (info.k > 1 or not moved or y.base is not None):
+                peak = info.held  # chunked, or a slice kept as a view
             stats.append(StepStats(i, step.collective, step.type, sent, recv, y.nbytes, peak))
             prev["x"], prev["bytes"] = y, y.nbytes
 
         del x
         phase[0] = "moving data"
-        out = execute(checked, Donated(prev["x"]), backend, on_step)
+        from .chunked import MPIArrayOps, execute_chunked
+        x0 = prev["x"]
+        owned = donated and (x0.flags.owndata or isinstance(x0.base, mmap.mmap))
+        del x0
+        out, report = execute_chunked(checked, Donated(prev["x"]), backend, MPIArrayOps(backend), budget_bytes,
+                                      chunks, itemsize, owned=owned, on_step=on_step)
         prev.clear()
-        return MPIResult(checked, out, tuple(stats), itemsize)
+        return MPIResult(checked, out, tuple(stats), itemsize, report)
     except BaseException as e:
         if not abort_on_error:
             raise

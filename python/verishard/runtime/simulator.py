@@ -264,6 +264,7 @@ class SimResult:
     outputs: list[np.ndarray]
     steps: tuple[SimStep, ...]
     itemsize: int
+    chunking: "ChunkReport | None" = None  # set when run chunked (budget_bytes= or chunks=)
 
     @property
     def source_bytes(self) -> np.ndarray:
@@ -362,7 +363,8 @@ def expected_received(t: ArrayType, c: Collective, mesh) -> np.ndarray:
 
 
 def simulate(plan: Plan, locals_: Sequence[np.ndarray] | Donated, check: bool = True,
-             check_data: bool | None = None) -> SimResult:
+             check_data: bool | None = None, budget_bytes: int | None = None,
+             chunks: int | None = None) -> SimResult:
     """Run ``plan`` on the local arrays of every device (``locals_[rank]``,
     e.g. ``distribute(A, plan.mesh, plan.src)``) and return the results and
     the per-device, per-step traffic and memory.
@@ -403,7 +405,7 @@ def simulate(plan: Plan, locals_: Sequence[np.ndarray] | Donated, check: bool = 
     records: list[SimStep] = []
     before = {"xs": list(locals_)}
 
-    def on_step(i: int, step: Step, t: ArrayType, ys: list[np.ndarray]) -> None:
+    def on_step(i: int, step: Step, t: ArrayType, ys: list[np.ndarray], info=None) -> None:
         xs = before["xs"]
         moved = ys is not xs
         sent = backend.last_sent if moved else np.zeros(mesh.num_devices, dtype=np.int64)
@@ -413,16 +415,25 @@ def simulate(plan: Plan, locals_: Sequence[np.ndarray] | Donated, check: bool = 
         held_out = np.array([y.nbytes for y in ys], dtype=np.int64)
         fresh = np.array([y is not x for x, y in zip(xs, ys)])
         peak = np.where(fresh, held_in + held_out, held_in)
+        if info is not None:  # chunked (runtime/chunked.py): its accounting, as if donated
+            peak = np.where(fresh, info.held, held_in)
         rec = SimStep(i, step.collective, step.type, sent, recv, held_out, peak, step.received * itemsize)
         if check:
             _check_step(plan, rec, t, ys, dtype, A)
         records.append(rec)
         before["xs"] = ys
 
-    outputs = execute(plan, list(locals_), backend, on_step)
+    report = None
+    if budget_bytes is None and chunks is None:
+        outputs = execute(plan, list(locals_), backend, on_step)
+    else:  # chunked execution (runtime/chunked.py), accounted as if the source were donated
+        from .chunked import ListOps, execute_chunked
+        outputs, report = execute_chunked(plan, list(locals_), backend, ListOps(backend), budget_bytes, chunks,
+                                          itemsize, owned=True, on_step=on_step)
+        outputs = [y if y.flags.owndata else y.copy() for y in outputs]  # no view of the caller's arrays
     given = {id(x) for x in locals_}
     outputs = [y.copy() if id(y) in given else y for y in outputs]  # never alias the caller's arrays
-    return SimResult(plan, outputs, tuple(records), itemsize)
+    return SimResult(plan, outputs, tuple(records), itemsize, report)
 
 
 def _check_step(plan: Plan, rec: SimStep, t: ArrayType, ys, dtype: np.dtype, A) -> None:
