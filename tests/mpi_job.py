@@ -14,6 +14,10 @@ printed as ``[rank r] FAIL ...`` lines):
   ``x=2,y=2,z=2`` (a fixed sample) or ``x=2,y=3`` (all), from a random
   representation of a numpy array; each rank checks the value its pending
   group's outputs represent (integers exactly, floats to 1e-9).
+- ``uneven``: pairs of uneven types (blocks of ``ceil(g / n)``) on
+  ``x=2,y=2`` (all), ``x=2,y=3`` (all) or ``x=2,y=2,z=2`` (a fixed sample),
+  run on padded buffers whose padding is a sentinel; each rank checks every
+  valid position of its target buffer against numpy.
 - ``bad``: bad plans and inputs; every rank must get the same
   ``RedistributionRefused`` naming the failing ranks, and the communicator
   must work afterwards.
@@ -142,6 +146,36 @@ def suite_partial() -> bool:
             if not (same_bytes(got, want) if exact else np.allclose(got, want, rtol=1e-9, atol=1e-9)):
                 suite.fail(f"{mesh}: {src} -> {dst} [{dtype.__name__}]: wrong data")
             check_traffic(suite, plan, res, A.dtype.itemsize, f"{mesh}: {src} -> {dst}")
+            suite.count += 1
+    return suite.finish()
+
+
+def suite_uneven() -> bool:
+    from uneven_reference import all_types as uneven_types
+
+    from verishard.runtime.uneven import distribute_padded
+    suite = Suite("uneven")
+    meshes = {4: [("x=2,y=2", (3, 5), None)], 6: [("x=2,y=3", (5, 4), None)],
+              8: [("x=2,y=2,z=2", (3, 5), 300)]}.get(SIZE, [])
+    rng = np.random.default_rng(11)
+    sentinel = np.int32(-7)  # keeps the buffers int32
+    for mesh_text, shape, sample in meshes:
+        mesh = Mesh.parse(mesh_text)
+        types = [verishard.ArrayType(mesh, list(t)) for t in uneven_types(mesh.part_sizes, shape)]
+        pairs = [(s, d) for s in types for d in types if s.uneven or d.uneven]
+        if sample is not None:
+            pairs = [pairs[i] for i in sorted(rng.choice(len(pairs), sample, replace=False))]
+        A = rng.integers(0, 1000, shape).astype(np.int32)
+        for src, dst in pairs:
+            label = f"{mesh}: {src} -> {dst}"
+            plan = verishard.plan(mesh, src, dst)
+            local = distribute_padded(A, plan.mesh, plan.src, sentinel)[RANK]
+            res = redistribute(plan, local, timeout=60)
+            box = tuple(slice(0, v) for v in plan.dst.valid_shape(RANK))
+            want = distribute_padded(A, plan.mesh, plan.dst, sentinel)[RANK]
+            if res.output.shape != plan.dst.local_shape or not np.array_equal(res.output[box], want[box]):
+                suite.fail(f"{label}: wrong data")
+            check_traffic(suite, plan, res, A.dtype.itemsize, label)
             suite.count += 1
     return suite.finish()
 
@@ -290,7 +324,7 @@ def exit_size() -> None:
 
 
 SUITES = {"pairs": suite_pairs, "random": suite_random, "movement": suite_movement, "bad": suite_bad,
-          "partial": suite_partial}
+          "partial": suite_partial, "uneven": suite_uneven}
 EXITS = {"exit-refused": exit_refused, "exit-crash": exit_crash, "exit-timeout": exit_timeout,
          "exit-size": exit_size}
 

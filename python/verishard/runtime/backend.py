@@ -73,6 +73,22 @@ Partial types add three methods; ``op`` is the pending reduction, one of
     No communication: the device with group index 0 returns ``x``, the
     others an array of the reduction's unit (:func:`reduction_identity`).
 
+Uneven types (blocks of ``ceil(g / n)``, ``Uchecker.v``) run on padded
+buffers (every device holds ``t.local_shape``, padding at the end of each
+dimension) with one more, local, method:
+
+``fit(x, dim, n) -> y``
+    ``x`` cut to its first ``n`` positions along ``dim``, or extended to ``n``
+    with padding (any value: ``Ucheckerproof.ucheck_correct`` holds for every
+    padding value). No communication.
+
+The executor (:func:`run_step`) then runs each step as the even collective
+between a ``fit`` before and after, exactly as ``Uneven.usource`` moves data:
+a gather concatenates the padded blocks and keeps the first ``c_out``; a
+slice pads to ``N * c_out`` and keeps piece ``k``; an all-to-all pads the
+split dimension to ``N * c_out``, exchanges, and cuts the concatenated one to
+``c_out``. On even types no ``fit`` is ever called.
+
 The executor never calls a backend for a step that moves nothing: a group
 of size 1, or a permute whose bijection is the identity.
 """
@@ -247,6 +263,9 @@ class Backend:
     def to_partial(self, x: Any, group: AxisGroup, op: str) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not implement to_partial")
 
+    def fit(self, x: Any, dim: int, n: int) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not implement fit (uneven types)")
+
 
 def reduction_identity(dtype: np.dtype, op: str):
     """The unit of reduction ``op`` for ``dtype`` (what ``to_partial`` fills
@@ -267,6 +286,23 @@ def reduction_identity(dtype: np.dtype, op: str):
         info = np.iinfo(dtype)
         return int(info.max if high else info.min)
     return np.inf if high else -np.inf  # floating, including ml_dtypes' bfloat16 (kind 'V')
+
+
+def numpy_fit(x: np.ndarray, dim: int, n: int, pad=0) -> np.ndarray:
+    """``fit`` for numpy arrays: ``x`` cut or padded with ``pad`` along ``dim``
+    to length ``n`` (a new C-ordered array).
+
+    >>> numpy_fit(np.arange(3), 0, 5, pad=-1).tolist(), numpy_fit(np.arange(3), 0, 2).tolist()
+    ([0, 1, 2, -1, -1], [0, 1])
+    """
+    have = x.shape[dim]
+    if have >= n:
+        idx = [slice(None)] * x.ndim
+        idx[dim] = slice(0, n)
+        return np.array(x[tuple(idx)], order="C", copy=True)
+    shape = list(x.shape)
+    shape[dim] = n - have
+    return np.concatenate([x, np.full(shape, pad, dtype=x.dtype)], axis=dim)
 
 
 # The numpy reduction of each op, for the simulator and the tests.
@@ -399,9 +435,40 @@ def step_call(mesh: Mesh, t: ArrayType, c: Collective, op: str = "sum") -> tuple
     raise PlanError(f"unknown collective {c!r}")  # pragma: no cover
 
 
+def run_step(backend: Backend, call: tuple[str, tuple], x: Any, t: ArrayType, t2: ArrayType) -> Any:
+    """One step ``t -> t2`` on ``backend``: the even collective ``call`` (from
+    :func:`step_call`), between the pad and the cut that padded buffers of
+    uneven types need (``fit``, called only where a padded size differs).
+
+    >>> from verishard.runtime.simulator import SimBackend
+    >>> m = Mesh.parse("x=2")
+    >>> t, t2 = ArrayType.parse("[3{x}5]", m), ArrayType.parse("[5]", m)
+    >>> ys = run_step(SimBackend(2, pad=-1), step_call(m, t, AllGather(0, "x")),
+    ...               [np.array([0, 1, 2]), np.array([3, 4, -1])], t, t2)
+    >>> [y.tolist() for y in ys]
+    [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]
+    """
+    name, args = call
+    if name == "dyn_slice":
+        d, group = args
+        if t.local_shape[d] != group.size * t2.local_shape[d]:
+            x = backend.fit(x, d, group.size * t2.local_shape[d])
+    elif name == "all_to_all":
+        d, e, group = args
+        if t.local_shape[e] != group.size * t2.local_shape[e]:
+            x = backend.fit(x, e, group.size * t2.local_shape[e])
+    y = getattr(backend, name)(x, *args)
+    if name in ("all_gather", "all_to_all"):  # N blocks concatenated along d
+        d, group = args[0], args[-1]
+        if group.size * t.local_shape[d] != t2.local_shape[d]:
+            y = backend.fit(y, d, t2.local_shape[d])
+    return y
+
+
 def execute(plan: Plan, x: Any, backend: Backend,
             on_step: Callable[[int, Step, ArrayType, Any], None] | None = None) -> Any:
-    """Run the steps of ``plan`` (already validated) on ``backend``.
+    """Run the steps of ``plan`` (already validated) on ``backend``; uneven
+    plans on padded buffers (:func:`run_step`).
 
     ``x`` is the backend's value for the source (or ``Donated(value)``).
     ``on_step(i, step, type_before, y)`` is called after step ``i`` (from 1)
@@ -417,23 +484,19 @@ def execute(plan: Plan, x: Any, backend: Backend,
     >>> [y.tolist() for y in ys]
     [[0, 1, 2, 3], [0, 1, 2, 3]]
     """
-    if plan.uneven:  # padded buffers: runtime/uneven.py (the simulator only, for now)
-        raise RedistributionError(f"plan {plan.src} -> {plan.dst} has uneven dimensions; run it with "
-                                  f"verishard.runtime.uneven.simulate_uneven (other backends: not yet)")
     if isinstance(x, Donated):
         x = x.take()
     t, op = plan.src, plan.reduce
     for i, step in enumerate(plan.steps, 1):
         call = step_call(plan.mesh, t, step.collective, op)
         if call is not None:
-            name, args = call
-            x = getattr(backend, name)(x, *args)
+            x = run_step(backend, call, x, t, step.type)
         if on_step is not None:
             on_step(i, step, t, x)
         t = step.type
     return x
 
 
-__all__ = ["Backend", "AxisGroup", "Donated", "execute", "validate_plan", "naive_plan", "step_call",
-           "reduction_identity", "NUMPY_REDUCE",
+__all__ = ["Backend", "AxisGroup", "Donated", "execute", "run_step", "validate_plan", "naive_plan", "step_call",
+           "reduction_identity", "NUMPY_REDUCE", "numpy_fit",
            "permute_sources", "RedistributionError", "RuntimeCheckError"]

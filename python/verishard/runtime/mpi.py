@@ -34,6 +34,10 @@ How it runs:
   dtype (bool, float16, bfloat16); a scatter along a dimension other than the
   first (under a leading extent) packs the pieces first, since a reduction
   cannot use the layout datatypes. ``ToPartial``: no communication.
+- Uneven types (blocks of ``ceil(g / n)``): the local array is the rank's
+  padded buffer (``t.local_shape``; ``runtime.uneven.distribute_padded``),
+  and each step is the even collective between a local pad and cut
+  (``backend.run_step``), whole (no chunked schedule).
 
 Data goes straight from and into numpy memory (buffer protocol with
 explicit MPI datatypes), never pickled.
@@ -75,7 +79,7 @@ from ..mesh import Mesh
 from ..plan import Plan, Step
 from ..sharding import ArrayType
 from .backend import (NUMPY_REDUCE, AxisGroup, Backend, Donated, RedistributionError, RuntimeCheckError, execute,
-                      reduction_identity, validate_plan)
+                      numpy_fit, reduction_identity, validate_plan)
 
 
 
@@ -321,6 +325,11 @@ class MPIBackend(Backend):
         self.mc = mc
         self.rank = mc.cart.Get_rank()
         self.sent = self.received = 0
+
+    def fit(self, x, dim, n):
+        """The buffer cut or zero-padded to ``n`` along ``dim`` (uneven types); nothing moves
+        (the step's traffic counts stay the collective's)."""
+        return numpy_fit(x, dim, n)
 
     def all_gather(self, x, dim, group):
         """``MPI_Allgather`` over the group, concatenating along ``dim``.
@@ -756,8 +765,11 @@ def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None 
         x0 = prev["x"]
         owned = donated and (x0.flags.owndata or isinstance(x0.base, mmap.mmap))
         del x0
-        out, report = execute_chunked(checked, Donated(prev["x"]), backend, MPIArrayOps(backend), budget_bytes,
-                                      chunks, itemsize, owned=owned, on_step=on_step)
+        if checked.uneven:  # padded buffers, each step whole (no chunked schedule for uneven types)
+            out, report = execute(checked, Donated(prev["x"]), backend, on_step), None
+        else:
+            out, report = execute_chunked(checked, Donated(prev["x"]), backend, MPIArrayOps(backend), budget_bytes,
+                                          chunks, itemsize, owned=owned, on_step=on_step)
         prev.clear()
         return MPIResult(checked, out, tuple(stats), itemsize, report)
     except BaseException as e:

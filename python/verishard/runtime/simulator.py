@@ -45,7 +45,7 @@ import numpy as np
 from ..collectives import AllGather, AllPermute, AllReduce, AllToAll, Collective, DynSlice, ReduceScatter, ToPartial
 from ..plan import Plan, Step
 from ..sharding import ArrayType
-from .backend import (NUMPY_REDUCE, AxisGroup, Backend, Donated, RedistributionError, RuntimeCheckError, execute,
+from .backend import (NUMPY_REDUCE, AxisGroup, numpy_fit, Backend, Donated, RedistributionError, RuntimeCheckError, execute,
                       permute_sources, reduction_identity, validate_plan)
 from .layout import LayoutError, assemble, check_locals, distribute, represented, same_bytes
 
@@ -65,8 +65,9 @@ class SimBackend(Backend):
 
     name = "simulate"
 
-    def __init__(self, num_devices: int):
+    def __init__(self, num_devices: int, pad=0):
         self.n = num_devices
+        self.pad = pad  # what fit writes where a padded buffer grows (uneven types)
         self.last_sent = np.zeros(num_devices, dtype=np.int64)
         self.last_received = np.zeros(num_devices, dtype=np.int64)
 
@@ -154,6 +155,14 @@ class SimBackend(Backend):
                 sent[s] += xs[s].nbytes
                 recv[c] += xs[s].nbytes
         return out
+
+    def fit(self, xs, dim, n):
+        """Every device's buffer cut or padded (with ``self.pad``) to ``n`` along ``dim``; nothing moves.
+
+        >>> [y.tolist() for y in SimBackend(2, pad=9).fit([np.array([0]), np.array([1, 2])], 0, 2)]
+        [[0, 9], [1, 2]]
+        """
+        return [numpy_fit(x, dim, n, self.pad) for x in xs]
 
     def _reduced(self, xs, group: AxisGroup, op: str) -> dict[int, np.ndarray]:
         """Each group's reduction (in group order), by group number."""
@@ -359,7 +368,15 @@ def expected_received(t: ArrayType, c: Collective, mesh) -> np.ndarray:
     if isinstance(c, ReduceScatter):
         return np.full(n, (g - 1) * (t.size // g), dtype=np.int64)
     assert isinstance(c, AllToAll)
-    return np.full(n, t.size - t.size // g, dtype=np.int64)
+    # N - 1 pieces: the (padded) block with dimension dst_dim cut to its block
+    # size after the step (Uchecker.urecv; size(t) - size(t)/N on even types)
+    e = c.dst_dim
+    blocks = g
+    for p in t.dim_parts(e):
+        blocks *= mesh.part_sizes[p]
+    piece = list(t.local_shape)
+    piece[e] = -(-t.global_shape[e] // blocks)
+    return np.full(n, (g - 1) * int(np.prod(piece)), dtype=np.int64)
 
 
 def simulate(plan: Plan, locals_: Sequence[np.ndarray] | Donated, check: bool = True,

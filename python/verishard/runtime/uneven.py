@@ -9,7 +9,8 @@ the valid part (``ArrayType.valid_shape(rank)``).
 
 The collectives run on padded buffers exactly as ``Uneven.usource`` (and,
 for permutes, ``Uchecker.usrc``) say, each as an even collective between a
-pad and a truncation:
+pad and a truncation (the shared executor's ``backend.run_step``, so every
+backend with a ``fit`` method runs uneven plans the same way):
 
 - ``AllGather(d, xs)``: concatenate the group's padded blocks along ``d``
   (``N * c_in``, the gather's concatenation buffer) and keep the first ``c_out``;
@@ -43,13 +44,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..collectives import AllGather, AllPermute, AllToAll, DynSlice
-from ..core import permute_sources
 from ..errors import ShardingError
 from ..mesh import Mesh
 from ..plan import Plan
-from .backend import AxisGroup, RedistributionError, validate_plan
+from .backend import RedistributionError, execute, run_step, step_call, validate_plan
 from .layout import as_type
+from .simulator import SimBackend
 
 
 def _valid_box(t, rank: int) -> tuple[slice, ...]:
@@ -154,52 +154,13 @@ def assemble_padded(locals_: Sequence[np.ndarray], mesh: Mesh | str, t) -> np.nd
 
 # --- padded collectives over every device's buffer ------------------------------
 
-def _fit(x: np.ndarray, dim: int, n: int, pad) -> np.ndarray:
-    """``x`` padded with ``pad`` or truncated along ``dim`` to length ``n``."""
-    have = x.shape[dim]
-    if have >= n:
-        idx = [slice(None)] * x.ndim
-        idx[dim] = slice(0, n)
-        return np.array(x[tuple(idx)], order="C", copy=True)
-    shape = list(x.shape)
-    shape[dim] = n - have
-    return np.concatenate([x, np.full(shape, pad, dtype=x.dtype)], axis=dim)
-
-
 def _step(mesh: Mesh, t, c, t2, xs: list[np.ndarray], pad) -> list[np.ndarray]:
-    n = mesh.num_devices
-    if isinstance(c, AllPermute):
-        src = permute_sources(t, c.target)
-        return [np.array(xs[int(src[r])], copy=True) for r in range(n)]
-    group = AxisGroup.of(mesh, c.parts(mesh))
-    N = group.size
-    out: list = [None] * n
-    if isinstance(c, AllGather):
-        d, c_out = c.dim, t2.local_shape[c.dim]
-        for members in group.members:
-            cat = np.concatenate([xs[s] for s in members], axis=d)  # N * c_in along d
-            for r in members:
-                out[r] = _fit(cat, d, c_out, pad)
-        return out
-    if isinstance(c, DynSlice):
-        d, c_out = c.dim, t2.local_shape[c.dim]
-        for r in range(n):
-            k = int(group.index[r])
-            x = _fit(xs[r], d, N * c_out, pad)
-            idx = [slice(None)] * x.ndim
-            idx[d] = slice(k * c_out, (k + 1) * c_out)
-            out[r] = np.array(x[tuple(idx)], order="C", copy=True)
-        return out
-    if isinstance(c, AllToAll):
-        d, e = c.src_dim, c.dst_dim
-        cd_out, ce_out = t2.local_shape[d], t2.local_shape[e]
-        for members in group.members:
-            pieces = [np.split(_fit(xs[s], e, N * ce_out, pad), N, axis=e) for s in members]
-            for j, r in enumerate(members):
-                cat = np.concatenate([pieces[k][j] for k in range(N)], axis=d)
-                out[r] = _fit(cat, d, cd_out, pad)
-        return out
-    raise RedistributionError(f"{c} is not a collective on uneven types")  # pragma: no cover
+    """One step of an uneven plan on every device's padded buffer: the shared
+    executor's padded step (``backend.run_step``) on the simulator's backend."""
+    call = step_call(mesh, t, c)
+    if call is None:
+        return list(xs)
+    return run_step(SimBackend(mesh.num_devices, pad), call, xs, t, t2)
 
 
 def simulate_uneven(plan: Plan, locals_: Sequence[np.ndarray], pad) -> list[np.ndarray]:
@@ -221,11 +182,7 @@ def simulate_uneven(plan: Plan, locals_: Sequence[np.ndarray], pad) -> list[np.n
         if x.shape != plan.src.local_shape:
             raise ShardingError(f"rank {r}'s buffer has shape {x.shape}, not {plan.src.local_shape} "
                                 f"as {plan.src} says (padded buffers: distribute_padded)")
-    t = plan.src
-    for s in plan.steps:
-        xs = _step(mesh, t, s.collective, s.type, xs, pad)
-        t = s.type
-    return xs
+    return execute(plan, xs, SimBackend(mesh.num_devices, pad))
 
 
 def simulate_chunked(plan: Plan, chunks: Sequence[np.ndarray]) -> list[np.ndarray]:
