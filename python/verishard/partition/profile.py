@@ -16,24 +16,34 @@ import time
 from .graph import OpGraph, PartitionError
 
 
-def profile_fx(graph: OpGraph, repeats: int = 20, threads: int = 1) -> dict[str, float]:
+def profile_fx(graph: OpGraph, repeats: int = 20, threads: int = 1, device: str = "cpu") -> dict[str, float]:
     """Median seconds of each fx node over ``repeats`` runs (after one warm-up run),
     with ``torch.set_num_threads(threads)``; includes the interpreter's per-node overhead,
-    which the partitioned execution pays too."""
+    which the partitioned execution pays too. On a CUDA ``device`` the model and input
+    are copied there and every node is timed between two synchronizations (its
+    kernels and their launches, nothing queued before it)."""
+    import copy
+
     import torch
     import torch.fx as fx
 
     gm, example = graph.meta.get("gm"), graph.meta.get("example")
     if gm is None:
         raise PartitionError("the graph has no traced model to profile (build it with from_fx or model_graph)")
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        gm, example = copy.deepcopy(gm).to(device), example.to(device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     samples: dict[str, list[float]] = {n.name: [] for n in gm.graph.nodes}
 
     class Timed(fx.Interpreter):
         def run_node(self, n):
+            sync()
             t0 = time.perf_counter()
             out = super().run_node(n)
+            sync()
             samples[n.name].append(time.perf_counter() - t0)
             return out
 
