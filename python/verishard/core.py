@@ -186,6 +186,13 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     out = _call(_core.pplan, mesh.encode() + src.pencode() + dst.pencode())
     if out[0] == 1:
         _raise_rejection(mesh, out, [])
+    return _planned(mesh, out, lambda m, o, pos: ArrayType.pdecode(m, o, pos, op))
+
+
+def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
+    """The report of a planning call (``put_planned`` in bindings/glue.ml): the split of the
+    mesh's parts, the peak, the plan over the split mesh, its types (read by
+    ``decode_type(mesh, out, pos) -> (type, pos)``) and per-step received."""
     k, pos, split = out[1], 2, []
     for _ in range(k):
         n = out[pos]
@@ -199,7 +206,7 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
         c, pos = Collective.decode(coarse, out, pos)
         plan_.append(c)
     for _ in range(s + 1):
-        t, pos = ArrayType.pdecode(coarse, out, pos, op)
+        t, pos = decode_type(coarse, out, pos)
         types.append(t)
     return PlanReport(coarse, tuple(plan_), tuple(types), tuple(out[pos:pos + s]), peak)
 
@@ -253,22 +260,7 @@ def _uplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     out = _call(_core.uplan, mesh.encode() + src.encode() + dst.encode())
     if out[0] == 1:
         _raise_rejection(mesh, out, [])
-    k, pos, split = out[1], 2, []
-    for _ in range(k):
-        n = out[pos]
-        split.append(tuple(out[pos + 1:pos + 1 + n]))
-        pos += 1 + n
-    coarse = _refinement(mesh, tuple(split))
-    peak, s = out[pos], out[pos + 1]
-    pos += 2
-    plan_, types = [], []
-    for _ in range(s):
-        c, pos = Collective.decode(coarse, out, pos)
-        plan_.append(c)
-    for _ in range(s + 1):
-        t, pos = ArrayType.decode(coarse, out, pos)
-        types.append(t)
-    return PlanReport(coarse, tuple(plan_), tuple(types), tuple(out[pos:pos + s]), peak)
+    return _planned(mesh, out, ArrayType.decode)
 
 
 def umovement(t: ArrayType, op: Collective, t2: ArrayType) -> np.ndarray:

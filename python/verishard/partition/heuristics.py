@@ -16,7 +16,7 @@ import numpy as np
 from scipy.optimize import linprog
 
 from .graph import PartitionError
-from .milp import solve_latency, solve_throughput
+from .milp import Solution, solve_latency, solve_throughput
 from .problem import Problem
 
 
@@ -202,12 +202,20 @@ def split_heuristic(pb: Problem, objective: str = "latency", max_size: int = 10,
     t0 = time.perf_counter()
     mods = modules(pb, max_size)
     fixed, fin, ready, start = {}, {}, {d: 0.0 for d in pb.pf.devices}, {}
-    optimal = True
+    optimal, kept_greedy = True, 0
     for mod in mods:
         if objective == "latency":
             greedy = eft(pb, mod, fixed, fin, ready)
             upper = max(greedy[2][v] for v in mod) if greedy is not None else None
-            sol = solve_latency(pb, mod, fixed, fin, ready, upper=upper, time_limit=time_limit)
+            try:
+                sol = solve_latency(pb, mod, fixed, fin, ready, upper=upper, time_limit=time_limit)
+            except PartitionError:
+                if greedy is None:
+                    raise
+                # HiGHS can fail on a module ("Solve error"); its list schedule is feasible
+                kept_greedy += 1
+                sol = Solution({v: greedy[0][v] for v in mod}, upper, False, 0.0,
+                               {v: greedy[1][v] for v in mod}, "greedy list schedule (MILP failed)")
             for v in mod:
                 i = sol.assign[v]
                 start[v] = sol.start[v]
@@ -228,7 +236,7 @@ def split_heuristic(pb: Problem, objective: str = "latency", max_size: int = 10,
             if pb.period(cand) <= pb.period(fixed):
                 fixed = cand
     r = evaluate(pb, "modularity split", fixed, time.perf_counter() - t0, start=start or None,
-                 note=f"{len(mods)} modules")
+                 note=f"{len(mods)} modules" + (f", {kept_greedy} kept their list schedule" if kept_greedy else ""))
     r.optimal = False
     return r
 

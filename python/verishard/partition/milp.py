@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -66,8 +67,18 @@ class _Model:
         opts = {"mip_rel_gap": gap, "disp": False}
         if time_limit is not None:
             opts["time_limit"] = time_limit
-        return milp(c, constraints=cons, integrality=np.array(self.integ), bounds=Bounds(self.lb, self.ub),
-                    options=opts)
+        res = milp(c, constraints=cons, integrality=np.array(self.integ), bounds=Bounds(self.lb, self.ub),
+                   options=opts)
+        if res.status == 4:
+            # HiGHS's "Solve error": on some row orders (set iteration follows the hash seed) its
+            # optimum violates a big-M row by 1e-6 (microseconds), its MIP feasibility tolerance,
+            # and it discards the solution; solve again with that tolerance at 1e-5 (10 ps).
+            # scipy passes the option through to HiGHS, with a warning about unknown options.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                res = milp(c, constraints=cons, integrality=np.array(self.integ), bounds=Bounds(self.lb, self.ub),
+                           options=dict(opts, mip_feasibility_tolerance=1e-5))
+        return res
 
 
 @dataclass
