@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -31,6 +30,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 from verishard import ArrayType, Mesh, checkpoint  # noqa: E402
+from procmem import reset_hwm, rss_kib  # noqa: E402  (bench/: this script's directory)
 
 SRC_MESH = "x=8"
 CASES = [  # (target mesh, target type builder, what)
@@ -38,30 +38,6 @@ CASES = [  # (target mesh, target type builder, what)
      "rows 8-way to a 3x2 grid (uneven rows)"),
     ("u=6", lambda n: f"[{n}, {-(-n // 6)}{{u}}{n}]", "rows 8-way to columns 6-way (uneven, narrow runs)"),
 ]
-
-
-def hwm() -> int:
-    """VmHWM, the peak RSS since the last reset (bytes)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM")
-
-
-def reset_hwm() -> bool:
-    """Reset VmHWM to the current RSS (Linux: write 5 to /proc/self/clear_refs)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def rss_now() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def value_block(t: ArrayType, r: int) -> np.ndarray:
@@ -97,12 +73,12 @@ def worker(mode: str, path: str, mesh: str, ttext: str, rank: int) -> None:
     t = ArrayType.parse(ttext, mesh)
     if not reset_hwm():
         raise SystemExit("cannot reset the peak RSS (/proc/self/clear_refs)")
-    before = rss_now()
+    before = rss_kib() * 1024
     stats: dict = {}
     t0 = time.perf_counter()
     out = _load(mode, path, mesh, t, rank, stats)
     secs = time.perf_counter() - t0
-    peak = hwm()
+    peak = rss_kib("VmHWM") * 1024
     ok = bool(np.array_equal(out, value_block(t, rank)))
     nbytes = out.nbytes
     del out

@@ -40,6 +40,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MiB = 1 << 20
+from procmem import reset_hwm, rss_kib  # noqa: E402  (bench/: this script's directory)
 
 # (name, mesh, source, target); shapes are filled in per size ({R}, {C}: global rows and columns)
 def symbolic(t: str) -> str:
@@ -99,23 +100,6 @@ def launch(args) -> int:
 
 # ---------------------------------------------------------------------------
 # worker side (under mpirun)
-
-
-def rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def reset_hwm() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def block_values(t, rank, C):

@@ -57,6 +57,7 @@ from datetime import timedelta
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MiB = 1 << 20
+from procmem import reset_hwm, rss_kib  # noqa: E402  (bench/: this script's directory)
 NPROCS = 8
 METHODS = ("ours", "greedy", "mincost")
 LABEL = {"ours": "verishard", "greedy": "DTensor greedy", "mincost": "DTensor min-cost"}
@@ -80,19 +81,6 @@ def parse_args(argv):
 
 # ---------------------------------------------------------------------------
 # worker side
-
-
-def rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(field)
-
-
-def reset_hwm() -> None:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
 
 def short(pl) -> str:
