@@ -291,3 +291,15 @@ def test_package_doctests():
     import verishard.partition as P
 
     assert doctest.testmod(P).failed == 0
+
+
+def test_one_graph_on_two_platforms():
+    """A Problem resolves the graph's "host" pins for its platform without changing the graph,
+    so one graph can be partitioned for several platforms in turn (the benchmark does)."""
+    from verishard.partition import Problem, load_platform, model_graph
+    g = model_graph("tiny-transformer", batch=1)
+    pins = {n: a["pin"] for n, a in g.g.nodes(data=True)}
+    a, b = Problem(g, load_platform("cpu+2gpu")), Problem(g, load_platform("4x-cpu+2gpu"))
+    assert {n: a["pin"] for n, a in g.g.nodes(data=True)} == pins
+    assert {a.g.nodes[n]["pin"] for n in pins if pins[n]} == {a.pf.host}
+    assert {b.g.nodes[n]["pin"] for n in pins if pins[n]} == {b.pf.host}

@@ -89,7 +89,7 @@ class Problem:
     def __init__(self, graph: OpGraph, platform: Platform, sharding: bool = True):
         graph.validate()
         self.graph, self.pf = graph, platform
-        self.g = graph.g
+        self.g = graph.g.copy()  # its own node attributes: "host" pins resolve per platform
         self.order = graph.topo()
         self.edges = list(self.g.edges())
         for n in self.order:
