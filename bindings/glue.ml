@@ -248,6 +248,30 @@ let xplan_fn a =
              q.pcell q.pbox) ps) pss);
   finish buf
 
+(* [Rounds.xrounds] on [Crossmesh.xplan]'s schedule: the staged transfers.
+   Input: budget (elements per rank and round); then xplan's input. Answer:
+   [1] when xplan refuses, else [0; number of rounds; for each round: number
+   of cuts; for each cut: sending rank, receiving rank, target index, number
+   of dimensions, then per dimension: global start, length]. *)
+let xrounds_fn a =
+  let next = reader a in
+  let budget = next () in
+  let m1 = read_mesh next in let r1 = list_of next (next ()) in let t1 = read_type next in
+  let m2 = read_mesh next in let r2 = list_of next (next ()) in let t2 = read_type next in
+  let buf = Buffer.create () in
+  (match xplan m1 r1 t1 m2 r2 t2 with
+   | None -> Buffer.add_int buf 1
+   | Some pss ->
+       let rs = xrounds budget r2 pss in
+       Buffer.add_int buf 0; Buffer.add_int buf (List.length rs);
+       List.iter (fun rd ->
+         Buffer.add_int buf (List.length rd);
+         List.iter (fun c ->
+           Buffer.add_int buf c.csrc; Buffer.add_int buf c.cdst; Buffer.add_int buf c.ctgt;
+           Buffer.add_int buf (List.length c.cbox);
+           List.iter (fun (s, l) -> Buffer.add_int buf s; Buffer.add_int buf l) c.cbox) rd) rs);
+  finish buf
+
 (* Exceptions become a message for the C side, never a crash. *)
 let guard f a = try f a with
   | Bad_input msg -> failwith ("bad input to the verified core: " ^ msg)
@@ -264,6 +288,7 @@ let () =
   Callback.register "vs_umovement" (guard umovement_fn);
   Callback.register "vs_lower_bound" (guard lower_bound_fn);
   Callback.register "vs_xplan" (guard xplan_fn);
+  Callback.register "vs_xrounds" (guard xrounds_fn);
   Callback.register "vs_synthesize" (guard synthesize_fn);
   Callback.register "vs_blocks" (guard blocks_fn);
   Callback.register "vs_permute" (guard permute_fn);

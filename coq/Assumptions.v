@@ -121,6 +121,14 @@ Print Assumptions xsched_correct.
 Print Assumptions xsched_assemble.
 Print Assumptions xplan_correct.
 
+From VS Require Import Rounds Roundsproof.
+Print Assumptions runs_count.
+Print Assumptions cut_box_count.
+Print Assumptions tcuts_count.
+Print Assumptions pack_perm.
+Print Assumptions pack_bounded.
+Print Assumptions xrounds_correct.
+
 From VS Require Import Chunk Chunkproof.
 Print Assumptions chunk_range_divides.
 Print Assumptions chunk_source_coord.

@@ -418,3 +418,48 @@ def xplan(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType,
             pieces.append(Piece(r, tuple(vals[0::3]), tuple(zip(vals[1::3], vals[2::3]))))
         result.append(pieces)
     return result
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One transfer of a staged cross-mesh schedule (``Rounds.cut``): the
+    sending and receiving world ranks, the index of the target device, and
+    the global box, ``(start, length)`` per dimension."""
+
+    src: int
+    dst: int
+    target: int
+    box: tuple[tuple[int, int], ...]
+
+
+def xrounds(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks: Sequence[int],
+            budget: int) -> list[list[Cut]] | None:
+    """The rounds of the verified staged cross-mesh transfer (``Rounds.xrounds``
+    on ``Crossmesh.xplan``'s schedule; theorem ``Roundsproof.xrounds_correct``):
+    every piece a target receives from another rank cut into slices that fit
+    ``budget`` elements, packed first fit into rounds where each rank sends at
+    most ``budget`` and receives at most ``budget`` elements, or moves a single
+    cut; None when the core refuses the problem.
+
+    >>> from verishard import Mesh, ArrayType
+    >>> s = ArrayType.parse("[3{x}6]", Mesh.parse("x=2"))
+    >>> d = ArrayType.parse("[2{u}6]", Mesh.parse("u=3"))
+    >>> [[(c.src, c.dst, c.box) for c in rd] for rd in xrounds(s, [0, 1], d, [2, 3, 4], 1)]
+    [[(0, 2, ((0, 1),)), (1, 3, ((3, 1),))], [(0, 2, ((1, 1),)), (1, 4, ((4, 1),))], [(0, 3, ((2, 1),)), (1, 4, ((5, 1),))]]
+    """
+    ints = ([int(budget)] + src.mesh.encode() + [len(src_ranks), *map(int, src_ranks)] + src.encode()
+            + dst.mesh.encode() + [len(dst_ranks), *map(int, dst_ranks)] + dst.encode())
+    out = _call(_core.xrounds, ints)
+    if out[0] != 0:
+        return None
+    pos, result = 2, []
+    for _ in range(out[1]):
+        n, pos, rd = out[pos], pos + 1, []
+        for _ in range(n):
+            a, b, j, k = out[pos:pos + 4]
+            vals = out[pos + 4:pos + 4 + 2 * k]
+            pos += 4 + 2 * k
+            rd.append(Cut(a, b, j, tuple(zip(vals[0::2], vals[1::2]))))
+        result.append(rd)
+    return result
+

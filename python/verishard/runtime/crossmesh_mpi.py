@@ -5,11 +5,12 @@ schedule (``verishard.crossmesh``) executed point to point with
 Every rank of the world calls :func:`reshard` with the same plan; a source
 rank passes its local block, a target rank gets its block back, a rank that is
 both does both (the part it already holds is a local copy), and a rank that is
-neither returns None at once. Pieces larger than the budget are cut along
-their first dimension with more than one index; the cuts are assigned to
-rounds first-fit so that in every round each rank sends at most ``budget``
-bytes and receives at most ``budget`` bytes (a single cut larger than the
-budget gets a round of its own). All ranks compute the same rounds from the
+neither returns None at once. The rounds come from the verified core
+(``Rounds.xrounds``, ``Roundsproof.xrounds_correct``): pieces larger than the
+budget are cut along their first dimension with more than one index, and the
+cuts are packed first fit into rounds in which each rank sends at most
+``budget`` bytes and receives at most ``budget`` bytes, or moves a single cut
+(a slice larger than the budget). All ranks compute the same rounds from the
 same plan, and messages between a pair are matched in order (MPI's
 non-overtaking rule), so no tags need agreeing.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import core
 from ..crossmesh import CrossMeshPlan
 from ..errors import ShardingError
 
@@ -35,52 +37,17 @@ __all__ = ["reshard", "rounds"]
 DEFAULT_BUDGET = 64 << 20
 
 
-def _cuts(plan: CrossMeshPlan, itemsize: int, budget: int):
-    """Every transfer between distinct ranks: (sender, receiver, target index,
-    global box), pieces cut along a dimension so each cut fits ``budget``."""
-    out = []
-    for j, ps in enumerate(plan.pieces):
-        r = plan.dst_ranks[j]
-        for p in ps:
-            if p.src == r:
-                continue
-            box = list(p.box)
-            nbytes = itemsize
-            for _, l in box:
-                nbytes *= l
-            d = next((k for k, (_, l) in enumerate(box) if l > 1), 0)
-            row = nbytes // max(1, box[d][1])
-            per = max(1, budget // max(1, row))
-            s0, l0 = box[d]
-            for a in range(s0, s0 + l0, per):
-                cut = list(box)
-                cut[d] = (a, min(per, s0 + l0 - a))
-                out.append((p.src, r, j, tuple(cut)))
-    return out
-
-
 def rounds(plan: CrossMeshPlan, itemsize: int, budget: int = DEFAULT_BUDGET):
-    """The rounds: lists of cuts, first-fit so that per round every rank sends
-    and receives at most ``budget`` bytes (or one oversize cut)."""
-    load: list[tuple[dict, dict]] = []
-    out: list[list] = []
-    for cut in _cuts(plan, itemsize, budget):
-        a, b, _, box = cut
-        n = itemsize
-        for _, l in box:
-            n *= l
-        for k, (snd, rcv) in enumerate(load):
-            if snd.get(a, 0) + n <= budget and rcv.get(b, 0) + n <= budget:
-                break
-        else:
-            k = len(load)
-            load.append(({}, {}))
-            out.append([])
-        snd, rcv = load[k]
-        snd[a] = snd.get(a, 0) + n
-        rcv[b] = rcv.get(b, 0) + n
-        out[k].append(cut)
-    return out
+    """The rounds: lists of ``(sender, receiver, target index, global box)``,
+    from the verified builder (``Rounds.xrounds``, theorem
+    ``Roundsproof.xrounds_correct``): per round every rank sends at most
+    ``budget`` bytes and receives at most ``budget`` bytes, or moves a single
+    cut (a slice of its piece larger than the budget); every element a target
+    does not hold arrives in exactly one cut, inside a piece of its schedule."""
+    rs = core.xrounds(plan.src, plan.src_ranks, plan.dst, plan.dst_ranks, max(1, budget // itemsize))
+    if rs is None:  # a CrossMeshPlan comes from the same builder: never refused
+        raise ShardingError(f"the verified core refuses the cross-mesh problem {plan.src} -> {plan.dst}")
+    return [[(c.src, c.dst, c.target, c.box) for c in rd] for rd in rs]
 
 
 def _slices(box, starts):
