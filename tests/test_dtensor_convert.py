@@ -14,6 +14,7 @@ from torch.distributed.tensor.placement_types import _StridedShard  # noqa: E402
 
 from verishard import ArrayType, Mesh, ShardingError  # noqa: E402
 from verishard import dtensor as vd  # noqa: E402
+from verishard import notation  # noqa: E402
 from verishard.crosscheck.harness import all_types  # noqa: E402
 from verishard.runtime.layout import box  # noqa: E402
 
@@ -162,3 +163,116 @@ def test_spec_round_trip_on_a_planning_mesh():
     for t in all_types(m, (8, 4))[::7]:
         spec = vd.to_spec(t, dm)
         assert vd.from_spec(m, spec) == t
+
+
+# ---------------------------------------------------------------------------
+# shapes that do not divide
+
+UNEVEN_CASES = [("x=2,y=2", (5, 3)), ("x=2,y=4", (7, 5)), ("x=2,y=2,z=2", (3, 6)), ("x=2,y=3", (5, 7)),
+                ("x=3,y=2", (6, 4))]
+
+
+def _chunked(g, steps):
+    """Global indices of one shard of a dimension of size ``g``: ``torch.chunk``
+    applied chunk by chunk, ``steps`` = (number of chunks, this rank's index),
+    major first; an index past the chunks torch.chunk returns is empty."""
+    idx = torch.arange(g)
+    for n, k in steps:
+        parts = torch.chunk(idx, n)
+        idx = parts[k] if k < len(parts) else idx[:0]
+    return idx.tolist()
+
+
+def _blocks(t, r):
+    return [list(range(s, s + v)) for s, v in zip(t.block_starts(r), t.valid_shape(r))]
+
+
+def _nested_ok(t):
+    """DTensor's layout with an explicit shard order (torch.chunk of each
+    chunk, in the order) is ``t``'s blocks on every rank."""
+    mesh = t.mesh
+    for r in range(mesh.num_devices):
+        coords = mesh.coords(r)
+        for d in range(t.rank):
+            axes = [mesh.axis_names.index(a) for a in t.dim_axes(d)]
+            if _chunked(t.global_shape[d], [(mesh.axis_sizes[i], coords[i]) for i in axes]) != _blocks(t, r)[d]:
+                return False
+    return True
+
+
+def _strided_ok(t, placements):
+    """DTensor's own offsets for ``placements`` are ``t``'s blocks on every rank."""
+    mesh = t.mesh
+    for r in range(mesh.num_devices):
+        local, offset = _compute_local_shape_and_global_offset(t.global_shape, mesh.axis_sizes,
+                                                               list(mesh.coords(r)), placements)
+        if tuple(local) != t.valid_shape(r):
+            return False
+        if any(n and o != s for n, o, s in zip(local, offset, t.block_starts(r))):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("mesh_text, shape", UNEVEN_CASES)
+def test_uneven_types_convert_exactly_where_dtensor_lays_them_out(mesh_text, shape):
+    """Every uneven type of the shape: its placements with an explicit shard
+    order convert both ways (and round-trip) if and only if torch.chunk,
+    chunk by chunk in that order, gives every rank its block; its
+    _StridedShard encoding converts if and only if DTensor's own offsets
+    give every rank its block; otherwise UnsupportedLayout naming the
+    dimension. In the default order the two layouts are DTensor's same."""
+    mesh = Mesh.parse(mesh_text)
+    counts = {"accepted": 0, "refused": 0, "strided accepted": 0, "strided refused": 0}
+    for t in all_types(mesh, shape, uneven=True):
+        if not t.uneven:
+            continue
+        pl = vd.tuples_to_placements(notation.to_placements(t)[0])
+        full = vd.full_shard_order(t)
+        strided = DTensorSpec._convert_shard_order_to_StridedShard(full, pl, vd._Sizes(mesh.axis_sizes))
+        nested, by_dtensor = _nested_ok(t), _strided_ok(t, strided)
+        if tuple(strided) == tuple(pl):  # the default order
+            assert nested == by_dtensor, t
+        if nested:
+            got_pl, got_order = vd.to_placements(t)
+            assert got_pl == pl
+            assert vd.from_placements(mesh, shape, got_pl, got_order) == t
+            assert vd.from_spec(mesh, vd.to_spec(t, vd.planning_mesh(mesh))) == t
+            counts["accepted"] += 1
+        else:
+            with pytest.raises(vd.UnsupportedLayout, match=r"dimension \d of size \d+ is split into"):
+                vd.to_placements(t)
+            with pytest.raises(vd.UnsupportedLayout, match="torch.chunk of each chunk"):
+                vd.from_placements(mesh, shape, pl, full)
+            counts["refused"] += 1
+        if by_dtensor:
+            assert vd.from_placements(mesh, shape, strided) == t
+            counts["strided accepted"] += 1
+        else:
+            with pytest.raises(vd.UnsupportedLayout, match="verishard's uneven blocks of ceil"):
+                vd.from_placements(mesh, shape, strided)
+            counts["strided refused"] += 1
+    assert counts["accepted"] and counts["strided accepted"], counts
+    if mesh.num_devices > max(mesh.axis_sizes):  # several axes can share a dimension
+        assert counts["refused"] and counts["strided refused"], counts
+
+
+def test_uneven_examples():
+    m = Mesh.parse("x=2,y=2")
+    assert vd.from_placements(m, (5, 3), [Shard(0), Shard(1)]) == ArrayType.parse("[3{x}5, 2{y}3]", m)
+    assert vd.from_placements(m, (7,), [Shard(0), Shard(0)]) == ArrayType.parse("[2{x,y}7]", m)  # 2, 2, 2, 1
+    with pytest.raises(vd.UnsupportedLayout) as e:
+        vd.from_placements(m, (5,), [Shard(0), Shard(0)])
+    assert str(e.value).startswith("dimension 0 of size 5 is split into 4 shards by mesh dimension 0 ('x') and "
+                                   "mesh dimension 1 ('y'), which does not divide it: DTensor's shards (torch.chunk "
+                                   "of each chunk, mesh dimension by mesh dimension) are [0:2] [2:3] [3:4] [4:5], "
+                                   "verishard's uneven blocks of ceil(5 / 4) = 2 are [0:2] [2:4] [4:5] []")
+    assert issubclass(vd.UnsupportedLayout, ShardingError)
+    # Partial with a dimension that does not divide: the verified core's pending types are even
+    with pytest.raises(vd.UnsupportedLayout, match=r"Partial placements with a dimension that does not divide are "
+                                                   r"not supported yet: \(Partial\(sum\), Shard\(dim=0\)\) on shape "
+                                                   r"\(5, 4\): dimension 0 of size 5 is split into 2 shards"):
+        vd.from_placements(m, (5, 4), [Partial(), Shard(0)])
+    assert vd.from_placements(m, (4, 5), [Partial("max"), Shard(0)]) == ArrayType.parse("[2{y}4, 5] partial(max){x}", m)
+    # the extent of one shard, by DTensor's own computation
+    assert vd.dtensor_extent(5, (2, 2), (1, 1), [(0, Shard(0)), (1, Shard(0))]) == (4, 1)
+    assert vd.dtensor_extent(5, (2, 2), (1, 1), []) == (0, 5)

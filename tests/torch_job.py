@@ -19,13 +19,24 @@ that cannot be judged is recorded with the reason):
   global tensor; every rank checks its result against that tensor (for a
   Partial target: the reduction of the pending group's results) and
   against DTensor's own redistribution (``full_tensor()`` of both).
+- ``uneven``: placement pairs of global shapes that do not divide ((5, 7)
+  and (7,) on the (2, 4) mesh, (3, 6) on the (2, 2, 2) mesh): where ours
+  runs, against ``DTensor.redistribute`` and ``distribute_tensor`` as in
+  ``sweep`` (and DTensor's result against ``distribute_tensor``: from some
+  uneven ``_StridedShard`` sources it is not the target layout); where it
+  refuses, the error on every rank. Each placement
+  tuple's ``layouts_agree``: whether DTensor's own shards (``distribute_tensor``
+  on every rank) are verishard's uneven blocks, built here from ``ArrayType``
+  in DTensor's shard order, so that the test can check that ours refuses
+  exactly the layouts that differ.
 - ``grad``: gradients through ours and through DTensor's (``pgrad``: through
-  Partial -> Shard and Replicate -> Partial).
+  Partial -> Shard and Replicate -> Partial; ``ugrad``: uneven shapes).
 - ``cache``: calls of the verified planner (``verishard.core.plan``) on a
   first and a second call, forward and backward.
 - ``errors``: bad input on every rank or on one rank, ranks that disagree,
-  Partial("avg"), mixed or changed reductions, uneven shapes, another mesh,
-  a mesh over fewer ranks; after each, a good call must still work.
+  Partial("avg"), mixed or changed reductions, an uneven layout DTensor
+  splits otherwise than our blocks, Partial with an uneven shape, another
+  mesh, a mesh over fewer ranks; after each, a good call must still work.
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ SAMPLE_3D = 70   # pairs sampled from the 49 x 49 layouts of a 2-D tensor on the
 SAMPLE_3T = 20   # pairs of 3-D tensors on the (2, 2, 2) mesh
 SAMPLE_ROUNDS = 30  # pairs on the (2, 4) mesh with the backend's buffers forced into rounds
 SAMPLE_PERM = 12  # pairs on a (2, 4) mesh with permuted ranks (and as many again in rounds)
+SAMPLE_UNEVEN_3D = 80  # pairs of a (3, 6) tensor sampled from the 49 x 49 layouts on the (2, 2, 2) mesh
 SAMPLE_PARTIAL = 96  # pairs with Partial("sum") in the source or the target (of 6063) on the (2, 2, 2) mesh
 SAMPLE_PARTIAL_OTHER = 8  # as many again with Partial("max"), and with Partial("min")
 PARTIAL_RTOL = PARTIAL_ATOL = 1e-5  # float32 results of partial sums; integers and max/min are exact
@@ -112,6 +124,85 @@ def sweep(job: Job, name: str, dm, shape, pairs, dtypes) -> None:
             rec["ours_vs_oracle"] = same(ours.to_local(), oracle.to_local())
             rec["placements_vs_oracle"] = ours.placements == oracle.placements
             rec["mesh_is_input_mesh"] = ours.device_mesh is dm
+            rec["shape_ok"] = tuple(ours.shape) == tuple(G.shape) and ours.stride() == G.stride()
+        if ours is not None and ref is not None:
+            rec["ours_vs_dtensor"] = same(ours.to_local(), ref.to_local())
+            rec["spec_vs_dtensor"] = (ours.placements == ref.placements
+                                      and ours._spec.shard_order == ref._spec.shard_order
+                                      and ours.device_mesh is ref.device_mesh
+                                      and ours._spec.tensor_meta == ref._spec.tensor_meta)
+        if ref is not None:
+            rec["dtensor_vs_oracle"] = same(ref.to_local(), oracle.to_local())
+        job.add(**rec)
+
+
+def flat_blocks_agree(dm, shape, placements) -> bool:
+    """Whether DTensor's own layout of ``placements`` (every rank's
+    ``distribute_tensor`` shard) is verishard's uneven type for them: blocks
+    of ``ceil(g / n)`` over each dimension's mesh dimensions in DTensor's
+    shard order (decoded by DTensor's own rule), built here from
+    ``ArrayType`` without ``verishard.dtensor``. Collective (one
+    ``all_gather_object``): the answer is every rank's."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import distribute_tensor
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from verishard import ArrayType, Mesh
+    names = dm.mesh_dim_names
+    mesh = Mesh(tuple(zip(names, (int(n) for n in dm.mesh.shape))))
+    axes = [()] * len(shape)
+    for e in DTensorSpec._maybe_convert_StridedShard_to_shard_order(tuple(placements), dm):
+        axes[e.tensor_dim] = tuple(names[i] for i in e.mesh_dims)
+    t = ArrayType.from_axes(mesh, shape, axes)
+    n = 1
+    for g in shape:
+        n *= g
+    G = torch.arange(n, dtype=torch.float64).reshape(shape)
+    mine = distribute_tensor(G, dm, placements, src_data_rank=None).to_local()
+    r = [int(q) for q in dm.mesh.flatten()].index(dist.get_rank())
+    box = tuple(slice(a, a + v) for a, v in zip(t.block_starts(r), t.valid_shape(r)))
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, same(mine, G[box].contiguous()))
+    return all(every)
+
+
+def error_record(e: BaseException) -> dict:
+    return {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "message": str(e)}
+
+
+def uneven_sweep(job: Job, name: str, dm, shape, pairs, dtypes) -> None:
+    """``uneven`` records (module docstring); collective: every rank runs the
+    same pairs in the same order, refused ones included."""
+    from torch.distributed.tensor import distribute_tensor
+    from verishard.torch import redistribute
+    agree: dict = {}
+    for k, (src, dst) in enumerate(pairs):
+        for pl in (src, dst):
+            if pl not in agree:
+                agree[pl] = flat_blocks_agree(dm, shape, pl)
+        dtype = dtypes[k % len(dtypes)]
+        G = global_tensor(shape, dtype, seed=500 + k)
+        rec = {"case": "uneven", "mesh": name, "shape": list(shape), "dtype": str(dtype), "src": str(src),
+               "dst": str(dst), "layouts_agree": agree[src] and agree[dst]}
+        x = distribute_tensor(G, dm, src, src_data_rank=None)
+        oracle = distribute_tensor(G, dm, dst, src_data_rank=None)
+        try:
+            ref = x.redistribute(dm, dst)
+            rec["dtensor_error"] = None
+        except Exception as e:  # noqa: BLE001 - recorded and judged by the test
+            ref, rec["dtensor_error"] = None, short(e)
+        try:
+            ours = redistribute(x, dst)
+            rec["ours_error"] = None
+        except Exception as e:  # noqa: BLE001
+            ours, rec["ours_error"] = None, error_record(e)
+            if not isinstance(e, NotImplementedError):
+                rec["traceback"] = traceback.format_exc()
+        if ours is not None:
+            local = ours.to_local()
+            rec["local_shape"] = list(local.shape)
+            rec["ours_vs_oracle"] = same(local, oracle.to_local())
+            rec["placements_vs_oracle"] = ours.placements == oracle.placements and ours.device_mesh is dm
             rec["shape_ok"] = tuple(ours.shape) == tuple(G.shape) and ours.stride() == G.stride()
         if ours is not None and ref is not None:
             rec["ours_vs_dtensor"] = same(ours.to_local(), ref.to_local())
@@ -355,7 +446,9 @@ def partial_grad_cases(job: Job, dm) -> None:
                                 else close(a.full_tensor(), W, False)))
 
 
-def grad_cases(job: Job, name: str, dm, shape, pairs) -> None:
+def grad_cases(job: Job, name: str, dm, shape, pairs, case: str = "grad") -> None:
+    """Gradients through ours and DTensor's (records ``case``), and a second
+    derivative through the first pair (``case`` + "2")."""
     import torch
     from torch.distributed.tensor import distribute_tensor
     from verishard.torch import redistribute
@@ -371,7 +464,7 @@ def grad_cases(job: Job, name: str, dm, shape, pairs) -> None:
             grads[who] = x.grad
         want = distribute_tensor(W, dm, src, src_data_rank=None)
         a, b = grads["ours"], grads["dtensor"]
-        job.add(case="grad", mesh=name, src=str(src), dst=str(dst),
+        job.add(case=case, mesh=name, src=str(src), dst=str(dst),
                 grad_vs_dtensor=same(a.to_local(), b.to_local()),
                 grad_close_to_dtensor=close(a.to_local(), b.to_local(), False),
                 grad_spec_vs_dtensor=(a.placements == b.placements and a._spec.shard_order == b._spec.shard_order),
@@ -384,7 +477,7 @@ def grad_cases(job: Job, name: str, dm, shape, pairs) -> None:
     y = redistribute(x, dst)
     (gx,) = torch.autograd.grad((y.to_local() ** 2).sum(), x, create_graph=True)
     (ggx,) = torch.autograd.grad(gx.to_local().sum(), x)
-    job.add(case="grad2", mesh=name, src=str(src), dst=str(dst),
+    job.add(case=case + "2", mesh=name, src=str(src), dst=str(dst),
             ok=(same(gx.to_local(), 2 * x.to_local()) and bool(torch.all(ggx.to_local() == 2))
                 and gx.placements == x.placements and ggx.placements == x.placements))
 
@@ -437,7 +530,7 @@ def expect_error(job: Job, label: str, fn, after) -> None:
         fn()
         err = None
     except Exception as e:  # noqa: BLE001
-        err = {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "message": str(e)}
+        err = error_record(e)
     try:
         ok_after = bool(after())
     except Exception as e:  # noqa: BLE001
@@ -473,7 +566,13 @@ def error_cases(job: Job, dm, dm_other) -> None:
     expect_error(job, "partial-change-reduction", lambda: redistribute(p, [Replicate(), Partial("max")]), after)
     u = distribute_tensor(global_tensor((6, 16), torch.float32, 3), dm, (Replicate(), Replicate()),
                           src_data_rank=None)
-    expect_error(job, "uneven", lambda: redistribute(u, [Shard(0), Shard(0)]), after)
+    # 6 over 2 x 4: DTensor chunks each half of 3 into 1, 1, 1, 0; our blocks are 1 x 6, 0, 0
+    expect_error(job, "uneven-nested", lambda: redistribute(u, [Shard(0), Shard(0)]), after)
+    u5 = distribute_tensor(global_tensor((5, 16), torch.float32, 4), dm, (Replicate(), Replicate()),
+                           src_data_rank=None)
+    expect_error(job, "uneven-partial-target", lambda: redistribute(u5, [Partial(), Shard(0)]), after)
+    p5 = DTensor.from_local(torch.ones(5, 16), dm, [Partial(), Replicate()])
+    expect_error(job, "uneven-partial-source", lambda: redistribute(p5, [Shard(0), Replicate()]), after)
     expect_error(job, "one-rank-wrong-length",
                  lambda: redistribute(x, [Shard(0)] if r == 5 else [Replicate(), Shard(1)]), after)
     expect_error(job, "ranks-disagree",
@@ -526,6 +625,7 @@ def worker(rank: int, port: int, outdir: str) -> None:
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
     torch.set_num_threads(1)
     job = Job(rank)
     timing = {}
@@ -560,6 +660,17 @@ def worker(rank: int, port: int, outdir: str) -> None:
         finally:
             vrt.ROUND_BYTES = saved
         timing["sweep"] = time.time() - t
+        t = time.time()
+        l24_1 = all_placements(m24, 1)
+        uneven_sweep(job, "(2,4) x,y", m24, (5, 7), pairs24, dtypes)
+        uneven_sweep(job, "(2,4) x,y", m24, (7,), [(a, b) for a in l24_1 for b in l24_1], dtypes)
+        uneven_sweep(job, "(2,2,2) x,y,z", m222, (3, 6),
+                     random.Random(56).sample([(a, b) for a in l222 for b in l222], SAMPLE_UNEVEN_3D), dtypes)
+        S, R = Shard, Replicate
+        grad_cases(job, "(2,4) x,y", m24, (5, 7), [((S(0), S(1)), (S(1), R())), ((R(), S(0)), (S(1), S(0)))],
+                   case="ugrad")
+        grad_cases(job, "(2,2,2) x,y,z", m222, (3, 6), [((S(0), R(), S(1)), (R(), S(1), S(0)))], case="ugrad")
+        timing["uneven"] = time.time() - t
         t = time.time()
         gpairs = (rnd.sample([(a, b) for a, b in pairs24 if a != b], 6)
                   + rnd.sample([(a, b) for a in l222 for b in l222 if a != b], 6))

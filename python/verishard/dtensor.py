@@ -24,6 +24,19 @@ is :mod:`verishard.notation`; this module maps PyTorch's objects onto it:
 A DTensor mesh dimension is one whole mesh axis: a type over split axes has
 no placements (refused with a clear error, by :mod:`verishard.notation`).
 
+Shapes that do not divide: DTensor keeps ``torch.chunk`` shards (chunks of
+``ceil(g / n)``, the trailing ones short or empty), and where several mesh
+dimensions shard one tensor dimension it chunks each chunk again (or, for
+``_StridedShard``, interleaves them). Our uneven types have flat blocks of
+``ceil(g / n)`` over all the shards (``docs/types.md``). The two agree on a
+dimension one mesh dimension shards, and on some others (7 over 2 x 2);
+:func:`layout_mismatches` compares every shard with DTensor's own offsets
+(``torch.distributed.tensor._utils._compute_local_shape_and_global_offset``),
+and the conversions refuse the layouts that differ with an
+:class:`UnsupportedLayout` naming the dimension, the mesh dimensions and both
+layouts. A Partial placement with an uneven dimension is refused the same way
+(the verified core types pending reductions over even blocks only).
+
 Importing this module imports torch.
 """
 
@@ -31,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from math import prod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +52,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
+from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import _StridedShard
 
 from . import notation
@@ -47,7 +62,8 @@ from .sharding import REDUCE_OPS, ArrayType
 
 __all__ = ["all_placements", "placements_to_tuples", "tuples_to_placements", "shard_order_dict", "full_shard_order",
            "partial_of", "from_placements", "to_placements", "from_spec", "to_spec", "device_mesh",
-           "fake_process_group", "planning_mesh", "UnsupportedReduction"]
+           "fake_process_group", "planning_mesh", "UnsupportedReduction", "UnsupportedLayout", "layout_mismatches",
+           "dtensor_extent", "uneven_text"]
 
 
 class UnsupportedReduction(ShardingError):
@@ -56,6 +72,18 @@ class UnsupportedReduction(ShardingError):
     subclass): valid DTensor input that cannot be typed.
 
     >>> issubclass(UnsupportedReduction, ShardingError)
+    True
+    """
+
+
+class UnsupportedLayout(ShardingError):
+    """A DTensor layout that verishard's types do not describe (yet): a
+    dimension that does not divide and that DTensor splits otherwise than our
+    blocks of ``ceil(g / n)`` (nested ``torch.chunk``, ``_StridedShard``), or
+    a Partial placement with such a dimension. Valid DTensor input, like
+    :class:`UnsupportedReduction`.
+
+    >>> issubclass(UnsupportedLayout, ShardingError)
     True
     """
 
@@ -196,6 +224,112 @@ def partial_of(placements: Iterable[Any], names: Sequence[str] | None = None) ->
     return op, tuple(dims)
 
 
+def _shard_dim(p: Any, rank: int) -> int | None:
+    """The tensor dimension a placement (object or notation tuple) shards, or None."""
+    if isinstance(p, (Shard, _StridedShard)):
+        return int(p.dim) % rank
+    if isinstance(p, tuple) and len(p) == 2 and p[0] == "shard":
+        return int(p[1]) % rank
+    return None
+
+
+def _on_dim(placements: Sequence[Any], shard_order: Any, d: int, rank: int) -> list[tuple[int, Any]]:
+    """How DTensor shards tensor dimension ``d``: ``(mesh dim, placement)``
+    in the order it applies them, each placement moved to dimension 0 (the
+    dimension alone, as a 1-D tensor: DTensor computes every dimension from
+    its own placements only). An explicit ``shard_order`` applies its mesh
+    dims in its order (chunk by chunk, as DTensor's planner does)."""
+    order = (shard_order_dict(shard_order) or {}).get(d) if shard_order is not None else None
+    if order:
+        return [(i, Shard(0)) for i in order]
+    out = []
+    for i, p in enumerate(placements):
+        if _shard_dim(p, rank) != d:
+            continue
+        out.append((i, _StridedShard(0, split_factor=p.split_factor) if isinstance(p, _StridedShard) else Shard(0)))
+    return out
+
+
+def dtensor_extent(global_size: int, mesh_sizes: Sequence[int], coords: Sequence[int],
+                   on_dim: Sequence[tuple[int, Any]]) -> tuple[int, int]:
+    """``(offset, length)`` of the shard DTensor gives the rank at mesh
+    coordinates ``coords`` along one tensor dimension of ``global_size``,
+    sharded as ``on_dim`` says (:func:`_on_dim`), by DTensor's own offset
+    computation. ``offset`` means nothing when ``length`` is 0.
+
+    >>> dtensor_extent(5, (2, 2), (0, 1), [(0, Shard(0)), (1, Shard(0))])   # torch.chunk of a chunk
+    (2, 1)
+    """
+    if not on_dim:
+        return 0, global_size
+    (length,), (offset,) = _compute_local_shape_and_global_offset(
+        (global_size,), [mesh_sizes[i] for i, _ in on_dim], [coords[i] for i, _ in on_dim], [p for _, p in on_dim])
+    return int(offset), int(length)
+
+
+def _show_extents(extents: Sequence[tuple[int, int]], most: int = 16) -> str:
+    text = [f"[{o}:{o + n}]" if n else "[]" for o, n in extents[:most]]
+    return " ".join(text) + (f" ... ({len(extents)} shards)" if len(extents) > most else "")
+
+
+def layout_mismatches(t: ArrayType, placements: Sequence[Any], shard_order: Any = None) -> list[str]:
+    """The uneven dimensions of ``t`` that DTensor lays out otherwise than
+    ``t``'s blocks, each as a sentence naming the dimension, its mesh
+    dimensions and both layouts; [] when every shard agrees.
+
+    ``placements`` (one per mesh dimension, objects or notation tuples) and
+    ``shard_order`` (explicit, or None: default order or ``_StridedShard``)
+    are the DTensor layout ``t`` was read from. Every shard of every uneven
+    dimension is compared (a rank's shard along a dimension depends only on
+    its coordinates on that dimension's mesh dimensions, so this covers every
+    rank): same length, and same offset where not empty. Even dimensions
+    always agree (``tests/test_dtensor_convert.py``).
+
+    >>> m = Mesh.parse("x=2,y=2")
+    >>> layout_mismatches(ArrayType.parse("[2{x,y}7]", m), [Shard(0), Shard(0)])   # 2,2,2,1 both ways
+    []
+    >>> layout_mismatches(ArrayType.parse("[2{x,y}5]", m), [Shard(0), Shard(0)])
+    ["dimension 0 of size 5 is split into 4 shards by mesh dimension 0 ('x') and mesh dimension 1 ('y'), which does not divide it: DTensor's shards (torch.chunk of each chunk, mesh dimension by mesh dimension) are [0:2] [2:3] [3:4] [4:5], verishard's uneven blocks of ceil(5 / 4) = 2 are [0:2] [2:4] [4:5] [] (shards in the order of the mesh coordinates on mesh dimension 0 ('x'), mesh dimension 1 ('y'), major first); verishard types a DTensor layout that does not divide only where the two agree"]
+    """
+    sizes, names = t.mesh.axis_sizes, t.mesh.axis_names
+    out = []
+    for d, dim in enumerate(t.dims):
+        axes = [names.index(a) for a in t.dim_axes(d)]  # whole mesh axes = DTensor mesh dims, major first
+        n = prod(sizes[i] for i in axes)
+        g = dim.global_size
+        if g % n == 0:
+            continue
+        on = _on_dim(placements, shard_order, d, t.rank)
+        c = -(-g // n)
+        theirs, ours = [], []
+        for b in range(n):
+            coords, rest = [0] * len(sizes), b
+            for i in reversed(axes):
+                coords[i], rest = rest % sizes[i], rest // sizes[i]
+            theirs.append(dtensor_extent(g, sizes, coords, on))
+            ours.append((b * c, max(0, min(g, b * c + c) - b * c)))
+        if all(a[1] == b[1] and (a[1] == 0 or a[0] == b[0]) for a, b in zip(theirs, ours)):
+            continue
+        on_text = " and ".join(_label(i, names) for i in axes)
+        how = ("its _StridedShard layout" if any(isinstance(p, _StridedShard) for _, p in on)
+               else "torch.chunk of each chunk, mesh dimension by mesh dimension")
+        out.append(f"dimension {d} of size {g} is split into {n} shards by {on_text}, which does not divide it: "
+                   f"DTensor's shards ({how}) are {_show_extents(theirs)}, verishard's uneven blocks of "
+                   f"ceil({g} / {n}) = {c} are {_show_extents(ours)} (shards in the order of the mesh coordinates "
+                   f"on {', '.join(_label(i, names) for i in axes)}, major first); verishard types a DTensor "
+                   "layout that does not divide only where the two agree")
+    return out
+
+
+def _require_layout(t: ArrayType, placements: Sequence[Any], shard_order: Any) -> ArrayType:
+    """``t`` when DTensor lays it out as ``t`` says, else :class:`UnsupportedLayout`."""
+    if t.uneven:
+        problems = layout_mismatches(t, placements, shard_order)
+        if problems:
+            raise UnsupportedLayout("; ".join(problems))
+    return t
+
+
 def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: Iterable[Any],
                     shard_order: Any = None) -> ArrayType:
     """Our type for DTensor placements (objects or notation tuples), one per
@@ -204,6 +338,11 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
     with DTensor's rule (and may not be combined with ``shard_order``).
     ``Partial(op)`` makes its mesh axis pending, with reduction ``op``
     (:func:`partial_of` says what is refused).
+
+    A dimension that does not divide becomes an uneven one (blocks of
+    ``ceil(g / n)``) where DTensor's shards are those blocks; otherwise, and
+    for a Partial placement with such a dimension, :class:`UnsupportedLayout`
+    (module docstring).
 
     >>> m = Mesh.parse("x=2,y=3")
     >>> from_placements(m, (12, 4), [Shard(0), Shard(0)])
@@ -216,6 +355,12 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
     [12, 2{y}6] partial{x}
     >>> from_placements(m, (12, 4), [Partial("min"), Partial("min")])
     [12, 4] partial(min){x,y}
+    >>> from_placements(m, (7, 5), [Shard(0), Shard(1)])
+    [4{x}7, 2{y}5]
+    >>> from_placements(m, (7, 4), [Partial(), Shard(0)])
+    Traceback (most recent call last):
+    ...
+    verishard.dtensor.UnsupportedLayout: Partial placements with a dimension that does not divide are not supported yet: (Partial(sum), Shard(dim=0)) on shape (7, 4): dimension 0 of size 7 is split into 3 shards (mesh dimension 1 ('y')); the verified core types pending reductions over even blocks only (reduce it first: Replicate() or Shard(d) where it is Partial)
     """
     if isinstance(mesh, str):
         mesh = Mesh.parse(mesh)
@@ -227,25 +372,50 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
     if pending:
         t = from_placements(mesh, global_shape,
                             [Replicate() if i in pending else p for i, p in enumerate(placements)], shard_order)
+        if t.uneven:
+            raise UnsupportedLayout(
+                f"Partial placements with a dimension that does not divide are not supported yet: "
+                f"({', '.join(map(repr, placements))}) on shape {tuple(t.global_shape)}: {uneven_text(t)}; the "
+                "verified core types pending reductions over even blocks only (reduce it first: Replicate() or "
+                "Shard(d) where it is Partial)")
         parts = tuple(q for i in pending for q in mesh.resolve(mesh.axis_names[i]))
         return ArrayType(mesh, t.dims, partial=parts, reduce=op)
+    order = shard_order
     if any(isinstance(p, _StridedShard) for p in placements):
         if shard_order is not None:
             raise ShardingError("give either _StridedShard placements or a shard_order, not both")
         if len(placements) != len(mesh.axis_sizes):
             raise ShardingError(f"{len(placements)} placements for a mesh with {len(mesh.axis_sizes)} axes")
-        decoded = DTensorSpec._maybe_convert_StridedShard_to_shard_order(placements, _Sizes(mesh.axis_sizes))
-        if decoded is None:
+        order = DTensorSpec._maybe_convert_StridedShard_to_shard_order(placements, _Sizes(mesh.axis_sizes))
+        if order is None:
             raise ShardingError(f"_StridedShard placements {placements} have no shard order on mesh {mesh}")
-        shard_order = decoded
-    order = shard_order_dict(shard_order)
-    return notation.from_placements(mesh, global_shape, placements_to_tuples(placements), order)
+    t = notation.from_placements(mesh, global_shape, placements_to_tuples(placements), shard_order_dict(order),
+                                 uneven=True)
+    return _require_layout(t, placements, shard_order)
+
+
+def uneven_text(t: ArrayType) -> str:
+    """The dimensions of ``t`` that their number of shards does not divide, in words.
+
+    >>> uneven_text(ArrayType.parse("[3{x}5, 4]", "x=2,y=2"))
+    "dimension 0 of size 5 is split into 2 shards (mesh dimension 0 ('x'))"
+    """
+    names, sizes = t.mesh.axis_names, t.mesh.axis_sizes
+    out = []
+    for d, dim in enumerate(t.dims):
+        axes = [names.index(a) for a in t.dim_axes(d)]
+        n = prod(sizes[i] for i in axes)
+        if dim.global_size % n:
+            out.append(f"dimension {d} of size {dim.global_size} is split into {n} shards "
+                       f"({', '.join(_label(i, names) for i in axes)})")
+    return "; ".join(out)
 
 
 def to_placements(t: ArrayType) -> tuple[tuple[Any, ...], tuple[ShardOrderEntry, ...] | None]:
     """DTensor placements of ``t`` and its ``ShardOrder`` (None when every
     dimension's mesh axes are in the default left-to-right order); a pending
-    mesh axis is ``Partial(t.reduce)``.
+    mesh axis is ``Partial(t.reduce)``. An uneven ``t`` whose blocks DTensor
+    would lay out otherwise is refused (:class:`UnsupportedLayout`).
 
     >>> to_placements(ArrayType.parse("[2{y,x}12, 4]", "x=2,y=3"))
     ((Shard(dim=0), Shard(dim=0)), (ShardOrderEntry(tensor_dim=0, mesh_dims=(1, 0)),))
@@ -255,6 +425,12 @@ def to_placements(t: ArrayType) -> tuple[tuple[Any, ...], tuple[ShardOrderEntry,
     Traceback (most recent call last):
     ...
     verishard.errors.ShardingError: pending sub-axis 'y.0' in [4] partial{y.0} is not a whole mesh axis; DTensor placements name whole mesh dimensions
+    >>> to_placements(ArrayType.parse("[3{x}5, 2{y}3]", "x=2,y=2"))
+    ((Shard(dim=0), Shard(dim=1)), None)
+    >>> to_placements(ArrayType.parse("[2{y,x}6]", "x=2,y=2"))
+    Traceback (most recent call last):
+    ...
+    verishard.dtensor.UnsupportedLayout: dimension 0 of size 6 is split into 4 shards by mesh dimension 1 ('y') and mesh dimension 0 ('x'), which does not divide it: DTensor's shards (torch.chunk of each chunk, mesh dimension by mesh dimension) are [0:2] [2:3] [3:5] [5:6], verishard's uneven blocks of ceil(6 / 4) = 2 are [0:2] [2:4] [4:6] [] (shards in the order of the mesh coordinates on mesh dimension 1 ('y'), mesh dimension 0 ('x'), major first); verishard types a DTensor layout that does not divide only where the two agree
     """
     pl, order = notation.to_placements(t.plain if isinstance(t, ArrayType) else t)  # the pending axes below
     out = list(tuples_to_placements(pl))
@@ -269,7 +445,9 @@ def to_placements(t: ArrayType) -> tuple[tuple[Any, ...], tuple[ShardOrderEntry,
             names = ", ".join(show(n) for n in t.mesh.names(sorted(pending)))
             raise ShardingError(f"pending sub-axis {names} in {t} is not a whole mesh axis; "
                                 "DTensor placements name whole mesh dimensions")
-    return tuple(out), (full_shard_order(t) if order else None)
+    full = full_shard_order(t) if order else None
+    _require_layout(t, out, full)
+    return tuple(out), full
 
 
 def to_spec(t: ArrayType, mesh: Any, dtype: torch.dtype = torch.float32) -> DTensorSpec:

@@ -34,20 +34,35 @@ What it takes:
   ``Partial("avg")`` and DTensor's other reductions, Partial subclasses,
   two reductions in one placement tuple, and a target pending another
   reduction than the source;
-- not yet: shapes whose sharded dimensions do not divide evenly, refused on
-  every rank with an error naming the problem
-  (:class:`~verishard.runtime.torch.NotSupportedYet`, a
-  ``NotImplementedError``), before any rank communicates; one place here
-  (:func:`_uneven_problems`) to change once the verified core types them.
+- shapes whose sharded dimensions do not divide (uneven). DTensor keeps
+  ``torch.chunk`` shards; our uneven types have blocks of ``ceil(g / n)``
+  (the trailing ones short or empty). Where DTensor's shards are those
+  blocks (every dimension one mesh dimension shards, and some that several
+  shard: 7 over 2 x 2), the plan runs on padded buffers: each rank pads its
+  shard to the block size, runs the verified plan (``Upipelineproof``;
+  ``Ucheckerproof.ucheck_correct_chunked``: no padding reaches a valid
+  position) and keeps the valid part of its target block
+  (:func:`~verishard.runtime.torch.run_chunked`), which is the shard
+  ``DTensor.redistribute`` gives it. Every shard of the source and of the
+  target is compared with DTensor's own offsets
+  (:func:`verishard.dtensor.layout_mismatches`, in :func:`_types`).
+  Refused, on every rank and before any rank communicates, with
+  :class:`~verishard.runtime.torch.NotSupportedYet` (a
+  ``NotImplementedError``) naming the dimension, its mesh dimensions and
+  both layouts: a dimension several mesh dimensions shard that DTensor
+  splits otherwise (chunk by chunk: 5 over 2 x 2 is 2, 1, 1, 1 for DTensor,
+  2, 2, 1, 0 for us; or interleaved by ``_StridedShard``); and Partial
+  placements in a redistribution with an uneven shape (the verified core
+  types pending reductions over even blocks only).
 
 It is differentiable as ``DTensor.redistribute`` is: the backward
 redistributes the gradient back to the input's placements (DTensor's rule:
 a Partial input placement becomes Replicate unless the gradient is Partial
 there too) with a verified plan of its own (and is itself differentiable).
 
-Plans are cached per (mesh, global shape, dtype, source placements and shard
-order, target placements): a second call with the same layouts does no
-planning work (:func:`cache_info`).
+Plans are cached per (default group and rank, mesh, global shape, stride,
+dtype, source placements and shard order, target placements): a second call
+with the same layouts does no planning work (:func:`cache_info`).
 
 Before any data moves, every rank checks its input and plan and the ranks
 compare a fingerprint of the plan in one small ``all_gather``; bad input or
@@ -66,7 +81,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from math import prod
 from typing import Any
 
 import torch
@@ -81,8 +95,8 @@ from .errors import VerishardError
 from .mesh import Mesh
 from .plan import Plan
 from .plan import plan as _verified_plan
-from .runtime.torch import (NotSupportedYet, RedistributionRefused, agree, fingerprint, mesh_groups, run_plan,
-                            world)
+from .runtime.torch import (NotSupportedYet, RedistributionRefused, agree, fingerprint, mesh_groups, run_chunked,
+                            run_plan, world)
 
 __all__ = ["redistribute", "planning_mesh", "plan_for", "cache_info", "cache_clear",
            "RedistributionRefused", "NotSupportedYet"]
@@ -168,25 +182,36 @@ def _partial_problems(src: DTensorSpec, dst: DTensorSpec, device_mesh: DeviceMes
     return out
 
 
-def _uneven_problems(spec: DTensorSpec, shape: Sequence[int], device_mesh: DeviceMesh, what: str) -> list[str]:
-    """Sharded dimensions whose size the number of shards does not divide
-    (DTensor pads them, ``torch.chunk`` semantics).
-
-    The one place they are refused: once the core types uneven blocks, this
-    returns [] (the layout conversion in ``verishard.dtensor`` then passes the
-    padded sizes through).
-    """
-    sizes = tuple(int(s) for s in device_mesh.mesh.shape)
-    out = []
-    for d, g in enumerate(shape):
-        dims = [i for i, p in enumerate(spec.placements) if isinstance(p, (Shard, _StridedShard)) and p.dim == d]
-        n = prod(sizes[i] for i in dims)
-        if dims and g % n:
-            on = ", ".join(_dim_label(device_mesh, i) for i in dims)
-            out.append(f"shapes that do not divide are not supported yet: {what} dimension {d} of size {g} is "
-                       f"split into {n} shards ({on}), which does not divide it (DTensor pads such shards, "
-                       "torch.chunk semantics; the verified core types only even blocks)")
-    return out
+def _types(mesh: Mesh, src: DTensorSpec, dst: DTensorSpec,
+           what: tuple[str, str] = ("source", "target")) -> tuple[Any, Any, list[tuple[str, str]]]:
+    """Our types for the two specs, and the problems: layouts our types do
+    not describe (:class:`verishard.dtensor.UnsupportedLayout`: an uneven
+    dimension DTensor splits otherwise than our blocks, checked shard by
+    shard against DTensor's own offsets; Partial with an uneven dimension)
+    and a Partial type next to an uneven one (the verified core plans
+    pending reductions over even blocks only): unsupported; anything else
+    the conversion refuses: invalid (unsupported for ``_StridedShard``
+    placements DTensor cannot order)."""
+    types, out = [], []
+    for spec, w in zip((src, dst), what):
+        try:
+            types.append(_conv.from_spec(mesh, spec))
+        except (_conv.UnsupportedLayout, _conv.UnsupportedReduction) as e:
+            out.append((UNSUPPORTED, f"the {w}: {e}"))
+        except VerishardError as e:
+            out.append((UNSUPPORTED if "_StridedShard" in str(e) else INVALID, f"the {w}: {e}"))
+    if out:
+        return None, None, out
+    s, d = types
+    pending = [(t, w) for t, w in zip(types, what) if t.partial]
+    uneven = [(t, w) for t, w in zip(types, what) if t.uneven]
+    if pending and uneven:
+        (p, pw), (u, uw) = pending[0], uneven[0]
+        out.append((UNSUPPORTED, f"the {pw} is pending a {p.reduce} and the {uw} has a shape that does not divide "
+                                 f"({_conv.uneven_text(u)}): Partial with shapes that do not divide is not "
+                                 "supported yet; the verified core types pending reductions over even blocks "
+                                 f"only (reduce the {pw} first, to Replicate() or Shard(d))"))
+    return s, d, out
 
 
 # ---------------------------------------------------------------------------
@@ -195,8 +220,10 @@ def _uneven_problems(spec: DTensorSpec, shape: Sequence[int], device_mesh: Devic
 
 @dataclass(frozen=True)
 class _Entry:
-    """Everything a cached call needs: the plan (None: nothing to do), the
-    output's spec, and the agreement record."""
+    """Everything a cached call needs on this rank: the plan (None: nothing
+    to do), the output's spec, the shape of this rank's input local tensor
+    (DTensor's ``torch.chunk`` shard: on an uneven dimension it differs from
+    rank to rank), and the agreement record."""
 
     plan: Plan | None
     target_spec: DTensorSpec
@@ -253,21 +280,32 @@ def _desc(spec: DTensorSpec) -> str:
     return "(" + ", ".join(map(str, spec.placements)) + ")" + order
 
 
-def _make_entry(mesh: Mesh, src: DTensorSpec, dst: DTensorSpec, out_spec: DTensorSpec,
-                local_shape: tuple[int, ...], identity: bool) -> _Entry:
+def _extra(src: DTensorSpec, dst: DTensorSpec) -> tuple[str, str]:
     dtype = str(src.tensor_meta.dtype)
-    extra = f"{dtype}|{tuple(src.tensor_meta.shape)}|{_desc(src)}|{_desc(dst)}"
-    if identity:
-        p, fp = None, fingerprint(None, f"{mesh}|{extra}")
-        desc = f"{_desc(src)} -> itself on {mesh}, {dtype}"
-    else:
-        s, d = _conv.from_spec(mesh, src), _conv.from_spec(mesh, dst)
-        p = _verified_plan(mesh, s, d)
-        _STATS["plans"] += 1
-        fp = fingerprint(p, extra)
-        desc = f"{s} -> {d} on {mesh}, {dtype}"
-    rec = {"errors": [], "plan": f"{fp:x}", "desc": desc, "dtype": dtype, "dtype_name": dtype}
-    return _Entry(p, out_spec, local_shape, fp, rec)
+    return dtype, f"{dtype}|{tuple(src.tensor_meta.shape)}|{_desc(src)}|{_desc(dst)}"
+
+
+def _identity_entry(mesh: Mesh, src: DTensorSpec, local_shape: tuple[int, ...]) -> _Entry:
+    """DTensor's short cut (the placements do not change): keep the local tensor and the spec."""
+    dtype, extra = _extra(src, src)
+    fp = fingerprint(None, f"{mesh}|{extra}")
+    rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{_desc(src)} -> itself on {mesh}, {dtype}",
+           "dtype": dtype, "dtype_name": dtype}
+    return _Entry(None, src, local_shape, fp, rec)
+
+
+def _make_entry(mesh: Mesh, s: Any, d: Any, src: DTensorSpec, dst: DTensorSpec, out_spec: DTensorSpec,
+                rank: int) -> _Entry:
+    """Plan ``s -> d`` (our types of ``src`` and ``dst``) for plan rank
+    ``rank``, whose input is the valid part of its source block (the padded
+    buffers exist only while the plan runs, :func:`run_chunked`)."""
+    dtype, extra = _extra(src, dst)
+    p = _verified_plan(mesh, s, d)
+    _STATS["plans"] += 1
+    fp = fingerprint(p, extra)
+    rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{s} -> {d} on {mesh}, {dtype}", "dtype": dtype,
+           "dtype_name": dtype}
+    return _Entry(p, out_spec, p.src.valid_shape(rank), fp, rec)
 
 
 def plan_for(dtensor: DTensor, placements: Sequence[Placement], *, device_mesh: DeviceMesh | None = None) -> Plan | None:
@@ -316,11 +354,17 @@ def _normalise(placements: Any, x: DTensor, device_mesh: DeviceMesh) -> tuple[tu
 
 
 def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Entry | None, list]:
-    """(cache key, entry, problems) for a forward call; plans on a miss."""
+    """(cache key, entry, problems) for a forward call; plans on a miss.
+
+    The key holds everything the entry depends on: the default group and this
+    process's rank in it (an uneven entry's local shapes are this rank's),
+    the input's spec (mesh, placements, shard order, global shape, stride,
+    dtype), the target placements and the mesh argument."""
     if not isinstance(x, DTensor):
         return None, None, [(INVALID, f"redistribute expects a DTensor, not {type(x).__name__}")]
     mesh_obj = x.device_mesh if device_mesh is None else device_mesh
-    key = (world(), x._spec, tuple(placements) if isinstance(placements, (list, tuple)) else placements, mesh_obj)
+    key = (world(), dist.get_rank(), x._spec, tuple(placements) if isinstance(placements, (list, tuple))
+           else placements, mesh_obj)
     e = _lookup(key)
     if e is not None:
         return key, e, []
@@ -340,24 +384,24 @@ def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Ent
     mesh = planning_mesh(mesh_obj)
     local_shape = tuple(x._local_tensor.shape)
     if src.placements == pl:  # DTensor's short cut: keep the local tensor and the spec
-        e = _make_entry(mesh, src, src, src, local_shape, identity=True)
+        e = _identity_entry(mesh, src, local_shape)
         _store(key, e)
         return key, e, []
     dst = DTensorSpec(mesh_obj, pl, tensor_meta=src.tensor_meta)
     problems = _partial_problems(src, dst, mesh_obj)
-    problems += [(UNSUPPORTED, t) for t in _uneven_problems(src, tuple(x.shape), mesh_obj, "source")]
-    problems += [(UNSUPPORTED, t) for t in _uneven_problems(dst, tuple(x.shape), mesh_obj, "target")]
+    if problems:
+        return key, None, problems
+    s, d, problems = _types(mesh, src, dst)
     if problems:
         return key, None, problems
     try:
-        e = _make_entry(mesh, src, dst, dst, local_shape, identity=False)
+        e = _make_entry(mesh, s, d, src, dst, dst, mesh_groups(mesh_obj).rank)
     except VerishardError as err:
-        return key, None, [(UNSUPPORTED if "_StridedShard" in str(err) else INVALID, str(err))]
-    want = e.plan.src.local_shape
-    if local_shape != want:
+        return key, None, [(INVALID, str(err))]
+    if local_shape != e.local_shape:
         return key, None, [(INVALID, f"the DTensor's local tensor has shape {local_shape}, but placements "
                                      f"{src.placements} of the global shape {tuple(x.shape)} give local shape "
-                                     f"{want}")]
+                                     f"{e.local_shape}" + (" on this rank" if s.uneven else ""))]
     _store(key, e)
     return key, e, []
 
@@ -367,7 +411,7 @@ def _backward_entry(grad: Any, prev: DTensorSpec) -> tuple[Any, _Entry | None, l
     gradient to the input's placements (DTensor's ``_redistribute_backward``)."""
     if not isinstance(grad, DTensor):
         return None, None, [(INVALID, f"the gradient is a {type(grad).__name__}, not a DTensor")]
-    key = (world(), "backward", grad._spec, prev)
+    key = (world(), dist.get_rank(), "backward", grad._spec, prev)
     e = _lookup(key)
     if e is not None:
         return key, e, []
@@ -385,15 +429,16 @@ def _backward_entry(grad: Any, prev: DTensorSpec) -> tuple[Any, _Entry | None, l
                          use_strided_shard_as_shard_order=prev.use_strided_shard_as_shard_order)
     out_spec = DTensorSpec(mesh_obj, pl, tensor_meta=TensorMeta(meta.shape, meta.stride, meta.dtype),
                            use_strided_shard_as_shard_order=prev.use_strided_shard_as_shard_order)
-    shape = tuple(meta.shape)
-    problems = _partial_problems(cur, target, mesh_obj, ("gradient", "input's layout"))
-    problems += [(UNSUPPORTED, t) for t in _uneven_problems(cur, shape, mesh_obj, "gradient")]
-    problems += [(UNSUPPORTED, t) for t in _uneven_problems(target, shape, mesh_obj, "input")]
+    what = ("gradient", "input's layout")
+    problems = _partial_problems(cur, target, mesh_obj, what)
+    if problems:
+        return key, None, problems
+    mesh = planning_mesh(mesh_obj)
+    s, d, problems = _types(mesh, cur, target, what)
     if problems:
         return key, None, problems
     try:
-        e = _make_entry(planning_mesh(mesh_obj), cur, target, out_spec, tuple(grad._local_tensor.shape),
-                        identity=False)
+        e = _make_entry(mesh, s, d, cur, target, out_spec, mesh_groups(mesh_obj).rank)
     except VerishardError as err:
         return key, None, [(INVALID, str(err))]
     _store(key, e)
@@ -432,7 +477,10 @@ def _run(x: Any, entry: _Entry | None, problems: list, check: bool) -> torch.Ten
     assert entry is not None
     if entry.plan is None:
         return local
-    return run_plan(entry.plan, local, mesh_groups(entry.target_spec.mesh))
+    groups = mesh_groups(entry.target_spec.mesh)
+    if entry.plan.src.uneven or entry.plan.dst.uneven:  # DTensor's torch.chunk shards: pad, run, keep the valid part
+        return run_chunked(entry.plan, local, groups)
+    return run_plan(entry.plan, local, groups)
 
 
 # ---------------------------------------------------------------------------
@@ -510,9 +558,11 @@ def redistribute(dtensor: DTensor, placements: Sequence[Placement], *, device_me
     (placements of the wrong length, a dimension out of range, another
     DeviceMesh, mixed Partial reductions, ranks that disagree) and
     :class:`~verishard.runtime.torch.NotSupportedYet` for ``Partial("avg")``
-    and DTensor's other reductions, a change of the pending reduction, and
-    shapes that do not divide. A DeviceMesh that does not span the
-    default process group is refused on each rank without communicating.
+    and DTensor's other reductions, a change of the pending reduction, a
+    shape that does not divide where DTensor's shards are not verishard's
+    uneven blocks, and Partial with a shape that does not divide (module
+    docstring). A DeviceMesh that does not span the default process group is
+    refused on each rank without communicating.
     """
     if isinstance(placements, list):
         placements = tuple(placements)

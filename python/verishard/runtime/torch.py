@@ -28,6 +28,11 @@ coordinates, ``docs/model.md`` section 1) is the process at position ``r`` of
   (gloo in torch 2.13 has it for the three ops); where a process group refuses
   it, ``all_reduce`` then the rank's piece.
   ``ToPartial``: no communication.
+- Uneven types (blocks of ``ceil(g / n)``): each step runs on padded buffers
+  as the even collective between a local pad and cut (:meth:`TorchBackend.fit`,
+  ``narrow`` / ``cat`` with zeros; the shared executor's ``run_step``);
+  :func:`run_chunked` takes and returns ``torch.chunk``-style shards (the
+  valid part only, as DTensor keeps them).
 
 Process groups (:class:`MeshGroups`): one per set of mesh parts a plan's
 collectives run over, created with ``dist.new_group`` with its members listed
@@ -68,8 +73,8 @@ from ..plan import Plan
 from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
 from .mpi import _verdict
 
-__all__ = ["free_port", "TorchBackend", "MeshGroups", "mesh_groups", "run_plan", "agree", "agreement_group", "fingerprint",
-           "world",
+__all__ = ["free_port", "TorchBackend", "MeshGroups", "mesh_groups", "run_plan", "run_chunked", "fit_to", "agree",
+           "agreement_group", "fingerprint", "world",
            "RedistributionRefused", "NotSupportedYet", "row_chunks", "blocks_view", "ROUND_BYTES"]
 
 # torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single.
@@ -89,7 +94,9 @@ class RedistributionRefused(RedistributionError, ValueError):
 
 class NotSupportedYet(RedistributionRefused, NotImplementedError):
     """Raised on every rank when every problem found is a feature the verified
-    core does not type yet (shapes that do not divide, Partial reductions other than sum/max/min).
+    core does not type yet (uneven layouts DTensor splits differently from
+    verishard's blocks, Partial with shapes that do not divide, Partial
+    reductions other than sum/max/min).
 
     >>> issubclass(NotSupportedYet, NotImplementedError), issubclass(NotSupportedYet, RedistributionRefused)
     (True, True)
@@ -392,6 +399,24 @@ class TorchBackend(Backend):
             return x
         return torch.full_like(x, _identity(x.dtype, op))
 
+    def fit(self, x: torch.Tensor, dim: int, n: int) -> torch.Tensor:
+        """``x`` cut to its first ``n`` positions along ``dim``, or extended
+        to ``n`` with zeros (uneven types; any padding value is correct,
+        ``Ucheckerproof.ucheck_correct``). No communication; out-of-place
+        torch operations (``narrow``, ``cat``), so the result is a new
+        contiguous tensor or a contiguous view of ``x``, never ``x`` changed.
+
+        >>> b = TorchBackend.__new__(TorchBackend)
+        >>> b.fit(torch.arange(6).reshape(2, 3), 1, 2).tolist(), b.fit(torch.tensor([1, 2]), 0, 4).tolist()
+        ([[0, 1], [3, 4]], [1, 2, 0, 0])
+        """
+        have = x.shape[dim]
+        if have >= n:
+            return x.narrow(dim, 0, n).contiguous()
+        shape = list(x.shape)
+        shape[dim] = n - have
+        return torch.cat([x, x.new_zeros(shape)], dim=dim)
+
     def all_permute(self, x: torch.Tensor, sources: np.ndarray) -> torch.Tensor:
         r = self.rank
         src = int(sources[r])
@@ -419,6 +444,37 @@ def run_plan(plan: Plan, x: torch.Tensor, groups: MeshGroups) -> torch.Tensor:
         raise RuntimeCheckError(f"result has shape {tuple(y.shape)}, the verified type {plan.dst} has "
                                 f"local shape {plan.dst.local_shape}")
     return y
+
+
+def fit_to(backend: Backend, x: Any, shape: tuple[int, ...]) -> Any:
+    """``x`` cut or padded to ``shape`` along every dimension where its size
+    differs (``backend.fit``, no communication); ``x`` itself when none does.
+
+    >>> b = TorchBackend.__new__(TorchBackend)
+    >>> fit_to(b, torch.ones(1, 3), (2, 2)).tolist()
+    [[1.0, 1.0], [0.0, 0.0]]
+    """
+    for d, n in enumerate(shape):
+        if x.shape[d] != n:
+            x = backend.fit(x, d, n)
+    return x
+
+
+def run_chunked(plan: Plan, x: torch.Tensor, groups: MeshGroups) -> torch.Tensor:
+    """Run ``plan`` on this rank's ``torch.chunk``-style shard ``x`` (shape
+    ``plan.src.valid_shape(rank)``, which DTensor keeps for uneven layouts):
+    pad it to the padded buffer ``plan.src.local_shape``, run the plan
+    (:func:`run_plan`), and keep the valid part of the result,
+    ``plan.dst.valid_shape(rank)`` (``Ucheckerproof.ucheck_correct_chunked``:
+    padding never reaches a valid position). On even types this is
+    :func:`run_plan` (valid and padded shapes are equal)."""
+    rank = groups.rank
+    want = plan.src.valid_shape(rank)
+    if tuple(x.shape) != want:  # pragma: no cover - the front end checks the shape first
+        raise RuntimeCheckError(f"rank {rank}'s shard has shape {tuple(x.shape)}, {plan.src} gives it {want}")
+    backend = TorchBackend(groups)
+    y = run_plan(plan, fit_to(backend, x, plan.src.local_shape), groups)
+    return fit_to(backend, y, plan.dst.valid_shape(rank))
 
 
 # ---------------------------------------------------------------------------
