@@ -210,3 +210,46 @@ def test_bad_unreduced_specs_are_refused():
     # JAX's rule: unreduced axes are Explicit axes
     with pytest.raises(ShardingError, match="must be AxisType.Explicit"):
         vj.to_named_sharding(ArrayType.parse("[4, 4] partial{x}", m), vj.jax_mesh(m))
+
+
+# ---------------------------------------------------------------------------
+# uneven shapes: a size the sharding does not divide is an uneven type (blocks of ceil(g / n))
+
+UNEVEN = [t for m, shape in [("x=2,y=4", (5, 7)), ("x=2,y=2,z=2", (9,)), ("x=2,y=3", (5, 4))]
+          for t in all_types(Mesh.parse(m), shape, uneven=True) if t.uneven]
+
+
+def test_uneven_partition_specs_round_trip():
+    m = Mesh.parse("x=2,y=2")
+    t = vj.from_partition_spec(m, (5,), P(("x", "y")))
+    assert t == ArrayType.parse("[2{x,y}5]", m) and [t.valid_shape(r) for r in range(4)] == [(2,), (2,), (1,), (0,)]
+    assert vj.from_partition_spec(m, (5, 3), P("y", "x")) == ArrayType.parse("[3{y}5, 2{x}3]", m)
+    for t in UNEVEN:
+        spec = vj.to_partition_spec(t)
+        assert vj.from_partition_spec(t.mesh, t.global_shape, spec) == t
+        assert vj.from_named_sharding(vj.to_named_sharding(t, vj.jax_mesh(t.mesh)), t.global_shape) == t
+
+
+def test_uneven_layout_agrees_with_xla():
+    """XLA's blocks of a sharding that does not divide the shape are the type's padded blocks: cutting the
+    padded global array (laid out as the type, an even array) to the shape, constraining it to the sharding
+    and padding it back compiles to no collective and gives every device its own block back."""
+    from jax import lax
+    import jax.numpy as jnp
+    from verishard.runtime.jax import padded_global_shape
+    for t in UNEVEN[::3]:
+        jm = vj.jax_mesh(t.mesh)
+        spec = vj.to_partition_spec(t)
+        shape, padded = t.global_shape, padded_global_shape(t)
+        A = np.zeros(padded, np.float32)
+        A[tuple(slice(0, g) for g in shape)] = np.arange(1, 1 + int(np.prod(shape))).reshape(shape)
+        x = jax.device_put(A, NamedSharding(jm, spec))
+        f = jax.jit(lambda v: jnp.pad(lax.with_sharding_constraint(lax.slice(v, (0,) * v.ndim, shape),
+                                                                   NamedSharding(jm, spec)),
+                                      [(0, p - g) for p, g in zip(padded, shape)]),
+                    out_shardings=NamedSharding(jm, spec))
+        text = f.lower(x).compile().as_text()
+        assert not any(k in text for k in ("all-gather", "all-to-all", "collective-permute", "all-reduce")), t
+        y = f(x)
+        assert all(np.array_equal(np.asarray(a.data), np.asarray(b.data))
+                   for a, b in zip(y.addressable_shards, x.addressable_shards)), t

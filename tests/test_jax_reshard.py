@@ -151,8 +151,12 @@ def equivalent(y, ref) -> bool:
 
 
 def collectives(compiled_text: str) -> dict[str, int]:
+    """Collective instructions of a compiled HLO text, by opcode (an async pair counts once). Tuple
+    shapes of six or more elements carry ``/*index=5*/`` comments, so the instruction is matched by its
+    opcode right before ``(%``, on an instruction line."""
     names = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter")
-    return {k: len(re.findall(rf"= [^=\n]*? {k}(?:-start)?\(", compiled_text)) for k in names}
+    lines = [ln for ln in compiled_text.splitlines() if re.match(r"\s*(ROOT )?%\S+ = ", ln)]
+    return {k: sum(1 for ln in lines if re.search(rf" {k}(?:-start)?\(%", ln)) for k in names}
 
 
 def plan_collectives(p) -> dict[str, int]:
@@ -381,8 +385,9 @@ def test_errors_are_clear(data):
         vj.reshard(x, NamedSharding(EXPLICIT, P("y")), src=P("y"))
     with pytest.raises(ShardingError, match="not how the array is laid out"):
         jax.jit(lambda v: vj.reshard(v, NamedSharding(EXPLICIT, P("y")), src=P("y")))(x)
-    # sizes that do not divide
-    with pytest.raises(ShardingError, match="not divisible"):
+    # sizes that do not divide: JAX's Explicit axes have no such sharding
+    with pytest.raises(ShardingError, match=r"target P\('y',\) \(\[2\{y\}6, 4\]\) does not divide shape "
+                                            r"\(6, 4\), and JAX's Explicit axes have no such sharding"):
         vj.reshard(jax.device_put(np.zeros((6, 4), np.float32), NamedSharding(EXPLICIT, P("x"))),
                    NamedSharding(EXPLICIT, P("y")))
     # inside shard_map
@@ -634,3 +639,138 @@ def test_unreduced_errors_are_clear():
     with pytest.raises(ShardingError, match="rank-0"):
         vj.reshard(jax.device_put(np.float32(1), NamedSharding(XYZ_EXPLICIT, P())),
                    NamedSharding(XYZ_EXPLICIT, P(unreduced={"x"})))
+
+
+# ---------------------------------------------------------------------------
+# uneven shapes (a size the sharding does not divide): JAX has them inside jax.jit on Auto axes only
+
+from jax import lax  # noqa: E402
+
+from verishard.crosscheck.harness import all_types as every_type  # noqa: E402
+from verishard.runtime.jax import padded_global_shape  # noqa: E402
+from verishard.runtime.uneven import distribute_padded  # noqa: E402
+
+AUTO_222 = jax.make_mesh((2, 2, 2), ("x", "y", "z"), axis_types=(AxisType.Auto,) * 3)
+UNEVEN_GRID = [(AUTO, (5, 7), 14), (AUTO, (3, 6), 10), (AUTO, (9,), 8), (AUTO_222, (5, 7), 12),
+               (AUTO_222, (3, 6), 8), (AUTO_222, (9,), 6)]
+
+
+def uneven_pairs(jm, shape, n, seed=0):
+    """``n`` pairs of PartitionSpecs on ``shape`` (a deterministic sample), at least one side uneven."""
+    m = vj.mesh_from_jax(jm)
+    ts = every_type(m, shape, uneven=True)
+    pairs = [(a, b) for a in ts for b in ts if a.uneven or b.uneven]
+    random.Random(seed).shuffle(pairs)
+    return [(vj.to_partition_spec(a), vj.to_partition_spec(b), verishard.plan(m, a, b)) for a, b in pairs[:n]]
+
+
+def uneven_program(jm, s, d, shape, ours: bool):
+    """From the padded global source (an even array, which JAX accepts at a jit's boundary) to the padded
+    global target: cut to ``shape``, constrain to ``s`` (uneven), reshard to ``d`` (ours, or XLA's
+    with_sharding_constraint), pad. The cut and the pad are local, so the program's collectives are the
+    reshard's."""
+    pad_to = padded_global_shape(vj.from_partition_spec(vj.mesh_from_jax(jm), shape, d))
+
+    def f(v):
+        u = lax.with_sharding_constraint(lax.slice(v, (0,) * v.ndim, shape), NamedSharding(jm, s))
+        dst = NamedSharding(jm, d)
+        y = vj.reshard(u, dst, src=s) if ours else lax.with_sharding_constraint(u, dst)
+        return jnp.pad(y, [(0, a - g) for a, g in zip(pad_to, shape)])
+    return jax.jit(f, out_shardings=NamedSharding(jm, d))
+
+
+def padded_input(A, jm, spec):
+    Ap = np.full(padded_global_shape(vj.from_partition_spec(vj.mesh_from_jax(jm), A.shape, spec)), np.nan, A.dtype)
+    Ap[tuple(slice(0, g) for g in A.shape)] = A   # NaN padding: any of it in a valid position shows
+    return jax.device_put(Ap, NamedSharding(jm, spec))
+
+
+def test_jax_refuses_uneven_arrays_outside_jit():
+    """Why the uneven tests compare with with_sharding_constraint under jit, not jax.device_put."""
+    with pytest.raises(ValueError, match="evenly divide"):
+        jax.device_put(np.zeros((5, 7), np.float32), NamedSharding(AUTO, P("x", "y")))
+    with pytest.raises(ValueError, match="evenly divide"):
+        jax.jit(lambda: jnp.zeros((5, 7)), out_shardings=NamedSharding(AUTO, P("x")))()
+
+
+@pytest.mark.parametrize("jm, shape, n", UNEVEN_GRID,
+                         ids=[f"{'x'.join(map(str, jm.axis_sizes))}-{'x'.join(map(str, s))}" for jm, s, _ in UNEVEN_GRID])
+def test_uneven_pairs_under_jit_equal_xla_and_run_only_the_plan(jm, shape, n):
+    A = np.arange(1, 1 + int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    valid = tuple(slice(0, g) for g in shape)
+    for s, d, p in uneven_pairs(jm, shape, n):
+        x = padded_input(A, jm, s)
+        ours, ref = uneven_program(jm, s, d, shape, True), uneven_program(jm, s, d, shape, False)
+        y, r = ours(x), ref(x)
+        assert y.sharding == r.sharding == NamedSharding(jm, d), (s, d)
+        assert np.array_equal(np.asarray(y)[valid], A), (s, d, p)
+        # every device holds what XLA's own reshard leaves there (its block, zeros past the array)
+        assert same(y, r), (s, d, p)
+        # the compiled program's collectives are the plan's communicating steps: the global pad before the
+        # plan's shard_map and the cut after it add none
+        assert collectives(ours.lower(x).compile().as_text()) == plan_collectives(p), (s, d, p)
+
+
+def test_uneven_grad_jvp_and_vmap_under_jit():
+    jm, s, d = AUTO, P("x", "y"), P("y", "x")
+    A = np.random.default_rng(11).standard_normal((5, 7)).astype(np.float32)
+    w = np.cos(np.arange(35, dtype=np.float32)).reshape(5, 7)
+    x = jax.device_put(A, NamedSharding(jm, P()))
+
+    def f(v, ours=True):
+        u = lax.with_sharding_constraint(v, NamedSharding(jm, s))
+        dst = NamedSharding(jm, d)
+        return vj.reshard(u, dst, src=s) if ours else lax.with_sharding_constraint(u, dst)
+    g = jax.jit(jax.grad(lambda v: jnp.sum(jnp.sin(f(v)) * w)))(x)
+    g_ref = jax.jit(jax.grad(lambda v: jnp.sum(jnp.sin(f(v, False)) * w)))(x)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(g), np.cos(A) * w, rtol=1e-5, atol=1e-6)
+    # the transpose is the reverse plan, planned by the core
+    inner = [e for e in jax.make_jaxpr(jax.grad(lambda v: jnp.sum(f(v))))(x).jaxpr.eqns if e.primitive.name == "jit"]
+    rs = [e.params["r"] for q in inner for e in q.params["jaxpr"].eqns if e.primitive is vj.reshard_p]
+    assert [(str(r.src), str(r.dst)) for r in rs] == [("[3{x}5, 2{y}7]", "[2{y}5, 4{x}7]"),
+                                                        ("[2{y}5, 4{x}7]", "[3{x}5, 2{y}7]")]
+    y, t = jax.jit(lambda v: jax.jvp(f, (v,), (2 * v,)))(x)
+    assert np.array_equal(np.asarray(y), A) and np.array_equal(np.asarray(t), 2 * A)
+    B = np.stack([A, -A, 2 * A])
+    yb = jax.jit(jax.vmap(f))(jax.device_put(B, NamedSharding(jm, P())))
+    assert np.array_equal(np.asarray(yb), B)
+
+
+def test_uneven_refusals_are_clear():
+    x = jax.device_put(np.zeros((6, 4), np.float32), NamedSharding(AUTO, P("x")))
+    with pytest.raises(ShardingError, match=r"target P\('y',\) \(\[2\{y\}6, 4\]\) does not divide shape \(6, 4\), "
+                                            r"and outside jax.jit JAX holds no such array"):
+        vj.reshard(x, NamedSharding(AUTO, P("y")))
+    with pytest.raises(ShardingError, match="outside jax.jit"):   # under an eager grad too
+        jax.grad(lambda v: jnp.sum(vj.reshard(v, NamedSharding(AUTO, P("y")))))(x)
+    with pytest.raises(ShardingError, match="Explicit axes have no such sharding"):
+        jax.jit(lambda v: vj.reshard(v, NamedSharding(EXPLICIT, P("y"))))(
+            jax.device_put(np.zeros((6, 4), np.float32), NamedSharding(EXPLICIT, P("x"))))
+
+
+def test_reshard_local_and_execute_on_padded_buffers():
+    m = Mesh.parse("x=2,y=4")
+    jm = vj.jax_mesh(m)
+    A = np.arange(35, dtype=np.float32).reshape(5, 7)
+    for a, b in (("[3{x}5, 2{y}7]", "[2{y}5, 4{x}7]"), ("[5, 1{x,y}7]", "[3{x}5, 7]"), ("[2{y}5, 7]", "[5, 7]")):
+        p = verishard.plan(m, a, b)
+        ins, outs = vj.to_partition_spec(p.src, parts=True), vj.to_partition_spec(p.dst, parts=True)
+        pm = vj.jax_mesh(p.mesh)
+        # reshard_local inside a shard_map of our own, on padded blocks (the plan's mesh may split y)
+        blocks = distribute_padded(A, p.mesh, p.src, pad=np.nan)
+        stacked = jax.device_put(np.stack(blocks), NamedSharding(pm, P(tuple(pm.axis_names))))
+        f = jax.jit(jax.shard_map(lambda v: vj.reshard_local(v[0], p)[None], mesh=pm, in_specs=P(tuple(pm.axis_names)),
+                                  out_specs=P(tuple(pm.axis_names)), check_vma=False))
+        got = np.asarray(f(stacked))
+        for r in range(m.num_devices):
+            box = tuple(slice(st, st + v) for st, v in zip(p.dst.block_starts(r), p.dst.valid_shape(r)))
+            assert np.array_equal(got[r][tuple(slice(0, v) for v in p.dst.valid_shape(r))], A[box]), (a, b, r)
+        # execute: the padded global arrays in and out
+        Ap = np.zeros(padded_global_shape(p.src), np.float32)
+        Ap[:5, :7] = A
+        y = vj.execute(p, jax.device_put(Ap, NamedSharding(pm, ins)))
+        assert y.shape == padded_global_shape(p.dst) and y.sharding.spec == outs
+        assert np.array_equal(np.asarray(y)[:5, :7], A)
+    with pytest.raises(ShardingError, match=r"pass the array padded at the end of every dimension to \(6, 8\)"):
+        vj.execute(verishard.plan(m, "[3{x}5, 2{y}7]", "[5, 7]"), jax.device_put(A, NamedSharding(jm, P())))

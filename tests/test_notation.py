@@ -104,7 +104,6 @@ def test_partition_spec_tuple_is_major_to_minor():
     ((6,), [None, "x"], "has 2 entries but the array has rank 1"),
     ((6,), ["z"], "unknown axis 'z'"),
     ((6, 6), ["x", "x"], "duplicate axis 'x'"),
-    ((7,), ["x"], "not divisible by 2"),
     ((0,), [None], "must be at least 1"),
     ((-6,), [None], "must be at least 1"),
     ((2**40, 2**40), [None], "2**50"),
@@ -118,6 +117,14 @@ def test_from_partition_spec_errors(shape, entries, token):
     with pytest.raises(VerishardError) as e:
         from_partition_spec(XY, shape, entries)
     assert token in str(e.value)
+
+
+def test_from_partition_spec_uneven():
+    """JAX's layout of a spec that does not divide (blocks of ceil(g / n), the
+    last short or empty) is verishard's uneven type."""
+    t = from_partition_spec(XY, (7,), ["x"])
+    assert str(t) == "[4{x}7]" and t.uneven
+    assert [t.valid_shape(XY.rank((x, 0))) for x in range(2)] == [(4,), (3,)]
 
 
 def test_unconstrained_object_refused():

@@ -20,6 +20,11 @@ one ``psum_scatter``). Inside a ``jax.shard_map`` of your own,
 :func:`reshard_local` runs a plan on the local blocks (any reduction: sum,
 max or min).
 
+Uneven shapes (a sharding that does not divide the shape, blocks of
+``ceil(g / n)``): JAX has such arrays only inside ``jax.jit`` on Auto axes,
+so that is where :func:`reshard` runs them (with ``src=``), on the padded
+global array; elsewhere it refuses them, saying why (``docs/jax.md``).
+
 Importing this module imports JAX (set ``XLA_FLAGS`` before, for CPU devices).
 """
 
@@ -46,7 +51,7 @@ from .plan import Plan
 from .plan import plan as synthesize
 from .runtime.backend import execute as run_steps
 from .runtime.backend import step_call, validate_plan
-from .runtime.jax import JaxBackend, compile_plan, execute, rewrap
+from .runtime.jax import JaxBackend, compile_plan, execute, padded_global_shape, rewrap
 from .sharding import ArrayType
 from .notation import parse_partition_spec
 
@@ -241,19 +246,35 @@ class _Redistribution:
 def _body(r: _Redistribution, x):
     """The plan as traced JAX: one ``shard_map`` over the plan's mesh (the
     user's, or its parts), with the array's type moved onto that mesh and
-    back in Explicit mode (same devices, same layout: no data moves)."""
+    back in Explicit mode (same devices, same layout: no data moves).
+
+    Uneven types (Auto mode under ``jax.jit``, the only place JAX has them):
+    ``shard_map`` wants shapes its specs divide, so it runs on the padded
+    global array, ``x`` padded at the end of every dimension to blocks times
+    ``ceil(g / n)``, which has the same blocks on the same devices as ``x``
+    (only the last block grows); each step pads and cuts the local buffers
+    (``JaxBackend.fit``), and the result is cut back to the global shape and
+    constrained to the target. XLA runs the global pad and cut on the local
+    buffers, with no collective of its own (``_pad_global``; the tests count
+    the compiled program's collectives)."""
     p = r.plan
     user = r.jmesh if r.jmesh is not None else r.amesh
     pm = _plan_mesh(p.mesh, user)
     ins, outs = to_partition_spec(p.src, parts=True), to_partition_spec(p.dst, parts=True)
     backend = JaxBackend(p.mesh)
     split = pm is not user
+    uneven = p.src.uneven or p.dst.uneven
     if r.explicit and split:
         x = jax.sharding.reshard(x, NamedSharding(pm, ins))
+    if uneven:
+        x = _pad_global(x, padded_global_shape(p.src))
     amesh = pm.abstract_mesh if isinstance(pm, JaxMesh) else pm
     with jax.sharding.use_abstract_mesh(amesh):
         y = jax.shard_map(lambda v: run_steps(p, v, backend), mesh=pm, in_specs=ins, out_specs=outs,
                           check_vma=False)(x)
+    if uneven:
+        y = lax.slice(y, (0,) * y.ndim, r.dst.global_shape)
+        return lax.with_sharding_constraint(y, r.user_sharding(r.dst))
     if split:
         dst = to_partition_spec(r.dst)
         if r.explicit:
@@ -261,6 +282,15 @@ def _body(r: _Redistribution, x):
         else:
             y = lax.with_sharding_constraint(y, r.user_sharding(r.dst))
     return y
+
+
+def _pad_global(x, shape: tuple[int, ...]):
+    """``x`` padded with zeros at the end of every dimension to ``shape``
+    (the padded global shape of its uneven type): every device's block keeps
+    its place, the last ones grow to the full block size, so XLA writes the
+    zeros into the buffers it already pads (a local ``select``)."""
+    widths = [(0, n - g) for n, g in zip(shape, x.shape)]
+    return jnp.pad(x, widths) if any(w for _, w in widths) else x
 
 
 # ---------------------------------------------------------------------------
@@ -332,7 +362,11 @@ def _pinned(r: _Redistribution) -> Callable:
     enclosing jit looks for its devices: a primitive's lowering is invisible
     to it, and without this a jit whose arguments carry no sharding (a
     gradient that depends on shapes only) would compile for one device."""
-    return jax.jit(lambda v: reshard_p.bind(v, r=r), out_shardings=NamedSharding(r.jmesh, to_partition_spec(r.dst)))
+    out = NamedSharding(r.jmesh, to_partition_spec(r.dst))
+    if r.src.uneven or r.dst.uneven:
+        # no jit output may be uneven (JAX: IndivisibleError); a constraint names the devices as well
+        return jax.jit(lambda v: lax.with_sharding_constraint(reshard_p.bind(v, r=r), out))
+    return jax.jit(lambda v: reshard_p.bind(v, r=r), out_shardings=out)
 
 
 # ---------------------------------------------------------------------------
@@ -394,11 +428,13 @@ def reshard(x: jax.Array, sharding: NamedSharding | PartitionSpec, *,
     ``AxisType.Explicit`` axes, ``jax.make_mesh``'s default). Inside a trace
     in Auto mode JAX does not track it: pass ``src`` (a ``NamedSharding`` or
     ``PartitionSpec``); ``src`` is checked against ``x`` wherever ``x``'s
-    layout is known. The plan comes from :func:`verishard.plan` (or
-    ``plan``, re-checked) and is compiled once per shape, dtype, source and
-    target (:func:`cache_info`). Rank-0 arrays pass through. ``x`` may be a
-    pytree of arrays (tuples, lists, dicts), with one ``sharding`` (and
-    ``src``) for all or a matching tree of them.
+    layout is known. A sharding that does not divide the shape (an uneven
+    type) runs under ``jax.jit`` on Auto axes, the only place JAX has one.
+    The plan comes from :func:`verishard.plan` (or ``plan``, re-checked) and
+    is compiled once per shape, dtype, source and target (:func:`cache_info`).
+    Rank-0 arrays pass through. ``x`` may be a pytree of arrays (tuples,
+    lists, dicts), with one ``sharding`` (and ``src``) for all or a matching
+    tree of them.
 
     >>> jm = jax_mesh("x=2")
     >>> x = jax.device_put(jnp.arange(4), NamedSharding(jm, PartitionSpec("x")))
@@ -484,6 +520,24 @@ def _type(mesh: Mesh, shape, spec, what: str) -> ArrayType:
         return from_partition_spec(mesh, shape, spec)
     except ShardingError as e:
         raise ShardingError(f"reshard {what} {spec}: {e}") from None
+
+
+def _check_uneven(x, amesh, src_t: ArrayType, dst_t: ArrayType, src_spec, tgt_spec, concrete: bool) -> None:
+    """Uneven types exist in JAX (0.10) only as values inside ``jax.jit`` on
+    Auto axes (``with_sharding_constraint`` to a sharding that does not
+    divide the shape): ``jax.device_put``, a jit's output and Explicit-mode
+    types all refuse them (``IndivisibleError``). Refuse the rest here, in
+    words, rather than with JAX's error from inside the plan's lowering."""
+    t = src_t if src_t.uneven else dst_t
+    which = f"{'source' if t is src_t else 'target'} {src_spec if t is src_t else tgt_spec} ({t})"
+    if _mode(amesh):
+        raise ShardingError(f"reshard {src_t} -> {dst_t}: the {which} does not divide shape {tuple(x.shape)}, and "
+                            f"JAX's Explicit axes have no such sharding (jax.sharding.reshard refuses it too); on a "
+                            f"mesh of AxisType.Auto axes, under jax.jit, reshard(x, sharding, src=...) runs it")
+    if concrete or _peek(x) is not None:
+        raise ShardingError(f"reshard {src_t} -> {dst_t}: the {which} does not divide shape {tuple(x.shape)}, and "
+                            f"outside jax.jit JAX holds no such array (jax.device_put refuses it too); under "
+                            f"jax.jit, where XLA pads it, reshard(x, sharding, src=...) runs it")
 
 
 def _reshard(x, sharding, src, plan):
@@ -592,6 +646,8 @@ def _reshard(x, sharding, src, plan):
         k = _type(mesh, x.shape, known, "source")
         if k.refined() != src_t.refined():
             raise ShardingError(f"src {src_spec} ({src_t}) is not how the array is laid out: {known} ({k})")
+    if src_t.uneven or dst_t.uneven:
+        _check_uneven(x, amesh, src_t, dst_t, src_spec, tgt_spec, concrete)
     if (src_t.partial or dst_t.partial) and not _mode(amesh):
         raise ShardingError(f"reshard {src_t} -> {dst_t}: unreduced axes need a mesh of AxisType.Explicit axes "
                             f"(JAX's rule: it has no unreduced arrays on Auto axes); inside jax.shard_map, "
@@ -631,7 +687,7 @@ def _given_type(mesh: Mesh, t, global_shape=None, local_shape=None, what: str = 
     if isinstance(t, ArrayType):
         return t
     if isinstance(t, str) and t.lstrip().startswith("["):
-        return ArrayType.parse(t, mesh).require_even("(uneven types run on the simulator only)")
+        return ArrayType.parse(t, mesh)
     spec = parse_partition_spec(t) if isinstance(t, str) else t
     if not isinstance(spec, (PartitionSpec, tuple, list)):
         raise ShardingError(f"reshard_local {what}: expected a type, its text or a PartitionSpec, "
@@ -674,6 +730,17 @@ def reshard_local(x, plan: Plan | Mesh | str, src: ArrayType | PartitionSpec | s
     :class:`JaxBackend` (``psum``/``pmax``/``pmin``, ``psum_scatter``,
     ``all_gather``, ``all_to_all``, ``ppermute``, local slices). Works with
     ``check_vma`` on or off, and under ``jax.jit``.
+
+    Uneven types (a size the blocks do not divide: pass the types or their
+    text, since a block's ``PartitionSpec`` always divides) run on padded
+    blocks: ``x`` has the source's ``local_shape`` (``ceil(g / n)`` per
+    sharded dimension), the valid part first; what the steps put past the
+    valid part is padding, never read into a valid position.
+
+    >>> f = jax.shard_map(lambda v: reshard_local(v, "x=2", "[3{x}5, 2]", "[5, 1{x}2]"), mesh=jax_mesh("x=2"),
+    ...                   in_specs=PartitionSpec("x"), out_specs=PartitionSpec(None, "x"))
+    >>> f(jnp.array([[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [-1, -1]])).tolist()   # the last row: padding
+    [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
 
     >>> jm = jax_mesh("x=2")
     >>> terms = jax.device_put(jnp.arange(8.0).reshape(2, 4), NamedSharding(jm, PartitionSpec("x")))

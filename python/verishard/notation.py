@@ -286,10 +286,17 @@ def from_partition_spec(mesh: Mesh | str, global_shape: Sequence[int], entries: 
 
     Entries may be None, a name or a tuple of names (major to minor, as in
     JAX); fewer entries than dimensions are padded with None, as JAX does.
+    A size the entry's devices do not divide is an uneven type: blocks of
+    ``ceil(g / n)``, the trailing ones short or empty, which is where XLA puts
+    the elements of such a sharding (``P(('x', 'y'))`` over 4 devices on
+    size 5: 2, 2, 1, 0).
 
     >>> m = Mesh.parse("x=2,y=3")
     >>> from_partition_spec(m, (12, 4), [("y", "x")])
     [2{y,x}12, 4]
+    >>> t = from_partition_spec(m, (5,), ["y"])
+    >>> t, t.uneven, [t.valid_shape(r) for r in (0, 1, 2)]
+    ([2{y}5], True, [(2,), (2,), (1,)])
     >>> from_partition_spec(m, (6,), [None, "x"])
     Traceback (most recent call last):
     ...
@@ -302,7 +309,7 @@ def from_partition_spec(mesh: Mesh | str, global_shape: Sequence[int], entries: 
         raise ShardingError(f"PartitionSpec {format_partition_spec(spec)} has {len(spec)} entries "
                             f"but the array has rank {len(shape)} (shape {shape})")
     spec = spec + (None,) * (len(shape) - len(spec))
-    return ArrayType.from_axes(mesh, shape, [e or () for e in spec]).require_even()  # JAX's padded uneven shardings: not yet
+    return ArrayType.from_axes(mesh, shape, [e or () for e in spec])
 
 
 def to_partition_spec(t: ArrayType) -> PartitionSpecEntries:
@@ -437,18 +444,29 @@ def format_placements(placements: Iterable[object], shard_order: Mapping[int, Se
 
 
 def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: Iterable[object],
-                    shard_order: Mapping[int, Sequence[int]] | None = None) -> ArrayType:
+                    shard_order: Mapping[int, Sequence[int]] | None = None, *, uneven: bool = False) -> ArrayType:
     """The array type of DTensor placements over ``mesh`` (one per mesh axis).
 
     The mesh axes with ``Shard(d)`` shard dimension ``d``, by default in
     mesh-axis order (lower mesh axis major, as DTensor does); ``shard_order``
     maps ``d`` to the mesh axis indices of its shards, major to minor.
 
+    A dimension that its number of shards does not divide is refused unless
+    ``uneven=True``; then it is typed with verishard's uneven blocks of
+    ``ceil(g / n)``. That is DTensor's ``torch.chunk`` layout where one mesh
+    axis shards the dimension, but where several do, DTensor chunks each
+    chunk again, which can differ (5 over two axes of 2: DTensor's lengths
+    2, 1, 1, 1, our blocks 2, 2, 1, 0). This text notation cannot tell, so
+    the caller must: :func:`verishard.dtensor.from_placements` compares every
+    shard with DTensor's own offsets and refuses the layouts that differ.
+
     >>> m = Mesh.parse("x=2,y=3")
     >>> from_placements(m, (12,), [("shard", 0), ("shard", 0)])
     [2{x,y}12]
     >>> from_placements(m, (12,), [("shard", 0), ("shard", 0)], shard_order={0: (1, 0)})
     [2{y,x}12]
+    >>> from_placements(m, (7,), [("shard", 0), ("replicate",)], uneven=True)
+    [4{x}7]
     >>> from_placements(m, (6, 4), [("shard", 0)])
     Traceback (most recent call last):
     ...
@@ -487,7 +505,8 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
                                     f"{tuple(want)} that carry Shard({d % rank})")
             by_dim[d % rank] = list(order)
     axes = [tuple(names[i] for i in by_dim.get(d, ())) for d in range(rank)]
-    return ArrayType.from_axes(mesh, shape, axes).require_even()  # torch.chunk layouts: not yet
+    t = ArrayType.from_axes(mesh, shape, axes)
+    return t if uneven else t.require_even()
 
 
 def to_placements(t: ArrayType) -> tuple[tuple[Placement, ...], dict[int, tuple[int, ...]] | None]:

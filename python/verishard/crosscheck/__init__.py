@@ -15,6 +15,11 @@ its plan; programs that end in the wrong layout are ``wrong_data``. The
 harness (:mod:`verishard.crosscheck.harness`) runs cases and writes the
 table and summary that ``bench/crosscheck.py`` reports.
 
+Partial-sum sources (:mod:`verishard.crosscheck.partial`) and uneven shapes
+(:mod:`verishard.crosscheck.uneven`) are judged by execution instead: each
+planner's program runs on the same array and its result is compared with
+numpy.
+
 The XLA adapter imports JAX and the DTensor adapter torch, on first use.
 """
 

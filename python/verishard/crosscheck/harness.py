@@ -158,12 +158,13 @@ class Case:
         return core.lower_bound(self.src, self.dst)
 
 
-def all_types(mesh: Mesh, shape: Sequence[int]) -> list[ArrayType]:
+def all_types(mesh: Mesh, shape: Sequence[int], uneven: bool = False) -> list[ArrayType]:
     """Every well-formed type over the whole axes of ``mesh`` (each axis used
-    at most once, in any order within a dimension), sorted by text.
+    at most once, in any order within a dimension), sorted by text; even
+    types only unless ``uneven`` (the foreign planners' even cases).
 
-    >>> len(all_types(Mesh.parse("x=2,y=2"), (4, 4)))
-    11
+    >>> len(all_types(Mesh.parse("x=2,y=2"), (4, 4))), len(all_types(Mesh.parse("x=2,y=2"), (3, 4), uneven=True))
+    (11, 11)
     """
     names = mesh.axis_names
     out = set()
@@ -175,7 +176,7 @@ def all_types(mesh: Mesh, shape: Sequence[int]) -> list[ArrayType]:
                 t = ArrayType.from_axes(mesh, shape, list(orders))
             except VerishardError:
                 continue
-            if not t.uneven:  # even types only: the foreign planners' cases are even
+            if uneven or not t.uneven:
                 out.add(t)
     return sorted(out, key=str)
 

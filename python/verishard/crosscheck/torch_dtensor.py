@@ -24,7 +24,7 @@ from ..sharding import ArrayType
 from .result import PlannerResult, judge
 from .trace import Event, global_values, held_sets, local_arrays
 
-__all__ = ["dtensor_plan", "dtensor_transforms", "replay"]
+__all__ = ["dtensor_plan", "dtensor_transforms", "replay", "chunk"]
 
 
 def _groups(mesh: Mesh, dims: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -77,15 +77,32 @@ def _describe(info: Any) -> str:
     return f"mesh dim{'s' if len(dims) > 1 else ''} {','.join(map(str, dims))}: {a} -> {b}"
 
 
+def chunk(x: np.ndarray, n: int, k: int, dim: int) -> np.ndarray:
+    """Piece ``k`` of ``n`` of ``x`` along ``dim`` as DTensor cuts it
+    (``torch.chunk``, then empty pieces up to ``n``): ``[k c, min(L, (k+1) c))``
+    with ``c = ceil(L / n)``; the equal pieces of ``np.split`` when ``n``
+    divides ``L``.
+
+    >>> [chunk(np.arange(5), 4, k, 0).tolist() for k in range(4)]
+    [[0, 1], [2, 3], [4], []]
+    """
+    L = x.shape[dim]
+    c = -(-L // n)
+    idx = [slice(None)] * x.ndim
+    idx[dim] = slice(min(L, k * c), min(L, (k + 1) * c))
+    return x[tuple(idx)]
+
+
 def replay(mesh: Mesh, info: Any, xs: list[np.ndarray]):
     """One DTensor transform on every rank's local array, with DTensor's data
     semantics: ``(kind, new arrays, received per rank)``, ``None`` for a
     transform that does nothing, kind ``"unsupported"`` for one not modelled.
 
     Shard -> Replicate gathers in group order, Replicate -> Shard takes the
-    rank's chunk, Shard -> Shard is an all-to-all; Partial("sum") ->
-    Replicate sums the group (an all-reduce, counted as a ring: ``2 (s -
-    s / n)`` received), Partial -> Shard sums and keeps the rank's chunk (a
+    rank's chunk (``torch.chunk``'s, :func:`chunk`: short or empty ones where
+    the group does not divide the size), Shard -> Shard is an all-to-all;
+    Partial("sum") -> Replicate sums the group (an all-reduce, counted as a
+    ring: ``2 (s - s / n)`` received), Partial -> Shard sums and keeps the rank's chunk (a
     reduce-scatter, ``s - s / n``), and Replicate -> Partial("sum") is
     DTensor's ``Partial._partition_value``: the value divided by the group
     size on every rank (true division; the arrays should be floats).
@@ -107,11 +124,11 @@ def replay(mesh: Mesh, info: Any, xs: list[np.ndarray]):
         received = np.array([y.size - x.size for x, y in zip(xs, new)], dtype=np.int64)
         return "all-gather", new, received
     if isinstance(a, Replicate) and type(b) is Shard:
-        return "local", [np.split(xs[r], size, axis=b.dim)[index[r]] for r in range(n)], received
+        return "local", [chunk(xs[r], size, index[r], b.dim) for r in range(n)], received
     if type(a) is Shard and type(b) is Shard:
         new = []
         for r in range(n):
-            got = [np.split(xs[m], size, axis=b.dim)[index[r]] for m in members[r]]
+            got = [chunk(xs[m], size, index[r], b.dim) for m in members[r]]
             new.append(np.concatenate(got, axis=a.dim))
             received[r] = sum(g.size for m, g in zip(members[r], got) if m != r)
         return "all-to-all", new, received

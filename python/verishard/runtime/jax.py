@@ -33,7 +33,7 @@ from .backend import execute as run_steps
 
 _REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
-__all__ = ["JaxBackend", "compile_plan", "execute", "rewrap"]
+__all__ = ["JaxBackend", "compile_plan", "execute", "rewrap", "padded_global_shape"]
 
 
 class JaxBackend(Backend):
@@ -70,7 +70,14 @@ class JaxBackend(Backend):
         >>> f(x).tolist()
         [0, 1, 2, 3]
         """
-        return lax.all_gather(x, group.names, axis=dim, tiled=True)
+        if dim == 0:
+            return lax.all_gather(x, group.names, axis=0, tiled=True)
+        # Gathered along a new leading axis, then moved into place by one local
+        # copy: XLA's CPU all-gather along an inner dimension first transposes
+        # the operand so that dimension is major, gathers, and transposes back
+        # element by element (2-3x slower at 16 MiB; bench/jax_timing.py).
+        y = lax.all_gather(x, group.names, axis=0, tiled=False)
+        return _merge(y, 0, dim + 1)
 
     def dyn_slice(self, x, dim: int, group: AxisGroup):
         """Each device keeps its piece along ``dim`` (``lax.dynamic_slice_in_dim``); no communication.
@@ -98,7 +105,21 @@ class JaxBackend(Backend):
         >>> y.tolist(), [s.data.tolist() for s in y.addressable_shards]
         ([[0, 1], [2, 3], [4, 5], [6, 7]], [[[0], [2], [4], [6]], [[1], [3], [5], [7]]])
         """
-        return lax.all_to_all(x, group.names, split_axis=dst_dim, concat_axis=src_dim, tiled=True)
+        if src_dim == dst_dim:  # pragma: no cover - no checked plan has one
+            return lax.all_to_all(x, group.names, split_axis=dst_dim, concat_axis=src_dim, tiled=True)
+        # XLA's own layout (its SPMD partitioner's): the split dimension cut
+        # into (n, rest), the exchange over that new axis alone (split ==
+        # concat, so the received pieces keep their place: the axis becomes
+        # the sender's index), then one local copy moves it in front of
+        # src_dim. ``all_to_all(split_axis=dst_dim, concat_axis=src_dim)``
+        # lowers on CPU to the same exchange plus a concatenation along the
+        # split dimension and a transpose that XLA does not fuse: one more
+        # pass over the block (1.4x slower for rows to columns at 16 MiB).
+        n = group.size
+        shape = list(x.shape)
+        y = x.reshape(shape[:dst_dim] + [n, shape[dst_dim] // n] + shape[dst_dim + 1:])
+        y = lax.all_to_all(y, group.names, split_axis=dst_dim, concat_axis=dst_dim, tiled=True)
+        return _merge(y, dst_dim, src_dim if src_dim < dst_dim else src_dim + 1)
 
     def all_reduce(self, x, group: AxisGroup, op: str):
         """``lax.psum`` / ``lax.pmax`` / ``lax.pmin`` over the group's part names.
@@ -150,13 +171,67 @@ class JaxBackend(Backend):
         >>> f(x).tolist()
         [2, 3, 0, 1]
         """
-        pairs = [(int(s), c) for c, s in enumerate(sources) if s != c]
-        y = lax.ppermute(x, self.all_names, pairs)
-        fixed = np.array([s == c for c, s in enumerate(sources)])
-        if not fixed.any():
-            return y
-        keep = jnp.asarray(fixed)[lax.axis_index(self.all_names)]
-        return jnp.where(keep, x, y)
+        # The fixed ranks are pairs (c, c) of the one collective-permute (as in
+        # XLA's own programs): XLA copies their block locally, where a
+        # ``where(keep, x, ppermute(...))`` read both buffers on every device
+        # and wrote a third (1.4x slower at 16 MiB).
+        return lax.ppermute(x, self.all_names, [(int(s), c) for c, s in enumerate(sources)])
+
+    def fit(self, x, dim: int, n: int):
+        """The local buffer cut (``lax.slice_in_dim``) or zero-padded at the end
+        (``jnp.pad``) to ``n`` along ``dim``: the padded buffers of uneven
+        types between the even collectives (``backend.run_step``); local, no
+        communication. Zero, not garbage, so that padding never holds a NaN
+        or an infinity that a later reduction could spread (the verified
+        checker proves that no padding reaches a valid position anyway).
+
+        >>> b = JaxBackend(Mesh.parse("x=2"))
+        >>> b.fit(jnp.arange(3), 0, 5).tolist(), b.fit(jnp.arange(6).reshape(2, 3), 1, 2).tolist()
+        ([0, 1, 2, 0, 0], [[0, 1], [3, 4]])
+        """
+        have = x.shape[dim]
+        if have == n:
+            return x
+        if have > n:
+            return lax.slice_in_dim(x, 0, n, axis=dim)
+        widths = [(0, 0)] * x.ndim
+        widths[dim] = (0, n - have)
+        return jnp.pad(x, widths)
+
+
+def _merge(y, k: int, d: int):
+    """``y`` with its axis ``k`` (a device index of size ``n``) merged into
+    axis ``d`` as its major part: axis ``k`` moved to just before axis ``d``,
+    the two made one of ``n`` times the size (one local copy, none when
+    ``k`` is already there). ``d`` is counted in ``y``'s axes, ``k != d``.
+
+    >>> _merge(jnp.arange(12).reshape(2, 3, 2), 0, 2).tolist()
+    [[0, 1, 6, 7], [2, 3, 8, 9], [4, 5, 10, 11]]
+    """
+    to = d if d < k else d - 1  # where axis d is once axis k is gone
+    y = jnp.moveaxis(y, k, to)
+    shape = list(y.shape)
+    return y.reshape(shape[:to] + [shape[to] * shape[to + 1]] + shape[to + 2:])
+
+
+def padded_global_shape(t) -> tuple[int, ...]:
+    """The global shape whose even blocks are the padded buffers of ``t``:
+    per dimension the number of blocks times the block size ``ceil(g / n)``
+    (``t.global_shape`` itself for an even type). ``shard_map`` runs uneven
+    plans on arrays of this shape, since it wants shapes its specs divide.
+
+    >>> from verishard import ArrayType
+    >>> padded_global_shape(ArrayType.parse("[2{x,y}5, 7]", "x=2,y=2"))
+    (8, 7)
+    """
+    sizes = t.mesh.part_sizes
+    out = []
+    for d, c in zip(t.dims, t.local_shape):
+        n = 1
+        for q in d.parts:
+            n *= sizes[q]
+        out.append(n * c)
+    return tuple(out)
 
 
 def _pending(plan: Plan) -> bool:
@@ -246,6 +321,12 @@ def execute(plan: Plan, x: jax.Array, mesh: JaxMesh | None = None, check: bool =
     with pending axes is an array whose sharding has those ``unreduced`` axes
     (each device holds a term of the sum), on a mesh of Explicit axes.
 
+    An uneven plan runs on padded global arrays, since JAX holds no array
+    whose shape its sharding does not divide: ``x`` is the global array
+    padded at the end of every dimension to :func:`padded_global_shape` of
+    ``plan.src``, and so is the result (for ``plan.dst``; its first
+    ``plan.dst.global_shape`` positions are the array, the rest is padding).
+
     >>> from verishard import plan
     >>> p = plan("x=2", "[2{x}4]", "[4]")
     >>> x = jax.device_put(jnp.arange(4), to_named_sharding(p.src, jax_mesh(p.mesh)))
@@ -255,6 +336,13 @@ def execute(plan: Plan, x: jax.Array, mesh: JaxMesh | None = None, check: bool =
     """
     if check:
         plan = validate_plan(plan)
+    if plan.src.uneven or plan.dst.uneven:
+        want = padded_global_shape(plan.src)
+        if tuple(np.shape(x)) != want:
+            raise ShardingError(f"execute: the plan {plan.src} -> {plan.dst} is uneven; JAX holds no array whose "
+                                f"shape its sharding does not divide, so pass the array padded at the end of every "
+                                f"dimension to {want}, not one of shape {tuple(np.shape(x))} (or use "
+                                f"verishard.jax.reshard under jax.jit)")
     if mesh is None:
         sh = getattr(x, "sharding", None)
         mesh = sh.mesh if isinstance(sh, NamedSharding) else None
