@@ -61,7 +61,8 @@ build/vscore.o: coq/extract/verishard_core.ml bindings/glue.ml
 $(CORE_SO): build/vscore.o bindings/stubs.c bindings/stubs.h bindings/module.cpp | venv
 	gcc -O2 -fPIC -c bindings/stubs.c -I$$(ocamlfind ocamlc -where) -o build/stubs.o
 	g++ -O2 -fPIC -shared -std=c++17 bindings/module.cpp build/stubs.o build/vscore.o \
-	  $$($(PY) -m pybind11 --includes) -Ibindings -lm -ldl -o $@
+	  $$($(PY) -m pybind11 --includes) -Ibindings -lm -ldl -o $@.tmp
+	mv $@.tmp $@  # a new file: processes that loaded the old module keep theirs intact
 
 bindings: $(CORE_SO) $(VENV)/.install-stamp
 

@@ -88,18 +88,29 @@ Definition ucands (m : mesh) (t dst : atype) : list coll :=
                         map (fun k => AllPermute (set_nth t d (mkdim (skipn k (axes D) ++ firstn k (axes D)) (gsize D))))
                             (seq 1 (length (axes D) - 1))) dims.
 
-Definition entry : Type := (nat * atype * plan)%type.
+(** A frontier entry: the peak so far, the elements received so far (per
+    device, [Uchecker.urecv] summed), the type reached, the plan (reversed). *)
+Definition entry : Type := (nat * nat * atype * plan)%type.
+
+(** Lexicographic on (peak, received): both never decrease along a plan, so
+    the first plan to reach a type is the least on this order. On a tie the
+    newer entry goes first. *)
+Definition entry_le (x y : entry) : bool :=
+  let '(c1, r1, _, _) := x in
+  let '(c2, r2, _, _) := y in
+  (c1 <? c2) || ((c1 =? c2) && (r1 <=? r2)).
 
 Fixpoint uinsert (x : entry) (l : list entry) : list entry :=
   match l with
   | [] => [x]
-  | y :: l' => if fst (fst x) <=? fst (fst y) then x :: l else y :: uinsert x l'
+  | y :: l' => if entry_le x y then x :: l else y :: uinsert x l'
   end.
 
 (** Best-first search on the peak (the largest padded buffer so far, which
-    never decreases along a plan): the first time the target is taken from
-    the frontier its plan has the least peak among the plans of these steps;
-    at most [fuel] types are expanded. The plan (kept reversed) is only a
+    never decreases along a plan), then on the elements received: the first
+    time the target is taken from the frontier its plan has the least peak
+    among the plans of these steps, and among those the least traffic; at
+    most [fuel] types are expanded. The plan (kept reversed) is only a
     candidate: the pipeline validates it with [ucheck]. *)
 Fixpoint usearch (m : mesh) (dst : atype) (fuel : nat) (frontier : list entry) (seen : list atype)
   : option plan :=
@@ -108,12 +119,13 @@ Fixpoint usearch (m : mesh) (dst : atype) (fuel : nat) (frontier : list entry) (
   | S f =>
       match frontier with
       | [] => None
-      | (c, t, rp) :: rest =>
+      | (c, r, t, rp) :: rest =>
           if atype_eqb t dst then Some (rev rp) else
           if existsb (atype_eqb t) seen then usearch m dst f rest seen else
           let nexts := flat_map (fun op => match uapply m t op with
                                            | Ok t1 => if existsb (atype_eqb t1) seen then []
-                                                      else [(Nat.max c (usize_padded m t1), t1, op :: rp)]
+                                                      else [(Nat.max c (usize_padded m t1), r + urecv m t op t1,
+                                                             t1, op :: rp)]
                                            | Err _ => []
                                            end) (ucands m t dst) in
           usearch m dst f (fold_right uinsert rest nexts) (t :: seen)
@@ -152,7 +164,7 @@ Definition uneven_plan (m : mesh) (src dst : atype) : result (nat * error) (spli
   let ff := prime_split m in
   let srch := if good then None else
               let s := rtype ff src in
-              match usearch (rmesh ff) (rtype ff dst) ufuel [(usize_padded (rmesh ff) s, s, [])] [] with
+              match usearch (rmesh ff) (rtype ff dst) ufuel [(usize_padded (rmesh ff) s, 0, s, [])] [] with
               | Some p => ucandidate src dst ff p
               | None => None
               end in
