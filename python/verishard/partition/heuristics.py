@@ -244,13 +244,16 @@ def split_heuristic(pb: Problem, objective: str = "latency", max_size: int = 10,
 def exact(pb: Problem, objective: str = "latency", time_limit: float | None = 60.0) -> Result:
     """The MILP over the whole graph (HEFT's makespan as the big M)."""
     t0 = time.perf_counter()
-    if objective == "latency":
-        ub = min([r.latency for r in (heft(pb), fastest_single(pb)) if r.assign is not None], default=None)
-        sol = solve_latency(pb, upper=ub, time_limit=time_limit)
-        r = evaluate(pb, "MILP", sol.assign, time.perf_counter() - t0, sol.optimal, start=sol.start)
-    else:
-        sol = solve_throughput(pb, time_limit=time_limit)
-        r = evaluate(pb, "MILP", sol.assign, time.perf_counter() - t0, sol.optimal)
+    try:
+        if objective == "latency":
+            ub = min([r.latency for r in (heft(pb), fastest_single(pb)) if r.assign is not None], default=None)
+            sol = solve_latency(pb, upper=ub, time_limit=time_limit)
+            r = evaluate(pb, "MILP", sol.assign, time.perf_counter() - t0, sol.optimal, start=sol.start)
+        else:
+            sol = solve_throughput(pb, time_limit=time_limit)
+            r = evaluate(pb, "MILP", sol.assign, time.perf_counter() - t0, sol.optimal)
+    except PartitionError as e:  # no solution (infeasible, or none found within the time limit)
+        return Result("MILP", None, seconds=time.perf_counter() - t0, note=str(e))
     r.note = "optimal" if sol.optimal else f"time limit {time_limit:g} s: best found"
     return r
 
