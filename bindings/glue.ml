@@ -227,16 +227,19 @@ let lower_bound_fn a =
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
   [| lower_bound m src dst |]
 
-(* [Crossmesh.xplan], the cross-mesh schedule builder. Input: mesh1; ranks1
-   (n; ranks); type1; mesh2; ranks2; type2. Answer: [1] when it refuses, else
+(* [Crossmesh.xplan], the cross-mesh schedule builder. Input ([read_xplan]):
+   mesh1; ranks1 (n; ranks); type1; mesh2; ranks2; type2. Answer: [1] when it refuses, else
    [0; number of targets; for each target: number of pieces; for each piece:
    sending rank, then per dimension: source block, global start, length]. *)
-let xplan_fn a =
-  let next = reader a in
+let read_xplan next =
   let m1 = read_mesh next in let r1 = list_of next (next ()) in let t1 = read_type next in
   let m2 = read_mesh next in let r2 = list_of next (next ()) in let t2 = read_type next in
+  (xplan m1 r1 t1 m2 r2 t2, r2)
+
+let xplan_fn a =
+  let next = reader a in
   let buf = Buffer.create () in
-  (match xplan m1 r1 t1 m2 r2 t2 with
+  (match fst (read_xplan next) with
    | None -> Buffer.add_int buf 1
    | Some pss ->
        Buffer.add_int buf 0; Buffer.add_int buf (List.length pss);
@@ -256,10 +259,9 @@ let xplan_fn a =
 let xrounds_fn a =
   let next = reader a in
   let budget = next () in
-  let m1 = read_mesh next in let r1 = list_of next (next ()) in let t1 = read_type next in
-  let m2 = read_mesh next in let r2 = list_of next (next ()) in let t2 = read_type next in
+  let (sched, r2) = read_xplan next in
   let buf = Buffer.create () in
-  (match xplan m1 r1 t1 m2 r2 t2 with
+  (match sched with
    | None -> Buffer.add_int buf 1
    | Some pss ->
        let rs = xrounds budget r2 pss in
