@@ -87,6 +87,7 @@ bench: deps all
 	$(PY) bench/traffic.py
 	$(PY) bench/optimality.py
 	$(PY) bench/jax_reshard.py
+	$(PY) bench/jax_timing.py
 	$(PY) bench/partial.py
 	$(PY) bench/partition.py
 	$(PY) bench/checkpoint.py

@@ -774,3 +774,38 @@ def test_reshard_local_and_execute_on_padded_buffers():
         assert np.array_equal(np.asarray(y)[:5, :7], A)
     with pytest.raises(ShardingError, match=r"pass the array padded at the end of every dimension to \(6, 8\)"):
         vj.execute(verishard.plan(m, "[3{x}5, 2{y}7]", "[5, 7]"), jax.device_put(A, NamedSharding(jm, P())))
+
+
+def entry_opcodes(compiled_text: str) -> list[str]:
+    """The opcodes of the top-level instructions of a compiled program's entry computation
+    (parameters, tuple plumbing and bitcasts left out)."""
+    body = compiled_text[compiled_text.index("\nENTRY"):].splitlines()[1:]
+    ops = [m.group(1) for ln in body if (m := re.match(r"\s*(?:ROOT )?%\S+ = .*? ([\w-]+)\(%", ln))]
+    return [op for op in ops if op not in ("parameter", "get-tuple-element", "tuple", "bitcast")]
+
+
+def test_one_collective_plans_compile_to_no_more_than_xla_runs():
+    """The lowering of each step adds no pass over the block around its collective (bench/jax_timing.py):
+    an all-to-all exchanges over a new axis, so no concatenation follows it; a permute keeps the fixed
+    ranks inside its collective-permute (pairs (c, c)), so no select follows it; an all-gather along an
+    inner dimension gathers along a new leading one, where XLA's own program transposes the operand and
+    the result around an inner-dimension all-gather. Each program has no more top-level instructions than
+    XLA's own reshard of the pair, and the same result."""
+    mesh = jax.make_mesh((2, 2, 2), ("x", "y", "z"), axis_types=(AxisType.Explicit,) * 3)
+    A = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    for s, d, kind in ((P(("x", "y", "z")), P(None, ("x", "y", "z")), "all-to-all"),
+                       (P("x", "y"), P("y", "x"), "collective-permute"),
+                       (P(None, "x"), P(), "all-gather")):
+        x = jax.device_put(A, NamedSharding(mesh, s))
+        dst = NamedSharding(mesh, d)
+        p = a_plan(mesh, s, d, A.shape)
+        assert len(p.collectives) == 1, p.collectives
+        fn, _ = vj.compile_plan(p, mesh)
+        ours = fn.lower(x).compile().as_text()
+        xla = jax.jit(lambda v: jax.sharding.reshard(v, dst)).lower(x).compile().as_text()
+        assert collectives(ours)[kind] == 1 == sum(collectives(ours).values()), (s, d)
+        got, want = entry_opcodes(ours), entry_opcodes(xla)
+        assert "concatenate" not in got and "select" not in ours and len(got) <= len(want), (s, d, got, want)
+        if kind == "all-gather":
+            assert re.search(r" all-gather\(%.*dimensions=\{0\}", ours), ours
+        assert equivalent(vj.reshard(x, dst), jax.device_put(x, dst)), (s, d)

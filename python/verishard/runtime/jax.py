@@ -90,7 +90,8 @@ class JaxBackend(Backend):
         [[0, 1], [2, 3]]
         """
         n = x.shape[dim] // group.size
-        return lax.dynamic_slice_in_dim(x, lax.axis_index(group.names) * n, n, axis=dim)
+        # the start is never negative: no wrap-around select (XLA's own slice has none)
+        return lax.dynamic_slice_in_dim(x, lax.axis_index(group.names) * n, n, axis=dim, allow_negative_indices=False)
 
     def all_to_all(self, x, src_dim: int, dst_dim: int, group: AxisGroup):
         """``lax.all_to_all(..., tiled=True)``: split along ``dst_dim``, concatenate along ``src_dim``.
