@@ -88,6 +88,7 @@ bench: deps all
 	$(PY) bench/optimality.py
 	$(PY) bench/jax_reshard.py
 	$(PY) bench/jax_timing.py
+	$(PY) bench/jax_memory.py --sizes 256,1024 --time-max 256
 	$(PY) bench/partial.py
 	$(PY) bench/partition.py
 	$(PY) bench/checkpoint.py
