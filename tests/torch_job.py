@@ -77,6 +77,21 @@ def bits(t):
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
 
 
+def against_dtensor(ours, ref, oracle) -> dict:
+    """Our result against DTensor's (local shard, placements, shard order, mesh,
+    tensor meta) and DTensor's against the oracle; keys only for what exists."""
+    out = {}
+    if ours is not None and ref is not None:
+        out["ours_vs_dtensor"] = same(ours.to_local(), ref.to_local())
+        out["spec_vs_dtensor"] = (ours.placements == ref.placements
+                                  and ours._spec.shard_order == ref._spec.shard_order
+                                  and ours.device_mesh is ref.device_mesh
+                                  and ours._spec.tensor_meta == ref._spec.tensor_meta)
+    if ref is not None:
+        out["dtensor_vs_oracle"] = same(ref.to_local(), oracle.to_local())
+    return out
+
+
 def same(a, b) -> bool:
     import torch
     return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype and torch.equal(bits(a), bits(b))
@@ -125,14 +140,7 @@ def sweep(job: Job, name: str, dm, shape, pairs, dtypes) -> None:
             rec["placements_vs_oracle"] = ours.placements == oracle.placements
             rec["mesh_is_input_mesh"] = ours.device_mesh is dm
             rec["shape_ok"] = tuple(ours.shape) == tuple(G.shape) and ours.stride() == G.stride()
-        if ours is not None and ref is not None:
-            rec["ours_vs_dtensor"] = same(ours.to_local(), ref.to_local())
-            rec["spec_vs_dtensor"] = (ours.placements == ref.placements
-                                      and ours._spec.shard_order == ref._spec.shard_order
-                                      and ours.device_mesh is ref.device_mesh
-                                      and ours._spec.tensor_meta == ref._spec.tensor_meta)
-        if ref is not None:
-            rec["dtensor_vs_oracle"] = same(ref.to_local(), oracle.to_local())
+        rec.update(against_dtensor(ours, ref, oracle))
         job.add(**rec)
 
 
@@ -204,14 +212,7 @@ def uneven_sweep(job: Job, name: str, dm, shape, pairs, dtypes) -> None:
             rec["ours_vs_oracle"] = same(local, oracle.to_local())
             rec["placements_vs_oracle"] = ours.placements == oracle.placements and ours.device_mesh is dm
             rec["shape_ok"] = tuple(ours.shape) == tuple(G.shape) and ours.stride() == G.stride()
-        if ours is not None and ref is not None:
-            rec["ours_vs_dtensor"] = same(ours.to_local(), ref.to_local())
-            rec["spec_vs_dtensor"] = (ours.placements == ref.placements
-                                      and ours._spec.shard_order == ref._spec.shard_order
-                                      and ours.device_mesh is ref.device_mesh
-                                      and ours._spec.tensor_meta == ref._spec.tensor_meta)
-        if ref is not None:
-            rec["dtensor_vs_oracle"] = same(ref.to_local(), oracle.to_local())
+        rec.update(against_dtensor(ours, ref, oracle))
         job.add(**rec)
 
 
