@@ -35,6 +35,7 @@ from verishard.jax_sharding import jax_mesh, to_named_sharding  # noqa: E402
 from verishard.runtime import chunked_jax as cj  # noqa: E402
 
 from runtime import CASES, MiB, symbolic  # noqa: E402
+from report import emit_report  # noqa: E402  (bench/: this script's directory)
 
 
 def xla_bytes(fn, x) -> tuple[int, dict]:
@@ -114,12 +115,7 @@ def main(argv=None) -> int:
               "argument mid-program. Running each piece as its own jitted call on separately donated "
               "piece buffers would, and is not done."]
     text = "\n".join(lines) + "\n"
-    if args.out == "-":
-        sys.stdout.write(text)
-    else:
-        with open(args.out, "w") as f:
-            f.write(text)
-        print(f"wrote {args.out}", file=sys.stderr)
+    emit_report(text, args.out)
     return 0
 
 

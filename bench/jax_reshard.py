@@ -47,6 +47,7 @@ import jax  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 import verishard.jax as vj  # noqa: E402
+from report import emit_report  # noqa: E402  (bench/: this script's directory)
 
 vplan = sys.modules["verishard.plan"]  # the module (verishard.plan is also the function)
 
@@ -223,13 +224,7 @@ def main(argv=None) -> int:
         print(f"{name}: ours {rows[-1]['med']['ours']:.3f} ms, device_put {rows[-1]['med']['device_put']:.3f} ms",
               file=sys.stderr)
     text = report(rows, args, time.perf_counter() - t0, load0, load())
-    if args.out == "-":
-        print(text)
-    else:
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(text)
-        print(f"wrote {args.out}", file=sys.stderr)
+    emit_report(text, args.out)
     return 0
 
 

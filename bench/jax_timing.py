@@ -65,6 +65,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 import verishard.jax as vj  # noqa: E402
 from verishard.runtime.jax import JaxBackend  # noqa: E402
+from report import emit_report  # noqa: E402  (bench/: this script's directory)
 
 MiB = 1 << 20
 MESHES = [(("x", 2), ("y", 4)), (("x", 2), ("y", 2), ("z", 2)), (("x", 4), ("y", 2)), (("x", 8),)]
@@ -519,13 +520,7 @@ def main(argv=None) -> int:
             row["name"] = name
             probes.append(row)
     text = report(rows, probes, args, time.perf_counter() - t0, load0, load())
-    if args.out == "-":
-        print(text)
-    else:
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(text)
-        print(f"wrote {args.out}", file=sys.stderr)
+    emit_report(text, args.out)
     return 0
 
 

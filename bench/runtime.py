@@ -41,6 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MiB = 1 << 20
 from procmem import reset_hwm, rss_kib  # noqa: E402  (bench/: this script's directory)
+from report import emit_report  # noqa: E402  (bench/: this script's directory)
 
 # (name, mesh, source, target); shapes are filled in per size ({R}, {C}: global rows and columns)
 def symbolic(t: str) -> str:
@@ -390,13 +391,7 @@ def write_report(args, results, plans, rates, hwm_ok, size, seconds) -> None:
               "into the step's lazily allocated output, whose pages become resident only when written. The "
               "alltoallv baseline packs and unpacks, and sends each element once per rank that needs it."]
     text = "\n".join(lines) + "\n"
-    if args.out == "-":
-        sys.stdout.write(text)
-    else:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(text)
-        print(f"wrote {args.out}", file=sys.stderr)
+    emit_report(text, args.out)
 
 
 def main(argv=None) -> int:
