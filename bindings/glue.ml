@@ -274,6 +274,43 @@ let xrounds_fn a =
            List.iter (fun (s, l) -> Buffer.add_int buf s; Buffer.add_int buf l) c.cbox) rd) rs);
   finish buf
 
+(* Plans that may hold an exchange: tag 7 then the target type; tags 0-3
+   the four collectives, as [read_coll] reads them. *)
+let read_estep next =
+  match next () with
+  | 7 -> Exch (read_type next)
+  | tag -> let first = ref true in
+      Coll (read_coll (fun () -> if !first then (first := false; tag) else next ()))
+
+(* [Exchange.echeck]: as [check_fn], over plans that may hold an exchange. *)
+let echeck_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_type next in let dst = read_type next in
+  let p = list_of (fun () -> read_estep next) (next ()) in
+  let buf = Buffer.create () in
+  (match echeck m src dst p with
+   | Ok r -> put_report buf put_type r.peak (List.length p) r.types r.received
+   | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]);
+  finish buf
+
+(* The one planning call with exchanges allowed, [Exchange.eplan_problem].
+   Answer: as [plan_fn] when it keeps the plan of collectives; when it takes
+   the exchange, [2; ch; peak; received] ([ch]: the free dimension it runs
+   in pieces along; peak and received: [Exchange.echeck]'s report on the
+   one-step plan, which [Exchangeproof.eplan_spec] proves accepted). *)
+let eplan_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_type next in let dst = read_type next in
+  let buf = Buffer.create () in
+  (match eplan_problem m src dst with
+   | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
+   | Ok (Collectives (fs, p, r)) -> put_planned buf put_coll put_type fs r.peak p r.types r.received
+   | Ok (Exchanged (ch, _)) ->
+       (match echeck m src dst [Exch dst] with
+        | Ok r -> List.iter (Buffer.add_int buf) (2 :: ch :: r.peak :: r.received)
+        | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]));
+  finish buf
+
 (* Exceptions become a message for the C side, never a crash. *)
 let guard f a = try f a with
   | Bad_input msg -> failwith ("bad input to the verified core: " ^ msg)
@@ -283,6 +320,8 @@ let guard f a = try f a with
 let () =
   Callback.register "vs_check" (guard check_fn);
   Callback.register "vs_plan" (guard plan_fn);
+  Callback.register "vs_eplan" (guard eplan_fn);
+  Callback.register "vs_echeck" (guard echeck_fn);
   Callback.register "vs_pcheck" (guard pcheck_fn);
   Callback.register "vs_pplan" (guard pplan_fn);
   Callback.register "vs_ucheck" (guard ucheck_fn);

@@ -136,3 +136,12 @@ Print Assumptions piece_interval.
 Print Assumptions chunk_decompose.
 Print Assumptions held_bound.
 Print Assumptions held_refined.
+
+From VS Require Import Exchange Exchangeproof.
+Print Assumptions exchange_correct.
+Print Assumptions exchange_lower_bound.
+Print Assumptions free_dim_spec.
+Print Assumptions exchange_chunk.
+Print Assumptions echeck_spec.
+Print Assumptions echeck_exchange.
+Print Assumptions eplan_spec.

@@ -122,6 +122,38 @@ def suite_pairs() -> bool:
     return suite.finish()
 
 
+def suite_exchange() -> bool:
+    """Every pair of the pair meshes for which the planner takes the exchange
+    (plan(..., exchange=True)): unchunked, and chunked in 2 pieces along its
+    free dimension with the source donated; equal to numpy, traffic as the
+    checker's report (the lower bound)."""
+    suite = Suite("exchange")
+    rng = np.random.default_rng(3)
+    for mesh_text, shape in PAIR_MESHES[SIZE]:
+        mesh = Mesh.parse(mesh_text)
+        shape = shape + (4,)   # a dimension no type shards: the exchange can run in pieces
+        A = mc.global_array(rng, shape, np.int32)
+        for src in mc.all_types(mesh, shape):
+            for dst in mc.all_types(mesh, shape):
+                plan = verishard.plan(mesh, src, dst, exchange=True)
+                if not plan.collectives or not isinstance(plan.collectives[0], core.Exchange):
+                    continue
+                label = f"{mesh}: {src} -> {dst}"
+                if plan.traffic != plan.lower_bound or plan.peak != plan.bound:
+                    suite.fail(f"{label}: traffic {plan.traffic} / lower bound {plan.lower_bound}, "
+                               f"peak {plan.peak} / bound {plan.bound}")
+                run_case(suite, plan, A, label)
+                suite.count += 1
+                local = local_block(A, plan.mesh, plan.src, RANK)
+                res = redistribute(plan, Donated(local), chunks=2, timeout=60)
+                if not same_bytes(res.output, local_block(A, plan.mesh, plan.dst, RANK)):
+                    suite.fail(f"{label} (2 pieces): wrong data")
+                if res.chunking is None or res.chunking.ks != (2,):
+                    suite.fail(f"{label} (2 pieces): ran in {res.chunking and res.chunking.ks} pieces")
+                check_traffic(suite, plan, res, A.dtype.itemsize, label + " (2 pieces)")
+    return suite.finish()
+
+
 def suite_partial() -> bool:
     from verishard.runtime import represented, split_partial
     suite = Suite("partial")
@@ -324,7 +356,7 @@ def exit_size() -> None:
 
 
 SUITES = {"pairs": suite_pairs, "random": suite_random, "movement": suite_movement, "bad": suite_bad,
-          "partial": suite_partial, "uneven": suite_uneven}
+          "partial": suite_partial, "uneven": suite_uneven, "exchange": suite_exchange}
 EXITS = {"exit-refused": exit_refused, "exit-crash": exit_crash, "exit-timeout": exit_timeout,
          "exit-size": exit_size}
 

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from mpi_helpers import assert_suites_pass, report, run_job  # noqa: E402
 
-SUITES = ["bad", "movement", "pairs", "random", "partial", "uneven"]
+SUITES = ["bad", "movement", "pairs", "random", "partial", "uneven", "exchange"]
 
 
 @pytest.mark.parametrize("nranks", [4, 6, 8])
@@ -26,6 +26,7 @@ def test_mpi_suites(nranks):
     assert counts["bad"] == 11
     assert counts["partial"] >= (0 if nranks == 4 else 400)   # partial pairs on x=2,y=3 and x=2,y=2,z=2
     assert counts["uneven"] >= 100   # uneven pairs on x=2,y=2 / x=2,y=3 (all) and x=2,y=2,z=2 (300)
+    assert counts["exchange"] >= 40  # pairs the planner runs as one exchange, whole and in 2 pieces
 
 
 @pytest.mark.parametrize("nranks", [4, 8])

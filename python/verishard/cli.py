@@ -91,12 +91,14 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
     >>> [name for name, _ in guarantees(check("x=2", "[2{x}4]", "[4]", [AllGather(0, "x")]))]
     ['Checker.check_ok_iff', 'Rules.step_wf', 'Semantics.movement_correct', None, 'Trafficproof.accepted_traffic_lower_bound']
     """
-    from .collectives import AllPermute
+    from .collectives import AllPermute, Exchange
 
     if plan.partial:
         return _partial_guarantees(plan)
     if plan.uneven:
         return _uneven_guarantees(plan)
+    if any(isinstance(c, Exchange) for c in plan.collectives):
+        return _exchange_guarantees(plan)
     out = [
         ("Checker.check_ok_iff", "each step is well typed, the plan ends at the target, "
                                  "and the peak and traffic shown are the checker's"),
@@ -120,6 +122,35 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
     out.append(("Trafficproof.accepted_traffic_lower_bound",
                 f"traffic {plan.traffic} >= the lower bound {plan.lower_bound}, which no accepted plan beats "
                 f"(the ratio is measured; the synthesizer is not proved traffic-minimal)"))
+    return out
+
+
+def _exchange_guarantees(plan) -> list[tuple[str | None, str]]:
+    """The guarantees of the one-step exchange plan.
+
+    >>> from verishard import plan
+    >>> p = plan("x=2,y=2", "[1{x,y}4, 4, 2]", "[4, 1{y,x}4, 2]", exchange=True)
+    >>> [name for name, _ in guarantees(p)]  # doctest: +NORMALIZE_WHITESPACE
+    ['Exchangeproof.echeck_spec', 'Exchangeproof.exchange_correct', 'Exchangeproof.exchange_lower_bound',
+     'Exchangeproof.exchange_chunk', 'Exchangeproof.eplan_spec']
+    """
+    out = [
+        ("Exchangeproof.echeck_spec", "the checker accepts the exchange to the target; the peak and traffic "
+                                      "shown are its report"),
+        ("Exchangeproof.exchange_correct", "every device assembles exactly its target block of any global "
+                                           "array, each element from a device holding it"),
+        ("Exchangeproof.exchange_lower_bound", f"traffic {plan.traffic} = the lower bound {plan.lower_bound}: "
+                                               f"every device receives exactly what it does not hold"),
+    ]
+    dim = plan.collectives[0].dim
+    if dim is not None:
+        out.append(("Exchangeproof.exchange_chunk", f"along dimension {dim}, which neither type shards, piece p "
+                                                    f"of the output reads only piece p of the input (chunked "
+                                                    f"within max(in, out) + min(in, out)/k, Chunkproof.held_bound)"))
+    if plan.guaranteed:
+        out.append(("Exchangeproof.eplan_spec", f"taken by the verified planner only because it receives "
+                                                f"strictly less than the collective plan; peak {plan.peak} = "
+                                                f"max(size(src), size(dst))"))
     return out
 
 
@@ -452,7 +483,7 @@ def _plan_from_args(args):
             raise UsageError("give either a plan file or --mesh/--src/--dst, not both")
         return check_document(load_plan_file(args.file)), None
     mesh, src, dst, kind = _problem(args)
-    return synthesize(mesh, src, dst), kind
+    return synthesize(mesh, src, dst, exchange=bool(getattr(args, "exchange", False))), kind
 
 
 # ---------------------------------------------------------------------------
@@ -689,6 +720,7 @@ def _problem_options(p: argparse.ArgumentParser) -> None:
 _PLAN_EXAMPLES = """examples:
   verishard plan --mesh x=2,y=3 --src '[3{x}6]' --dst '[2{y}6]'
   verishard plan --mesh x=2,y=3 --src '[3{x}6]' --dst '[2{y}6]' --format json > plan.json
+  verishard plan --mesh x=2,y=2 --src '[1{x,y}4, 4, 2]' --dst '[4, 1{y,x}4, 2]' --exchange
   verishard plan --mesh x=2,y=2 --shape 16,16 --jax --src "P('x', None)" --dst "P(None, 'x')"
   verishard plan --mesh x=2,y=2 --shape 16,16 --dtensor --src "Shard(0),Replicate()" --dst "Replicate(),Shard(1)"
 
@@ -730,6 +762,9 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_PLAN_EXAMPLES)
     _problem_options(p)
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    p.add_argument("--exchange", action="store_true",
+                   help="allow one exchange step (Alltoallv of exactly what each device needs; simulator and "
+                        "MPI backends) where it receives less than the collectives")
 
     c = sub.add_parser("check", parents=[common], help="validate a plan JSON file with the verified checker",
                        description="Validate a plan file (schema verishard.plan/1) with the verified checker.")

@@ -108,6 +108,9 @@ class Collective:
             elif tag == 3:
                 t, pos = ArrayType.decode(mesh, ints, pos + 1)
                 return raw(AllPermute, target=t), pos
+            elif tag == 7:
+                t, pos = ArrayType.decode(mesh, ints, pos + 1)
+                return raw(Exchange, target=t, dim=None), pos
             elif tag in (4, 6):
                 m = ints[pos + 1]
                 names = mesh.names(tuple(ints[pos + 2:pos + 2 + m]))
@@ -138,11 +141,12 @@ class Collective:
         op = obj.get("op")
         fields = {"all_gather": ("dim", "axes"), "dyn_slice": ("dim", "axes"),
                   "all_to_all": ("src_dim", "dst_dim", "axes"), "all_permute": ("target",),
-                  "all_reduce": ("axes",), "reduce_scatter": ("dim", "axes"), "to_partial": ("axes",)}
+                  "all_reduce": ("axes",), "reduce_scatter": ("dim", "axes"), "to_partial": ("axes",),
+                  "exchange": ("target",)}
         if not isinstance(op, str) or op not in fields:
             raise ParseError(f"unknown collective op {show(op) if isinstance(op, str) else repr(op)}; "
                              f"expected one of {', '.join(fields)}")
-        want = set(fields[op]) | {"op"}
+        want = set(fields[op]) | {"op"} | ({"dim"} if op == "exchange" else set())
         for key in obj:
             if key not in want:
                 raise ParseError(f"unexpected key {show(key) if isinstance(key, str) else repr(key)} in {op} object")
@@ -150,10 +154,12 @@ class Collective:
             if key not in obj:
                 raise ParseError(f"missing key {key!r} in {op} object")
         try:
-            if op == "all_permute":
+            if op in ("all_permute", "exchange"):
                 target = obj["target"]
                 if not isinstance(target, str):
-                    raise ParseError(f"all_permute target {target!r} must be a type string like '[1{{y,x}}6]'")
+                    raise ParseError(f"{op} target {target!r} must be a type string like '[1{{y,x}}6]'")
+                if op == "exchange":
+                    return Exchange(ArrayType.parse(target, mesh), obj.get("dim"))
                 return AllPermute(ArrayType.parse(target, mesh))
             if not isinstance(obj["axes"], list):
                 raise ParseError(f"axes {obj['axes']!r} of {op} must be a list of names")
@@ -201,6 +207,8 @@ class Collective:
             c = AllToAll(int(m.group(1)), int(m.group(2)), _split_axes(m.group(3)))
         elif m := re.fullmatch(r"\s*AllPermute\s*\((.*)\)\s*", text, re.S):
             return AllPermute(ArrayType.parse(m.group(1), mesh))
+        elif m := re.fullmatch(r"\s*Exchange\s*\((.*?)(?:,\s*dim\s*=\s*([0-9]{1,9}))?\s*\)\s*", text, re.S):
+            return Exchange(ArrayType.parse(m.group(1), mesh), None if m.group(2) is None else int(m.group(2)))
         else:
             raise ParseError(f"cannot parse collective {show(text)}")
         c.parts(mesh)
@@ -448,9 +456,69 @@ class ToPartial(_GroupStep):
     _OP: ClassVar[str] = "to_partial"
 
 
+@dataclass(frozen=True)
+class Exchange(Collective):
+    """Every device receives from the others exactly the elements of its
+    block of ``target`` that it does not hold: an ``Alltoallv`` with the send
+    lists of the verified schedule (``Exchange.exchange``, the cross-mesh
+    schedule on one mesh; ``Exchangeproof.exchange_correct``). It is a
+    plan's only step. ``dim`` is the free dimension (sharded by neither
+    type) along which the planner may run it in pieces
+    (``Exchangeproof.exchange_chunk``); None when it runs whole.
+
+    >>> t = ArrayType.parse("[2{x}4, 3]", "x=2")
+    >>> c = Exchange(t, 1)
+    >>> str(c), c.encode(t.mesh), c.to_json()
+    ('Exchange([2{x}4, 3], dim=1)', [7, 2, 4, 1, 0, 3, 0], {'op': 'exchange', 'target': '[2{x}4, 3]', 'dim': 1})
+    """
+
+    target: ArrayType
+    dim: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, ArrayType):
+            raise PlanError(f"Exchange target {self.target!r} is not an ArrayType")
+        if self.dim is not None:
+            check_int(self.dim, "exchange dimension")
+            if self.dim >= self.target.rank:
+                raise PlanError(f"Exchange dimension {self.dim} is not a dimension of {self.target}")
+
+    def parts(self, mesh: Mesh) -> tuple[int, ...]:
+        """No axes: an exchange names none.
+
+        >>> Exchange(ArrayType.parse("[4]", "x=2")).parts(Mesh.parse("x=2"))
+        ()
+        """
+        return ()
+
+    def encode(self, mesh: Mesh) -> list[int]:
+        """``[7, type...]`` (the dimension is the planner's, not the checker's).
+
+        >>> Exchange(ArrayType.parse("[2{x}4]", "x=2")).encode(Mesh.parse("x=2"))
+        [7, 1, 4, 1, 0]
+        """
+        if self.target.mesh != mesh:
+            raise ShardingError(f"Exchange target {self.target} is over mesh {self.target.mesh}, not {mesh}")
+        return [7, *self.target.encode()]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON object; the target in type notation, the dimension when there is one.
+
+        >>> Exchange(ArrayType.parse("[4]", "x=2")).to_json()
+        {'op': 'exchange', 'target': '[4]'}
+        """
+        obj: dict[str, Any] = {"op": "exchange", "target": str(self.target)}
+        if self.dim is not None:
+            obj["dim"] = self.dim
+        return obj
+
+    def __str__(self) -> str:
+        return f"Exchange({self.target})" if self.dim is None else f"Exchange({self.target}, dim={self.dim})"
+
+
 decode = Collective.decode
 from_json = Collective.from_json
 parse = Collective.parse
 
 __all__ = ["Collective", "AllGather", "DynSlice", "AllToAll", "AllPermute", "AllReduce", "ReduceScatter",
-           "ToPartial", "decode", "from_json", "parse"]
+           "ToPartial", "Exchange", "decode", "from_json", "parse"]

@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import _core
-from .collectives import AllReduce, Collective, ReduceScatter, ToPartial
+from .collectives import AllReduce, Collective, Exchange, ReduceScatter, ToPartial
 from .errors import LimitError, PlanError, ShardingError
 from .mesh import Mesh
 from .sharding import ArrayType
@@ -113,6 +113,8 @@ def check(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]
     for c in plan:
         if not isinstance(c, Collective):
             raise PlanError(f"plan step {c!r} is not a collective")
+    if any(isinstance(c, Exchange) for c in plan):
+        return _echeck(mesh, src, dst, plan)
     if _uneven_problem(src, dst, plan):
         return _ucheck(mesh, src, dst, plan)
     # Plain problems and plans go to Checker.check (its theorems, check_ok_iff, are about it)
@@ -209,6 +211,64 @@ def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
         t, pos = decode_type(coarse, out, pos)
         types.append(t)
     return PlanReport(coarse, tuple(plan_), tuple(types), tuple(out[pos:pos + s]), peak)
+
+
+# --- the exchange (Exchange.v, Exchangeproof.v) ------------------------------
+
+def _exchange_problem(src: ArrayType, dst: ArrayType) -> None:
+    if src.partial or dst.partial or src.uneven or dst.uneven:
+        raise ShardingError("the exchange is planned and checked for even types without pending axes "
+                            f"(here {src} -> {dst})")
+
+
+def _echeck(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]) -> CheckOk:
+    """``Exchange.echeck`` on a plan holding an exchange (``Exchangeproof.echeck_spec``):
+    the exchange must be the plan's only step; its report has the peak
+    ``max(size(src), size(dst))`` and the lower bound as what the worst
+    device receives.
+
+    >>> from verishard import Mesh, ArrayType
+    >>> m = Mesh.parse("x=2,y=2")
+    >>> P = lambda s: ArrayType.parse(s, m)
+    >>> check(m, P("[1{x,y}4, 4]"), P("[4, 1{y,x}4]"), [Exchange(P("[4, 1{y,x}4]"))])
+    CheckOk(peak=4, types=([1{x,y}4, 4], [4, 1{y,x}4]), received=(3,))
+    """
+    if len(plan) != 1:
+        where = next(i for i, c in enumerate(plan, 1) if isinstance(c, Exchange))
+        raise PlanError(f"step {where} ({plan[where - 1]}): an exchange is a plan's only step",
+                        step=where, reason="exchange_not_alone")
+    _exchange_problem(src, dst)
+    out = _call(_core.echeck, mesh.encode() + src.encode() + dst.encode() + [1] + plan[0].encode(mesh))
+    if out[0] == 1:
+        _raise_rejection(mesh, out, plan)
+    peak, s = out[1], out[2]
+    pos, types = 3, []
+    for _ in range(s + 1):
+        t, pos = ArrayType.decode(mesh, out, pos)
+        types.append(t)
+    return CheckOk(peak, tuple(types), tuple(out[pos:pos + s]))
+
+
+def eplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
+    """Plan with exchanges allowed (``Exchange.eplan_problem``, theorem
+    ``Exchangeproof.eplan_spec``): ``Pipeline.plan_problem``'s plan, or the
+    one-step exchange when it receives strictly less and a free dimension
+    lets it run in pieces.
+
+    >>> from verishard import Mesh, ArrayType
+    >>> m = Mesh.parse("x=2,y=2")
+    >>> r = eplan(m, ArrayType.parse("[1{x,y}4, 4, 2]", m), ArrayType.parse("[4, 1{y,x}4, 2]", m))
+    >>> r.collectives, r.received, r.peak
+    ((Exchange(target=[4, 1{y,x}4, 2], dim=2),), (6,), 8)
+    """
+    _same_mesh(mesh, src, dst)
+    _exchange_problem(src, dst)
+    out = _call(_core.eplan, mesh.encode() + src.encode() + dst.encode())
+    if out[0] == 1:
+        _raise_rejection(mesh, out, [])
+    if out[0] == 2:
+        return PlanReport(mesh, (Exchange(dst, out[1]),), (src, dst), tuple(out[3:]), out[2])
+    return _planned(mesh, out, ArrayType.decode)
 
 
 # --- uneven types (Uchecker.v, Upipeline.v) ---------------------------------

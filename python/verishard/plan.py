@@ -22,7 +22,7 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 from . import core
-from .collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice
+from .collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice, Exchange
 from .errors import ParseError, PlanError, ShardingError
 from .mesh import Mesh
 from .sharding import ArrayType
@@ -159,6 +159,15 @@ class Plan:
         return any(t.uneven for t in self.types)
 
     @property
+    def exchange(self) -> bool:
+        """Whether the plan is the one-step exchange (``Exchange.echeck``).
+
+        >>> plan("x=2,y=2", "[1{x,y}4, 4, 2]", "[4, 1{y,x}4, 2]", exchange=True).exchange
+        True
+        """
+        return any(isinstance(c, Exchange) for c in self.collectives)
+
+    @property
     def within_bound(self) -> bool:
         """``peak <= bound``: always so for even plans from the pipeline
         (``plan_spec``); for uneven plans a fact of this plan only (no bound is
@@ -219,8 +228,10 @@ class Plan:
         for r in rows:
             lines.append("  " + "  ".join(
                 r[k].ljust(widths[k]) if k in (1, 2) else r[k].rjust(widths[k]) for k in range(5)))
+        note = (" (guaranteed by Exchangeproof.eplan_spec)" if self.guaranteed and self.exchange
+                else _guarantee_note(self.guaranteed, self.partial, self.uneven, self.within_bound))
         lines.append(f"peak {self.peak} elements/device; bound max({self.src.size}, {self.dst.size}) = {self.bound}"
-                     + _guarantee_note(self.guaranteed, self.partial, self.uneven, self.within_bound))
+                     + note)
         if self.lower_bound is None and self.uneven:
             lines.append(f"traffic {self.traffic} elements/device (padded buffers); no lower bound proved for uneven types")
         elif self.lower_bound is None:
@@ -330,7 +341,7 @@ def check(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str,
     return _made(Plan(mesh, src, dst, steps, ok.peak, None))
 
 
-def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> Plan:
+def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str, *, exchange: bool = False) -> Plan:
     """Plan a redistribution with the verified pipeline, in one call into the core.
 
     ``Ppipeline.pplan_problem`` reduces the source's pending axes the target
@@ -344,12 +355,33 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> Plan:
     there; ``Pipelineproof.plan_spec`` proves the result correct, within
     ``max(size(src), size(dst))`` and in normal form, for every valid problem.
 
+    With ``exchange=True`` (even types, nothing pending) the planner is
+    ``Exchange.eplan_problem``: the same plan, unless one exchange step
+    (an ``Alltoallv`` of exactly what each device needs, run by the
+    simulator and MPI backends) receives strictly less and a free dimension
+    lets it run in pieces; ``Exchangeproof.eplan_spec`` proves it correct,
+    within the same bound, at the transfer lower bound.
+
     >>> p = plan("x=2,y=4", "[2{x}4]", "[1{y}4]")
     >>> str(p.mesh), [str(c) for c in p.collectives], p.peak
     ('{x:2, y:2*2}', ['DynSlice(0, y.0)', 'AllPermute([1{y}4])'], 2)
+    >>> q = plan("x=2,y=2", "[1{x,y}4, 4, 2]", "[4, 1{y,x}4, 2]", exchange=True)
+    >>> [str(c) for c in q.collectives], q.peak, q.traffic, q.lower_bound
+    (['Exchange([4, 1{y,x}4, 2], dim=2)'], 8, 6, 6)
+    >>> [str(c) for c in plan(q.mesh, q.src, q.dst).collectives], plan(q.mesh, q.src, q.dst).traffic
+    (['AllToAll(0->1, y)', 'AllToAll(0->1, x)'], 8)
     """
     mesh, src, dst = _problem(mesh, src, dst)
+    if exchange:
+        return _eplanned(mesh, src, dst)
     return _planned(mesh, src, dst)
+
+
+@lru_cache(maxsize=4096)
+def _eplanned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
+    r = core.eplan(mesh, src, dst)
+    steps = tuple(Step(c, t, n) for c, t, n in zip(r.collectives, r.types[1:], r.received))
+    return _made(Plan(r.mesh, r.types[0], r.types[-1], steps, r.peak, True))
 
 
 @lru_cache(maxsize=4096)  # plans are immutable; a hit skips the core call and the decoding

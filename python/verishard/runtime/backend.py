@@ -82,6 +82,17 @@ dimension) with one more, local, method:
     with padding (any value: ``Ucheckerproof.ucheck_correct`` holds for every
     padding value). No communication.
 
+The exchange (a plan's only step, planned with ``plan(..., exchange=True)``)
+adds one method:
+
+``exchange(x, schedule) -> y``
+    ``schedule`` is an :class:`ExchangeSchedule` built from the verified
+    schedule (``Exchange.exchange``, ``Exchangeproof.exchange_correct``):
+    for every rank the pieces it receives, each a sender rank, the slices of
+    the sender's local array and the slices of its own output they fill.
+    MPI: one ``Alltoallv``; the simulator copies. JAX and torch do not run
+    it (their plans never hold one).
+
 The executor (:func:`run_step`) then runs each step as the even collective
 between a ``fit`` before and after, exactly as ``Uneven.usource`` moves data:
 a gather concatenates the padded blocks and keeps the first ``c_out``; a
@@ -102,12 +113,13 @@ from typing import Any
 
 import numpy as np
 
-from ..collectives import AllGather, AllPermute, AllReduce, AllToAll, Collective, DynSlice, ReduceScatter, ToPartial
+from ..collectives import (AllGather, AllPermute, AllReduce, AllToAll, Collective, DynSlice, Exchange,
+                           ReduceScatter, ToPartial)
 from ..errors import PlanError, VerishardError
 from ..mesh import Mesh
 from ..plan import Plan, Step, check, is_verified
 from ..sharding import ArrayType, DimType
-from ..core import block_starts, permute_sources
+from ..core import block_starts, permute_sources, xplan
 
 
 class RedistributionError(VerishardError):
@@ -119,6 +131,10 @@ class RedistributionError(VerishardError):
     ...
     verishard.runtime.backend.RedistributionError: simulate: source arrays: got 1 arrays for 2 devices of {x:2}
     """
+
+
+class UnsupportedStep(RedistributionError, NotImplementedError):
+    """A plan holds a step the backend does not implement: refused before anything moves."""
 
 
 class RuntimeCheckError(AssertionError):
@@ -266,6 +282,95 @@ class Backend:
     def fit(self, x: Any, dim: int, n: int) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not implement fit (uneven types)")
 
+    def exchange(self, x: Any, schedule: "ExchangeSchedule") -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not run exchange steps; "
+                                  "plan without exchange=True")
+
+
+@dataclass(frozen=True)
+class ExchangeSchedule:
+    """The verified exchange schedule from ``src`` to ``dst`` in local terms.
+
+    ``pieces[j]``: what rank ``j`` receives, as ``(sender, sender_slices,
+    own_slices)`` (the sender is ``j`` itself for what it already holds),
+    from ``Crossmesh.xplan`` on one mesh (``Exchangeproof.exchange_correct``:
+    every position of every target block is filled exactly once, from a
+    rank holding it; ``exchange_lower_bound``: what comes from others is the
+    block less what the rank holds). Slices are local to each side's block,
+    from the verified block starts.
+
+    >>> from verishard import Mesh
+    >>> m = Mesh.parse("x=2")
+    >>> s = ExchangeSchedule.of(ArrayType.parse("[2{x}4]", m), ArrayType.parse("[4]", m))
+    >>> [[(r, a[0].start, b[0].start, b[0].stop) for r, a, b in ps] for ps in s.pieces]
+    [[(0, 0, 0, 2), (1, 0, 2, 4)], [(0, 0, 0, 2), (1, 0, 2, 4)]]
+    >>> s.sends[0]
+    ((1, (slice(0, 2, None),)),)
+    """
+
+    src: ArrayType
+    dst: ArrayType
+    pieces: tuple[tuple[tuple[int, tuple[slice, ...], tuple[slice, ...]], ...], ...]
+    out_shape: tuple[int, ...]  # every rank's output: dst.local_shape, or a slab of it (restrict)
+
+    @staticmethod
+    @functools.lru_cache(maxsize=256)
+    def of(src: ArrayType, dst: ArrayType) -> "ExchangeSchedule":
+        """The schedule of ``src -> dst`` (cached per pair of types)."""
+        n = src.mesh.num_devices
+        sched = xplan(src, range(n), dst, range(n))
+        if sched is None:  # plans holding an exchange come from echeck, which ran the same builder
+            raise PlanError(f"the verified core refuses the exchange {src} -> {dst}")
+        s0, d0 = block_starts(src), block_starts(dst)
+        out = []
+        for j, ps in enumerate(sched):
+            out.append(tuple(
+                (q.src,
+                 tuple(slice(a - int(o), a - int(o) + l) for (a, l), o in zip(q.box, s0[q.src])),
+                 tuple(slice(a - int(o), a - int(o) + l) for (a, l), o in zip(q.box, d0[j])))
+                for q in ps if all(l > 0 for _, l in q.box)))
+        return ExchangeSchedule(src, dst, tuple(out), dst.local_shape)
+
+    def restrict(self, d: int, a: int, b: int) -> "ExchangeSchedule":
+        """The schedule of positions ``[a, b)`` along dimension ``d``, which
+        neither type shards (the plan's ``Exchange.dim``), on both sides
+        re-indexed from ``a``: along such a dimension a piece is read at
+        the coordinates it is written at (``Exchangeproof.exchange_chunk``;
+        checked here), so slab ``[a, b)`` of the output comes from slab
+        ``[a, b)`` of the input alone.
+
+        >>> from verishard import Mesh
+        >>> m = Mesh.parse("x=2")
+        >>> s = ExchangeSchedule.of(ArrayType.parse("[2{x}4, 3]", m), ArrayType.parse("[4, 3]", m))
+        >>> r = s.restrict(1, 1, 3)
+        >>> r.out_shape, [(q, a[1], b[1]) for q, a, b in r.pieces[0]]
+        ((4, 2), [(0, slice(0, 2, None), slice(0, 2, None)), (1, slice(0, 2, None), slice(0, 2, None))])
+        """
+        out = []
+        for ps in self.pieces:
+            qs = []
+            for r, sa, sb in ps:
+                if sa[d] != sb[d]:
+                    raise RuntimeCheckError(f"exchange {self.src} -> {self.dst}: dimension {d} is not free")
+                lo, hi = max(sa[d].start, a), min(sa[d].stop, b)
+                if hi > lo:
+                    cut = slice(lo - a, hi - a)
+                    qs.append((r, sa[:d] + (cut,) + sa[d + 1:], sb[:d] + (cut,) + sb[d + 1:]))
+            out.append(tuple(qs))
+        shape = self.out_shape[:d] + (b - a,) + self.out_shape[d + 1:]
+        return ExchangeSchedule(self.src, self.dst, tuple(out), shape)
+
+    @functools.cached_property
+    def sends(self) -> tuple[tuple[tuple[int, tuple[slice, ...]], ...], ...]:
+        """``sends[r]``: ``(receiver, sender_slices)`` for every piece rank
+        ``r`` sends another rank, in receiver order."""
+        out: list[list[tuple[int, tuple[slice, ...]]]] = [[] for _ in self.pieces]
+        for j, ps in enumerate(self.pieces):
+            for r, a, _ in ps:
+                if r != j:
+                    out[r].append((j, a))
+        return tuple(tuple(x) for x in out)
+
 
 def reduction_identity(dtype: np.dtype, op: str):
     """The unit of reduction ``op`` for ``dtype`` (what ``to_partial`` fills
@@ -412,6 +517,8 @@ def step_call(mesh: Mesh, t: ArrayType, c: Collective, op: str = "sum") -> tuple
     >>> step_call(Mesh.parse("x=1"), ArrayType.parse("[4]", "x=1"), DynSlice(0, "x")) is None
     True
     """
+    if isinstance(c, Exchange):
+        return "exchange", (ExchangeSchedule.of(t, c.target),)
     if isinstance(c, AllPermute):
         sources = permute_sources(t, c.target)
         if np.array_equal(sources, np.arange(len(sources))):
@@ -465,6 +572,34 @@ def run_step(backend: Backend, call: tuple[str, tuple], x: Any, t: ArrayType, t2
     return y
 
 
+_METHOD = {AllGather: "all_gather", DynSlice: "dyn_slice", AllToAll: "all_to_all", AllPermute: "all_permute",
+           AllReduce: "all_reduce", ReduceScatter: "reduce_scatter", ToPartial: "to_partial", Exchange: "exchange"}
+
+
+def require_methods(plan: Plan, backend: Backend) -> None:
+    """Refuse, before anything moves, a plan with a step ``backend`` does not
+    implement (a :class:`Backend` subclass that leaves the base method).
+
+    >>> from verishard import plan
+    >>> class GatherOnly(Backend):
+    ...     name = "gather-only"
+    ...     def all_gather(self, x, dim, group): return x
+    >>> require_methods(plan("x=2", "[2{x}4]", "[4]"), GatherOnly())
+    >>> require_methods(plan("x=2,y=2", "[1{x,y}4, 4, 2]", "[4, 1{y,x}4, 2]", exchange=True), GatherOnly())
+    Traceback (most recent call last):
+    ...
+    verishard.runtime.backend.UnsupportedStep: GatherOnly does not implement exchange: the gather-only backend does not run Exchange([4, 1{y,x}4, 2], dim=2) (step 1); plan without exchange=True
+    """
+    if not isinstance(backend, Backend):
+        return
+    for i, c in enumerate(plan.collectives, 1):
+        name = _METHOD.get(type(c))
+        if name is not None and getattr(type(backend), name) is getattr(Backend, name):
+            hint = "; plan without exchange=True" if isinstance(c, Exchange) else ""
+            raise UnsupportedStep(f"{type(backend).__name__} does not implement {name}: the {backend.name} "
+                                  f"backend does not run {c} (step {i}){hint}")
+
+
 def execute(plan: Plan, x: Any, backend: Backend,
             on_step: Callable[[int, Step, ArrayType, Any], None] | None = None) -> Any:
     """Run the steps of ``plan`` (already validated) on ``backend``; uneven
@@ -484,6 +619,7 @@ def execute(plan: Plan, x: Any, backend: Backend,
     >>> [y.tolist() for y in ys]
     [[0, 1, 2, 3], [0, 1, 2, 3]]
     """
+    require_methods(plan, backend)
     if isinstance(x, Donated):
         x = x.take()
     t, op = plan.src, plan.reduce
@@ -497,6 +633,6 @@ def execute(plan: Plan, x: Any, backend: Backend,
     return x
 
 
-__all__ = ["Backend", "AxisGroup", "Donated", "execute", "run_step", "validate_plan", "naive_plan", "step_call",
+__all__ = ["Backend", "AxisGroup", "Donated", "ExchangeSchedule", "require_methods", "execute", "run_step", "validate_plan", "naive_plan", "step_call",
            "reduction_identity", "NUMPY_REDUCE", "numpy_fit",
-           "permute_sources", "RedistributionError", "RuntimeCheckError"]
+           "permute_sources", "RedistributionError", "RuntimeCheckError", "UnsupportedStep"]

@@ -59,7 +59,7 @@ import numpy as np
 
 from ..plan import Plan, Step
 from ..sharding import ArrayType
-from .backend import Backend, Donated, step_call
+from .backend import Backend, Donated, require_methods, step_call
 
 MIN_EXTRA = 1 << 20      # default: never aim for less than 1 MiB of extra memory per step
 LAZY_BYTES = 1 << 20     # outputs at least this large are anonymous mappings (pages resident when written)
@@ -406,6 +406,7 @@ def execute_chunked(plan: Plan, x: Any, backend: Backend, ops, budget_bytes: int
     >>> ys[0][:, 0].tolist(), rep.ks
     ([0, 2, 4, 6, 8, 10, 12, 14], (2,))
     """
+    require_methods(plan, backend)
     if isinstance(x, Donated):
         x = x.take()
     bound = plan.peak * itemsize
@@ -428,7 +429,10 @@ def execute_chunked(plan: Plan, x: Any, backend: Backend, ops, budget_bytes: int
             direct = ops.can_direct(name, args)
             k = choose_k(in_b, out_b, R, G_in, budget, chunks, direct)
             view = ops.slice_view(x, *args) if name == "dyn_slice" and owned else None
-            if view is not None:  # a contiguous slice of an array the runtime owns: a view, nothing copied
+            if name == "exchange":  # in pieces along its free dimension, not dimension 0
+                y, info = _run_exchange(i, step.collective.dim, args[0], x, backend, ops, in_b, out_b,
+                                        budget, chunks, owned)
+            elif view is not None:  # a contiguous slice of an array the runtime owns: a view, nothing copied
                 y = view
                 info = StepChunks(i, name, 1, R, in_b, out_b, False, in_b, in_b)
             elif name == "all_permute" and ops.keeps(args[0]):  # this device keeps its block: nothing to do
@@ -487,6 +491,54 @@ def execute_chunked(plan: Plan, x: Any, backend: Backend, ops, budget_bytes: int
         x = y
         t = step.type
     return x, ChunkReport(bound, budget, tuple(infos))
+
+
+def _slab(x, d: int, a: int, b: int):
+    """Positions ``[a, b)`` along dimension ``d`` (a view; one per device for a list)."""
+    if isinstance(x, list):
+        return [_slab(v, d, a, b) for v in x]
+    return x[(slice(None),) * d + (slice(a, b),)]
+
+
+def _write_slab(y, d: int, a: int, b: int, q) -> int:
+    if isinstance(y, list):
+        return max(_write_slab(v, d, a, b, w) for v, w in zip(y, q))
+    y[(slice(None),) * d + (slice(a, b),)] = q
+    return int(q.nbytes)
+
+
+def _run_exchange(i: int, d: int | None, sched, x, backend: Backend, ops, in_b: int, out_b: int,
+                  budget: int, chunks: int | None, owned: bool):
+    """An exchange in ``k`` pieces along its free dimension ``d``: piece ``p``
+    is the exchange of slab ``[a, b)`` of the input into slab ``[a, b)`` of
+    the output (``ExchangeSchedule.restrict``; ``Exchangeproof.exchange_chunk``),
+    and the input slab is released once sent (whole pages of its runs; the
+    accounting models it, ``Chunkproof.held_bound``)."""
+    shape = ops.shape(x)
+    R = shape[d] if d is not None and shape else 1
+    k = 1 if R < 2 else choose_k(in_b, out_b, R, 1, budget, chunks)
+    if k <= 1:
+        y = backend.exchange(x, sched)
+        return y, StepChunks(i, "exchange", 1, R, in_b, out_b, False, in_b + out_b, in_b + out_b)
+    G = int(np.prod(shape[:d], dtype=np.int64))
+    y = ops.alloc_like(x, sched.out_shape)
+    w = R // k
+    acc = ops.traffic_start()
+    held, written, kept_in = 0, 0, in_b
+    for p in range(k):
+        a, b = p * w, p * w + w
+        q = backend.exchange(_slab(x, d, a, b), sched.restrict(d, a, b))
+        ops.traffic_add(acc)
+        qb = _write_slab(y, d, a, b, q)
+        written += qb
+        held = max(held, kept_in + written + qb)  # input slabs p.., output slabs ..p, the piece's result
+        del q
+        if owned:
+            if ops.release:
+                ops.free(x.reshape((G * R, -1)), G, R, a, b)
+            kept_in -= in_b // k
+    ops.traffic_end(acc)
+    return y, StepChunks(i, "exchange", k, R, in_b, out_b, False, _refined(in_b, out_b, k, False, owned), held)
 
 
 # ---------------------------------------------------------------------------

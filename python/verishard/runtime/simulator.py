@@ -42,12 +42,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..collectives import AllGather, AllPermute, AllReduce, AllToAll, Collective, DynSlice, ReduceScatter, ToPartial
+from ..collectives import (AllGather, AllPermute, AllReduce, AllToAll, Collective, DynSlice, Exchange, ReduceScatter,
+                           ToPartial)
 from ..plan import Plan, Step
 from ..sharding import ArrayType
 from .backend import (NUMPY_REDUCE, AxisGroup, numpy_fit, Backend, Donated, RedistributionError, RuntimeCheckError, execute,
                       permute_sources, reduction_identity, validate_plan)
-from .layout import LayoutError, assemble, check_locals, distribute, represented, same_bytes
+from .layout import LayoutError, assemble, boxes, check_locals, distribute, represented, same_bytes
 
 
 class SimBackend(Backend):
@@ -154,6 +155,29 @@ class SimBackend(Backend):
                 out.append(xs[s].copy())
                 sent[s] += xs[s].nbytes
                 recv[c] += xs[s].nbytes
+        return out
+
+    def exchange(self, xs, schedule):
+        """Every device fills its block from the pieces of the verified schedule.
+
+        >>> from verishard import Mesh, ArrayType
+        >>> from verishard.runtime.backend import ExchangeSchedule
+        >>> m = Mesh.parse("x=2")
+        >>> s = ExchangeSchedule.of(ArrayType.parse("[2{x}4]", m), ArrayType.parse("[4]", m))
+        >>> b = SimBackend(2)
+        >>> [y.tolist() for y in b.exchange([np.array([0, 1]), np.array([2, 3])], s)], b.last_received.tolist()
+        ([[0, 1, 2, 3], [0, 1, 2, 3]], [16, 16])
+        """
+        sent, recv = self._reset()
+        out = []
+        for j, ps in enumerate(schedule.pieces):
+            y = np.empty(schedule.out_shape, dtype=xs[j].dtype)
+            for r, a, b in ps:
+                y[b] = xs[r][a]
+                if r != j:
+                    sent[r] += y[b].nbytes
+                    recv[j] += y[b].nbytes
+            out.append(y)
         return out
 
     def fit(self, xs, dim, n):
@@ -355,6 +379,10 @@ def expected_received(t: ArrayType, c: Collective, mesh) -> np.ndarray:
     n = mesh.num_devices
     if isinstance(c, DynSlice):
         return np.zeros(n, dtype=np.int64)
+    if isinstance(c, Exchange):  # the target block less what the device holds (Traffic.need)
+        kept = [int(np.prod([max(0, min(u.stop, v.stop) - max(u.start, v.start)) for u, v in zip(a, b)]))
+                for a, b in zip(boxes(mesh, t), boxes(mesh, c.target))]
+        return np.array([c.target.size - k for k in kept], dtype=np.int64)
     if isinstance(c, AllPermute):
         moved = permute_sources(t, c.target) != np.arange(n)
         return np.where(moved, t.size, 0).astype(np.int64)

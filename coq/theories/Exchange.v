@@ -1,0 +1,104 @@
+(** The exchange: a fifth kind of step, within one mesh, in which every
+    device receives from the others exactly the elements of its target block
+    it does not hold (an [Alltoallv] with the send lists of the cross-mesh
+    schedule, [Crossmesh.xplan], on the same mesh and ranks on both sides).
+    It reaches the transfer lower bound where the four collectives cannot.
+
+    The planner takes it only when it receives strictly less than the
+    collective plan and it can run in pieces along a free dimension (one no
+    axis shards, in the source or the target): piece [p] of the output then
+    reads only piece [p] of the input ([Exchangeproof.exchange_chunk]), so
+    the chunked schedule holds what [Chunk.held] counts, within
+    [max(size src, size dst)] plus one piece ([Chunkproof.held_bound]).
+
+    Definitions only; proofs in [Exchangeproof.v]. *)
+From Coq Require Import List Arith Lia Bool.
+From VS Require Import Prelude Mesh Types Rules Checker Traffic Validate Refine Pipeline Uneven Crossmesh.
+Import ListNotations.
+
+(** The devices of [m], each its own world rank. *)
+Definition ranks (m : mesh) : list nat := seq 0 (ndevices m).
+
+(** The exchange schedule from [t] to [t'] within [m]: per device (in rank
+    order) the pieces it receives, each from one device holding it. *)
+Definition exchange (m : mesh) (t t' : atype) : option (list (list piece)) :=
+  xplan m (ranks m) t m (ranks m) t'.
+
+(** Elements the worst device receives from others. *)
+Definition exchange_recv (m : mesh) (pss : list (list piece)) : nat :=
+  fold_right Nat.max 0 (map (fun j => Crossmesh.traffic j (nth j pss [])) (ranks m)).
+
+(** The first dimension (from index [d]) that neither type shards and that
+    has at least two indices to cut. *)
+Fixpoint free_from (d : nat) (t t' : atype) : option nat :=
+  match t, t' with
+  | D :: u, D' :: u' =>
+      if match axes D, axes D' with [], [] => 2 <=? gsize D | _, _ => false end
+      then Some d else free_from (S d) u u'
+  | _, _ => None
+  end.
+
+Definition free_dim (t t' : atype) : option nat := free_from 0 t t'.
+
+(** A plan step: one of the four collectives, or an exchange to a type. *)
+Inductive estep := Coll (c : coll) | Exch (t' : atype).
+
+Fixpoint colls (p : list estep) : option plan :=
+  match p with
+  | [] => Some []
+  | Coll c :: p' => match colls p' with Some cs => Some (c :: cs) | None => None end
+  | Exch _ :: _ => None
+  end.
+
+(** Position (from 0) of a plan's first exchange. *)
+Fixpoint exch_pos (p : list estep) : nat :=
+  match p with
+  | Coll _ :: p' => S (exch_pos p')
+  | _ => 0
+  end.
+
+(** The checker over plans that may hold an exchange. A plan of collectives
+    is checked by [Checker.check]; an exchange is a plan's only step (its
+    input is the source): it is accepted when it ends at the target and the
+    schedule builder accepts the problem; its report has the two types, the
+    peak [max(size src, size dst)] and what the worst device receives.
+    An exchange among other steps is refused at its position. *)
+Definition echeck (m : mesh) (src dst : atype) (p : list estep) : result (nat * error) report :=
+  match p with
+  | [Exch t'] =>
+      match problem_error m src dst with
+      | Some e => Err (0, e)
+      | None =>
+          if atype_eqb t' dst then
+            match exchange m src dst with
+            | Some pss => Ok (mkreport [src; dst] (peak_of m [src; dst]) [exchange_recv m pss])
+            | None => Err (1, BadTarget)
+            end
+          else Err (1, WrongResult)
+      end
+  | _ =>
+      match colls p with
+      | Some cs => check m src dst cs
+      | None => Err (S (exch_pos p), BadTarget)
+      end
+  end.
+
+(** The planner: [Pipeline.plan_problem]'s plan of collectives, unless the
+    exchange receives strictly less and can run in pieces along a free
+    dimension [ch]; then the one-step plan [[Exch dst]], with [ch] and what
+    the worst device receives. *)
+Inductive planned :=
+| Collectives (fs : split) (p : plan) (r : report)
+| Exchanged (ch : nat) (rx : nat).
+
+Definition eplan_problem (m : mesh) (src dst : atype) : result (nat * error) planned :=
+  match plan_problem m src dst with
+  | Err e => Err e
+  | Ok (fs, p, r) =>
+      match free_dim src dst, exchange m src dst with
+      | Some ch, Some pss =>
+          let rx := exchange_recv m pss in
+          if rx <? Traffic.traffic (received r) then Ok (Exchanged ch rx) else Ok (Collectives fs p r)
+      | _, _ => Ok (Collectives fs p r)
+      end
+  end.

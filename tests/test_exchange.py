@@ -1,0 +1,190 @@
+"""The exchange step (coq/theories/Exchange.v, Exchangeproof.v): planned only
+where it receives strictly less than the collective plan and a free dimension
+lets it run in pieces; accepted by the checker with the bound as peak and the
+lower bound as traffic; executed by the simulator (whole and in pieces) equal
+to numpy, each device receiving exactly what it does not hold."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, os.path.dirname(__file__))
+from mpi_cases import all_types  # noqa: E402
+
+from verishard import AllGather, ArrayType, Mesh, Plan, check, core, plan  # noqa: E402
+from verishard.collectives import Collective, Exchange  # noqa: E402
+from verishard.errors import PlanError, ShardingError  # noqa: E402
+from verishard.runtime import distribute, simulate  # noqa: E402
+from verishard.runtime.backend import Backend, ExchangeSchedule, RedistributionError, execute  # noqa: E402
+from verishard.runtime.layout import boxes  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MESHES = [("x=2,y=2", (4, 4, 2)), ("x=2,y=3", (6, 6, 2)), ("x=2,y=2,z=2", (4, 4, 2))]
+
+
+def need(src: ArrayType, dst: ArrayType) -> list[int]:
+    """Per device: elements of its target block it does not hold (from the boxes, independently of the core)."""
+    out = []
+    for a, b in zip(boxes(src.mesh, src), boxes(dst.mesh, dst)):
+        kept = int(np.prod([max(0, min(u.stop, v.stop) - max(u.start, v.start)) for u, v in zip(a, b)]))
+        out.append(dst.size - kept)
+    return out
+
+
+def free_dims(src: ArrayType, dst: ArrayType) -> list[int]:
+    return [d for d in range(src.rank) if not src.dim_parts(d) and not dst.dim_parts(d) and src.global_shape[d] >= 2]
+
+
+@pytest.mark.parametrize("mesh_text,shape", MESHES)
+def test_every_pair_exchange_taken_exactly_when_it_helps(mesh_text, shape):
+    """Every pair of types: the exchange planner returns the collective plan
+    unchanged, or the exchange when it receives strictly less and a free
+    dimension exists; then traffic is the lower bound, peak the bound, and
+    the simulator (whole and in 2 pieces) gives numpy's blocks with every
+    device receiving exactly its need."""
+    mesh = Mesh.parse(mesh_text)
+    types = all_types(mesh, shape)
+    A = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+    taken = 0
+    for a in types:
+        for b in types:
+            p, q = plan(mesh, a, b), plan(mesh, a, b, exchange=True)
+            if not q.exchange:
+                assert q.collectives == p.collectives and q.peak == p.peak
+                assert not free_dims(a, b) or p.traffic <= p.lower_bound or p.traffic == q.traffic
+                continue
+            taken += 1
+            (c,) = q.collectives
+            assert c.dim == free_dims(a, b)[0]
+            assert q.traffic == q.lower_bound == max(need(a, b)) < p.traffic
+            assert q.peak == q.bound == max(a.size, b.size)
+            src = distribute(A, mesh, a)
+            want = distribute(A, mesh, b)
+            for kw in ({}, {"chunks": 2}):
+                r = simulate(q, src, **kw)   # checks every device's received bytes against its need
+                assert all(np.array_equal(x, y) for x, y in zip(r.outputs, want))
+                assert (r.steps[0].received // 4).tolist() == need(a, b)
+    assert taken > 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_random_problems_on_up_to_four_axes(data):
+    """Random meshes of 1-4 axes and random types: the planner always answers;
+    an exchange is taken only below the collective plan's traffic, with a
+    free dimension, at the lower bound; the simulator agrees with numpy."""
+    sizes = data.draw(st.lists(st.sampled_from([2, 3]), min_size=1, max_size=4))
+    names = "xyzw"[:len(sizes)]
+    mesh = Mesh.parse(",".join(f"{n}={s}" for n, s in zip(names, sizes)))
+    rank = data.draw(st.integers(2, 3))
+    axes = list(range(len(sizes)))
+
+    def draw_type():
+        order = data.draw(st.permutations(axes))
+        cut = sorted(data.draw(st.lists(st.integers(0, len(axes)), min_size=rank - 1, max_size=rank - 1)))
+        bounds = [0] + cut + [len(axes)]
+        used = [order[bounds[i]:bounds[i + 1]] for i in range(rank)]
+        keep = [[a for a in u if data.draw(st.booleans())] for u in used]
+        return keep
+
+    shape = []
+    s_axes, d_axes = draw_type(), draw_type()
+    for d in range(rank):
+        n1 = int(np.prod([sizes[a] for a in s_axes[d]]))
+        n2 = int(np.prod([sizes[a] for a in d_axes[d]]))
+        shape.append(int(np.lcm(n1, n2)) * data.draw(st.sampled_from([1, 2])))
+    fmt = lambda ax: ", ".join(
+        f"{g // int(np.prod([sizes[a] for a in u]))}{{{','.join(names[a] for a in u)}}}{g}" if u else f"{g}"
+        for u, g in zip(ax, shape))
+    a, b = ArrayType.parse(f"[{fmt(s_axes)}]", mesh), ArrayType.parse(f"[{fmt(d_axes)}]", mesh)
+    p, q = plan(mesh, a, b), plan(mesh, a, b, exchange=True)
+    if not q.exchange:
+        assert q.collectives == p.collectives
+        return
+    assert free_dims(a, b) and q.traffic == q.lower_bound < p.traffic and q.peak == q.bound
+    A = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    r = simulate(q, distribute(A, mesh, a), chunks=2)
+    assert all(np.array_equal(x, y) for x, y in zip(r.outputs, distribute(A, mesh, b)))
+
+
+def test_checker_accepts_an_exchange_alone_and_names_what_is_wrong():
+    m = Mesh.parse("x=2,y=2")
+    a, b = ArrayType.parse("[1{x,y}4, 4]", m), ArrayType.parse("[4, 1{y,x}4]", m)
+    ok = core.check(m, a, b, [Exchange(b)])
+    assert ok.types == (a, b) and ok.peak == 4 and ok.received == (core.lower_bound(a, b),)
+    with pytest.raises(PlanError, match=r"step 2 \(Exchange.*an exchange is a plan's only step"):
+        check(m, a, b, [AllGather(0, ("x", "y")), Exchange(b)])
+    with pytest.raises(PlanError, match="does not end at the target"):
+        check(m, a, b, [Exchange(a)])
+    with pytest.raises(ShardingError, match="even types without pending axes"):
+        check(m, ArrayType.parse("[2{x}3, 4]", m), ArrayType.parse("[3, 2{y}4]", m),
+              [Exchange(ArrayType.parse("[3, 2{y}4]", m))])
+    with pytest.raises(ShardingError, match="even types without pending axes"):
+        plan(m, "[4, 4] partial{x}", "[2{x}4, 4]", exchange=True)
+
+
+def test_notation_json_and_plan_files_round_trip():
+    m = Mesh.parse("x=2,y=2")
+    q = plan(m, "[1{x,y}4, 4, 2]", "[4, 1{y,x}4, 2]", exchange=True)
+    (c,) = q.collectives
+    assert Collective.parse(str(c), m) == c
+    assert Collective.from_json(c.to_json(), m) == c
+    again = Plan.from_json(json.loads(json.dumps(q.to_json())))
+    assert again.collectives == q.collectives and again.peak == q.peak and again.traffic == q.traffic
+    assert "guaranteed by Exchangeproof.eplan_spec" in str(q)
+    with pytest.raises(PlanError, match="not a dimension"):
+        Exchange(q.dst, 3)
+
+
+def test_a_dimension_that_is_not_free_is_refused_before_anything_moves():
+    m = Mesh.parse("x=2,y=2")
+    q = plan(m, "[1{x,y}4, 4, 2]", "[4, 1{y,x}4, 2]", exchange=True)
+    forged = check(m, q.src, q.dst, [Exchange(q.dst, 1)])   # dimension 1 is sharded by the target
+    A = np.arange(32, dtype=np.int32).reshape(4, 4, 2)
+    with pytest.raises(AssertionError, match="dimension 1 is not free"):
+        simulate(forged, distribute(A, m, q.src), chunks=2)
+    whole = simulate(forged, distribute(A, m, q.src))   # whole, the dimension plays no part
+    assert all(np.array_equal(x, y) for x, y in zip(whole.outputs, distribute(A, m, q.dst)))
+
+
+def test_backends_without_the_exchange_refuse_it_up_front():
+    class Gathers(Backend):
+        name = "gathers"
+
+        def all_gather(self, x, dim, group):  # pragma: no cover - never reached
+            raise AssertionError("ran")
+
+    q = plan("x=2,y=2", "[1{x,y}4, 4, 2]", "[4, 1{y,x}4, 2]", exchange=True)
+    with pytest.raises(RedistributionError, match="Gathers does not implement exchange: the gathers backend does not run Exchange.*exchange=True"):
+        execute(q, None, Gathers())
+
+
+def test_schedule_restricts_to_slabs_along_the_free_dimension():
+    m = Mesh.parse("x=2,y=3")
+    a, b = ArrayType.parse("[1{x,y}6, 6, 4]", m), ArrayType.parse("[6, 1{y,x}6, 4]", m)
+    s = ExchangeSchedule.of(a, b)
+    whole = [sum(int(np.prod([x.stop - x.start for x in sb])) for r, _, sb in ps) for ps in s.pieces]
+    assert whole == [b.size] * 6   # every position of every target block filled once
+    halves = [s.restrict(2, 0, 2), s.restrict(2, 2, 4)]
+    for h in halves:
+        assert h.out_shape == (6, 1, 2)
+        assert all(sa[2] == sb[2] for ps in h.pieces for _, sa, sb in ps)
+
+
+def test_wire_tag_seven_in_glue_and_python():
+    glue = (ROOT / "bindings" / "glue.ml").read_text()
+    assert re.search(r"\| 7 -> Exch \(read_type next\)", glue)
+    m = Mesh.parse("x=2")
+    t = ArrayType.parse("[4]", m)
+    assert Exchange(t).encode(m)[0] == 7
+    assert Collective.decode(m, Exchange(t).encode(m)) == (Exchange(t), len(Exchange(t).encode(m)))
