@@ -145,3 +145,7 @@ Print Assumptions exchange_chunk.
 Print Assumptions echeck_spec.
 Print Assumptions echeck_exchange.
 Print Assumptions eplan_spec.
+
+From VS Require Import Ptrafficproof.
+Print Assumptions pcheck_traffic_need.
+Print Assumptions pcheck_traffic_lower_bound.

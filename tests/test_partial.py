@@ -52,6 +52,7 @@ def test_every_pair_of_partial_types(mesh_text, shape, capsys):
         assert p.guaranteed and p.dst == dst.refined() or p.dst.mesh != dst.mesh
         assert p.peak == max(src.size, dst.size), (str(src), str(dst), str(p))
         assert all(s.type.size <= p.bound for s in p.steps)
+        assert p.traffic >= p.lower_bound   # Ptrafficproof.pcheck_traffic_lower_bound
         cs = p.collectives
         # the partial pipeline never all-reduces an axis it then slices back in
         for i, c in enumerate(cs):
@@ -168,6 +169,7 @@ def test_random_partial_problems(problem):
     dst = vs.ArrayType(mesh, vs.ArrayType.from_axes(mesh, shape, da).dims, dp, op)
     p = vs.plan(mesh, src, dst)
     assert p.guaranteed and p.peak == max(src.size, dst.size)
+    assert p.traffic >= p.lower_bound == vs.core.lower_bound(src.plain, dst.plain)
     assert p.src == src.refined() or p.src.mesh != src.mesh.refined()
     if run == 0 and prod(shape) <= 4096:   # one in ten is executed
         executes_to_numpy(p, np.random.default_rng(prod(shape)), np.int64)

@@ -170,7 +170,7 @@ def _partial_guarantees(plan) -> list[tuple[str | None, str]]:
 
     >>> from verishard import plan
     >>> [name for name, _ in guarantees(plan("x=2", "[4] partial{x}", "[2{x}4]"))]
-    ['Pchecker.pcheck_ok', 'Pchecker.pcheck_correct', 'Ppipelineproof.pplan_spec', 'Ppipelineproof.pplan_spec', None]
+    ['Pchecker.pcheck_ok', 'Pchecker.pcheck_correct', 'Ppipelineproof.pplan_spec', 'Ppipelineproof.pplan_spec', 'Ptrafficproof.pcheck_traffic_lower_bound']
     """
     out = [
         ("Pchecker.pcheck_ok", "each step is well typed on partial types, the plan ends at the target, "
@@ -186,7 +186,9 @@ def _partial_guarantees(plan) -> list[tuple[str | None, str]]:
                                                  f"the least any plan can reach"))
     else:
         out.append(_measured_memory(plan))
-    out.append((None, f"traffic {plan.traffic} (the checker's figure; no lower bound is proved for partial types)"))
+    out.append(("Ptrafficproof.pcheck_traffic_lower_bound",
+                f"traffic {plan.traffic} >= {plan.lower_bound}, the lower bound of the array types, which no "
+                f"accepted plan beats (it counts positions, not the reduction's own traffic)"))
     return out
 
 

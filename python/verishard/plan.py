@@ -190,15 +190,20 @@ class Plan:
     @cached_property
     def lower_bound(self) -> int | None:
         """The transfer lower bound (``Traffic.lower_bound``, computed by the core):
-        the most any device must receive; no accepted plan's traffic is lower.
-        None for a partial problem: no lower bound is proved for those.
+        the most any device must receive; no accepted plan's traffic is lower
+        (``Trafficproof.accepted_traffic_lower_bound``). For a partial problem
+        the bound of its array types (``Ptrafficproof.pcheck_traffic_lower_bound``:
+        positions only, the reduction's own traffic is not counted). None for
+        uneven types: no lower bound is proved for those.
 
         >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").lower_bound
         2
-        >>> plan("x=2", "[4] partial{x}", "[2{x}4]").lower_bound is None
-        True
+        >>> plan("x=2", "[4] partial{x}", "[2{x}4]").lower_bound, plan("x=2,y=2", "[2{x}4] partial{y}", "[4]").lower_bound
+        (0, 2)
         """
-        return None if self.partial or self.uneven else core.lower_bound(self.src, self.dst)
+        if self.uneven:
+            return None
+        return core.lower_bound(self.src.plain, self.dst.plain)
 
     @property
     def traffic_ratio(self) -> float | None:
@@ -234,8 +239,9 @@ class Plan:
                      + note)
         if self.lower_bound is None and self.uneven:
             lines.append(f"traffic {self.traffic} elements/device (padded buffers); no lower bound proved for uneven types")
-        elif self.lower_bound is None:
-            lines.append(f"traffic {self.traffic} elements/device; no lower bound proved for partial types")
+        elif self.partial:
+            lines.append(f"traffic {self.traffic} elements/device; lower bound {self.lower_bound} "
+                         f"(positions only; reductions move more)")
         else:
             lines.append(f"traffic {self.traffic} elements/device; lower bound {self.lower_bound}"
                          f" (ratio {self.traffic_ratio:.2f})")
