@@ -311,6 +311,32 @@ let eplan_fn a =
         | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]));
   finish buf
 
+(* [Exchange.uecheck]: as [ucheck_fn], over plans that may hold an exchange. *)
+let uecheck_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_type next in let dst = read_type next in
+  let p = list_of (fun () -> read_estep next) (next ()) in
+  let buf = Buffer.create () in
+  (match uecheck m src dst p with
+   | Ok r -> put_report buf put_type r.upeak (List.length p) r.utypes r.ureceived
+   | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]);
+  finish buf
+
+(* [Exchange.ueplan_problem]: as [eplan_fn], over uneven types ([uplan_fn]'s
+   answer, or [2; ch; peak; received] from [Exchange.uecheck]'s report). *)
+let ueplan_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_type next in let dst = read_type next in
+  let buf = Buffer.create () in
+  (match ueplan_problem m src dst with
+   | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
+   | Ok (Collectives (fs, p, r)) -> put_planned buf put_coll put_type fs r.upeak p r.utypes r.ureceived
+   | Ok (Exchanged (ch, _)) ->
+       (match uecheck m src dst [Exch dst] with
+        | Ok r -> List.iter (Buffer.add_int buf) (2 :: ch :: r.upeak :: r.ureceived)
+        | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]));
+  finish buf
+
 (* Exceptions become a message for the C side, never a crash. *)
 let guard f a = try f a with
   | Bad_input msg -> failwith ("bad input to the verified core: " ^ msg)
@@ -322,6 +348,8 @@ let () =
   Callback.register "vs_plan" (guard plan_fn);
   Callback.register "vs_eplan" (guard eplan_fn);
   Callback.register "vs_echeck" (guard echeck_fn);
+  Callback.register "vs_ueplan" (guard ueplan_fn);
+  Callback.register "vs_uecheck" (guard uecheck_fn);
   Callback.register "vs_pcheck" (guard pcheck_fn);
   Callback.register "vs_pplan" (guard pplan_fn);
   Callback.register "vs_ucheck" (guard ucheck_fn);

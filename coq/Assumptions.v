@@ -145,6 +145,10 @@ Print Assumptions exchange_chunk.
 Print Assumptions echeck_spec.
 Print Assumptions echeck_exchange.
 Print Assumptions eplan_spec.
+Print Assumptions uexchange_correct.
+Print Assumptions uecheck_spec.
+Print Assumptions uecheck_exchange.
+Print Assumptions ueplan_spec.
 
 From VS Require Import Ptrafficproof.
 Print Assumptions pcheck_traffic_need.

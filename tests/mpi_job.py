@@ -151,6 +151,32 @@ def suite_exchange() -> bool:
                 if res.chunking is None or res.chunking.ks != (2,):
                     suite.fail(f"{label} (2 pieces): ran in {res.chunking and res.chunking.ks} pieces")
                 check_traffic(suite, plan, res, A.dtype.itemsize, label + " (2 pieces)")
+    # uneven types (Exchangeproof.ueplan_spec): valid positions equal numpy, whole and in pieces
+    from uneven_reference import all_types as uneven_types
+
+    from verishard.runtime.uneven import distribute_padded
+    shape = {4: (3, 5, 2), 6: (5, 4, 2), 8: (3, 5, 2)}[SIZE]
+    mesh = Mesh.parse({4: "x=2,y=2", 6: "x=2,y=3", 8: "x=2,y=2,z=2"}[SIZE])
+    types = [verishard.ArrayType(mesh, list(t)) for t in uneven_types(mesh.part_sizes, shape)]
+    pairs = [(a, b) for a in types for b in types if a.uneven or b.uneven]
+    if SIZE == 8:
+        pairs = [pairs[i] for i in sorted(rng.choice(len(pairs), 400, replace=False))]
+    A = rng.integers(0, 1000, shape).astype(np.int32)
+    sentinel = np.int32(-7)
+    for src, dst in pairs:
+        plan = verishard.plan(mesh, src, dst, exchange=True)
+        if not plan.exchange:
+            continue
+        label = f"{mesh}: {src} -> {dst}"
+        box = tuple(slice(0, v) for v in plan.dst.valid_shape(RANK))
+        want = distribute_padded(A, plan.mesh, plan.dst, sentinel)[RANK]
+        for chunks in (1, 2):
+            local = distribute_padded(A, plan.mesh, plan.src, sentinel)[RANK]
+            res = redistribute(plan, Donated(local), chunks=chunks, timeout=60)
+            if res.output.shape != plan.dst.local_shape or not np.array_equal(res.output[box], want[box]):
+                suite.fail(f"{label} ({chunks} pieces): wrong data")
+            check_traffic(suite, plan, res, A.dtype.itemsize, f"{label} ({chunks} pieces)")
+            suite.count += 1
     return suite.finish()
 
 

@@ -13,7 +13,8 @@
 
     Definitions only; proofs in [Exchangeproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Prelude Mesh Types Rules Checker Traffic Validate Refine Pipeline Uneven Crossmesh.
+From VS Require Import Prelude Mesh Types Rules Checker Traffic Validate Refine Pipeline Uneven Uchecker Upipeline
+  Crossmesh.
 Import ListNotations.
 
 (** The devices of [m], each its own world rank. *)
@@ -87,11 +88,13 @@ Definition echeck (m : mesh) (src dst : atype) (p : list estep) : result (nat * 
     exchange receives strictly less and can run in pieces along a free
     dimension [ch]; then the one-step plan [[Exch dst]], with [ch] and what
     the worst device receives. *)
-Inductive planned :=
-| Collectives (fs : split) (p : plan) (r : report)
+Inductive planned (R : Type) :=
+| Collectives (fs : split) (p : plan) (r : R)
 | Exchanged (ch : nat) (rx : nat).
+Arguments Collectives {R}.
+Arguments Exchanged {R}.
 
-Definition eplan_problem (m : mesh) (src dst : atype) : result (nat * error) planned :=
+Definition eplan_problem (m : mesh) (src dst : atype) : result (nat * error) (planned report) :=
   match plan_problem m src dst with
   | Err e => Err e
   | Ok (fs, p, r) =>
@@ -99,6 +102,48 @@ Definition eplan_problem (m : mesh) (src dst : atype) : result (nat * error) pla
       | Some ch, Some pss =>
           let rx := exchange_recv m pss in
           if rx <? Traffic.traffic (received r) then Ok (Exchanged ch rx) else Ok (Collectives fs p r)
+      | _, _ => Ok (Collectives fs p r)
+      end
+  end.
+
+(** * Uneven types
+
+    The same schedule serves uneven types: pieces are the valid parts of
+    blocks, so padding is neither sent nor read. The checker is [ucheck]'s
+    counterpart; the exchange's peak is [Uchecker.ubound], the larger
+    padded buffer of the two ends, which no plan goes below
+    ([Ucheckerproof.ucheck_peak_ge]). The planner also takes the exchange
+    where the plan of collectives exceeds that bound, so that with a free
+    dimension every uneven problem gets a plan within it. *)
+Definition uecheck (m : mesh) (src dst : atype) (p : list estep) : result (nat * error) ureport :=
+  match p with
+  | [Exch t'] =>
+      match uproblem_error m src dst with
+      | Some e => Err (0, e)
+      | None =>
+          if atype_eqb t' dst then
+            match exchange m src dst with
+            | Some pss => Ok (mkureport [src; dst] (upeak_of m [src; dst]) [exchange_recv m pss])
+            | None => Err (1, BadTarget)
+            end
+          else Err (1, WrongResult)
+      end
+  | _ =>
+      match colls p with
+      | Some cs => ucheck m src dst cs
+      | None => Err (S (exch_pos p), BadTarget)
+      end
+  end.
+
+Definition ueplan_problem (m : mesh) (src dst : atype) : result (nat * error) (planned ureport) :=
+  match uplan_problem m src dst with
+  | Err e => Err e
+  | Ok (fs, p, r) =>
+      match free_dim src dst, exchange m src dst with
+      | Some ch, Some pss =>
+          let rx := exchange_recv m pss in
+          if (rx <? Traffic.traffic (ureceived r)) || (ubound m src dst <? upeak r)
+          then Ok (Exchanged ch rx) else Ok (Collectives fs p r)
       | _, _ => Ok (Collectives fs p r)
       end
   end.

@@ -7,7 +7,8 @@
     exchange that receives strictly less. *)
 From Coq Require Import List Arith Lia Bool.
 From VS Require Import Prelude Mesh Types Rules Checker Semantics Traffic Trafficproof Validate Pipelineproof
-  Refine Pipeline Uneven Unevenproof Crossmesh Crossmeshproof Exchange.
+  Refine Pipeline Uneven Unevenproof Uchecker Ucheckerproof Upipeline Upipelineproof Crossmesh Crossmeshproof
+  Exchange.
 Import ListNotations.
 
 (** * The schedule on one mesh *)
@@ -61,6 +62,22 @@ Qed.
 
 Lemma gsize_length : forall t t' : atype, map gsize t = map gsize t' -> length t = length t'.
 Proof. intros t t' H. rewrite <- (map_length gsize t), <- (map_length gsize t'), H. reflexivity. Qed.
+
+(** Every piece of an exchange comes from a device of the mesh, lies in that
+    device's source block and in the receiver's target block; no well-formedness needed. *)
+Lemma exchange_cell : forall m t t' pss j q, exchange m t t' = Some pss -> j < ndevices m ->
+  In q (nth j pss []) ->
+  psrc q < ndevices m /\ pcell q = blocks m t (coords_of_rank m (psrc q)) /\
+  forall p, in_boxb p (pbox q) = true ->
+    in_boxb p (tbox m t' (coords_of_rank m j)) = true /\ in_boxb p (cellbox (sdims m t) (pcell q)) = true.
+Proof.
+  intros m t t' pss j q H Hj Hq. destruct (xplan_correct _ _ _ _ _ _ _ H) as [_ Hn].
+  destruct (Hn j Hj) as [ps [E [_ [_ [Hsrc _]]]]]. rewrite (nth_error_nth _ _ [] E) in Hq.
+  destruct (Hsrc q Hq) as [Hin Hbox]. rewrite srcs_ranks in Hin.
+  apply in_map_iff in Hin. destruct Hin as [i [Ei Hi]]. injection Ei as E1 E2.
+  unfold ranks in Hi. apply in_seq in Hi. rewrite <- E1. split; [lia|]. split; [auto|].
+  exact Hbox.
+Qed.
 
 (** The schedule of device [j] of an exchange: every element of its block
     arrives from a device holding it, at its global index; it receives from
@@ -171,16 +188,15 @@ Qed.
     exchange splits into pieces by that coordinate, piece [p] of the output
     reading only piece [p] of the input, and the chunked schedule holds
     what [Chunk.held] counts ([Chunkproof.held_bound]). *)
-Theorem exchange_chunk : forall m t t' pss ch D D', exchange m t t' = Some pss -> valid_problem m t t' ->
+Theorem exchange_chunk : forall m t t' pss ch D D', exchange m t t' = Some pss -> map gsize t = map gsize t' ->
   nth_error t ch = Some D -> axes D = [] -> nth_error t' ch = Some D' -> axes D' = [] ->
   forall j q p, j < ndevices m -> In q (nth j pss []) ->
   nth ch (unshift (cellbox (sdims m t) (pcell q)) p) 0
   = nth ch (unshift (tbox m t' (coords_of_rank m j)) p) 0.
 Proof.
-  intros m t t' pss ch D D' H Hv E1 A1 E2 A2 j q p Hj Hq.
-  pose proof Hv as [_ [_ Hg]]. pose proof (gsize_length _ _ Hg) as Hl.
-  destruct (exchange_device _ _ _ _ H Hv) as [_ Hd]. destruct (Hd j Hj) as [_ [Hs _]].
-  destruct (Hs q Hq) as [i [_ [_ Ec]]].
+  intros m t t' pss ch D D' H Hg E1 A1 E2 A2 j q p Hj Hq.
+  pose proof (gsize_length _ _ Hg) as Hl.
+  destruct (exchange_cell _ _ _ _ _ _ H Hj Hq) as [_ [Ec _]].
   rewrite !unshift_start0.
   - rewrite cellbox_length, Ec. unfold sdims, blocks, tbox. rewrite !map_length, Hl, Nat.min_id. reflexivity.
   - unfold tbox. rewrite (nth_error_nth _ _ (0, 0) (map_nth_error _ _ _ E2)). cbn [fst].
@@ -273,4 +289,141 @@ Proof.
   split; auto. split; auto. split; auto. split; [lia|]. split.
   - rewrite Hlb. apply echeck_exchange with pss; auto.
   - split; [apply free_dim_spec; auto|]. intros. apply exchange_correct; auto.
+Qed.
+
+(** * Uneven types *)
+
+(** A position of a target box that lies in a source cell is a valid
+    position of that cell's block: the box lies within the array. *)
+Lemma cell_read_valid : forall m t t' c c' p, map gsize t = map gsize t' ->
+  in_boxb p (tbox m t' c) = true -> in_boxb p (cellbox (sdims m t) (blocks m t c')) = true ->
+  uvalid_pos m t c' (unshift (cellbox (sdims m t) (blocks m t c')) p).
+Proof.
+  intros m t t' c c' p Hg. revert t' Hg p.
+  induction t as [|D t IH]; intros [|D' t'] Hg [|x p] H1 H2; simpl in *; try discriminate;
+    try (constructor; fail).
+  injection Hg as Hg1 Hg2.
+  apply andb_true_iff in H1 as [H1 H1']. apply andb_true_iff in H2 as [H2 H2'].
+  constructor; [|eapply IH; eauto].
+  unfold insideb in H1, H2. simpl in H1, H2. rewrite !andb_true_iff, !Nat.leb_le, !Nat.ltb_lt in H1, H2.
+  unfold uvlen, uvalid, ugidx, ucsize in *. rewrite Hg1 in *.
+  assert (x < gsize D').
+  { destruct (Nat.le_gt_cases (block m D' c * csize (gsize D') (nprod m (axes D')))
+                              (Nat.min (gsize D') (S (block m D' c) * csize (gsize D') (nprod m (axes D'))))); lia. }
+  lia.
+Qed.
+
+(** **Data, uneven**: whatever the source buffers hold at padding
+    positions, if every valid position of every device holds its element of
+    [A], every device assembles at every valid position of its target block
+    the element of [A] there: the exchange reads valid positions only. *)
+Theorem uexchange_correct : forall m t t' pss, exchange m t t' = Some pss -> uvalid_problem m t t' ->
+  forall V (A : list nat -> V) (x : coords -> list nat -> V),
+  (forall r k, r < ndevices m -> uvalid_pos m t (coords_of_rank m r) k -> x (coords_of_rank m r) k = A (ugindex m t (coords_of_rank m r) k)) ->
+  forall j i, j < ndevices m -> uvalid_pos m t' (coords_of_rank m j) i ->
+  assemble (fun r => x (coords_of_rank m r)) (sdims m t) (tbox m t' (coords_of_rank m j)) (nth j pss []) i
+    = Some (A (ugindex m t' (coords_of_rank m j) i)).
+Proof.
+  intros m t t' pss H [Ht [Ht' Hg]] V A x Hx j i Hj Hi.
+  destruct (xplan_correct _ _ _ _ _ _ _ H) as [_ Hn]. destruct (Hn j Hj) as [ps [E [Hdata _]]].
+  rewrite (nth_error_nth _ _ [] E).
+  pose proof (Hdata V A (fun r k => A (ugindex m t (coords_of_rank m r) k))) as Hd.
+  rewrite <- Hd; [| intros i' Hi' k; rewrite nth_ranks by auto; reflexivity | exact Hi].
+  unfold assemble. destruct (find _ ps) as [q|] eqn:Ef; [|reflexivity].
+  apply find_some in Ef as [Hq Hp].
+  rewrite <- (nth_error_nth _ _ [] E) in Hq.
+  destruct (exchange_cell _ _ _ _ _ _ H Hj Hq) as [Hsl [Ec Hbox]].
+  destruct (Hbox _ Hp) as [HT HC]. rewrite Ec in *. f_equal. apply Hx; auto.
+  eapply cell_read_valid; eauto.
+Qed.
+
+Lemma uproblem_error_none : forall m src dst, uvalid_problem m src dst -> uproblem_error m src dst = None.
+Proof.
+  intros m src dst [Hs [Hd Hg]]. unfold uproblem_error.
+  assert (Hm : wf_meshb m = true) by (apply wf_meshb_spec, Hs).
+  apply wf_unevenb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. rewrite Hm, Hs, Hd, Hg. reflexivity.
+Qed.
+
+Lemma uproblem_error_spec : forall m src dst, uproblem_error m src dst = None -> uvalid_problem m src dst.
+Proof.
+  intros m src dst H. unfold uproblem_error in H.
+  destruct (wf_meshb m); [|discriminate]. destruct (wf_unevenb m src) eqn:Hs; [|discriminate].
+  destruct (wf_unevenb m dst) eqn:Hd; [|discriminate].
+  destruct (nat_list_eqb (map gsize src) (map gsize dst)) eqn:Hg; [|discriminate].
+  apply wf_unevenb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. split; auto.
+Qed.
+
+Lemma upeak_pair : forall m src dst, upeak_of m [src; dst] = ubound m src dst.
+Proof. intros. unfold upeak_of, ubound. simpl. lia. Qed.
+
+(** What the uneven checker accepts: a plan of collectives [ucheck]
+    accepts, or the one-step exchange of a valid uneven problem, with the
+    peak [ubound] (the least any plan reaches, [ucheck_peak_ge]). *)
+Theorem uecheck_spec : forall m src dst p r, uecheck m src dst p = Ok r ->
+  (exists cs, colls p = Some cs /\ ucheck m src dst cs = Ok r) \/
+  (p = [Exch dst] /\ uvalid_problem m src dst /\ exists pss, exchange m src dst = Some pss /\
+     r = mkureport [src; dst] (ubound m src dst) [exchange_recv m pss]).
+Proof.
+  intros m src dst p r H. unfold uecheck in H.
+  destruct p as [|[c|t'] [|s p]]; try (left; destruct (colls _) as [cs|] eqn:E; [exists cs; split; auto|discriminate]; fail).
+  right. destruct (uproblem_error m src dst) eqn:Ep; [discriminate|].
+  destruct (atype_eqb t' dst) eqn:Et; [|discriminate]. apply atype_eqb_spec in Et. subst t'.
+  apply uproblem_error_spec in Ep.
+  destruct (exchange m src dst) as [pss|] eqn:Ex; [|discriminate]. injection H as <-.
+  split; auto. split; auto. exists pss. split; auto. f_equal. apply upeak_pair.
+Qed.
+
+Theorem uecheck_exchange : forall m src dst pss, uvalid_problem m src dst -> exchange m src dst = Some pss ->
+  uecheck m src dst [Exch dst] = Ok (mkureport [src; dst] (ubound m src dst) [exchange_recv m pss]).
+Proof.
+  intros m src dst pss Hv Hx. unfold uecheck. rewrite uproblem_error_none by auto.
+  replace (atype_eqb dst dst) with true by (symmetry; apply atype_eqb_spec; auto).
+  rewrite Hx, upeak_pair. reflexivity.
+Qed.
+
+(** **End to end, uneven**: on every valid uneven problem the planner
+    answers, either with [Upipeline.uplan_problem]'s plan (so
+    [Upipelineproof.uplan_spec] holds of it), or with the exchange, taken
+    only where a free dimension lets it run in pieces and it receives
+    strictly less than that plan or that plan's peak exceeds [ubound]; then
+    the uneven checker accepts it with the peak [ubound] (the least any
+    plan reaches), every device receives exactly the valid elements of its
+    target block that it does not hold, and every valid position gets its
+    element of any global array, whatever the padding holds. *)
+Theorem ueplan_spec : forall m src dst, uvalid_problem m src dst ->
+  exists out, ueplan_problem m src dst = Ok out /\
+  match out with
+  | Collectives fs p r => uplan_problem m src dst = Ok (fs, p, r)
+  | Exchanged ch rx =>
+      exists fs p r pss, uplan_problem m src dst = Ok (fs, p, r) /\ exchange m src dst = Some pss /\
+      rx = exchange_recv m pss /\ (rx < Traffic.traffic (ureceived r) \/ ubound m src dst < upeak r) /\
+      uecheck m src dst [Exch dst] = Ok (mkureport [src; dst] (ubound m src dst) [rx]) /\
+      (exists D D', nth_error src ch = Some D /\ nth_error dst ch = Some D' /\
+         axes D = [] /\ axes D' = [] /\ 2 <= gsize D) /\
+      (forall j, j < ndevices m -> Crossmesh.traffic j (nth j pss [])
+         = vol (tbox m dst (coords_of_rank m j))
+           - held (sdims m src) (srcs m (ranks m) src) j (tbox m dst (coords_of_rank m j))) /\
+      (forall V (A : list nat -> V) (x : coords -> list nat -> V),
+         (forall r k, r < ndevices m -> uvalid_pos m src (coords_of_rank m r) k ->
+            x (coords_of_rank m r) k = A (ugindex m src (coords_of_rank m r) k)) ->
+         forall j i, j < ndevices m -> uvalid_pos m dst (coords_of_rank m j) i ->
+         assemble (fun r => x (coords_of_rank m r)) (sdims m src) (tbox m dst (coords_of_rank m j))
+           (nth j pss []) i = Some (A (ugindex m dst (coords_of_rank m j) i)))
+  end.
+Proof.
+  intros m src dst Hv. destruct (uplan_spec m src dst Hv) as [fs [p [r [Hpp _]]]].
+  unfold ueplan_problem. rewrite Hpp.
+  destruct (free_dim src dst) as [ch|] eqn:Ef; [|eexists; split; [reflexivity|reflexivity]].
+  destruct (exchange m src dst) as [pss|] eqn:Ex; [|eexists; split; [reflexivity|reflexivity]].
+  destruct ((exchange_recv m pss <? Traffic.traffic (ureceived r)) || (ubound m src dst <? upeak r)) eqn:Elt;
+    [|eexists; split; [reflexivity|reflexivity]].
+  eexists. split; [reflexivity|]. cbn beta iota.
+  exists fs, p, r, pss. split; auto. split; auto. split; auto. split.
+  { apply orb_true_iff in Elt as [E|E]; apply Nat.ltb_lt in E; auto. }
+  split; [apply uecheck_exchange; auto|].
+  split; [apply free_dim_spec; auto|]. split.
+  - intros j Hj. destruct (xplan_correct _ _ _ _ _ _ _ Ex) as [_ Hn].
+    destruct (Hn j Hj) as [ps [E [_ [_ [_ [_ Htr]]]]]].
+    rewrite (nth_error_nth _ _ [] E). rewrite nth_ranks in Htr by auto. exact Htr.
+  - intros. apply uexchange_correct; auto.
 Qed.

@@ -93,12 +93,12 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
     """
     from .collectives import AllPermute, Exchange
 
+    if any(isinstance(c, Exchange) for c in plan.collectives):
+        return _exchange_guarantees(plan)
     if plan.partial:
         return _partial_guarantees(plan)
     if plan.uneven:
         return _uneven_guarantees(plan)
-    if any(isinstance(c, Exchange) for c in plan.collectives):
-        return _exchange_guarantees(plan)
     out = [
         ("Checker.check_ok_iff", "each step is well typed, the plan ends at the target, "
                                  "and the peak and traffic shown are the checker's"),
@@ -134,20 +134,35 @@ def _exchange_guarantees(plan) -> list[tuple[str | None, str]]:
     ['Exchangeproof.echeck_spec', 'Exchangeproof.exchange_correct', 'Exchangeproof.exchange_lower_bound',
      'Exchangeproof.exchange_chunk', 'Exchangeproof.eplan_spec']
     """
-    out = [
-        ("Exchangeproof.echeck_spec", "the checker accepts the exchange to the target; the peak and traffic "
-                                      "shown are its report"),
-        ("Exchangeproof.exchange_correct", "every device assembles exactly its target block of any global "
-                                           "array, each element from a device holding it"),
-        ("Exchangeproof.exchange_lower_bound", f"traffic {plan.traffic} = the lower bound {plan.lower_bound}: "
-                                               f"every device receives exactly what it does not hold"),
-    ]
+    if plan.uneven:
+        out = [
+            ("Exchangeproof.uecheck_spec", "the uneven checker accepts the exchange to the target; the peak "
+                                           "(the larger padded buffer, which no plan goes below) and traffic "
+                                           "shown are its report"),
+            ("Exchangeproof.uexchange_correct", "every valid position of every device gets its element of any "
+                                                "global array, whatever the padding holds"),
+            ("Exchangeproof.ueplan_spec", f"traffic {plan.traffic}: every device receives exactly the valid "
+                                          f"elements of its block it does not hold"),
+        ]
+    else:
+        out = [
+            ("Exchangeproof.echeck_spec", "the checker accepts the exchange to the target; the peak and traffic "
+                                          "shown are its report"),
+            ("Exchangeproof.exchange_correct", "every device assembles exactly its target block of any global "
+                                               "array, each element from a device holding it"),
+            ("Exchangeproof.exchange_lower_bound", f"traffic {plan.traffic} = the lower bound {plan.lower_bound}: "
+                                                   f"every device receives exactly what it does not hold"),
+        ]
     dim = plan.collectives[0].dim
     if dim is not None:
         out.append(("Exchangeproof.exchange_chunk", f"along dimension {dim}, which neither type shards, piece p "
                                                     f"of the output reads only piece p of the input (chunked "
                                                     f"within max(in, out) + min(in, out)/k, Chunkproof.held_bound)"))
-    if plan.guaranteed:
+    if plan.guaranteed and plan.uneven:
+        out.append(("Exchangeproof.ueplan_spec", f"taken by the verified planner only because it receives "
+                                                 f"strictly less than the collective plan or that plan exceeds "
+                                                 f"the padded bound; peak {plan.peak} = the padded bound"))
+    elif plan.guaranteed:
         out.append(("Exchangeproof.eplan_spec", f"taken by the verified planner only because it receives "
                                                 f"strictly less than the collective plan; peak {plan.peak} = "
                                                 f"max(size(src), size(dst))"))

@@ -215,10 +215,11 @@ def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
 
 # --- the exchange (Exchange.v, Exchangeproof.v) ------------------------------
 
-def _exchange_problem(src: ArrayType, dst: ArrayType) -> None:
-    if src.partial or dst.partial or src.uneven or dst.uneven:
-        raise ShardingError("the exchange is planned and checked for even types without pending axes "
-                            f"(here {src} -> {dst})")
+def _exchange_problem(src: ArrayType, dst: ArrayType) -> bool:
+    """Whether the problem is uneven (``Exchange.uecheck``/``ueplan_problem``); partial ones are refused."""
+    if src.partial or dst.partial:
+        raise ShardingError(f"the exchange is planned and checked for types without pending axes (here {src} -> {dst})")
+    return src.uneven or dst.uneven
 
 
 def _echeck(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]) -> CheckOk:
@@ -237,8 +238,9 @@ def _echeck(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collectiv
         where = next(i for i, c in enumerate(plan, 1) if isinstance(c, Exchange))
         raise PlanError(f"step {where} ({plan[where - 1]}): an exchange is a plan's only step",
                         step=where, reason="exchange_not_alone")
-    _exchange_problem(src, dst)
-    out = _call(_core.echeck, mesh.encode() + src.encode() + dst.encode() + [1] + plan[0].encode(mesh))
+    uneven = _exchange_problem(src, dst) or plan[0].target.uneven
+    out = _call(_core.uecheck if uneven else _core.echeck,
+                mesh.encode() + src.encode() + dst.encode() + [1] + plan[0].encode(mesh))
     if out[0] == 1:
         _raise_rejection(mesh, out, plan)
     peak, s = out[1], out[2]
@@ -251,9 +253,10 @@ def _echeck(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collectiv
 
 def eplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     """Plan with exchanges allowed (``Exchange.eplan_problem``, theorem
-    ``Exchangeproof.eplan_spec``): ``Pipeline.plan_problem``'s plan, or the
-    one-step exchange when it receives strictly less and a free dimension
-    lets it run in pieces.
+    ``Exchangeproof.eplan_spec``; uneven types: ``ueplan_problem``,
+    ``ueplan_spec``): ``Pipeline.plan_problem``'s plan, or the one-step
+    exchange when a free dimension lets it run in pieces and it receives
+    strictly less (uneven: or the plan of collectives exceeds the padded bound).
 
     >>> from verishard import Mesh, ArrayType
     >>> m = Mesh.parse("x=2,y=2")
@@ -262,8 +265,8 @@ def eplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     ((Exchange(target=[4, 1{y,x}4, 2], dim=2),), (6,), 8)
     """
     _same_mesh(mesh, src, dst)
-    _exchange_problem(src, dst)
-    out = _call(_core.eplan, mesh.encode() + src.encode() + dst.encode())
+    uneven = _exchange_problem(src, dst)
+    out = _call(_core.ueplan if uneven else _core.eplan, mesh.encode() + src.encode() + dst.encode())
     if out[0] == 1:
         _raise_rejection(mesh, out, [])
     if out[0] == 2:

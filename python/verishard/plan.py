@@ -233,7 +233,8 @@ class Plan:
         for r in rows:
             lines.append("  " + "  ".join(
                 r[k].ljust(widths[k]) if k in (1, 2) else r[k].rjust(widths[k]) for k in range(5)))
-        note = (" (guaranteed by Exchangeproof.eplan_spec)" if self.guaranteed and self.exchange
+        note = ((" (padded buffers; guaranteed by Exchangeproof.ueplan_spec)" if self.uneven
+                 else " (guaranteed by Exchangeproof.eplan_spec)") if self.guaranteed and self.exchange
                 else _guarantee_note(self.guaranteed, self.partial, self.uneven, self.within_bound))
         lines.append(f"peak {self.peak} elements/device; bound max({self.src.size}, {self.dst.size}) = {self.bound}"
                      + note)
@@ -361,7 +362,7 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str, *, exchan
     there; ``Pipelineproof.plan_spec`` proves the result correct, within
     ``max(size(src), size(dst))`` and in normal form, for every valid problem.
 
-    With ``exchange=True`` (even types, nothing pending) the planner is
+    With ``exchange=True`` (nothing pending; uneven types too) the planner is
     ``Exchange.eplan_problem``: the same plan, unless one exchange step
     (an ``Alltoallv`` of exactly what each device needs, run by the
     simulator and MPI backends) receives strictly less and a free dimension

@@ -321,15 +321,22 @@ class ExchangeSchedule:
         sched = xplan(src, range(n), dst, range(n))
         if sched is None:  # plans holding an exchange come from echeck, which ran the same builder
             raise PlanError(f"the verified core refuses the exchange {src} -> {dst}")
-        s0, d0 = block_starts(src), block_starts(dst)
         out = []
         for j, ps in enumerate(sched):
+            d0 = dst.block_starts(j)
             out.append(tuple(
                 (q.src,
-                 tuple(slice(a - int(o), a - int(o) + l) for (a, l), o in zip(q.box, s0[q.src])),
-                 tuple(slice(a - int(o), a - int(o) + l) for (a, l), o in zip(q.box, d0[j])))
+                 # the sender's block starts at its cell (block numbers) times the padded block size
+                 tuple(slice(a - k * c, a - k * c + l) for (a, l), k, c in zip(q.box, q.cell, src.local_shape)),
+                 tuple(slice(a - o, a - o + l) for (a, l), o in zip(q.box, d0)))
                 for q in ps if all(l > 0 for _, l in q.box)))
         return ExchangeSchedule(src, dst, tuple(out), dst.local_shape)
+
+    @property
+    def padded(self) -> bool:
+        """Whether the output buffers have padding (uneven target): what the pieces
+        do not fill is padding, set to the backend's padding value."""
+        return self.dst.uneven
 
     def restrict(self, d: int, a: int, b: int) -> "ExchangeSchedule":
         """The schedule of positions ``[a, b)`` along dimension ``d``, which

@@ -467,7 +467,7 @@ class MPIBackend(Backend):
         """
         me, n = self.rank, len(schedule.pieces)
         it = x.dtype.itemsize
-        out = np.empty(schedule.out_shape, dtype=x.dtype)
+        out = (np.zeros if schedule.padded else np.empty)(schedule.out_shape, dtype=x.dtype)
         sends = schedule.sends[me]
         scount = [0] * n
         for j, a in sends:

@@ -48,7 +48,7 @@ from ..plan import Plan, Step
 from ..sharding import ArrayType
 from .backend import (NUMPY_REDUCE, AxisGroup, numpy_fit, Backend, Donated, RedistributionError, RuntimeCheckError, execute,
                       permute_sources, reduction_identity, validate_plan)
-from .layout import LayoutError, assemble, boxes, check_locals, distribute, represented, same_bytes
+from .layout import LayoutError, assemble, check_locals, distribute, represented, same_bytes
 
 
 class SimBackend(Backend):
@@ -171,7 +171,8 @@ class SimBackend(Backend):
         sent, recv = self._reset()
         out = []
         for j, ps in enumerate(schedule.pieces):
-            y = np.empty(schedule.out_shape, dtype=xs[j].dtype)
+            y = (np.full(schedule.out_shape, self.pad, dtype=xs[j].dtype) if schedule.padded
+                 else np.empty(schedule.out_shape, dtype=xs[j].dtype))
             for r, a, b in ps:
                 y[b] = xs[r][a]
                 if r != j:
@@ -379,10 +380,14 @@ def expected_received(t: ArrayType, c: Collective, mesh) -> np.ndarray:
     n = mesh.num_devices
     if isinstance(c, DynSlice):
         return np.zeros(n, dtype=np.int64)
-    if isinstance(c, Exchange):  # the target block less what the device holds (Traffic.need)
-        kept = [int(np.prod([max(0, min(u.stop, v.stop) - max(u.start, v.start)) for u, v in zip(a, b)]))
-                for a, b in zip(boxes(mesh, t), boxes(mesh, c.target))]
-        return np.array([c.target.size - k for k in kept], dtype=np.int64)
+    if isinstance(c, Exchange):  # the (valid) target block less what the device holds (Traffic.need)
+        out = []
+        for r in range(n):
+            a = [(s, s + v) for s, v in zip(t.block_starts(r), t.valid_shape(r))]
+            b = [(s, s + v) for s, v in zip(c.target.block_starts(r), c.target.valid_shape(r))]
+            kept = int(np.prod([max(0, min(u[1], w[1]) - max(u[0], w[0])) for u, w in zip(a, b)]))
+            out.append(int(np.prod(c.target.valid_shape(r))) - kept)
+        return np.array(out, dtype=np.int64)
     if isinstance(c, AllPermute):
         moved = permute_sources(t, c.target) != np.arange(n)
         return np.where(moved, t.size, 0).astype(np.int64)
