@@ -222,6 +222,12 @@ let umovement_fn a =
   let t' = read_type next in
   Array.of_list (umovement m t op t')
 
+(* [Utraffic.ulower_bound]: the transfer lower bound over uneven types. *)
+let ulower_bound_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_type next in let dst = read_type next in
+  [| ulower_bound m src dst |]
+
 let lower_bound_fn a =
   let next = reader a in
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
@@ -293,11 +299,15 @@ let echeck_fn a =
    | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]);
   finish buf
 
+(* The exchange's free dimension on the wire: [d + 1], or 0 for none. *)
+let opt_dim = function Some d -> d + 1 | None -> 0
+
 (* The one planning call with exchanges allowed, [Exchange.eplan_problem].
    Answer: as [plan_fn] when it keeps the plan of collectives; when it takes
-   the exchange, [2; ch; peak; received] ([ch]: the free dimension it runs
-   in pieces along; peak and received: [Exchange.echeck]'s report on the
-   one-step plan, which [Exchangeproof.eplan_spec] proves accepted). *)
+   the exchange, [2; ch; peak; received] ([ch]: [opt_dim] of the free
+   dimension it runs in pieces along; peak and received: [Exchange.echeck]'s
+   report on the one-step plan, which [Exchangeproof.eplan_spec] proves
+   accepted). *)
 let eplan_fn a =
   let next = reader a in
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
@@ -307,7 +317,7 @@ let eplan_fn a =
    | Ok (Collectives (fs, p, r)) -> put_planned buf put_coll put_type fs r.peak p r.types r.received
    | Ok (Exchanged (ch, _)) ->
        (match echeck m src dst [Exch dst] with
-        | Ok r -> List.iter (Buffer.add_int buf) (2 :: ch :: r.peak :: r.received)
+        | Ok r -> List.iter (Buffer.add_int buf) (2 :: opt_dim ch :: r.peak :: r.received)
         | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]));
   finish buf
 
@@ -333,7 +343,7 @@ let ueplan_fn a =
    | Ok (Collectives (fs, p, r)) -> put_planned buf put_coll put_type fs r.upeak p r.utypes r.ureceived
    | Ok (Exchanged (ch, _)) ->
        (match uecheck m src dst [Exch dst] with
-        | Ok r -> List.iter (Buffer.add_int buf) (2 :: ch :: r.upeak :: r.ureceived)
+        | Ok r -> List.iter (Buffer.add_int buf) (2 :: opt_dim ch :: r.upeak :: r.ureceived)
         | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]));
   finish buf
 
@@ -356,6 +366,7 @@ let () =
   Callback.register "vs_uplan" (guard uplan_fn);
   Callback.register "vs_umovement" (guard umovement_fn);
   Callback.register "vs_lower_bound" (guard lower_bound_fn);
+  Callback.register "vs_ulower_bound" (guard ulower_bound_fn);
   Callback.register "vs_xplan" (guard xplan_fn);
   Callback.register "vs_xrounds" (guard xrounds_fn);
   Callback.register "vs_synthesize" (guard synthesize_fn);

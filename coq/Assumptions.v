@@ -137,6 +137,12 @@ Print Assumptions chunk_decompose.
 Print Assumptions held_bound.
 Print Assumptions held_refined.
 
+From VS Require Import Utraffic Utrafficproof.
+Print Assumptions ufrom_others_le_urecv.
+Print Assumptions ucheck_traffic_need.
+Print Assumptions ucheck_traffic_lower_bound.
+Print Assumptions ulower_bound_even.
+
 From VS Require Import Exchange Exchangeproof.
 Print Assumptions exchange_correct.
 Print Assumptions exchange_lower_bound.
@@ -149,6 +155,9 @@ Print Assumptions uexchange_correct.
 Print Assumptions uecheck_spec.
 Print Assumptions uecheck_exchange.
 Print Assumptions ueplan_spec.
+Print Assumptions exchange_total.
+Print Assumptions ueplan_peak.
+Print Assumptions uexchange_lower_bound.
 
 From VS Require Import Ptrafficproof.
 Print Assumptions pcheck_traffic_need.

@@ -201,7 +201,7 @@ def valid_need(src: ArrayType, dst: ArrayType) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("mesh_text,shape", UNEVEN)
+@pytest.mark.parametrize("mesh_text,shape", UNEVEN + [("x=2,y=2,z=2", (3, 5))])
 def test_every_uneven_pair_with_the_exchange(mesh_text, shape):
     """Uneven types (Exchangeproof.ueplan_spec): the exchange is taken only
     with a free dimension and below the collective plan's traffic or peak;
@@ -221,19 +221,24 @@ def test_every_uneven_pair_with_the_exchange(mesh_text, shape):
     for a in types:
         for b in types:
             p, q = plan(mesh, a, b), plan(mesh, a, b, exchange=True)
+            assert q.peak == q.bound   # Exchangeproof.ueplan_peak: the padded bound, always
             if not q.exchange:
                 assert q.collectives == p.collectives
                 continue
             taken += 1
-            assert free_dims(a, b) and q.collectives[0].dim == free_dims(a, b)[0]
-            assert q.traffic < p.traffic or p.peak > p.bound
-            assert q.peak == q.bound and q.traffic == max(valid_need(a, b))
+            dim = q.collectives[0].dim
+            if dim is None:   # no free dimension: taken only because the collectives exceed the padded bound
+                assert not free_dims(a, b) and p.peak > p.bound
+            else:
+                assert dim == free_dims(a, b)[0] and (q.traffic < p.traffic or p.peak > p.bound)
+            assert q.peak == q.bound and q.traffic == max(valid_need(a, b)) == q.lower_bound
+            assert p.traffic >= p.lower_bound == q.lower_bound   # Utrafficproof.ucheck_traffic_lower_bound
             src = distribute_padded(A, mesh, a, pad=-1)
             ys = simulate_uneven(q, src, pad=-1)
             assert np.array_equal(assemble_padded(ys, mesh, b), A)
             backend = SimBackend(mesh.num_devices, pad=-1)
             it = src[0].itemsize
             zs, rep = execute_chunked(q, src, backend, ListOps(backend), chunks=2, itemsize=it)
-            assert rep.ks[0] > 1 and np.array_equal(assemble_padded(zs, mesh, b), A)
+            assert (rep.ks[0] > 1) == (dim is not None) and np.array_equal(assemble_padded(zs, mesh, b), A)
             assert (backend.last_received // it).tolist() == valid_need(a, b)
     assert taken > 0

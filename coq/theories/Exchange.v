@@ -90,7 +90,7 @@ Definition echeck (m : mesh) (src dst : atype) (p : list estep) : result (nat * 
     the worst device receives. *)
 Inductive planned (R : Type) :=
 | Collectives (fs : split) (p : plan) (r : R)
-| Exchanged (ch : nat) (rx : nat).
+| Exchanged (ch : option nat) (rx : nat).   (* [ch]: the free dimension it runs in pieces along, if any *)
 Arguments Collectives {R}.
 Arguments Exchanged {R}.
 
@@ -101,7 +101,7 @@ Definition eplan_problem (m : mesh) (src dst : atype) : result (nat * error) (pl
       match free_dim src dst, exchange m src dst with
       | Some ch, Some pss =>
           let rx := exchange_recv m pss in
-          if rx <? Traffic.traffic (received r) then Ok (Exchanged ch rx) else Ok (Collectives fs p r)
+          if rx <? Traffic.traffic (received r) then Ok (Exchanged (Some ch) rx) else Ok (Collectives fs p r)
       | _, _ => Ok (Collectives fs p r)
       end
   end.
@@ -113,8 +113,9 @@ Definition eplan_problem (m : mesh) (src dst : atype) : result (nat * error) (pl
     counterpart; the exchange's peak is [Uchecker.ubound], the larger
     padded buffer of the two ends, which no plan goes below
     ([Ucheckerproof.ucheck_peak_ge]). The planner also takes the exchange
-    where the plan of collectives exceeds that bound, so that with a free
-    dimension every uneven problem gets a plan within it. *)
+    where the plan of collectives exceeds that bound (in pieces when a
+    free dimension allows, whole otherwise), so that every uneven problem
+    gets a plan whose peak is that bound ([Exchangeproof.ueplan_peak]). *)
 Definition uecheck (m : mesh) (src dst : atype) (p : list estep) : result (nat * error) ureport :=
   match p with
   | [Exch t'] =>
@@ -139,11 +140,16 @@ Definition ueplan_problem (m : mesh) (src dst : atype) : result (nat * error) (p
   match uplan_problem m src dst with
   | Err e => Err e
   | Ok (fs, p, r) =>
-      match free_dim src dst, exchange m src dst with
-      | Some ch, Some pss =>
+      match exchange m src dst with
+      | None => Ok (Collectives fs p r)   (* never: [Exchangeproof.exchange_total] *)
+      | Some pss =>
           let rx := exchange_recv m pss in
-          if (rx <? Traffic.traffic (ureceived r)) || (ubound m src dst <? upeak r)
-          then Ok (Exchanged ch rx) else Ok (Collectives fs p r)
-      | _, _ => Ok (Collectives fs p r)
+          let above := ubound m src dst <? upeak r in
+          match free_dim src dst with
+          | Some ch =>
+              if (rx <? Traffic.traffic (ureceived r)) || above
+              then Ok (Exchanged (Some ch) rx) else Ok (Collectives fs p r)
+          | None => if above then Ok (Exchanged None rx) else Ok (Collectives fs p r)
+          end
       end
   end.

@@ -7,7 +7,7 @@
     exchange that receives strictly less. *)
 From Coq Require Import List Arith Lia Bool.
 From VS Require Import Prelude Mesh Types Rules Checker Semantics Traffic Trafficproof Validate Pipelineproof
-  Refine Pipeline Uneven Unevenproof Uchecker Ucheckerproof Upipeline Upipelineproof Crossmesh Crossmeshproof
+  Refine Pipeline Uneven Unevenproof Uchecker Ucheckerproof Upipeline Upipelineproof Utraffic Crossmesh Crossmeshproof
   Exchange.
 Import ListNotations.
 
@@ -266,8 +266,8 @@ Theorem eplan_spec : forall m src dst, valid_problem m src dst ->
   exists out, eplan_problem m src dst = Ok out /\
   match out with
   | Collectives fs p r => plan_problem m src dst = Ok (fs, p, r)
-  | Exchanged ch rx =>
-      exists fs p r pss, plan_problem m src dst = Ok (fs, p, r) /\ exchange m src dst = Some pss /\
+  | Exchanged och rx =>
+      exists ch fs p r pss, och = Some ch /\ plan_problem m src dst = Ok (fs, p, r) /\ exchange m src dst = Some pss /\
       rx = lower_bound m src dst /\ rx < Traffic.traffic (received r) /\
       echeck m src dst [Exch dst] = Ok (mkreport [src; dst] (bound m src dst) [rx]) /\
       (exists D D', nth_error src ch = Some D /\ nth_error dst ch = Some D' /\
@@ -285,7 +285,7 @@ Proof.
     [|eexists; split; [reflexivity|reflexivity]].
   eexists. split; [reflexivity|]. cbn beta iota.
   destruct (exchange_lower_bound _ _ _ _ Ex Hv) as [Hlb _].
-  exists fs, p, r, pss. apply Nat.ltb_lt in Elt.
+  exists ch, fs, p, r, pss. split; [reflexivity|]. apply Nat.ltb_lt in Elt.
   split; auto. split; auto. split; auto. split; [lia|]. split.
   - rewrite Hlb. apply echeck_exchange with pss; auto.
   - split; [apply free_dim_spec; auto|]. intros. apply exchange_correct; auto.
@@ -383,23 +383,28 @@ Qed.
 
 (** **End to end, uneven**: on every valid uneven problem the planner
     answers, either with [Upipeline.uplan_problem]'s plan (so
-    [Upipelineproof.uplan_spec] holds of it), or with the exchange, taken
-    only where a free dimension lets it run in pieces and it receives
-    strictly less than that plan or that plan's peak exceeds [ubound]; then
-    the uneven checker accepts it with the peak [ubound] (the least any
-    plan reaches), every device receives exactly the valid elements of its
-    target block that it does not hold, and every valid position gets its
-    element of any global array, whatever the padding holds. *)
+    [Upipelineproof.uplan_spec] holds of it), or with the exchange: along a
+    free dimension (run in pieces) when it receives strictly less than that
+    plan or that plan's peak exceeds [ubound]; without one, only when that
+    plan's peak exceeds [ubound]. Then the uneven checker accepts it with
+    the peak [ubound] (the least any plan reaches), every device receives
+    exactly the valid elements of its target block that it does not hold,
+    and every valid position gets its element of any global array, whatever
+    the padding holds. *)
 Theorem ueplan_spec : forall m src dst, uvalid_problem m src dst ->
   exists out, ueplan_problem m src dst = Ok out /\
   match out with
   | Collectives fs p r => uplan_problem m src dst = Ok (fs, p, r)
-  | Exchanged ch rx =>
+  | Exchanged och rx =>
       exists fs p r pss, uplan_problem m src dst = Ok (fs, p, r) /\ exchange m src dst = Some pss /\
-      rx = exchange_recv m pss /\ (rx < Traffic.traffic (ureceived r) \/ ubound m src dst < upeak r) /\
+      rx = exchange_recv m pss /\
       uecheck m src dst [Exch dst] = Ok (mkureport [src; dst] (ubound m src dst) [rx]) /\
-      (exists D D', nth_error src ch = Some D /\ nth_error dst ch = Some D' /\
-         axes D = [] /\ axes D' = [] /\ 2 <= gsize D) /\
+      match och with
+      | Some ch => (rx < Traffic.traffic (ureceived r) \/ ubound m src dst < upeak r) /\
+          exists D D', nth_error src ch = Some D /\ nth_error dst ch = Some D' /\
+            axes D = [] /\ axes D' = [] /\ 2 <= gsize D
+      | None => ubound m src dst < upeak r
+      end /\
       (forall j, j < ndevices m -> Crossmesh.traffic j (nth j pss [])
          = vol (tbox m dst (coords_of_rank m j))
            - held (sdims m src) (srcs m (ranks m) src) j (tbox m dst (coords_of_rank m j))) /\
@@ -413,17 +418,231 @@ Theorem ueplan_spec : forall m src dst, uvalid_problem m src dst ->
 Proof.
   intros m src dst Hv. destruct (uplan_spec m src dst Hv) as [fs [p [r [Hpp _]]]].
   unfold ueplan_problem. rewrite Hpp.
-  destruct (free_dim src dst) as [ch|] eqn:Ef; [|eexists; split; [reflexivity|reflexivity]].
   destruct (exchange m src dst) as [pss|] eqn:Ex; [|eexists; split; [reflexivity|reflexivity]].
-  destruct ((exchange_recv m pss <? Traffic.traffic (ureceived r)) || (ubound m src dst <? upeak r)) eqn:Elt;
-    [|eexists; split; [reflexivity|reflexivity]].
-  eexists. split; [reflexivity|]. cbn beta iota.
-  exists fs, p, r, pss. split; auto. split; auto. split; auto. split.
-  { apply orb_true_iff in Elt as [E|E]; apply Nat.ltb_lt in E; auto. }
-  split; [apply uecheck_exchange; auto|].
-  split; [apply free_dim_spec; auto|]. split.
-  - intros j Hj. destruct (xplan_correct _ _ _ _ _ _ _ Ex) as [_ Hn].
+  assert (Hrest : uecheck m src dst [Exch dst] = Ok (mkureport [src; dst] (ubound m src dst) [exchange_recv m pss]) /\
+      (forall j, j < ndevices m -> Crossmesh.traffic j (nth j pss [])
+         = vol (tbox m dst (coords_of_rank m j))
+           - held (sdims m src) (srcs m (ranks m) src) j (tbox m dst (coords_of_rank m j))) /\
+      (forall V (A : list nat -> V) (x : coords -> list nat -> V),
+         (forall r k, r < ndevices m -> uvalid_pos m src (coords_of_rank m r) k ->
+            x (coords_of_rank m r) k = A (ugindex m src (coords_of_rank m r) k)) ->
+         forall j i, j < ndevices m -> uvalid_pos m dst (coords_of_rank m j) i ->
+         assemble (fun r => x (coords_of_rank m r)) (sdims m src) (tbox m dst (coords_of_rank m j))
+           (nth j pss []) i = Some (A (ugindex m dst (coords_of_rank m j) i)))).
+  { split; [apply uecheck_exchange; auto|]. split.
+    - intros j Hj. destruct (xplan_correct _ _ _ _ _ _ _ Ex) as [_ Hn].
+      destruct (Hn j Hj) as [ps [E [_ [_ [_ [_ Htr]]]]]].
+      rewrite (nth_error_nth _ _ [] E). rewrite nth_ranks in Htr by auto. exact Htr.
+    - intros. apply uexchange_correct; auto. }
+  destruct Hrest as [Hc [Ht Hd]].
+  destruct (free_dim src dst) as [ch|] eqn:Ef.
+  - destruct ((exchange_recv m pss <? Traffic.traffic (ureceived r)) || (ubound m src dst <? upeak r)) eqn:Elt;
+      [|eexists; split; [reflexivity|reflexivity]].
+    eexists. split; [reflexivity|]. cbn beta iota.
+    exists fs, p, r, pss. split; auto. split; auto. split; auto. split; auto. split; [|split; auto].
+    split; [apply orb_true_iff in Elt as [E|E]; apply Nat.ltb_lt in E; auto|]. apply free_dim_spec; auto.
+  - destruct (ubound m src dst <? upeak r) eqn:Elt; [|eexists; split; [reflexivity|reflexivity]].
+    eexists. split; [reflexivity|]. cbn beta iota.
+    exists fs, p, r, pss. split; auto. split; auto. split; auto. split; auto. split; [|split; auto].
+    apply Nat.ltb_lt; auto.
+Qed.
+
+(** * The schedule builder answers every valid problem *)
+
+(** Every vector of block numbers is some device's. *)
+Lemma blocks_onto : forall m t ks, wf_uneven m t -> length ks = length t ->
+  (forall d, d < length t -> nth d ks 0 < nprod m (axes (nth d t (mkdim [] 1)))) ->
+  exists c, valid m c /\ blocks m t c = ks.
+Proof.
+  intros m t. induction t as [|D t IH]; intros [|k ks] [Hm [Hd Hnd]] Hl Hk; simpl in Hl; try discriminate.
+  - exists (fun _ => 0). split; [|reflexivity]. intros a Ha. apply Hm; auto.
+  - inversion Hd as [|? ? HD Ht]; subst. rewrite used_cons in Hnd.
+    destruct (IH ks) as [c' [Hc' Hb]].
+    + split; [auto|split; [auto|eapply nodup_app_r; eauto]].
+    + lia.
+    + intros d Hd'. apply (Hk (S d)). simpl. lia.
+    + exists (set_digits m (axes D) c' k). split; [apply set_digits_valid; auto|].
+      unfold blocks in *. simpl. f_equal.
+      * unfold block. apply set_digits_mr.
+        -- eapply nodup_app_l; eauto.
+        -- intros a Ha. apply Hm. apply HD; auto.
+        -- apply (Hk 0). simpl. lia.
+      * rewrite <- Hb. apply map_ext_in. intros D' HD'. unfold block. apply mr_ext.
+        intros a Ha. apply set_digits_other. intros Ha'.
+        apply (nodup_app_disj _ _ _ a Hnd Ha'). apply in_flat_map. exists D'. auto.
+Qed.
+
+Lemma cell_okb_blocks : forall m t c, wf_uneven m t -> valid m c -> cell_okb (sdims m t) (blocks m t c) = true.
+Proof.
+  intros m t c [Hm [Hd _]] Hc. induction Hd as [|D t HD Hd IH]; simpl; auto.
+  rewrite IH, andb_true_r. apply Nat.ltb_lt. apply block_lt; auto.
+Qed.
+
+Lemma box_okb_tbox : forall m t t' c, wf_uneven m t -> map gsize t = map gsize t' ->
+  box_okb (sdims m t) (tbox m t' c) = true.
+Proof.
+  intros m t t' c [Hm [Hd _]]. revert t'. induction Hd as [|D t HD Hd IH]; intros [|D' t'] Hg;
+    simpl in Hg; try discriminate; simpl; auto.
+  injection Hg as Hg1 Hg2. rewrite IH by auto. rewrite andb_true_r.
+  pose proof (nprod_pos_dim m D Hm HD) as Hn. destruct HD as [Hg0 _].
+  pose proof (csize_pos (gsize D) (nprod m (axes D)) Hg0 Hn) as Hc.
+  pose proof (csize_spec (gsize D) (nprod m (axes D)) Hn) as [Hs _].
+  apply andb_true_iff. split; [apply Nat.ltb_lt; exact Hc|].
+  apply orb_true_iff. unfold uvlen, uvalid, ugidx, ucsize. cbn [fst snd]. rewrite <- Hg1.
+  destruct (Nat.le_gt_cases (block m D' c * csize (gsize D) (nprod m (axes D')))
+                            (Nat.min (gsize D) (S (block m D' c) * csize (gsize D) (nprod m (axes D'))))).
+  - right. apply Nat.leb_le. lia.
+  - left. apply Nat.eqb_eq. lia.
+Qed.
+
+Lemma pick_all_total : forall SR self j cl,
+  (forall kb, In kb cl -> exists r, pick SR self j (fst kb) = Some r) -> exists ps, pick_all SR self j cl = Some ps.
+Proof.
+  intros SR self j cl. induction cl as [|kb cl IH]; intros H; simpl; [eauto|].
+  destruct (H kb (or_introl eq_refl)) as [r Hr]. rewrite Hr.
+  assert (Hcl : forall kb, In kb cl -> exists r, pick SR self j (fst kb) = Some r) by (intros; apply H; right; auto).
+  destruct (IH Hcl) as [ps Hps]. rewrite Hps. eauto.
+Qed.
+
+Lemma pick_total : forall SR self j ks r, In (r, ks) SR -> exists r', pick SR self j ks = Some r'.
+Proof.
+  intros SR self j ks r H. unfold pick.
+  assert (Hh : In r (holders SR ks)).
+  { unfold holders. apply in_map_iff. exists (r, ks). split; auto. apply filter_In. split; auto.
+    apply nat_list_eqb_spec. reflexivity. }
+  destruct (memb self (holders SR ks)); [eauto|].
+  destruct (nth_error (holders SR ks) (j mod length (holders SR ks))) eqn:E; [eauto|].
+  apply nth_error_None in E. destruct (holders SR ks) as [|h l]; [contradiction|].
+  pose proof (Nat.mod_upper_bound j (length (h :: l))). simpl in *. lia.
+Qed.
+
+Lemma incart_cells : forall sd T ks B, incart (cellsl sd T) ks B -> box_okb sd T = true ->
+  length ks = length sd /\ forall d, d < length sd -> nth d ks 0 < snd (nth d sd (0, 0)).
+Proof.
+  induction sd as [|[c n] sd IH]; intros T ks B H Hb.
+  - destruct T; [|discriminate]. simpl in H. destruct ks, B; try contradiction. simpl. split; [auto|intros; lia].
+  - destruct T as [|iv T]; [discriminate|]. simpl in H, Hb.
+    destruct ks as [|k ks]; [destruct B; contradiction|]. destruct B as [|iv' B]; [contradiction|].
+    destruct H as [H1 H2]. apply andb_true_iff in Hb as [_ Hb].
+    destruct (IH T ks B H2 Hb) as [Hl Hn]. apply in_cells1 in H1 as [Hk _].
+    split; [simpl; lia|]. intros [|d] Hd; simpl; auto. apply Hn. simpl in Hd. lia.
+Qed.
+
+Lemma sched_from_total : forall sd SR tgs j,
+  (forall tg, In tg tgs -> forall j, exists ps, sched1 sd SR j tg = Some ps) ->
+  exists pss, sched_from sd SR j tgs = Some pss.
+Proof.
+  intros sd SR tgs. induction tgs as [|tg tgs IH]; intros j H; simpl; [eauto|].
+  destruct (H tg (or_introl eq_refl) j) as [ps E]. rewrite E.
+  assert (Ht : forall tg', In tg' tgs -> forall j, exists ps, sched1 sd SR j tg' = Some ps) by (intros; apply H; right; auto).
+  destruct (IH (S j) Ht) as [pss E']. rewrite E'. eauto.
+Qed.
+
+(** **Totality**: the exchange schedule exists for every valid problem,
+    even or uneven. *)
+Theorem exchange_total : forall m t t', uvalid_problem m t t' -> exists pss, exchange m t t' = Some pss.
+Proof.
+  intros m t t' [Ht [Ht' Hg]]. pose proof Ht as [Hm _].
+  unfold exchange, xplan.
+  replace (wf_unevenb m t) with true by (symmetry; apply wf_unevenb_spec; auto).
+  replace (wf_unevenb m t') with true by (symmetry; apply wf_unevenb_spec; auto).
+  replace (length (ranks m) =? ndevices m) with true by (symmetry; apply Nat.eqb_eq; unfold ranks; apply seq_length).
+  replace (nodupb (ranks m)) with true by (symmetry; apply nodupb_spec, seq_NoDup).
+  replace (nat_list_eqb (map gsize t) (map gsize t')) with true by (symmetry; apply nat_list_eqb_spec; auto).
+  cbn [andb]. unfold xsched.
+  replace (nodupb (map fst (srcs m (ranks m) t))) with true.
+  2:{ symmetry. apply nodupb_spec. rewrite srcs_ranks, map_map. cbn [fst]. rewrite map_id. apply seq_NoDup. }
+  replace (forallb (fun s => cell_okb (sdims m t) (snd s)) (srcs m (ranks m) t)) with true.
+  2:{ symmetry. apply forallb_forall. intros s Hs. rewrite srcs_ranks in Hs. apply in_map_iff in Hs.
+      destruct Hs as [i [<- _]]. apply cell_okb_blocks; auto. apply coords_of_rank_valid; auto. }
+  cbn [andb].
+  assert (Hall : forall tg, In tg (tgts m (ranks m) t') -> forall j, exists ps, sched1 (sdims m t) (srcs m (ranks m) t) j tg = Some ps).
+  { intros [self T] Htg j. unfold tgts in Htg. apply in_map_iff in Htg. destruct Htg as [i [Ei _]].
+    injection Ei as _ ET. subst T. unfold sched1. cbn [snd fst]. rewrite box_okb_tbox by auto.
+    apply pick_all_total. intros kb Hkb. apply in_cart in Hkb.
+    destruct (incart_cells _ _ _ _ Hkb (box_okb_tbox m t t' _ Ht Hg)) as [Hl Hn].
+    unfold sdims in Hl, Hn. rewrite map_length in Hl.
+    destruct (blocks_onto m t (fst kb) Ht Hl) as [c [Hc Hb]].
+    { intros d Hd. specialize (Hn d).
+      set (f := fun D : dim => (ucsize m D, nprod m (axes D))) in Hn.
+      rewrite map_length in Hn.
+      rewrite (nth_indep (map f t) (0, 0) (f (mkdim [] 1))) in Hn by (rewrite map_length; auto).
+      rewrite map_nth in Hn. apply Hn; auto. }
+    apply (pick_total _ _ _ _ (rank m c)). rewrite srcs_ranks. apply in_map_iff. exists (rank m c). split.
+    - f_equal. rewrite <- Hb. unfold blocks. apply map_ext_in. intros D HD. unfold block. apply mr_ext.
+      intros a Ha. apply coords_of_rank_rank; auto.
+      destruct Ht as [_ [HtD _]]. rewrite Forall_forall in HtD. apply (HtD D HD). exact Ha.
+    - unfold ranks. apply in_seq. split; [lia|]. apply rank_lt; auto. }
+  apply sched_from_total. exact Hall.
+Qed.
+
+Lemma urefine_ubound : forall m fs src dst, splits m fs -> uvalid_problem m src dst ->
+  ubound (rmesh fs) (rtype fs src) (rtype fs dst) = ubound m src dst.
+Proof.
+  intros m fs src dst Hs [[Hm [Hd _]] [[_ [Hd' _]] _]].
+  assert (H : forall t, Forall (wf_uneven_dim m) t -> usize_padded (rmesh fs) (rtype fs t) = usize_padded m t).
+  { intros t Ht. unfold usize_padded, rtype. rewrite map_map. f_equal. apply map_ext_in. intros D HD.
+    rewrite Forall_forall in Ht. destruct (Ht D HD) as [_ HA].
+    unfold ucsize, rdim. simpl. rewrite (nprod_flat_grp m); auto. }
+  unfold ubound. rewrite !H; auto.
+Qed.
+
+(** **The padded bound, always**: with the exchange allowed, every valid
+    uneven problem gets a plan whose peak is exactly [ubound], the larger
+    padded buffer of the two ends, which no plan goes below
+    ([Ucheckerproof.ucheck_peak_ge]): the plan of collectives where it
+    stays within it, else the exchange ([exchange_total]: its schedule
+    always exists), whose peak the uneven checker reports as [ubound]. *)
+Theorem ueplan_peak : forall m src dst, uvalid_problem m src dst ->
+  exists out, ueplan_problem m src dst = Ok out /\
+  match out with
+  | Collectives fs p r => upeak r = ubound m src dst
+  | Exchanged _ rx => uecheck m src dst [Exch dst] = Ok (mkureport [src; dst] (ubound m src dst) [rx])
+  end.
+Proof.
+  intros m src dst Hv. destruct (uplan_spec m src dst Hv) as [fs [p [r [Hpp [Hs [_ [Hc _]]]]]]].
+  destruct (exchange_total m src dst Hv) as [pss Ex].
+  assert (Hge : ubound m src dst <= upeak r).
+  { rewrite <- (urefine_ubound m fs) by auto. apply (ucheck_peak_ge _ _ _ _ _ Hc). }
+  destruct (ueplan_spec m src dst Hv) as [out [Hout Hcase]]. exists out. split; auto.
+  destruct out as [fs' p' r'|och rx].
+  - rewrite Hpp in Hcase. injection Hcase as <- <- <-.
+    unfold ueplan_problem in Hout. rewrite Hpp, Ex in Hout.
+    destruct (ubound m src dst <? upeak r) eqn:E.
+    + destruct (free_dim src dst); [rewrite orb_true_r in Hout|]; discriminate.
+    + apply Nat.ltb_ge in E. lia.
+  - destruct Hcase as [fs' [p' [r' [pss' [_ [_ [_ [Hc' _]]]]]]]]. exact Hc'.
+Qed.
+
+(** What a device holds of its target block, valid parts only, is [Utraffic.ukept]. *)
+Lemma uowned_ukept : forall m t t' c, map gsize t = map gsize t' ->
+  vol (owned (sdims m t) (blocks m t c) (tbox m t' c)) = ukept m t t' c.
+Proof.
+  intros m t. induction t as [|D t IH]; intros [|D' t'] c Hg; simpl in Hg; try discriminate; [reflexivity|].
+  injection Hg as Hg1 Hg2. unfold ukept, vol, sdims, blocks, tbox in *. simpl. rewrite (IH t' c Hg2).
+  f_equal. unfold isect, overlap, ugidx, uvlen, uvalid, ucsize. cbn [fst snd]. rewrite <- Hg1.
+  set (g := gsize D). set (b := block m D c). set (cs := csize g (nprod m (axes D))).
+  set (b' := block m D' c). set (cs' := csize g (nprod m (axes D'))). lia.
+Qed.
+
+(** **The exchange reaches the uneven lower bound**: every device receives
+    exactly [Utraffic.uneed], the valid elements of its target block that it
+    does not hold validly, so the worst device receives
+    [Utraffic.ulower_bound], below which no plan the uneven checker accepts
+    goes ([Utrafficproof.ucheck_traffic_lower_bound]). *)
+Theorem uexchange_lower_bound : forall m t t' pss, exchange m t t' = Some pss -> uvalid_problem m t t' ->
+  exchange_recv m pss = ulower_bound m t t' /\
+  forall j, j < ndevices m -> Crossmesh.traffic j (nth j pss []) = uneed m t t' (coords_of_rank m j).
+Proof.
+  intros m t t' pss H [[Hm _] [_ Hg]].
+  assert (Hj : forall j, j < ndevices m -> Crossmesh.traffic j (nth j pss []) = uneed m t t' (coords_of_rank m j)).
+  { intros j Hj. destruct (xplan_correct _ _ _ _ _ _ _ H) as [_ Hn].
     destruct (Hn j Hj) as [ps [E [_ [_ [_ [_ Htr]]]]]].
-    rewrite (nth_error_nth _ _ [] E). rewrite nth_ranks in Htr by auto. exact Htr.
-  - intros. apply uexchange_correct; auto.
+    rewrite nth_ranks in Htr by auto. rewrite (nth_error_nth _ _ [] E), Htr.
+    unfold held. rewrite srcs_ranks. unfold ranks.
+    rewrite (find_ranked (fun i => blocks m t (coords_of_rank m i))) by lia. cbn [snd].
+    rewrite uowned_ukept by auto. unfold uneed, usize, vol, tbox. rewrite map_map. reflexivity. }
+  split; auto.
+  unfold exchange_recv, ulower_bound, ranks. f_equal. apply map_ext_in. intros j Hin.
+  apply in_seq in Hin. apply Hj. lia.
 Qed.

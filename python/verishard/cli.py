@@ -141,8 +141,9 @@ def _exchange_guarantees(plan) -> list[tuple[str | None, str]]:
                                            "shown are its report"),
             ("Exchangeproof.uexchange_correct", "every valid position of every device gets its element of any "
                                                 "global array, whatever the padding holds"),
-            ("Exchangeproof.ueplan_spec", f"traffic {plan.traffic}: every device receives exactly the valid "
-                                          f"elements of its block it does not hold"),
+            ("Exchangeproof.uexchange_lower_bound", f"traffic {plan.traffic} = the lower bound {plan.lower_bound}: "
+                                                    f"every device receives exactly the valid elements of its "
+                                                    f"block it does not hold"),
         ]
     else:
         out = [
@@ -160,8 +161,10 @@ def _exchange_guarantees(plan) -> list[tuple[str | None, str]]:
                                                     f"within max(in, out) + min(in, out)/k, Chunkproof.held_bound)"))
     if plan.guaranteed and plan.uneven:
         out.append(("Exchangeproof.ueplan_spec", f"taken by the verified planner only because it receives "
-                                                 f"strictly less than the collective plan or that plan exceeds "
-                                                 f"the padded bound; peak {plan.peak} = the padded bound"))
+                                                 f"strictly less than the collective plan (with a free dimension) "
+                                                 f"or that plan exceeds the padded bound"))
+        out.append(("Exchangeproof.ueplan_peak", f"peak {plan.peak} = the padded bound max(padded size(src), "
+                                                 f"padded size(dst)), which no plan goes below"))
     elif plan.guaranteed:
         out.append(("Exchangeproof.eplan_spec", f"taken by the verified planner only because it receives "
                                                 f"strictly less than the collective plan; peak {plan.peak} = "
@@ -212,7 +215,7 @@ def _uneven_guarantees(plan) -> list[tuple[str | None, str]]:
 
     >>> from verishard import plan
     >>> [name for name, _ in guarantees(plan("x=2", "[3{x}5]", "[5]"))]
-    ['Ucheckerproof.ucheck_ok', 'Ucheckerproof.usrc_sound', 'Ucheckerproof.ucheck_correct', 'Upipelineproof.uplan_spec', None, None]
+    ['Ucheckerproof.ucheck_ok', 'Ucheckerproof.usrc_sound', 'Ucheckerproof.ucheck_correct', 'Upipelineproof.uplan_spec', None, 'Utrafficproof.ucheck_traffic_lower_bound']
     """
     out = [
         ("Ucheckerproof.ucheck_ok", "each step is well typed on uneven types, the plan ends at the target, "
@@ -228,8 +231,9 @@ def _uneven_guarantees(plan) -> list[tuple[str | None, str]]:
     where = "within" if plan.within_bound else "ABOVE"
     out.append((None, f"memory: peak {plan.peak} is {where} max(padded size(src), padded size(dst)) = {plan.bound} "
                       f"(the checker's figure; no memory bound is proved for uneven types)"))
-    out.append((None, f"traffic {plan.traffic} (the checker's figure on padded buffers; "
-                      f"no lower bound is proved for uneven types)"))
+    out.append(("Utrafficproof.ucheck_traffic_lower_bound",
+                f"traffic {plan.traffic} (the checker's figure on padded buffers) >= {plan.lower_bound}, the valid "
+                f"elements the worst device lacks, which no accepted plan beats"))
     return out
 
 

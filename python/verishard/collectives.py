@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar
 
 from .errors import ParseError, PlanError, ShardingError, VerishardError, show
@@ -90,21 +91,16 @@ class Collective:
         (AllToAll(src_dim=0, dst_dim=1, axes=('y',)), 6)
         """
         # Only the verified core's answers are decoded (well-formed by
-        # construction), so the objects are built without re-validation.
+        # construction), so the objects are built without re-validation;
+        # steps named by axes are read off their extent in the encoding and
+        # built from it (_decoded_step, cached: plans repeat the same steps).
+        start = pos
         try:
             tag = ints[pos]
-            if tag in (0, 1):
-                d, m = ints[pos + 1], ints[pos + 2]
-                names = mesh.names(tuple(ints[pos + 3:pos + 3 + m]))
-                cls = AllGather if tag == 0 else DynSlice
-                c = raw(cls, dim=d, axes=names) if d <= MAX_INDEX else cls(d, names)
-                pos += 3 + m
+            if tag in (0, 1, 5):
+                pos += 3 + ints[pos + 2]
             elif tag == 2:
-                d, e, m = ints[pos + 1], ints[pos + 2], ints[pos + 3]
-                names = mesh.names(tuple(ints[pos + 4:pos + 4 + m]))
-                c = (raw(AllToAll, src_dim=d, dst_dim=e, axes=names) if max(d, e) <= MAX_INDEX
-                     else AllToAll(d, e, names))
-                pos += 4 + m
+                pos += 4 + ints[pos + 3]
             elif tag == 3:
                 t, pos = ArrayType.decode(mesh, ints, pos + 1)
                 return raw(AllPermute, target=t), pos
@@ -112,22 +108,14 @@ class Collective:
                 t, pos = ArrayType.decode(mesh, ints, pos + 1)
                 return raw(Exchange, target=t, dim=None), pos
             elif tag in (4, 6):
-                m = ints[pos + 1]
-                names = mesh.names(tuple(ints[pos + 2:pos + 2 + m]))
-                c = raw(AllReduce if tag == 4 else ToPartial, axes=names)
-                pos += 2 + m
-            elif tag == 5:
-                d, m = ints[pos + 1], ints[pos + 2]
-                names = mesh.names(tuple(ints[pos + 3:pos + 3 + m]))
-                c = raw(ReduceScatter, dim=d, axes=names) if d <= MAX_INDEX else ReduceScatter(d, names)
-                pos += 3 + m
+                pos += 2 + ints[pos + 1]
             else:
                 raise ParseError(f"unknown collective tag {tag!r} at position {pos}")
         except IndexError:
             pos = len(ints) + 1
         if pos > len(ints):
             raise ParseError(f"truncated collective encoding at position {pos}")
-        return c, pos
+        return _decoded_step(mesh, tuple(ints[start:pos])), pos
 
     @staticmethod
     def from_json(obj: object, mesh: Mesh) -> "Collective":
@@ -213,6 +201,22 @@ class Collective:
             raise ParseError(f"cannot parse collective {show(text)}")
         c.parts(mesh)
         return c
+
+
+@lru_cache(maxsize=16384)
+def _decoded_step(mesh: Mesh, code: tuple[int, ...]) -> Collective:
+    """The step named by axes of the core's encoding ``code`` (its extent read
+    by :meth:`Collective.decode`), not re-validated (a dimension past
+    ``MAX_INDEX`` goes through the constructor's check)."""
+    tag = code[0]
+    if tag in (0, 1, 5):
+        d, names = code[1], mesh.names(code[3:])
+        cls = AllGather if tag == 0 else DynSlice if tag == 1 else ReduceScatter
+        return raw(cls, dim=d, axes=names) if d <= MAX_INDEX else cls(d, names)
+    if tag == 2:
+        d, e, names = code[1], code[2], mesh.names(code[4:])
+        return raw(AllToAll, src_dim=d, dst_dim=e, axes=names) if max(d, e) <= MAX_INDEX else AllToAll(d, e, names)
+    return raw(AllReduce if tag == 4 else ToPartial, axes=mesh.names(code[2:]))
 
 
 def _split_axes(text: str) -> tuple[str, ...]:

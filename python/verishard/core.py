@@ -23,7 +23,7 @@ from . import _core
 from .collectives import AllReduce, Collective, Exchange, ReduceScatter, ToPartial
 from .errors import LimitError, PlanError, ShardingError
 from .mesh import Mesh
-from .sharding import ArrayType
+from .sharding import ArrayType, raw
 
 PARTIAL_COLLECTIVES = (AllReduce, ReduceScatter, ToPartial)
 
@@ -61,7 +61,7 @@ def _same_mesh(mesh: Mesh, *types: ArrayType) -> None:
     for t in types:
         if not isinstance(t, ArrayType):
             raise ShardingError(f"expected an ArrayType, not {type(t).__name__}")
-        if t.mesh != mesh:
+        if t.mesh is not mesh and t.mesh != mesh:
             raise ShardingError(f"type {t} is over mesh {t.mesh}, not {mesh}")
 
 
@@ -188,29 +188,32 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     out = _call(_core.pplan, mesh.encode() + src.pencode() + dst.pencode())
     if out[0] == 1:
         _raise_rejection(mesh, out, [])
-    return _planned(mesh, out, lambda m, o, pos: ArrayType.pdecode(m, o, pos, op))
+    return _planned(mesh, out, ArrayType.pdecode if op == "sum" else
+                    lambda m, o, pos: ArrayType.pdecode(m, o, pos, op))
 
 
 def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
     """The report of a planning call (``put_planned`` in bindings/glue.ml): the split of the
     mesh's parts, the peak, the plan over the split mesh, its types (read by
     ``decode_type(mesh, out, pos) -> (type, pos)``) and per-step received."""
-    k, pos, split = out[1], 2, []
-    for _ in range(k):
-        n = out[pos]
-        split.append(tuple(out[pos + 1:pos + 1 + n]))
-        pos += 1 + n
+    pos, split = 2, []
+    for _ in range(out[1]):
+        end = pos + 1 + out[pos]
+        split.append(tuple(out[pos + 1:end]))
+        pos = end
     coarse = _refinement(mesh, tuple(split))
     peak, s = out[pos], out[pos + 1]
     pos += 2
-    plan_, types = [], []
+    plan_, types, decode = [], [], Collective.decode
     for _ in range(s):
-        c, pos = Collective.decode(coarse, out, pos)
+        c, pos = decode(coarse, out, pos)
         plan_.append(c)
     for _ in range(s + 1):
         t, pos = decode_type(coarse, out, pos)
         types.append(t)
-    return PlanReport(coarse, tuple(plan_), tuple(types), tuple(out[pos:pos + s]), peak)
+    # the core's report, well formed by construction: built without the dataclass __init__
+    return raw(PlanReport, mesh=coarse, collectives=tuple(plan_), types=tuple(types),
+               received=tuple(out[pos:pos + s]), peak=peak)
 
 
 # --- the exchange (Exchange.v, Exchangeproof.v) ------------------------------
@@ -269,8 +272,9 @@ def eplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     out = _call(_core.ueplan if uneven else _core.eplan, mesh.encode() + src.encode() + dst.encode())
     if out[0] == 1:
         _raise_rejection(mesh, out, [])
-    if out[0] == 2:
-        return PlanReport(mesh, (Exchange(dst, out[1]),), (src, dst), tuple(out[3:]), out[2])
+    if out[0] == 2:   # [2, free dimension + 1 (0: none), peak, received]
+        dim = out[1] - 1 if out[1] else None
+        return PlanReport(mesh, (Exchange(dst, dim),), (src, dst), tuple(out[3:]), out[2])
     return _planned(mesh, out, ArrayType.decode)
 
 
@@ -367,6 +371,20 @@ def lower_bound(src: ArrayType, dst: ArrayType) -> int:
     """
     _same_mesh(src.mesh, dst)
     return _call(_core.lower_bound, src.mesh.encode() + src.encode() + dst.encode())[0]
+
+
+def ulower_bound(src: ArrayType, dst: ArrayType) -> int:
+    """``Utraffic.ulower_bound``: over uneven types, the most valid elements any
+    device needs that it does not hold validly; no plan the uneven checker
+    accepts receives less (``Utrafficproof.ucheck_traffic_lower_bound``), and
+    it is ``lower_bound`` on even types (``ulower_bound_even``).
+
+    >>> from verishard import Mesh, ArrayType
+    >>> m = Mesh.parse("x=2,y=2")
+    >>> ulower_bound(ArrayType.parse("[3{x}5, 3]", m), ArrayType.parse("[5, 2{y}3]", m))
+    6
+    """
+    return _call(_core.ulower_bound, src.mesh.encode() + src.encode() + dst.encode())[0]
 
 
 def synthesize(mesh: Mesh, src: ArrayType, dst: ArrayType) -> tuple[bool, list[Collective]]:

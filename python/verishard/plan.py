@@ -25,7 +25,7 @@ from . import core
 from .collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice, Exchange
 from .errors import ParseError, PlanError, ShardingError
 from .mesh import Mesh
-from .sharding import ArrayType
+from .sharding import ArrayType, raw
 
 # The Plans this process made from a verified report (the pipeline's or the
 # checker's), by identity: the runtime trusts these and re-checks any other
@@ -193,8 +193,9 @@ class Plan:
         the most any device must receive; no accepted plan's traffic is lower
         (``Trafficproof.accepted_traffic_lower_bound``). For a partial problem
         the bound of its array types (``Ptrafficproof.pcheck_traffic_lower_bound``:
-        positions only, the reduction's own traffic is not counted). None for
-        uneven types: no lower bound is proved for those.
+        positions only, the reduction's own traffic is not counted); for uneven
+        types the valid elements a device lacks (``Utraffic.ulower_bound``,
+        ``Utrafficproof.ucheck_traffic_lower_bound``).
 
         >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").lower_bound
         2
@@ -202,7 +203,7 @@ class Plan:
         (0, 2)
         """
         if self.uneven:
-            return None
+            return core.ulower_bound(self.src, self.dst)
         return core.lower_bound(self.src.plain, self.dst.plain)
 
     @property
@@ -238,8 +239,9 @@ class Plan:
                 else _guarantee_note(self.guaranteed, self.partial, self.uneven, self.within_bound))
         lines.append(f"peak {self.peak} elements/device; bound max({self.src.size}, {self.dst.size}) = {self.bound}"
                      + note)
-        if self.lower_bound is None and self.uneven:
-            lines.append(f"traffic {self.traffic} elements/device (padded buffers); no lower bound proved for uneven types")
+        if self.uneven:
+            lines.append(f"traffic {self.traffic} elements/device (padded buffers); lower bound {self.lower_bound}"
+                         f" valid elements")
         elif self.partial:
             lines.append(f"traffic {self.traffic} elements/device; lower bound {self.lower_bound} "
                          f"(positions only; reductions move more)")
@@ -312,7 +314,7 @@ def _as_type(t: ArrayType | str, mesh: Mesh, what: str) -> ArrayType:
         return ArrayType.parse(t, mesh)
     if not isinstance(t, ArrayType):
         raise ShardingError(f"{what} must be an ArrayType or its notation, not {type(t).__name__}")
-    if t.mesh != mesh:
+    if t.mesh is not mesh and t.mesh != mesh:
         raise ShardingError(f"{what} {t} is over mesh {t.mesh}, not {mesh}")
     return t
 
@@ -394,8 +396,11 @@ def _eplanned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
 @lru_cache(maxsize=4096)  # plans are immutable; a hit skips the core call and the decoding
 def _planned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
     r = core.plan(mesh, src, dst)
-    steps = tuple(Step(c, t, n) for c, t, n in zip(r.collectives, r.types[1:], r.received))
-    return _made(Plan(r.mesh, r.types[0], r.types[-1], steps, r.peak, True))
+    # from the verified report (well formed by construction): without the dataclass __init__
+    steps = tuple([raw(Step, collective=c, type=t, received=n)
+                   for c, t, n in zip(r.collectives, r.types[1:], r.received)])
+    return _made(raw(Plan, mesh=r.mesh, src=r.types[0], dst=r.types[-1], steps=steps, peak=r.peak,
+                     guaranteed=True))
 
 
 def express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine: Mesh,

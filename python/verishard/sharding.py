@@ -357,7 +357,7 @@ class ArrayType:
         >>> ArrayType.parse("[3{x}6, 4]", "x=2").global_shape
         (6, 4)
         """
-        return tuple(d.global_size for d in self.dims)
+        return tuple([d.global_size for d in self.dims])
 
     def _group(self, d: DimType) -> int:
         n = 1
@@ -384,7 +384,18 @@ class ArrayType:
         >>> ArrayType.parse("[3{x}6]", "x=2").uneven, ArrayType.parse("[3{x}5]", "x=2").uneven
         (False, True)
         """
-        return any(d.global_size % self._group(d) for d in self.dims)
+        u = self.__dict__.get("_uneven")  # immutable: computed once (planning asks every call)
+        if u is None:
+            sizes, u = self.mesh.part_sizes, False
+            for d in self.dims:
+                n = 1
+                for p in d.parts:
+                    n *= sizes[p]
+                if d.global_size % n:
+                    u = True
+                    break
+            object.__setattr__(self, "_uneven", u)
+        return u
 
     def blocks(self, rank: int) -> tuple[int, ...]:
         """The block number device ``rank`` holds in every dimension (mixed
@@ -492,10 +503,14 @@ class ArrayType:
         >>> ArrayType.parse("[3{x}6, 4]", "x=2").encode()
         [2, 6, 1, 0, 4, 0]
         """
-        out = [len(self.dims)]
-        for d in self.dims:
-            out += [d.global_size, len(d.parts), *d.parts]
-        return out
+        code = self.__dict__.get("_code")  # immutable: encoded once, a fresh list each call
+        if code is None:
+            out = [len(self.dims)]
+            for d in self.dims:
+                out += [d.global_size, len(d.parts), *d.parts]
+            code = tuple(out)
+            object.__setattr__(self, "_code", code)
+        return list(code)
 
     def pencode(self) -> list[int]:
         """The core's encoding of a partial type: ``[len, pending..., type...]``.
@@ -503,7 +518,7 @@ class ArrayType:
         >>> ArrayType.parse("[4] partial{x}", "x=2").pencode()
         [1, 0, 1, 4, 0]
         """
-        return [len(self.partial), *self.partial] + self.encode()
+        return [len(self.partial), *self.partial, *self.encode()]
 
     @classmethod
     def pdecode(cls, mesh: Mesh, ints: Sequence[int], pos: int = 0, reduce: str = "sum") -> tuple["ArrayType", int]:
@@ -516,14 +531,14 @@ class ArrayType:
         """
         try:
             k = ints[pos]
-            partial = tuple(sorted(ints[pos + 1:pos + 1 + k]))
         except IndexError:
             raise ParseError(f"truncated type encoding at position {pos}") from None
+        if k == 0:  # nothing pending (the common case)
+            return cls.decode(mesh, ints, pos + 1)
+        partial = tuple(sorted(ints[pos + 1:pos + 1 + k]))
         if pos + 1 + k > len(ints):
             raise ParseError(f"truncated type encoding at position {pos}")
         t, end = cls.decode(mesh, ints, pos + 1 + k)
-        if not partial:
-            return t, end
         return raw(ArrayType, mesh=mesh, dims=t.dims, partial=partial, reduce=reduce), end
 
     @classmethod
@@ -537,20 +552,19 @@ class ArrayType:
         # Only the verified core's answers are decoded, and every type it
         # reports is well formed (Checker.check_ok_iff, Rules.step_wf), so the
         # objects are built without re-running the validation above.
+        # Read the extent first, then build from the encoding itself (cached:
+        # the same types come back again and again).
         n, start = len(ints), pos
         try:
             r = ints[pos]
             pos += 1
-            dims = []
             for _ in range(r):
-                end = pos + 2 + ints[pos + 1]
-                dims.append(_raw_dim(ints[pos], tuple(ints[pos + 2:end])))
-                pos = end
+                pos += 2 + ints[pos + 1]
         except IndexError:
             pos = n + 1
         if pos > n:
             raise ParseError(f"truncated type encoding at position {start}")
-        return _raw_type(mesh, tuple(dims)), pos
+        return _decoded_type(mesh, tuple(ints[start:pos])), pos
 
     def __hash__(self) -> int:
         # immutable, and a key of the planning caches: hash once
@@ -561,8 +575,9 @@ class ArrayType:
         return h
 
     def __getstate__(self) -> dict:
-        # the cached hash depends on the process's string-hash seed: never ship it
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        # the cached hash depends on the process's string-hash seed: never ship
+        # it (nor the other values cached under private names, recomputed on demand)
+        return {k: v for k, v in self.__dict__.items() if k not in _CACHED}
 
     def __str__(self) -> str:
         return _render(self.mesh, self.dims, self.partial, self.reduce)
@@ -576,8 +591,7 @@ def raw(cls, **fields):
     re-validated: for decoding the verified core's answers, which are well
     formed by construction."""
     obj = object.__new__(cls)
-    for k, v in fields.items():
-        object.__setattr__(obj, k, v)
+    obj.__dict__.update(fields)
     return obj
 
 
@@ -589,6 +603,24 @@ def _raw_dim(global_size: int, parts: tuple[int, ...]) -> DimType:
 @lru_cache(maxsize=16384)
 def _raw_type(mesh: Mesh, dims: tuple[DimType, ...]) -> ArrayType:
     return raw(ArrayType, mesh=mesh, dims=dims)
+
+
+@lru_cache(maxsize=16384)
+def _decoded_type(mesh: Mesh, code: tuple[int, ...]) -> ArrayType:
+    """The type of the core's encoding ``code`` (``[r, g, m, parts..., ...]``, its
+    extent already read by :meth:`ArrayType.decode`), not re-validated."""
+    pos, dims = 1, []
+    for _ in range(code[0]):
+        end = pos + 2 + code[pos + 1]
+        dims.append(_raw_dim(code[pos], code[pos + 2:end]))
+        pos = end
+    t = object.__new__(ArrayType)  # as raw(ArrayType, mesh=mesh, dims=...): partial and reduce the defaults
+    t.__dict__.update(mesh=mesh, dims=tuple(dims))
+    return t
+
+
+# Values an ArrayType caches in its __dict__ (see __hash__, uneven, encode)
+_CACHED = frozenset(("_hash", "_uneven", "_code"))
 
 
 _TOKEN = re.compile(r"\s*(?:(-?[0-9]+)|([A-Za-z_][A-Za-z0-9_]*(?:\.[0-9]+)?)|([\[\]{},()]))")
