@@ -85,6 +85,7 @@ demo: deps all
 bench: deps all
 	$(PY) bench/planner.py
 	$(PY) bench/traffic.py
+	$(PY) bench/exchange.py
 	$(PY) bench/optimality.py
 	$(PY) bench/jax_reshard.py
 	$(PY) bench/jax_timing.py

@@ -288,64 +288,48 @@ let read_estep next =
   | tag -> let first = ref true in
       Coll (read_coll (fun () -> if !first then (first := false; tag) else next ()))
 
-(* [Exchange.echeck]: as [check_fn], over plans that may hold an exchange. *)
-let echeck_fn a =
+(* A checker's report fields, plain ([Checker.report]) or uneven ([Uchecker.ureport]). *)
+let report_fields = ((fun (r : report) -> r.peak), (fun (r : report) -> r.types), (fun (r : report) -> r.received))
+let ureport_fields = ((fun (r : ureport) -> r.upeak), (fun (r : ureport) -> r.utypes), (fun (r : ureport) -> r.ureceived))
+
+(* [Exchange.echeck] / [uecheck]: as [check_fn], over plans that may hold an exchange. *)
+let echeck_with checker (peak, types, received) a =
   let next = reader a in
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
   let p = list_of (fun () -> read_estep next) (next ()) in
   let buf = Buffer.create () in
-  (match echeck m src dst p with
-   | Ok r -> put_report buf put_type r.peak (List.length p) r.types r.received
+  (match checker m src dst p with
+   | Ok r -> put_report buf put_type (peak r) (List.length p) (types r) (received r)
    | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]);
   finish buf
 
 (* The exchange's free dimension on the wire: [d + 1], or 0 for none. *)
 let opt_dim = function Some d -> d + 1 | None -> 0
 
-(* The one planning call with exchanges allowed, [Exchange.eplan_problem].
-   Answer: as [plan_fn] when it keeps the plan of collectives; when it takes
-   the exchange, [2; ch; peak; received] ([ch]: [opt_dim] of the free
-   dimension it runs in pieces along; peak and received: [Exchange.echeck]'s
-   report on the one-step plan, which [Exchangeproof.eplan_spec] proves
-   accepted). *)
-let eplan_fn a =
+(* The one planning call with exchanges allowed, [Exchange.eplan_problem]
+   (uneven types: [ueplan_problem]). Answer: as [plan_fn] when it keeps the
+   plan of collectives; when it takes the exchange, [2; ch; peak; received]
+   ([ch]: [opt_dim] of the free dimension it runs in pieces along; peak and
+   received: the exchange checker's report on the one-step plan, which
+   [Exchangeproof.eplan_spec] / [ueplan_spec] prove accepted). *)
+let eplan_with planner checker (peak, types, received) a =
   let next = reader a in
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
   let buf = Buffer.create () in
-  (match eplan_problem m src dst with
-   | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
-   | Ok (Collectives (fs, p, r)) -> put_planned buf put_coll put_type fs r.peak p r.types r.received
+  let error (i, e) = let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x] in
+  (match planner m src dst with
+   | Err x -> error x
+   | Ok (Collectives (fs, p, r)) -> put_planned buf put_coll put_type fs (peak r) p (types r) (received r)
    | Ok (Exchanged (ch, _)) ->
-       (match echeck m src dst [Exch dst] with
-        | Ok r -> List.iter (Buffer.add_int buf) (2 :: opt_dim ch :: r.peak :: r.received)
-        | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]));
+       (match checker m src dst [Exch dst] with
+        | Ok r -> List.iter (Buffer.add_int buf) (2 :: opt_dim ch :: peak r :: received r)
+        | Err x -> error x));
   finish buf
 
-(* [Exchange.uecheck]: as [ucheck_fn], over plans that may hold an exchange. *)
-let uecheck_fn a =
-  let next = reader a in
-  let m = read_mesh next in let src = read_type next in let dst = read_type next in
-  let p = list_of (fun () -> read_estep next) (next ()) in
-  let buf = Buffer.create () in
-  (match uecheck m src dst p with
-   | Ok r -> put_report buf put_type r.upeak (List.length p) r.utypes r.ureceived
-   | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]);
-  finish buf
-
-(* [Exchange.ueplan_problem]: as [eplan_fn], over uneven types ([uplan_fn]'s
-   answer, or [2; ch; peak; received] from [Exchange.uecheck]'s report). *)
-let ueplan_fn a =
-  let next = reader a in
-  let m = read_mesh next in let src = read_type next in let dst = read_type next in
-  let buf = Buffer.create () in
-  (match ueplan_problem m src dst with
-   | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
-   | Ok (Collectives (fs, p, r)) -> put_planned buf put_coll put_type fs r.upeak p r.utypes r.ureceived
-   | Ok (Exchanged (ch, _)) ->
-       (match uecheck m src dst [Exch dst] with
-        | Ok r -> List.iter (Buffer.add_int buf) (2 :: opt_dim ch :: r.upeak :: r.ureceived)
-        | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]));
-  finish buf
+let echeck_fn = echeck_with echeck report_fields
+let uecheck_fn = echeck_with uecheck ureport_fields
+let eplan_fn = eplan_with eplan_problem echeck report_fields
+let ueplan_fn = eplan_with ueplan_problem uecheck ureport_fields
 
 (* Exceptions become a message for the C side, never a crash. *)
 let guard f a = try f a with

@@ -124,12 +124,20 @@ def check(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]
     for c in plan:
         ints += c.encode(mesh)
     out = _call(_core.check if plain else _core.pcheck, ints)
+    decode = ArrayType.decode if plain else (lambda m, o, pos: ArrayType.pdecode(m, o, pos, op))
+    return _checked(mesh, out, plan, decode)
+
+
+def _checked(mesh: Mesh, out: list[int], plan: Sequence[Collective], decode=ArrayType.decode) -> CheckOk:
+    """A checker's answer (``put_report`` in bindings/glue.ml): ``[0, peak, s,
+    s + 1 types, s received counts]``, types read by ``decode(mesh, out, pos)``;
+    or the rejection ``[1, step, reason, detail]``, raised."""
     if out[0] == 1:
         _raise_rejection(mesh, out, plan)
     peak, s = out[1], out[2]
     pos, types = 3, []
     for _ in range(s + 1):
-        t, pos = ArrayType.decode(mesh, out, pos) if plain else ArrayType.pdecode(mesh, out, pos, op)
+        t, pos = decode(mesh, out, pos)
         types.append(t)
     return CheckOk(peak, tuple(types), tuple(out[pos:pos + s]))
 
@@ -244,14 +252,7 @@ def _echeck(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collectiv
     uneven = _exchange_problem(src, dst) or plan[0].target.uneven
     out = _call(_core.uecheck if uneven else _core.echeck,
                 mesh.encode() + src.encode() + dst.encode() + [1] + plan[0].encode(mesh))
-    if out[0] == 1:
-        _raise_rejection(mesh, out, plan)
-    peak, s = out[1], out[2]
-    pos, types = 3, []
-    for _ in range(s + 1):
-        t, pos = ArrayType.decode(mesh, out, pos)
-        types.append(t)
-    return CheckOk(peak, tuple(types), tuple(out[pos:pos + s]))
+    return _checked(mesh, out, plan)
 
 
 def eplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
@@ -300,15 +301,7 @@ def _ucheck(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collectiv
     ints = mesh.encode() + src.encode() + dst.encode() + [len(plan)]
     for c in plan:
         ints += c.encode(mesh)
-    out = _call(_core.ucheck, ints)
-    if out[0] == 1:
-        _raise_rejection(mesh, out, plan)
-    peak, s = out[1], out[2]
-    pos, types = 3, []
-    for _ in range(s + 1):
-        t, pos = ArrayType.decode(mesh, out, pos)
-        types.append(t)
-    return CheckOk(peak, tuple(types), tuple(out[pos:pos + s]))
+    return _checked(mesh, _call(_core.ucheck, ints), plan)
 
 
 def _uplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:

@@ -85,13 +85,14 @@ dimension) with one more, local, method:
 The exchange (a plan's only step, planned with ``plan(..., exchange=True)``)
 adds one method:
 
-``exchange(x, schedule) -> y``
+``exchange(x, schedule, out=None) -> y``
     ``schedule`` is an :class:`ExchangeSchedule` built from the verified
     schedule (``Exchange.exchange``, ``Exchangeproof.exchange_correct``):
     for every rank the pieces it receives, each a sender rank, the slices of
     the sender's local array and the slices of its own output they fill.
-    MPI: one ``Alltoallv``; the simulator copies. JAX and torch do not run
-    it (their plans never hold one).
+    ``out``, when given, is the output buffer to fill (a slab of a larger
+    one). MPI: one ``Alltoallw`` of subarray datatypes; the simulator
+    copies. JAX and torch do not run it (their plans never hold one).
 
 The executor (:func:`run_step`) then runs each step as the even collective
 between a ``fit`` before and after, exactly as ``Uneven.usource`` moves data:
@@ -282,7 +283,7 @@ class Backend:
     def fit(self, x: Any, dim: int, n: int) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not implement fit (uneven types)")
 
-    def exchange(self, x: Any, schedule: "ExchangeSchedule") -> Any:
+    def exchange(self, x: Any, schedule: "ExchangeSchedule", out: Any = None) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not run exchange steps; "
                                   "plan without exchange=True")
 

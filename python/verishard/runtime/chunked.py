@@ -512,33 +512,44 @@ def _run_exchange(i: int, d: int | None, sched, x, backend: Backend, ops, in_b: 
     """An exchange in ``k`` pieces along its free dimension ``d``: piece ``p``
     is the exchange of slab ``[a, b)`` of the input into slab ``[a, b)`` of
     the output (``ExchangeSchedule.restrict``; ``Exchangeproof.exchange_chunk``),
-    and the input slab is released once sent (whole pages of its runs; the
-    accounting models it, ``Chunkproof.held_bound``)."""
+    and the input slab is released once sent where a slab is whole pages
+    (its runs, ``G`` of them, span at least two pages each: ``d = 0``, or
+    large inner extents); then the accounting is ``Chunk.held``'s
+    (``Chunkproof.held_bound``), else the input is held whole."""
     shape = ops.shape(x)
     R = shape[d] if d is not None and shape else 1
+    G = int(np.prod(shape[:d], dtype=np.int64)) if d is not None else 1
+    run = in_b // max(1, G * R)              # bytes of one index along d in one run
+    releasable = owned and run * max(1, R // 4) >= 2 * _PAGE
     k = 1 if R < 2 else choose_k(in_b, out_b, R, 1, budget, chunks)
     if k <= 1:
         y = backend.exchange(x, sched)
         return y, StepChunks(i, "exchange", 1, R, in_b, out_b, False, in_b + out_b, in_b + out_b)
-    G = int(np.prod(shape[:d], dtype=np.int64))
     y = ops.alloc_like(x, sched.out_shape)
     w = R // k
+    direct = d == 0   # a slab of the output is contiguous: the piece is received in place
     acc = ops.traffic_start()
     held, written, kept_in = 0, 0, in_b
     for p in range(k):
         a, b = p * w, p * w + w
-        q = backend.exchange(_slab(x, d, a, b), sched.restrict(d, a, b))
+        if direct:
+            backend.exchange(_slab(x, d, a, b), sched.restrict(d, a, b), out=_slab(y, d, a, b))
+            written += out_b // k
+            held = max(held, kept_in + written)   # input slabs p.., output slabs ..p
+        else:
+            q = backend.exchange(_slab(x, d, a, b), sched.restrict(d, a, b))
+            qb = _write_slab(y, d, a, b, q)
+            written += qb
+            held = max(held, kept_in + written + qb)  # input slabs p.., output slabs ..p, the piece's result
+            del q
         ops.traffic_add(acc)
-        qb = _write_slab(y, d, a, b, q)
-        written += qb
-        held = max(held, kept_in + written + qb)  # input slabs p.., output slabs ..p, the piece's result
-        del q
-        if owned:
+        if releasable:
             if ops.release:
                 ops.free(x.reshape((G * R, -1)), G, R, a, b)
             kept_in -= in_b // k
     ops.traffic_end(acc)
-    return y, StepChunks(i, "exchange", k, R, in_b, out_b, False, _refined(in_b, out_b, k, False, owned), held)
+    return y, StepChunks(i, "exchange", k, R, in_b, out_b, False,
+                         _refined(in_b, out_b, k, False, releasable, direct=direct), held)
 
 
 # ---------------------------------------------------------------------------

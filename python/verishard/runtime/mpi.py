@@ -453,11 +453,12 @@ class MPIBackend(Backend):
             return x
         return np.full(x.shape, reduction_identity(x.dtype, op), dtype=x.dtype)
 
-    def exchange(self, x, schedule):
-        """``MPI_Alltoallv`` over the whole mesh with the verified schedule's
-        send lists: the pieces for each receiver packed contiguously in
-        receiver order, what arrives unpacked into this rank's block; what
-        this rank already holds is copied locally.
+    def exchange(self, x, schedule, out=None):
+        """``MPI_Alltoallw`` over the whole mesh with the verified schedule:
+        each piece travels as a subarray datatype straight from this rank's
+        block to the receiver's (no packing buffers); what this rank already
+        holds is copied locally. Padding positions of the output are zero.
+        ``out``: a C-contiguous array of the output shape to receive into.
 
         >>> from verishard.runtime.backend import ExchangeSchedule
         >>> m = Mesh.parse("x=1")
@@ -466,36 +467,41 @@ class MPIBackend(Backend):
         array([0, 1, 2, 3])
         """
         me, n = self.rank, len(schedule.pieces)
-        it = x.dtype.itemsize
-        out = (np.zeros if schedule.padded else np.empty)(schedule.out_shape, dtype=x.dtype)
-        sends = schedule.sends[me]
-        scount = [0] * n
-        for j, a in sends:
-            scount[j] += prod(x[a].shape)
-        sbuf = np.empty(sum(scount), dtype=x.dtype)
-        pos = 0
-        for j, a in sends:  # in receiver order
-            v = x[a]
-            sbuf[pos:pos + v.size].reshape(v.shape)[...] = v
-            pos += v.size
-        rpieces = sorted(((r, b) for r, _, b in schedule.pieces[me] if r != me), key=lambda rb: rb[0])
-        rcount = [0] * n
-        for r, b in rpieces:
-            rcount[r] += prod(out[b].shape)
-        rbuf = np.empty(sum(rcount), dtype=x.dtype)
-        unit = _unit(it)
-        sdis = [sum(scount[:j]) for j in range(n)]
-        rdis = [sum(rcount[:j]) for j in range(n)]
-        self.mc.cart.Alltoallv([_bytes(sbuf), (scount, sdis), unit], [_bytes(rbuf), (rcount, rdis), unit])
+        x = np.ascontiguousarray(x)   # a slab along dimension 0 already is
+        if out is None:
+            out = (np.zeros if schedule.padded else np.empty)(schedule.out_shape, dtype=x.dtype)
+        elif schedule.padded:
+            out[...] = 0
+        unit = _unit(x.dtype.itemsize)
+        made = []
+
+        def box_type(shape, box):
+            t = unit.Create_subarray(list(shape), [b.stop - b.start for b in box], [b.start for b in box]).Commit()
+            made.append(t)
+            return t
+
+        stypes, scounts = [unit] * n, [0] * n
+        rtypes, rcounts = [unit] * n, [0] * n
+        sent = received = 0
+        for j, a in schedule.sends[me]:   # one piece per receiver: a sender holds one block
+            if scounts[j]:
+                raise RuntimeCheckError(f"exchange {schedule.src} -> {schedule.dst}: rank {me} has two pieces for {j}")
+            stypes[j], scounts[j] = box_type(x.shape, a), 1
+            sent += prod(b.stop - b.start for b in a)
         for r, a, b in schedule.pieces[me]:
             if r == me:
                 out[b] = x[a]
-        pos = 0
-        for r, b in rpieces:  # the sender's order within a peer's segment is this rank's piece order
-            v = out[b]
-            v[...] = rbuf[pos:pos + v.size].reshape(v.shape)
-            pos += v.size
-        self.sent, self.received = int(sbuf.nbytes), int(rbuf.nbytes)
+            else:
+                rtypes[r], rcounts[r] = box_type(out.shape, b), 1
+                received += prod(c.stop - c.start for c in b)
+        zeros = [0] * n
+        try:
+            self.mc.cart.Alltoallw([_bytes(x), (scounts, zeros), stypes], [_bytes(out), (rcounts, zeros), rtypes])
+        finally:
+            for t in made:
+                t.Free()
+        it = x.dtype.itemsize
+        self.sent, self.received = sent * it, received * it
         return out
 
     def all_permute(self, x, sources):
@@ -810,7 +816,8 @@ def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None 
         x0 = prev["x"]
         owned = donated and (x0.flags.owndata or isinstance(x0.base, mmap.mmap))
         del x0
-        if checked.uneven:  # padded buffers, each step whole (no chunked schedule for uneven types)
+        if checked.uneven and not checked.exchange:  # padded buffers, each collective whole (no chunked
+            # schedule for uneven collectives; the exchange cuts along its free dimension, which is not padded)
             out, report = execute(checked, Donated(prev["x"]), backend, on_step), None
         else:
             out, report = execute_chunked(checked, Donated(prev["x"]), backend, MPIArrayOps(backend), budget_bytes,

@@ -157,7 +157,7 @@ class SimBackend(Backend):
                 recv[c] += xs[s].nbytes
         return out
 
-    def exchange(self, xs, schedule):
+    def exchange(self, xs, schedule, out=None):
         """Every device fills its block from the pieces of the verified schedule.
 
         >>> from verishard import Mesh, ArrayType
@@ -169,17 +169,22 @@ class SimBackend(Backend):
         ([[0, 1, 2, 3], [0, 1, 2, 3]], [16, 16])
         """
         sent, recv = self._reset()
-        out = []
+        ys = []
         for j, ps in enumerate(schedule.pieces):
-            y = (np.full(schedule.out_shape, self.pad, dtype=xs[j].dtype) if schedule.padded
-                 else np.empty(schedule.out_shape, dtype=xs[j].dtype))
+            if out is not None:   # every device's output buffer given (views of a larger one)
+                y = out[j]
+                if schedule.padded:
+                    y[...] = self.pad
+            else:
+                y = (np.full(schedule.out_shape, self.pad, dtype=xs[j].dtype) if schedule.padded
+                     else np.empty(schedule.out_shape, dtype=xs[j].dtype))
             for r, a, b in ps:
                 y[b] = xs[r][a]
                 if r != j:
                     sent[r] += y[b].nbytes
                     recv[j] += y[b].nbytes
-            out.append(y)
-        return out
+            ys.append(y)
+        return ys
 
     def fit(self, xs, dim, n):
         """Every device's buffer cut or padded (with ``self.pad``) to ``n`` along ``dim``; nothing moves.
