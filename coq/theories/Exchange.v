@@ -58,31 +58,40 @@ Fixpoint exch_pos (p : list estep) : nat :=
   | _ => 0
   end.
 
-(** The checker over plans that may hold an exchange. A plan of collectives
-    is checked by [Checker.check]; an exchange is a plan's only step (its
-    input is the source): it is accepted when it ends at the target and the
-    schedule builder accepts the problem; its report has the two types, the
-    peak [max(size src, size dst)] and what the worst device receives.
-    An exchange among other steps is refused at its position. *)
-Definition echeck (m : mesh) (src dst : atype) (p : list estep) : result (nat * error) report :=
+(** The checker over plans that may hold an exchange, over a base checker
+    ([base]: [Checker.check] or [Uchecker.ucheck] on the problem). A plan of
+    collectives is the base checker's; an exchange is a plan's only step
+    (its input is the source): it is accepted when the problem is valid
+    ([perr] is [None]), it ends at the target and the schedule builder
+    ([exch], run only then) answers, with the report [rep] makes of the
+    schedule. An exchange among other steps is refused at its position. *)
+Definition echeck_with {R} (perr : option error) (base : plan -> result (nat * error) R)
+    (exch : unit -> option (list (list piece))) (rep : list (list piece) -> R) (dst : atype)
+    (p : list estep) : result (nat * error) R :=
   match p with
   | [Exch t'] =>
-      match problem_error m src dst with
+      match perr with
       | Some e => Err (0, e)
       | None =>
           if atype_eqb t' dst then
-            match exchange m src dst with
-            | Some pss => Ok (mkreport [src; dst] (peak_of m [src; dst]) [exchange_recv m pss])
+            match exch tt with
+            | Some pss => Ok (rep pss)
             | None => Err (1, BadTarget)
             end
           else Err (1, WrongResult)
       end
   | _ =>
       match colls p with
-      | Some cs => check m src dst cs
+      | Some cs => base cs
       | None => Err (S (exch_pos p), BadTarget)
       end
   end.
+
+(** Plain types: the report has the two types, the peak
+    [max(size src, size dst)] and what the worst device receives. *)
+Definition echeck (m : mesh) (src dst : atype) (p : list estep) : result (nat * error) report :=
+  echeck_with (problem_error m src dst) (check m src dst) (fun _ => exchange m src dst)
+    (fun pss => mkreport [src; dst] (peak_of m [src; dst]) [exchange_recv m pss]) dst p.
 
 (** The planner: [Pipeline.plan_problem]'s plan of collectives, unless the
     exchange receives strictly less and can run in pieces along a free
@@ -117,24 +126,8 @@ Definition eplan_problem (m : mesh) (src dst : atype) : result (nat * error) (pl
     free dimension allows, whole otherwise), so that every uneven problem
     gets a plan whose peak is that bound ([Exchangeproof.ueplan_peak]). *)
 Definition uecheck (m : mesh) (src dst : atype) (p : list estep) : result (nat * error) ureport :=
-  match p with
-  | [Exch t'] =>
-      match uproblem_error m src dst with
-      | Some e => Err (0, e)
-      | None =>
-          if atype_eqb t' dst then
-            match exchange m src dst with
-            | Some pss => Ok (mkureport [src; dst] (upeak_of m [src; dst]) [exchange_recv m pss])
-            | None => Err (1, BadTarget)
-            end
-          else Err (1, WrongResult)
-      end
-  | _ =>
-      match colls p with
-      | Some cs => ucheck m src dst cs
-      | None => Err (S (exch_pos p), BadTarget)
-      end
-  end.
+  echeck_with (uproblem_error m src dst) (ucheck m src dst) (fun _ => exchange m src dst)
+    (fun pss => mkureport [src; dst] (upeak_of m [src; dst]) [exchange_recv m pss]) dst p.
 
 Definition ueplan_problem (m : mesh) (src dst : atype) : result (nat * error) (planned ureport) :=
   match uplan_problem m src dst with

@@ -235,7 +235,7 @@ Theorem echeck_spec : forall m src dst p r, echeck m src dst p = Ok r ->
   (p = [Exch dst] /\ valid_problem m src dst /\ exists pss, exchange m src dst = Some pss /\
      r = mkreport [src; dst] (bound m src dst) [lower_bound m src dst]).
 Proof.
-  intros m src dst p r H. unfold echeck in H.
+  intros m src dst p r H. unfold echeck, echeck_with in H.
   destruct p as [|[c|t'] [|s p]]; try (left; destruct (colls _) as [cs|] eqn:E; [exists cs; split; auto|discriminate]; fail).
   - right. destruct (problem_error m src dst) eqn:Ep; [discriminate|].
     destruct (atype_eqb t' dst) eqn:Et; [|discriminate]. apply atype_eqb_spec in Et. subst t'.
@@ -248,7 +248,7 @@ Qed.
 Theorem echeck_exchange : forall m src dst pss, valid_problem m src dst -> exchange m src dst = Some pss ->
   echeck m src dst [Exch dst] = Ok (mkreport [src; dst] (bound m src dst) [lower_bound m src dst]).
 Proof.
-  intros m src dst pss Hv Hx. unfold echeck. rewrite problem_error_none by auto.
+  intros m src dst pss Hv Hx. unfold echeck, echeck_with. rewrite problem_error_none by auto.
   replace (atype_eqb dst dst) with true by (symmetry; apply atype_eqb_spec; auto).
   rewrite Hx. f_equal. f_equal; [apply peak_pair|f_equal; apply exchange_lower_bound; auto].
 Qed.
@@ -364,7 +364,7 @@ Theorem uecheck_spec : forall m src dst p r, uecheck m src dst p = Ok r ->
   (p = [Exch dst] /\ uvalid_problem m src dst /\ exists pss, exchange m src dst = Some pss /\
      r = mkureport [src; dst] (ubound m src dst) [exchange_recv m pss]).
 Proof.
-  intros m src dst p r H. unfold uecheck in H.
+  intros m src dst p r H. unfold uecheck, echeck_with in H.
   destruct p as [|[c|t'] [|s p]]; try (left; destruct (colls _) as [cs|] eqn:E; [exists cs; split; auto|discriminate]; fail).
   right. destruct (uproblem_error m src dst) eqn:Ep; [discriminate|].
   destruct (atype_eqb t' dst) eqn:Et; [|discriminate]. apply atype_eqb_spec in Et. subst t'.
@@ -376,7 +376,7 @@ Qed.
 Theorem uecheck_exchange : forall m src dst pss, uvalid_problem m src dst -> exchange m src dst = Some pss ->
   uecheck m src dst [Exch dst] = Ok (mkureport [src; dst] (ubound m src dst) [exchange_recv m pss]).
 Proof.
-  intros m src dst pss Hv Hx. unfold uecheck. rewrite uproblem_error_none by auto.
+  intros m src dst pss Hv Hx. unfold uecheck, echeck_with. rewrite uproblem_error_none by auto.
   replace (atype_eqb dst dst) with true by (symmetry; apply atype_eqb_spec; auto).
   rewrite Hx, upeak_pair. reflexivity.
 Qed.
