@@ -420,3 +420,12 @@ def test_without_a_process_group_the_error_says_so():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "needs an initialized default process group" in out.stdout
+
+
+def test_exchange_plans_run_on_torch(job):
+    """The exchange (one all_to_all_single with split sizes over the mesh) on
+    even and uneven types: every rank holds its expected block."""
+    recs = list(records(job, "exchange"))
+    assert len(recs) >= 8 * 40   # 40 even and up to 40 uneven pairs on each of the 8 ranks
+    bad = [(r, rec["src"], rec["dst"]) for r, rec in recs if not rec["ok"]]
+    assert not bad, bad[:5]

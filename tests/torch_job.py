@@ -447,6 +447,38 @@ def partial_grad_cases(job: Job, dm) -> None:
                                 else close(a.full_tensor(), W, False)))
 
 
+def exchange_cases(job: Job, dm) -> None:
+    """Exchange plans (plan(..., exchange=True)) run by the torch backend
+    (runtime.torch.run_plan: one all_to_all_single over the mesh), even and
+    uneven, compared with the expected block on every rank."""
+    import numpy as np
+    import torch
+    from mpi_cases import all_types
+    import verishard
+    from verishard.runtime.torch import mesh_groups, run_plan
+    from verishard.runtime.uneven import distribute_padded
+    mesh = verishard.Mesh.parse("x=2,y=2,z=2")
+    rank = dist_rank()
+    groups = mesh_groups(dm)
+    for shape in ((4, 8, 2), (3, 5, 2)):
+        types = [verishard.ArrayType(mesh, [(g, t.dim_parts(d)) for d, g in enumerate(shape)])
+                 for t in all_types(mesh, (8, 8, 2))]
+        A = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+        n = 0
+        for a in types:
+            for b in types:
+                p = verishard.plan(mesh, a, b, exchange=True)
+                if not p.exchange or n >= 40:
+                    continue
+                n += 1
+                x = torch.from_numpy(distribute_padded(A, mesh, a, np.float32(0))[rank])
+                y = run_plan(p, x, groups)
+                want = distribute_padded(A, mesh, b, np.float32(0))[rank]
+                box = tuple(slice(0, v) for v in b.valid_shape(rank))
+                job.add(case="exchange", src=str(a), dst=str(b),
+                        ok=tuple(y.shape) == b.local_shape and bool(np.array_equal(y.numpy()[box], want[box])))
+
+
 def grad_cases(job: Job, name: str, dm, shape, pairs, case: str = "grad") -> None:
     """Gradients through ours and DTensor's (records ``case``), and a second
     derivative through the first pair (``case`` + "2")."""
@@ -688,6 +720,9 @@ def worker(rank: int, port: int, outdir: str) -> None:
         partial_sweep(job, "(2,2,2) x,y,z", m222, (8, 8), ppairs, [torch.float32, torch.int32, torch.int64])
         partial_grad_cases(job, m222)
         timing["partial"] = time.time() - t
+        t = time.time()
+        exchange_cases(job, m222)
+        timing["exchange"] = time.time() - t
         t = time.time()
         cache_case(job, m24)
         timing["cache"] = time.time() - t

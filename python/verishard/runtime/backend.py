@@ -92,7 +92,7 @@ adds one method:
     the sender's local array and the slices of its own output they fill.
     ``out``, when given, is the output buffer to fill (a slab of a larger
     one). MPI: one ``Alltoallw`` of subarray datatypes; the simulator
-    copies. JAX and torch do not run it (their plans never hold one).
+    copies; torch: one ``all_to_all_single`` with split sizes. JAX does not run it.
 
 The executor (:func:`run_step`) then runs each step as the even collective
 between a ``fit`` before and after, exactly as ``Uneven.usource`` moves data:

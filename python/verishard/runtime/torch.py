@@ -68,7 +68,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..collectives import AllPermute
+from ..collectives import AllPermute, Exchange
 from ..plan import Plan
 from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
 from .mpi import _verdict
@@ -196,7 +196,9 @@ class MeshGroups:
         """Create every group ``plan`` runs a collective over (collective on
         first use: every rank must call it with the same plan)."""
         for c in plan.collectives:
-            if not isinstance(c, AllPermute):
+            if isinstance(c, Exchange):   # one all-to-all over the whole mesh
+                self.group(AxisGroup.of(plan.mesh, tuple(range(len(plan.mesh.part_sizes)))))
+            elif not isinstance(c, AllPermute):
                 g = AxisGroup.of(plan.mesh, c.parts(plan.mesh))
                 if g.size > 1:
                     self.group(g)
@@ -430,6 +432,41 @@ class TorchBackend(Backend):
                                         dist.P2POp(dist.irecv, out, ranks[src])])
         for w in works:
             w.wait()
+        return out
+
+
+    def exchange(self, x: torch.Tensor, schedule, out: torch.Tensor | None = None) -> torch.Tensor:
+        """One ``all_to_all_single`` with split sizes over the whole mesh: the
+        verified schedule's pieces for each receiver packed in its order,
+        unpacked into this rank's block; what it holds is copied locally."""
+        mesh = schedule.src.mesh
+        g = self.groups.group(AxisGroup.of(mesh, tuple(range(len(mesh.part_sizes)))))
+        pg_rank = (lambda r: r) if g.rank_of_index is None else (lambda r: int(g.rank_of_index[r]))
+        me, n = self.rank, len(schedule.pieces)
+        x = x.contiguous()
+        if out is None:
+            out = (torch.zeros if schedule.padded else torch.empty)(schedule.out_shape, dtype=x.dtype, device=x.device)
+        elif schedule.padded:
+            out.zero_()
+        sends: list[torch.Tensor | None] = [None] * n
+        for j, a in schedule.sends[me]:   # one piece per receiver: a sender holds one block
+            sends[pg_rank(j)] = x[a].reshape(-1)
+        boxes: list[Any] = [None] * n
+        for r, a, b in schedule.pieces[me]:
+            if r == me:
+                out[b] = x[a]
+            else:
+                boxes[pg_rank(r)] = b
+        in_splits = [0 if v is None else v.numel() for v in sends]
+        out_splits = [0 if b is None else int(np.prod([s.stop - s.start for s in b])) for b in boxes]
+        send = torch.cat([v for v in sends if v is not None]) if any(in_splits) else x.new_empty(0)
+        recv = x.new_empty(sum(out_splits))
+        dist.all_to_all_single(recv, send, out_splits, in_splits, group=g.pg)
+        pos = 0
+        for b, k in zip(boxes, out_splits):
+            if b is not None:
+                out[b] = recv[pos:pos + k].reshape(out[b].shape)
+                pos += k
         return out
 
 
