@@ -355,8 +355,8 @@ def test_collective_encoding():
         AllGather(0, "z").encode(XY)
     with pytest.raises(ShardingError, match="mesh"):
         AllPermute(t).encode(SPLIT)
-    with pytest.raises(ParseError, match="tag 7"):
-        Collective.decode(XY, [7])
+    with pytest.raises(ParseError, match="tag 9"):
+        Collective.decode(XY, [9])
     with pytest.raises(ParseError, match="truncated"):
         Collective.decode(XY, [0, 0, 2, 0])
 
