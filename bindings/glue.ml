@@ -331,6 +331,17 @@ let uecheck_fn = echeck_with uecheck ureport_fields
 let eplan_fn = eplan_with eplan_problem echeck report_fields
 let ueplan_fn = eplan_with ueplan_problem uecheck ureport_fields
 
+(* [Puexchange.puplan_problem]: partial types over uneven dimensions. Answer:
+   [1] for an invalid problem, else [0; peak ([Uchecker.ubound] of the array
+   types); s; s received counts] for the s steps (all-reduce if the source
+   has pending axes, the exchange, make-pending if the target has). *)
+let puplan_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_ptype next in let dst = read_ptype next in
+  match puplan_problem m src dst with
+  | None -> [| 1 |]
+  | Some (_, rs) -> Array.of_list (0 :: ubound m src.ptyp dst.ptyp :: List.length rs :: rs)
+
 (* Exceptions become a message for the C side, never a crash. *)
 let guard f a = try f a with
   | Bad_input msg -> failwith ("bad input to the verified core: " ^ msg)
@@ -344,6 +355,7 @@ let () =
   Callback.register "vs_echeck" (guard echeck_fn);
   Callback.register "vs_ueplan" (guard ueplan_fn);
   Callback.register "vs_uecheck" (guard uecheck_fn);
+  Callback.register "vs_puplan" (guard puplan_fn);
   Callback.register "vs_pcheck" (guard pcheck_fn);
   Callback.register "vs_pplan" (guard pplan_fn);
   Callback.register "vs_ucheck" (guard ucheck_fn);

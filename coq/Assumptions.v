@@ -162,3 +162,7 @@ Print Assumptions uexchange_lower_bound.
 From VS Require Import Ptrafficproof.
 Print Assumptions pcheck_traffic_need.
 Print Assumptions pcheck_traffic_lower_bound.
+
+From VS Require Import Puexchange Puexchangeproof.
+Print Assumptions puplan_total.
+Print Assumptions puexec_correct.

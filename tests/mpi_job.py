@@ -177,6 +177,30 @@ def suite_exchange() -> bool:
                 suite.fail(f"{label} ({chunks} pieces): wrong data")
             check_traffic(suite, plan, res, A.dtype.itemsize, f"{label} ({chunks} pieces)")
             suite.count += 1
+    # partial types over uneven dimensions (Puexchangeproof.puexec_correct): all-reduce, exchange, make
+    # pending; the outputs, gathered, reduce to the array at every valid position
+    from test_exchange import partial_padded, reduced
+    from verishard.runtime.uneven import assemble_padded
+    mesh = Mesh.parse({4: "x=2,y=2", 6: "x=2,y=3", 8: "x=2,y=2,z=2"}[SIZE])
+    shape = (3, 5)
+    ptypes = []
+    for t in uneven_types(mesh.part_sizes, shape):
+        free = [p for p in range(len(mesh.part_sizes)) if p not in {q for _, ps in t for q in ps}]
+        if free:
+            ptypes.append(verishard.ArrayType(mesh, list(t), (free[0],)))
+        ptypes.append(verishard.ArrayType(mesh, list(t)))
+    A = rng.integers(-50, 50, shape).astype(np.int32)
+    pairs = [(a, b) for a in ptypes for b in ptypes if (a.partial or b.partial) and (a.uneven or b.uneven)]
+    for k in sorted(rng.choice(len(pairs), min(len(pairs), 60), replace=False)):
+        src, dst = pairs[k]
+        plan = verishard.plan(mesh, src, dst)
+        local = partial_padded(A, mesh, src, np.random.default_rng(int(k)), "sum")[RANK]
+        res = redistribute(plan, local, timeout=60)
+        ys = COMM.allgather(res.output)
+        if not np.array_equal(assemble_padded(reduced(ys, mesh, dst, "sum"), mesh, dst.plain), A):
+            suite.fail(f"{mesh}: {src} -> {dst}: wrong data")
+        check_traffic(suite, plan, res, A.dtype.itemsize, f"{mesh}: {src} -> {dst}")
+        suite.count += 1
     return suite.finish()
 
 

@@ -190,7 +190,7 @@ def test_checker_rejects_bad_uneven_steps():
     ("[2{x}5]", "x=2", "local size 2 written for dimension 0 does not match ceil(5 / 2) = 3"),
     ("[4{x}6]", "x=2", "local size 4 written for dimension 0 does not match 6 / 2 = 3"),
     ("[3{x}0]", "x=2", "global size 0 of dimension 0 must be at least 1"),
-    ("[3{x}5] partial{y}", "x=2,y=2", "partial types with uneven dimensions are not supported yet"),
+    ("[3{x}5] partial{x}", "x=2,y=2", "axis 'x' both shards"),
     ("[3{x}5, 1{x}2]", "x=2", "duplicate axis 'x'"),
 ])
 def test_bad_input(text, mesh, msg):

@@ -10,7 +10,7 @@
     at type [int] so that OCaml compiles them to machine comparisons rather
     than calls to its polymorphic compare. *)
 From Coq Require Import Arith Extraction ExtrOcamlBasic ExtrOcamlNatInt.
-From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Validate Synth Search Traffic Pipeline Partial Pchecker Ppipeline Uchecker Upipeline Crossmesh Rounds Exchange Utraffic.
+From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Validate Synth Search Traffic Pipeline Partial Pchecker Ppipeline Uchecker Upipeline Crossmesh Rounds Exchange Utraffic Puexchange.
 
 (** [Nat] of the prelude (what [+], [*], ... denote) *)
 Extract Inlined Constant Coq.Init.Nat.add => "(+)".
@@ -52,4 +52,4 @@ Extract Constant List.app => "fun l m -> List.rev_append (List.rev l) m".
     synthesizer reads axis sizes and dimensions with it constantly. *)
 Extract Constant List.nth => "fun n l d -> match List.nth_opt l n with Some x -> x | None -> d".
 
-Extraction "verishard_core.ml" check synthesize_best plan_problem pplan_problem pcheck lower_bound block_starts permute_table movement ucheck uplan_problem umovement xplan xrounds eplan_problem echeck ueplan_problem uecheck ulower_bound.
+Extraction "verishard_core.ml" check synthesize_best plan_problem pplan_problem pcheck lower_bound block_starts permute_table movement ucheck uplan_problem umovement xplan xrounds eplan_problem echeck ueplan_problem uecheck ulower_bound puplan_problem ubound.

@@ -93,6 +93,8 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
     """
     from .collectives import AllPermute, Exchange
 
+    if plan.partial and plan.uneven:
+        return _puneven_guarantees(plan)
     if any(isinstance(c, Exchange) for c in plan.collectives):
         return _exchange_guarantees(plan)
     if plan.partial:
@@ -123,6 +125,25 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
                 f"traffic {plan.traffic} >= the lower bound {plan.lower_bound}, which no accepted plan beats "
                 f"(the ratio is measured; the synthesizer is not proved traffic-minimal)"))
     return out
+
+
+def _puneven_guarantees(plan) -> list[tuple[str | None, str]]:
+    """The guarantees of a plan between partial types over uneven dimensions.
+
+    >>> from verishard import plan
+    >>> [name for name, _ in guarantees(plan("x=2,y=2", "[3{x}5] partial{y}", "[5]"))]
+    ['Puexchangeproof.puexec_correct', 'Puexchangeproof.puplan_total', None, None]
+    """
+    return [
+        ("Puexchangeproof.puexec_correct", "all-reduce, exchange, make pending: over any commutative monoid, the "
+                                           "target's padded buffers reduce to the array at every valid position, "
+                                           "whatever the padding holds"),
+        ("Puexchangeproof.puplan_total", "every valid problem of this kind gets this plan"),
+        (None, f"memory: peak {plan.peak} = the padded bound (every type along the plan has the padded size of "
+               f"one end)"),
+        (None, f"traffic {plan.traffic} (the planner's figure; no lower bound is proved for partial uneven types; "
+               f"a reduce-scatter onto an uneven dimension is not modelled)"),
+    ]
 
 
 def _exchange_guarantees(plan) -> list[tuple[str | None, str]]:

@@ -203,7 +203,7 @@ class Plan:
         (0, 2)
         """
         if self.uneven:
-            return core.ulower_bound(self.src, self.dst)
+            return None if self.partial else core.ulower_bound(self.src, self.dst)
         return core.lower_bound(self.src.plain, self.dst.plain)
 
     @property
@@ -234,12 +234,19 @@ class Plan:
         for r in rows:
             lines.append("  " + "  ".join(
                 r[k].ljust(widths[k]) if k in (1, 2) else r[k].rjust(widths[k]) for k in range(5)))
-        note = ((" (padded buffers; guaranteed by Exchangeproof.ueplan_spec)" if self.uneven
-                 else " (guaranteed by Exchangeproof.eplan_spec)") if self.guaranteed and self.exchange
-                else _guarantee_note(self.guaranteed, self.partial, self.uneven, self.within_bound))
+        if self.guaranteed and self.partial and self.uneven:
+            note = " (padded buffers; data correct by Puexchangeproof.puexec_correct)"
+        elif self.guaranteed and self.exchange:
+            note = (" (padded buffers; guaranteed by Exchangeproof.ueplan_spec)" if self.uneven
+                    else " (guaranteed by Exchangeproof.eplan_spec)")
+        else:
+            note = _guarantee_note(self.guaranteed, self.partial, self.uneven, self.within_bound)
         lines.append(f"peak {self.peak} elements/device; bound max({self.src.size}, {self.dst.size}) = {self.bound}"
                      + note)
-        if self.uneven:
+        if self.uneven and self.lower_bound is None:
+            lines.append(f"traffic {self.traffic} elements/device (padded buffers); no lower bound proved for "
+                         f"partial uneven types")
+        elif self.uneven:
             lines.append(f"traffic {self.traffic} elements/device (padded buffers); lower bound {self.lower_bound}"
                          f" valid elements")
         elif self.partial:

@@ -147,11 +147,8 @@ class ArrayType:
                 seen.add(p)
         # uneven dimensions (the number of blocks does not divide the global
         # size) are types too: blocks of ceil(g / n), the trailing ones short
-        # or empty (Uneven.v); partial types must still be even
+        # or empty (Uneven.v), pending axes or not (Puexchange.v)
         self._check_partial(seen)
-        if self.partial and self.uneven:
-            raise ShardingError(f"partial types with uneven dimensions are not supported yet: "
-                                f"{_render(mesh, dims, self.partial, self.reduce)} ({self._uneven_reason()})")
 
     def _uneven_reason(self) -> str:
         for i, d in enumerate(self.dims):

@@ -1,0 +1,103 @@
+(** Proofs for [Puexchange.v]: the three steps (reduce the source's pending
+    axes, exchange, make the target's pending) keep the represented array
+    of a partial value over uneven types, over any commutative monoid and
+    whatever the padding holds; the plan exists for every valid problem. *)
+From Coq Require Import List Arith Lia Bool.
+From VS Require Import Prelude Mesh Types Rules Uneven Unevenproof Uchecker Monoid Partial Partialproof
+  Crossmesh Crossmeshproof Exchange Exchangeproof Puexchange.
+Import ListNotations.
+
+(** * Blocks depend on the used axes only *)
+
+Lemma block_ext : forall m D c c', (forall a, In a (axes D) -> c a = c' a) -> block m D c = block m D c'.
+Proof. intros. unfold block. apply mr_ext. auto. Qed.
+
+Lemma axes_used : forall t D a, In D t -> In a (axes D) -> In a (used t).
+Proof. intros t D a HD Ha. unfold used. apply in_flat_map. eauto. Qed.
+
+Lemma tbox_ext : forall m t c c', (forall a, In a (used t) -> c a = c' a) -> tbox m t c = tbox m t c'.
+Proof.
+  intros m t c c' H. unfold tbox. apply map_ext_in. intros D HD.
+  unfold ugidx, uvlen. rewrite (block_ext m D c c'); auto. intros a Ha. apply H. eapply axes_used; eauto.
+Qed.
+
+Lemma ugindex_ext2 : forall m t c c' i, (forall a, In a (used t) -> c a = c' a) ->
+  ugindex m t c i = ugindex m t c' i.
+Proof.
+  intros m t c c' i H. unfold ugindex. apply map_ext_in. intros [D k] HDk. apply in_combine_l in HDk.
+  unfold ugidx. cbn [fst snd]. rewrite (block_ext m D c c'); auto. intros a Ha. apply H. eapply axes_used; eauto.
+Qed.
+
+Lemma uvalid_pos_ext : forall m t c c' i, (forall a, In a (used t) -> c a = c' a) ->
+  uvalid_pos m t c i -> uvalid_pos m t c' i.
+Proof.
+  intros m t c c' i H Hi. unfold uvalid_pos in *. induction Hi as [|D k t i Hk Hi IH]; constructor.
+  - unfold uvlen in *. rewrite <- (block_ext m D c c'); auto. intros a Ha. apply H. simpl. apply in_or_app; auto.
+  - apply IH. intros a Ha. apply H. simpl. apply in_or_app; auto.
+Qed.
+
+(** * The plan exists *)
+
+Lemma pending_okb_spec : forall m P t, pending_okb m P t = true ->
+  NoDup P /\ (forall a, In a P -> a < length m) /\ (forall a, In a P -> ~ In a (used t)).
+Proof.
+  intros m P t H. unfold pending_okb in H. apply andb_true_iff in H as [H H3]. apply andb_true_iff in H as [H1 H2].
+  apply nodupb_spec in H1. rewrite forallb_forall in H2, H3. split; [auto|split].
+  - intros a Ha. apply Nat.ltb_lt. auto.
+  - intros a Ha Hu. specialize (H3 a Ha). apply negb_true_iff in H3. apply memb_spec in Hu. congruence.
+Qed.
+
+(** **Totality**: every valid partial uneven problem gets its plan. *)
+Theorem puplan_total : forall m src dst, uvalid_problem m (ptyp src) (ptyp dst) ->
+  pending_okb m (paxes src) (ptyp src) = true -> pending_okb m (paxes dst) (ptyp dst) = true ->
+  exists pss rs, puplan_problem m src dst = Some (pss, rs).
+Proof.
+  intros m src dst Hv H1 H2. unfold puplan_problem, puvalidb. rewrite uproblem_error_none, H1, H2 by auto.
+  cbn [andb]. destruct (exchange_total m _ _ Hv) as [pss E]. rewrite E. eauto.
+Qed.
+
+(** * The data *)
+
+(** **Partial and uneven, end to end**: for every plan the planner returns,
+    every commutative monoid (sum, max, min) and every global array [A]: if
+    the source's padded local arrays represent [A] (at every valid position
+    the reduction over the pending group is [A]'s element), whatever they
+    hold at padding positions, then after the three steps the target's do. *)
+Theorem puexec_correct : forall M m src dst pss rs (A : list nat -> carrier M) (x : coords -> list nat -> carrier M),
+  puplan_problem m src dst = Some (pss, rs) ->
+  urepresents M m src A x -> urepresents M m dst A (puexec M m src dst pss x).
+Proof.
+  intros M m src dst pss rs A x H Hx.
+  unfold puplan_problem in H. destruct (puvalidb m src dst) eqn:Hv; [|discriminate].
+  destruct (exchange m (ptyp src) (ptyp dst)) as [pss'|] eqn:Ex; [|discriminate].
+  injection H as <- _.
+  unfold puvalidb in Hv. destruct (uproblem_error m (ptyp src) (ptyp dst)) eqn:Hpe; [discriminate|].
+  apply uproblem_error_spec in Hpe. apply andb_true_iff in Hv as [_ Hd].
+  apply pending_okb_spec in Hd as [HndQ [HrQ HuQ]].
+  pose proof Hpe as [Ht [Ht' _]]. assert (Hm : wf_mesh m) by apply Ht.
+  assert (Hused : forall a, In a (used (ptyp dst)) -> a < length m).
+  { intros a Ha. unfold used in Ha. apply in_flat_map in Ha. destruct Ha as [D [HD Ha]].
+    destruct Ht' as [_ [HF _]]. rewrite Forall_forall in HF. apply (HF D HD). exact Ha. }
+  intros c i Hc Hi. unfold puexec. cbv zeta. unfold gsum.
+  assert (Hpos : 0 < nprod m (paxes dst)) by (apply nprod_pos; auto).
+  assert (Hmr : forall k, k < nprod m (paxes dst) -> mr m (paxes dst) (set_digits m (paxes dst) c k) = k).
+  { intros k Hk. apply set_digits_mr; auto; intros a Ha; apply Hm, HrQ; auto. }
+  rewrite msum_seq_first; [|exact Hpos|].
+  2:{ intros k Hk. rewrite Hmr by lia. destruct (k =? 0) eqn:E; [apply Nat.eqb_eq in E; lia|reflexivity]. }
+  rewrite Hmr by auto. cbn [Nat.eqb].
+  set (root := set_digits m (paxes dst) c 0).
+  assert (Hroot : valid m root) by (apply set_digits_valid; auto).
+  assert (Hcr : forall a, In a (used (ptyp dst)) -> c a = root a).
+  { intros a Ha. unfold root. symmetry. apply set_digits_other. intro HQ. exact (HuQ a HQ Ha). }
+  set (j := rank m root).
+  assert (Hj : j < ndevices m) by (apply rank_lt; auto).
+  assert (Hjr : forall a, In a (used (ptyp dst)) -> root a = coords_of_rank m j a).
+  { intros a Ha. symmetry. apply coords_of_rank_rank; auto. }
+  rewrite (tbox_ext m (ptyp dst) root (coords_of_rank m j)) by auto.
+  rewrite (uexchange_correct m (ptyp src) (ptyp dst) _ Ex Hpe (carrier M) A
+             (fun c' i' => gsum M m (paxes src) (fun c'' => x c'' i') c')).
+  - rewrite <- (ugindex_ext2 m (ptyp dst) root), <- (ugindex_ext2 m (ptyp dst) c); auto.
+  - intros r k Hr Hk. apply Hx; auto. apply coords_of_rank_valid; auto.
+  - exact Hj.
+  - apply (uvalid_pos_ext m _ root); auto. apply (uvalid_pos_ext m _ c); auto.
+Qed.
