@@ -337,22 +337,6 @@ Proof.
   eapply cell_read_valid; eauto.
 Qed.
 
-Lemma uproblem_error_none : forall m src dst, uvalid_problem m src dst -> uproblem_error m src dst = None.
-Proof.
-  intros m src dst [Hs [Hd Hg]]. unfold uproblem_error.
-  assert (Hm : wf_meshb m = true) by (apply wf_meshb_spec, Hs).
-  apply wf_unevenb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. rewrite Hm, Hs, Hd, Hg. reflexivity.
-Qed.
-
-Lemma uproblem_error_spec : forall m src dst, uproblem_error m src dst = None -> uvalid_problem m src dst.
-Proof.
-  intros m src dst H. unfold uproblem_error in H.
-  destruct (wf_meshb m); [|discriminate]. destruct (wf_unevenb m src) eqn:Hs; [|discriminate].
-  destruct (wf_unevenb m dst) eqn:Hd; [|discriminate].
-  destruct (nat_list_eqb (map gsize src) (map gsize dst)) eqn:Hg; [|discriminate].
-  apply wf_unevenb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. split; auto.
-Qed.
-
 Lemma upeak_pair : forall m src dst, upeak_of m [src; dst] = ubound m src dst.
 Proof. intros. unfold upeak_of, ubound. simpl. lia. Qed.
 

@@ -4,7 +4,7 @@
     whatever the padding holds; the plan exists for every valid problem. *)
 From Coq Require Import List Arith Lia Bool.
 From VS Require Import Prelude Mesh Types Rules Uneven Unevenproof Uchecker Monoid Partial Partialproof
-  Crossmesh Crossmeshproof Exchange Exchangeproof Puexchange.
+  Ucheckerproof Crossmesh Crossmeshproof Exchange Exchangeproof Puexchange.
 Import ListNotations.
 
 (** * Blocks depend on the used axes only *)
