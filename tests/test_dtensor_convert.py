@@ -267,11 +267,8 @@ def test_uneven_examples():
                                    "of each chunk, mesh dimension by mesh dimension) are [0:2] [2:3] [3:4] [4:5], "
                                    "verishard's uneven blocks of ceil(5 / 4) = 2 are [0:2] [2:4] [4:5] []")
     assert issubclass(vd.UnsupportedLayout, ShardingError)
-    # Partial with a dimension that does not divide: the verified core's pending types are even
-    with pytest.raises(vd.UnsupportedLayout, match=r"Partial placements with a dimension that does not divide are "
-                                                   r"not supported yet: \(Partial\(sum\), Shard\(dim=0\)\) on shape "
-                                                   r"\(5, 4\): dimension 0 of size 5 is split into 2 shards"):
-        vd.from_placements(m, (5, 4), [Partial(), Shard(0)])
+    # Partial with a dimension that does not divide: a partial uneven type (Puexchange.v)
+    assert vd.from_placements(m, (5, 4), [Partial(), Shard(0)]) == ArrayType.parse("[3{y}5, 4] partial{x}", m)
     assert vd.from_placements(m, (4, 5), [Partial("max"), Shard(0)]) == ArrayType.parse("[2{y}4, 5] partial(max){x}", m)
     # the extent of one shard, by DTensor's own computation
     assert vd.dtensor_extent(5, (2, 2), (1, 1), [(0, Shard(0)), (1, Shard(0))]) == (4, 1)

@@ -358,9 +358,7 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
     >>> from_placements(m, (7, 5), [Shard(0), Shard(1)])
     [4{x}7, 2{y}5]
     >>> from_placements(m, (7, 4), [Partial(), Shard(0)])
-    Traceback (most recent call last):
-    ...
-    verishard.dtensor.UnsupportedLayout: Partial placements with a dimension that does not divide are not supported yet: (Partial(sum), Shard(dim=0)) on shape (7, 4): dimension 0 of size 7 is split into 3 shards (mesh dimension 1 ('y')); the verified core types pending reductions over even blocks only (reduce it first: Replicate() or Shard(d) where it is Partial)
+    [3{y}7, 4] partial{x}
     """
     if isinstance(mesh, str):
         mesh = Mesh.parse(mesh)
@@ -372,12 +370,6 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
     if pending:
         t = from_placements(mesh, global_shape,
                             [Replicate() if i in pending else p for i, p in enumerate(placements)], shard_order)
-        if t.uneven:
-            raise UnsupportedLayout(
-                f"Partial placements with a dimension that does not divide are not supported yet: "
-                f"({', '.join(map(repr, placements))}) on shape {tuple(t.global_shape)}: {uneven_text(t)}; the "
-                "verified core types pending reductions over even blocks only (reduce it first: Replicate() or "
-                "Shard(d) where it is Partial)")
         parts = tuple(q for i in pending for q in mesh.resolve(mesh.axis_names[i]))
         return ArrayType(mesh, t.dims, partial=parts, reduce=op)
     order = shard_order

@@ -51,9 +51,9 @@ What it takes:
   ``NotImplementedError``) naming the dimension, its mesh dimensions and
   both layouts: a dimension several mesh dimensions shard that DTensor
   splits otherwise (chunk by chunk: 5 over 2 x 2 is 2, 1, 1, 1 for DTensor,
-  2, 2, 1, 0 for us; or interleaved by ``_StridedShard``); and Partial
-  placements in a redistribution with an uneven shape (the verified core
-  types pending reductions over even blocks only).
+  2, 2, 1, 0 for us; or interleaved by ``_StridedShard``). Partial
+  placements with an uneven shape are planned as all-reduce, exchange,
+  make-pending (``Puexchange.v``).
 
 It is differentiable as ``DTensor.redistribute`` is: the backward
 redistributes the gradient back to the input's placements (DTensor's rule:
@@ -203,14 +203,6 @@ def _types(mesh: Mesh, src: DTensorSpec, dst: DTensorSpec,
     if out:
         return None, None, out
     s, d = types
-    pending = [(t, w) for t, w in zip(types, what) if t.partial]
-    uneven = [(t, w) for t, w in zip(types, what) if t.uneven]
-    if pending and uneven:
-        (p, pw), (u, uw) = pending[0], uneven[0]
-        out.append((UNSUPPORTED, f"the {pw} is pending a {p.reduce} and the {uw} has a shape that does not divide "
-                                 f"({_conv.uneven_text(u)}): Partial with shapes that do not divide is not "
-                                 "supported yet; the verified core types pending reductions over even blocks "
-                                 f"only (reduce the {pw} first, to Replicate() or Shard(d))"))
     return s, d, out
 
 
@@ -560,8 +552,7 @@ def redistribute(dtensor: DTensor, placements: Sequence[Placement], *, device_me
     :class:`~verishard.runtime.torch.NotSupportedYet` for ``Partial("avg")``
     and DTensor's other reductions, a change of the pending reduction, a
     shape that does not divide where DTensor's shards are not verishard's
-    uneven blocks, and Partial with a shape that does not divide (module
-    docstring). A DeviceMesh that does not span the default process group is
+    uneven blocks (module docstring). A DeviceMesh that does not span the default process group is
     refused on each rank without communicating.
     """
     if isinstance(placements, list):
