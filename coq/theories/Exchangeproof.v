@@ -207,22 +207,6 @@ Qed.
 
 (** * The checker *)
 
-Lemma problem_error_none : forall m src dst, valid_problem m src dst -> problem_error m src dst = None.
-Proof.
-  intros m src dst [Hs [Hd Hg]]. unfold problem_error.
-  assert (Hm : wf_meshb m = true) by (apply wf_meshb_spec, Hs).
-  apply wfb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. rewrite Hm, Hs, Hd, Hg. reflexivity.
-Qed.
-
-Lemma problem_error_spec : forall m src dst, problem_error m src dst = None -> valid_problem m src dst.
-Proof.
-  intros m src dst H. unfold problem_error in H.
-  destruct (wf_meshb m); [|discriminate]. destruct (wfb m src) eqn:Hs; [|discriminate].
-  destruct (wfb m dst) eqn:Hd; [|discriminate].
-  destruct (nat_list_eqb (map gsize src) (map gsize dst)) eqn:Hg; [|discriminate].
-  apply wfb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. split; auto.
-Qed.
-
 Lemma peak_pair : forall m src dst, peak_of m [src; dst] = bound m src dst.
 Proof. intros. unfold peak_of, bound. simpl. lia. Qed.
 
@@ -239,7 +223,7 @@ Proof.
   destruct p as [|[c|t'] [|s p]]; try (left; destruct (colls _) as [cs|] eqn:E; [exists cs; split; auto|discriminate]; fail).
   - right. destruct (problem_error m src dst) eqn:Ep; [discriminate|].
     destruct (atype_eqb t' dst) eqn:Et; [|discriminate]. apply atype_eqb_spec in Et. subst t'.
-    apply problem_error_spec in Ep.
+    apply problem_error_valid in Ep.
     destruct (exchange m src dst) as [pss|] eqn:Ex; [|discriminate]. injection H as <-.
     split; auto. split; auto. exists pss. split; auto.
     f_equal; [apply peak_pair|f_equal; apply exchange_lower_bound; auto].

@@ -57,6 +57,15 @@ Proof.
   reflexivity.
 Qed.
 
+Lemma problem_error_valid : forall m src dst, problem_error m src dst = None -> valid_problem m src dst.
+Proof.
+  intros m src dst H. unfold problem_error in H.
+  destruct (wf_meshb m); [|discriminate]. destruct (wfb m src) eqn:Hs; [|discriminate].
+  destruct (wfb m dst) eqn:Hd; [|discriminate].
+  destruct (nat_list_eqb (map gsize src) (map gsize dst)) eqn:Hg; [|discriminate].
+  apply wfb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. split; auto.
+Qed.
+
 Lemma refine_valid_problem : forall m fs src dst, splits m fs -> valid_problem m src dst ->
   valid_problem (rmesh fs) (rtype fs src) (rtype fs dst).
 Proof.

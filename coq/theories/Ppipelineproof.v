@@ -105,15 +105,6 @@ Proof.
     + split; [reflexivity|]. repeat constructor.
 Qed.
 
-Lemma problem_error_valid : forall m src dst, problem_error m src dst = None -> valid_problem m src dst.
-Proof.
-  intros m src dst H. unfold problem_error in H.
-  destruct (wf_meshb m); [|discriminate]. destruct (wfb m src) eqn:Hs; [|discriminate].
-  destruct (wfb m dst) eqn:Hd; [|discriminate].
-  destruct (nat_list_eqb (map gsize src) (map gsize dst)) eqn:Hg; [|discriminate].
-  apply wfb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. split; auto.
-Qed.
-
 Lemma plan_problem_splits : forall m src dst fs p r, plan_problem m src dst = Ok (fs, p, r) -> splits m fs.
 Proof.
   intros m src dst fs p r H. destruct (problem_error m src dst) eqn:E.
