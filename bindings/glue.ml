@@ -333,14 +333,23 @@ let ueplan_fn = eplan_with ueplan_problem uecheck ureport_fields
 
 (* [Puexchange.puplan_problem]: partial types over uneven dimensions. Answer:
    [1] for an invalid problem, else [0; peak ([Uchecker.ubound] of the array
-   types); s; s received counts] for the s steps (all-reduce if the source
-   has pending axes, the exchange, make-pending if the target has). *)
+   types); how the source is reduced (0: all-reduce, or none when nothing
+   is pending; 1; d; the type after: a reduce-scatter onto dimension d);
+   s; s received counts] for the s steps (the reduction if the source has
+   pending axes, the exchange, make-pending if the target has). *)
 let puplan_fn a =
   let next = reader a in
   let m = read_mesh next in let src = read_ptype next in let dst = read_ptype next in
   match puplan_problem m src dst with
   | None -> [| 1 |]
-  | Some (_, rs) -> Array.of_list (0 :: ubound m src.ptyp dst.ptyp :: List.length rs :: rs)
+  | Some ((st, _), rs) ->
+      let buf = Buffer.create () in
+      Buffer.add_int buf 0; Buffer.add_int buf (ubound m src.ptyp dst.ptyp);
+      (match st with
+       | PUAllReduce -> Buffer.add_int buf 0
+       | PUScatter (d, t1) -> Buffer.add_int buf 1; Buffer.add_int buf d; put_type buf t1);
+      Buffer.add_int buf (List.length rs); List.iter (Buffer.add_int buf) rs;
+      finish buf
 
 (* Exceptions become a message for the C side, never a crash. *)
 let guard f a = try f a with

@@ -292,7 +292,8 @@ def reduced(xs, mesh, t, op):
 def test_every_partial_uneven_pair(mesh_text, shape, op, sample):
     """Every pair (on {x:2,y:2,z:2} a sample) of partial types over uneven
     dimensions (pending axes any the array type leaves free): the plan is
-    all-reduce / exchange / make pending (Puexchangeproof.puexec_correct),
+    all-reduce or reduce-scatter / exchange / make pending
+    (Puexchangeproof.puexec_correct),
     peaks at the padded bound, and its result reduces to the array at every
     valid position (simulator, padding set to a sentinel)."""
     from uneven_reference import all_types as uneven_types
@@ -311,12 +312,13 @@ def test_every_partial_uneven_pair(mesh_text, shape, op, sample):
     todo = [(a, b) for a in types for b in types if (a.partial or b.partial) and (a.uneven or b.uneven)]
     if sample is not None:
         todo = [todo[i] for i in sorted(rng.choice(len(todo), sample, replace=False))]
-    pairs = 0
+    pairs = scattered = 0
     for a, b in todo:
         p = plan(mesh, a, b)
+        scattered += any(type(c).__name__ == "ReduceScatter" for c in p.collectives)
         assert p.peak == p.bound and p.guaranteed
         assert check(mesh, a, b, list(p.collectives)).types == p.types
         ys = simulate_uneven(p, partial_padded(A, mesh, a, rng, op), pad=-999)
         assert np.array_equal(assemble_padded(reduced(ys, mesh, b, op), mesh, b.plain), A), (str(a), str(b))
         pairs += 1
-    assert pairs > 100
+    assert pairs > 100 and scattered > 0   # the reduce-scatter where it receives less than the all-reduce

@@ -1,12 +1,12 @@
 (** Partial values over uneven types: a pending reduction (sum, max, min:
     any commutative monoid) whose devices hold padded buffers. Planned in
     three steps on the user's mesh: reduce every pending axis of the source
-    (an all-reduce on the padded buffers), exchange to the target's array
+    (an all-reduce on the padded buffers, or a reduce-scatter where it
+    receives less), exchange to the target's array
     type ([Exchange.exchange]: valid positions only), make the target's
     pending axes pending (the device numbered 0 in each group keeps its
-    block, the others hold the unit). Not the least traffic (a
-    reduce-scatter onto an uneven dimension is not modelled), but every
-    step is verified ([Puexchangeproof.puexec_correct]) and the plan exists
+    block, the others hold the unit). Not proved the least traffic, but
+    every step is verified ([Puexchangeproof.puexec_correct]) and the plan exists
     for every valid problem ([Puexchangeproof.puplan_total]).
 
     Definitions only; proofs in [Puexchangeproof.v]. *)
@@ -24,6 +24,23 @@ Definition puvalidb (m : mesh) (src dst : ptype) : bool :=
   | None => pending_okb m (paxes src) (ptyp src) && pending_okb m (paxes dst) (ptyp dst)
   end.
 
+(** How the source's pending axes [P] are reduced: by an all-reduce, or by a
+    reduce-scatter onto dimension [d] (the uneven slice rule's type [t1]:
+    [P] appended to dimension [d]), which receives about half as much and
+    leaves a smaller block to exchange. *)
+Inductive pustart := PUAllReduce | PUScatter (d : nat) (t1 : atype).
+
+(** The first dimension the uneven slice rule lets [P] be appended to. *)
+Fixpoint scatter_dim (m : mesh) (t : atype) (P : list nat) (ds : list nat) : option (nat * atype) :=
+  match ds with
+  | [] => None
+  | d :: ds' =>
+      match uapply m t (DynSlice d P) with
+      | Ok t1 => Some (d, t1)
+      | Err _ => scatter_dim m t P ds'
+      end
+  end.
+
 (** Elements received per device by each step: the all-reduce as
     [Partial.precv] counts it on the padded buffer, the exchange its worst
     device, the make-pending nothing. No step for no axes. *)
@@ -32,14 +49,41 @@ Definition pu_received (m : mesh) (src dst : ptype) (pss : list (list piece)) : 
   match paxes src with [] => [] | P => [2 * (s - s / nprod m P)] end
   ++ [exchange_recv m pss] ++ match paxes dst with [] => [] | _ => [0] end.
 
-(** The planner: the exchange's schedule and the received counts of the
-    three steps, or nothing for an invalid problem. Every type along the
-    plan has the padded size of one end, so the peak is [ubound]. *)
-Definition puplan_problem (m : mesh) (src dst : ptype) : option (list (list piece) * list nat) :=
+(** The received counts with a reduce-scatter first ([Partial.precv]'s
+    figure: [(n - 1)] blocks of the output), the exchange from [t1] after it. *)
+Definition pu_rs_received (m : mesh) (src dst : ptype) (t1 : atype) (pss : list (list piece)) : list nat :=
+  [(nprod m (paxes src) - 1) * usize_padded m t1; exchange_recv m pss]
+  ++ match paxes dst with [] => [] | _ => [0] end.
+
+(** The planner: how the source is reduced, the exchange's schedule (from
+    the array type the reduction leaves) and the received counts of the
+    steps, or nothing for an invalid problem. The reduce-scatter is taken
+    where the slice rule allows it and the two steps receive strictly less. *)
+Definition puplan_problem (m : mesh) (src dst : ptype) : option (pustart * list (list piece) * list nat) :=
   if puvalidb m src dst then
     match exchange m (ptyp src) (ptyp dst) with
-    | Some pss => Some (pss, pu_received m src dst pss)
     | None => None
+    | Some pss =>
+        let ar := pu_received m src dst pss in
+        let alt :=
+          match paxes src with
+          | [] => None
+          | P =>
+              match scatter_dim m (ptyp src) P (seq 0 (length (ptyp src))) with
+              | None => None
+              | Some (d, t1) =>
+                  match exchange m t1 (ptyp dst) with
+                  | Some pss1 =>
+                      let rs := pu_rs_received m src dst t1 pss1 in
+                      if fold_right plus 0 rs <? fold_right plus 0 ar then Some (PUScatter d t1, pss1, rs) else None
+                  | None => None
+                  end
+              end
+          end in
+        match alt with
+        | Some x => Some x
+        | None => Some (PUAllReduce, pss, ar)
+        end
     end
   else None.
 
@@ -48,11 +92,22 @@ Definition puplan_problem (m : mesh) (src dst : ptype) : option (list (list piec
 (** The three steps: reduce over the source's pending groups, assemble the
     exchange's pieces (the unit where no piece writes: padding), keep the
     block on device 0 of each target pending group and the unit elsewhere. *)
-Definition puexec (M : cmonoid) (m : mesh) (src dst : ptype) (pss : list (list piece))
+Definition puexec (M : cmonoid) (m : mesh) (src dst : ptype) (st : pustart) (pss : list (list piece))
     (x : coords -> list nat -> carrier M) : coords -> list nat -> carrier M :=
-  let y := fun c i => gsum M m (paxes src) (fun c' => x c' i) c in
+  (* after the reduction: its array type and its local arrays (a reduce-scatter
+     reads, for the receiving device, where the slice rule [Uneven.usource] says) *)
+  let t0 := match st with PUAllReduce => ptyp src | PUScatter _ t1 => t1 end in
+  let y := fun c i =>
+    match st with
+    | PUAllReduce => gsum M m (paxes src) (fun c' => x c' i) c
+    | PUScatter d t1 =>
+        match usource m (ptyp src) (DynSlice d (paxes src)) t1 c i with
+        | Some (_, i') => gsum M m (paxes src) (fun c' => x c' i') c
+        | None => munit M
+        end
+    end in
   let z := fun c i =>
-    match assemble (fun r => y (coords_of_rank m r)) (sdims m (ptyp src)) (tbox m (ptyp dst) c)
+    match assemble (fun r => y (coords_of_rank m r)) (sdims m t0) (tbox m (ptyp dst) c)
                    (nth (rank m c) pss []) i with
     | Some v => v
     | None => munit M

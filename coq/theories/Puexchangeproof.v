@@ -47,38 +47,51 @@ Proof.
   - intros a Ha Hu. specialize (H3 a Ha). apply negb_true_iff in H3. apply memb_spec in Hu. congruence.
 Qed.
 
+(** An exchange schedule exists only for a valid problem. *)
+Lemma exchange_valid : forall m t t' pss, exchange m t t' = Some pss -> uvalid_problem m t t'.
+Proof.
+  intros m t t' pss H. unfold exchange, xplan in H.
+  destruct (wf_unevenb m t) eqn:E1; [|discriminate]. destruct (wf_unevenb m t') eqn:E2; [|discriminate].
+  destruct (nat_list_eqb (map gsize t) (map gsize t')) eqn:E3;
+    [|rewrite !andb_false_r in H; discriminate].
+  apply wf_unevenb_spec in E1, E2. apply nat_list_eqb_spec in E3. split; auto.
+Qed.
+
 (** **Totality**: every valid partial uneven problem gets its plan. *)
 Theorem puplan_total : forall m src dst, uvalid_problem m (ptyp src) (ptyp dst) ->
   pending_okb m (paxes src) (ptyp src) = true -> pending_okb m (paxes dst) (ptyp dst) = true ->
-  exists pss rs, puplan_problem m src dst = Some (pss, rs).
+  exists st pss rs, puplan_problem m src dst = Some (st, pss, rs).
 Proof.
   intros m src dst Hv H1 H2. unfold puplan_problem, puvalidb. rewrite uproblem_error_none, H1, H2 by auto.
-  cbn [andb]. destruct (exchange_total m _ _ Hv) as [pss E]. rewrite E. eauto.
+  cbn [andb]. destruct (exchange_total m _ _ Hv) as [pss E]. rewrite E.
+  match goal with |- exists _ _ _, match ?a with _ => _ end = _ => destruct a as [[[? ?] ?]|] end; eauto.
 Qed.
 
 (** * The data *)
 
-(** **Partial and uneven, end to end**: for every plan the planner returns,
-    every commutative monoid (sum, max, min) and every global array [A]: if
-    the source's padded local arrays represent [A] (at every valid position
-    the reduction over the pending group is [A]'s element), whatever they
-    hold at padding positions, then after the three steps the target's do. *)
-Theorem puexec_correct : forall M m src dst pss rs (A : list nat -> carrier M) (x : coords -> list nat -> carrier M),
-  puplan_problem m src dst = Some (pss, rs) ->
-  urepresents M m src A x -> urepresents M m dst A (puexec M m src dst pss x).
+(** The exchange and the make-pending, from any array type [t0] whose
+    local arrays [y] hold the array at every valid position. *)
+Lemma pu_tail : forall M m t0 dst pss (A : list nat -> carrier M) (y : coords -> list nat -> carrier M),
+  exchange m t0 (ptyp dst) = Some pss -> pending_okb m (paxes dst) (ptyp dst) = true ->
+  (forall r k, r < ndevices m -> uvalid_pos m t0 (coords_of_rank m r) k ->
+     y (coords_of_rank m r) k = A (ugindex m t0 (coords_of_rank m r) k)) ->
+  urepresents M m dst A (fun c i =>
+    if mr m (paxes dst) c =? 0 then
+      match assemble (fun r => y (coords_of_rank m r)) (sdims m t0) (tbox m (ptyp dst) c)
+                     (nth (rank m c) pss []) i with
+      | Some v => v
+      | None => munit M
+      end
+    else munit M).
 Proof.
-  intros M m src dst pss rs A x H Hx.
-  unfold puplan_problem in H. destruct (puvalidb m src dst) eqn:Hv; [|discriminate].
-  destruct (exchange m (ptyp src) (ptyp dst)) as [pss'|] eqn:Ex; [|discriminate].
-  injection H as <- _.
-  unfold puvalidb in Hv. destruct (uproblem_error m (ptyp src) (ptyp dst)) eqn:Hpe; [discriminate|].
-  apply uproblem_error_spec in Hpe. apply andb_true_iff in Hv as [_ Hd].
+  intros M m t0 dst pss A y Ex Hd Hy.
+  pose proof (exchange_valid _ _ _ _ Ex) as Hpe.
   apply pending_okb_spec in Hd as [HndQ [HrQ HuQ]].
   pose proof Hpe as [Ht [Ht' _]]. assert (Hm : wf_mesh m) by apply Ht.
   assert (Hused : forall a, In a (used (ptyp dst)) -> a < length m).
   { intros a Ha. unfold used in Ha. apply in_flat_map in Ha. destruct Ha as [D [HD Ha]].
     destruct Ht' as [_ [HF _]]. rewrite Forall_forall in HF. apply (HF D HD). exact Ha. }
-  intros c i Hc Hi. unfold puexec. cbv zeta. unfold gsum.
+  intros c i Hc Hi. unfold gsum.
   assert (Hpos : 0 < nprod m (paxes dst)) by (apply nprod_pos; auto).
   assert (Hmr : forall k, k < nprod m (paxes dst) -> mr m (paxes dst) (set_digits m (paxes dst) c k) = k).
   { intros k Hk. apply set_digits_mr; auto; intros a Ha; apply Hm, HrQ; auto. }
@@ -94,10 +107,66 @@ Proof.
   assert (Hjr : forall a, In a (used (ptyp dst)) -> root a = coords_of_rank m j a).
   { intros a Ha. symmetry. apply coords_of_rank_rank; auto. }
   rewrite (tbox_ext m (ptyp dst) root (coords_of_rank m j)) by auto.
-  rewrite (uexchange_correct m (ptyp src) (ptyp dst) _ Ex Hpe (carrier M) A
-             (fun c' i' => gsum M m (paxes src) (fun c'' => x c'' i') c')).
+  rewrite (uexchange_correct m t0 (ptyp dst) _ Ex Hpe (carrier M) A y Hy).
   - rewrite <- (ugindex_ext2 m (ptyp dst) root), <- (ugindex_ext2 m (ptyp dst) c); auto.
-  - intros r k Hr Hk. apply Hx; auto. apply coords_of_rank_valid; auto.
   - exact Hj.
   - apply (uvalid_pos_ext m _ root); auto. apply (uvalid_pos_ext m _ c); auto.
+Qed.
+
+Lemma scatter_dim_spec : forall m t P ds d t1, scatter_dim m t P ds = Some (d, t1) ->
+  uapply m t (DynSlice d P) = Ok t1.
+Proof.
+  intros m t P ds. induction ds as [|d0 ds IH]; cbn [scatter_dim]; intros d t1 H; [discriminate|].
+  destruct (uapply m t (DynSlice d0 P)) eqn:E; [|auto]. injection H as <- <-. exact E.
+Qed.
+
+(** **Partial and uneven, end to end**: for every plan the planner returns,
+    every commutative monoid (sum, max, min) and every global array [A]: if
+    the source's padded local arrays represent [A] (at every valid position
+    the reduction over the pending group is [A]'s element), whatever they
+    hold at padding positions, then after the steps (all-reduce or
+    reduce-scatter, exchange, make-pending) the target's do. *)
+Theorem puexec_correct : forall M m src dst st pss rs (A : list nat -> carrier M)
+    (x : coords -> list nat -> carrier M),
+  puplan_problem m src dst = Some (st, pss, rs) ->
+  urepresents M m src A x -> urepresents M m dst A (puexec M m src dst st pss x).
+Proof.
+  intros M m src dst st pss rs A x H Hx.
+  unfold puplan_problem in H. destruct (puvalidb m src dst) eqn:Hv; [|discriminate].
+  unfold puvalidb in Hv. destruct (uproblem_error m (ptyp src) (ptyp dst)) eqn:Hpe; [discriminate|].
+  apply uproblem_error_spec in Hpe. apply andb_true_iff in Hv as [Hs Hd].
+  pose proof Hpe as [Ht _]. assert (Hm : wf_mesh m) by apply Ht.
+  destruct (exchange m (ptyp src) (ptyp dst)) as [pss0|] eqn:Ex; [|discriminate].
+  (* the all-reduce branch, and the reduce-scatter branch *)
+  assert (AR : st = PUAllReduce -> exchange m (ptyp src) (ptyp dst) = Some pss ->
+               urepresents M m dst A (puexec M m src dst st pss x)).
+  { intros -> Ex'. cbv beta iota zeta delta [puexec].
+    apply (pu_tail M m (ptyp src) dst pss A (fun c i => gsum M m (paxes src) (fun c' => x c' i) c)); auto.
+    intros r k Hr Hk. apply Hx; auto. apply coords_of_rank_valid; auto. }
+  assert (RS : forall d t1, st = PUScatter d t1 -> uapply m (ptyp src) (DynSlice d (paxes src)) = Ok t1 ->
+               exchange m t1 (ptyp dst) = Some pss -> urepresents M m dst A (puexec M m src dst st pss x)).
+  { intros d t1 -> Hu Ex1. cbv beta iota zeta delta [puexec].
+    apply (pu_tail M m t1 dst pss A (fun c i =>
+      match usource m (ptyp src) (DynSlice d (paxes src)) t1 c i with
+      | Some (_, i') => gsum M m (paxes src) (fun c' => x c' i') c
+      | None => munit M
+      end)); auto.
+    intros r k Hr Hk. set (c := coords_of_rank m r).
+    assert (Hc : valid m c) by (apply coords_of_rank_valid; auto).
+    apply (uapply_spec m _ _ _ Ht) in Hu.
+    destruct (usrc_sound m _ _ _ c k Ht Hu Hc Hk) as [c' [i' [E [Hc' [Hi' Hg]]]]].
+    cbn [usrc] in E. rewrite E. cbn beta iota.
+    unfold usource in E. destruct (_ <? _); [|discriminate]. injection E as <- <-.
+    rewrite <- Hg. apply Hx; auto. }
+  (* which branch the planner took *)
+  destruct (paxes src) as [|a P] eqn:EP.
+  - injection H as <- <- _. apply AR; auto.
+  - destruct (scatter_dim m (ptyp src) (a :: P) (seq 0 (length (ptyp src)))) as [[d t1]|] eqn:Esd.
+    + destruct (exchange m t1 (ptyp dst)) as [pss1|] eqn:Ex1.
+      * destruct (_ <? _).
+        -- injection H as <- <- _. apply (RS d t1); auto.
+           eapply scatter_dim_spec; eauto.
+        -- injection H as <- <- _. apply AR; auto.
+      * injection H as <- <- _. apply AR; auto.
+    + injection H as <- <- _. apply AR; auto.
 Qed.

@@ -135,14 +135,14 @@ def _puneven_guarantees(plan) -> list[tuple[str | None, str]]:
     ['Puexchangeproof.puexec_correct', 'Puexchangeproof.puplan_total', None, None]
     """
     return [
-        ("Puexchangeproof.puexec_correct", "all-reduce, exchange, make pending: over any commutative monoid, the "
+        ("Puexchangeproof.puexec_correct", "reduce, exchange, make pending: over any commutative monoid, the "
                                            "target's padded buffers reduce to the array at every valid position, "
                                            "whatever the padding holds"),
         ("Puexchangeproof.puplan_total", "every valid problem of this kind gets this plan"),
         (None, f"memory: peak {plan.peak} = the padded bound (every type along the plan has the padded size of "
                f"one end)"),
-        (None, f"traffic {plan.traffic} (the planner's figure; no lower bound is proved for partial uneven types; "
-               f"a reduce-scatter onto an uneven dimension is not modelled)"),
+        (None, f"traffic {plan.traffic} (the planner's figure: a reduce-scatter is taken where it receives less "
+               f"than an all-reduce; no lower bound is proved for partial uneven types)"),
     ]
 
 

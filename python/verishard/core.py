@@ -315,24 +315,32 @@ def _ucheck(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collectiv
 
 def _puplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     """``Puexchange.puplan_problem`` (theorems ``Puexchangeproof.puplan_total``,
-    ``puexec_correct``): all-reduce the source's pending axes, exchange to the
-    target's array type, make the target's axes pending; on padded buffers.
+    ``puexec_correct``): all-reduce the source's pending axes (or
+    reduce-scatter them where that receives less), exchange to the target's
+    array type, make the target's axes pending; on padded buffers.
 
     >>> from verishard import Mesh, ArrayType
     >>> m = Mesh.parse("x=2,y=2")
     >>> r = plan(m, ArrayType.parse("[3{x}5, 4] partial{y}", m), ArrayType.parse("[5, 2{y}4] partial{x}", m))
     >>> [str(c) for c in r.collectives], r.received, r.peak
-    (['AllReduce(y)', 'Exchange([5, 2{y}4])', 'ToPartial(x)'], (12, 6, 0), 12)
+    (['ReduceScatter(1, y)', 'Exchange([5, 2{y}4])', 'ToPartial(x)'], (6, 6, 0), 12)
+    >>> [str(c) for c in plan(m, ArrayType.parse("[3{x}5, 4] partial{y}", m), ArrayType.parse("[3{x}5, 4]", m)).collectives]
+    ['AllReduce(y)', 'Exchange([3{x}5, 4])']
     """
     op = reduction(src, dst)
     out = _call(_core.puplan, mesh.encode() + src.pencode() + dst.pencode())
     if out[0] == 1:   # the problem itself is invalid: name why, as the partial checker would
         raise ShardingError(f"{src} -> {dst}: not a valid problem over partial uneven types "
                             f"(same global shape, pending axes unused by the array type)")
-    peak, s = out[1], out[2]
+    peak, pos = out[1], 3
     steps: list[Collective] = []
     types = [src]
-    if src.partial:
+    if out[2] == 1:   # a reduce-scatter onto dimension d, to the type that follows
+        d = out[3]
+        t1, pos = ArrayType.decode(mesh, out, 4)
+        steps.append(ReduceScatter(d, mesh.names(src.partial)))
+        types.append(t1)
+    elif src.partial:
         steps.append(AllReduce(mesh.names(src.partial)))
         types.append(src.plain)
     steps.append(Exchange(dst.plain))
@@ -340,9 +348,10 @@ def _puplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     if dst.partial:
         steps.append(ToPartial(mesh.names(dst.partial)))
         types.append(dst)
+    s = out[pos]
     if len(steps) != s:  # pragma: no cover - the glue and this reading disagree
         raise PlanError(f"the verified planner answered {s} steps, {len(steps)} expected")
-    return PlanReport(mesh, tuple(steps), tuple(types), tuple(out[3:3 + s]), peak)
+    return PlanReport(mesh, tuple(steps), tuple(types), tuple(out[pos + 1:pos + 1 + s]), peak)
 
 
 def _pucheck(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]) -> CheckOk:

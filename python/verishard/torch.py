@@ -52,7 +52,7 @@ What it takes:
   both layouts: a dimension several mesh dimensions shard that DTensor
   splits otherwise (chunk by chunk: 5 over 2 x 2 is 2, 1, 1, 1 for DTensor,
   2, 2, 1, 0 for us; or interleaved by ``_StridedShard``). Partial
-  placements with an uneven shape are planned as all-reduce, exchange,
+  placements with an uneven shape are planned as reduce, exchange,
   make-pending (``Puexchange.v``).
 
 It is differentiable as ``DTensor.redistribute`` is: the backward

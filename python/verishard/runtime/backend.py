@@ -564,8 +564,8 @@ def run_step(backend: Backend, call: tuple[str, tuple], x: Any, t: ArrayType, t2
     [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]
     """
     name, args = call
-    if name == "dyn_slice":
-        d, group = args
+    if name in ("dyn_slice", "reduce_scatter"):   # piece k of N: pad to N * c_out first
+        d, group = args[0], args[1]
         if t.local_shape[d] != group.size * t2.local_shape[d]:
             x = backend.fit(x, d, group.size * t2.local_shape[d])
     elif name == "all_to_all":

@@ -816,8 +816,9 @@ def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None 
         x0 = prev["x"]
         owned = donated and (x0.flags.owndata or isinstance(x0.base, mmap.mmap))
         del x0
-        if checked.uneven and not checked.exchange:  # padded buffers, each collective whole (no chunked
-            # schedule for uneven collectives; the exchange cuts along its free dimension, which is not padded)
+        if checked.uneven and not (checked.exchange and len(checked.steps) == 1):  # padded buffers, each
+            # collective whole (no chunked schedule for uneven collectives; a lone exchange cuts along its
+            # free dimension, which is not padded)
             out, report = execute(checked, Donated(prev["x"]), backend, on_step), None
         else:
             out, report = execute_chunked(checked, Donated(prev["x"]), backend, MPIArrayOps(backend), budget_bytes,
