@@ -9,7 +9,8 @@ import pytest
 
 from verishard import ArrayType, Mesh
 from verishard.crosscheck.hlo import Interpreter, parse_module
-from verishard.crosscheck.partial import PartialCase, partial_cases, partial_types, run_partial
+from verishard.crosscheck.harness import Case
+from verishard.crosscheck.partial import partial_cases, partial_types, run_partial
 
 jax = pytest.importorskip("jax")
 pytest.importorskip("torch")
@@ -41,7 +42,7 @@ def test_sampled_cases(mesh, shape):
 def test_a_wrong_plan_is_caught():
     """The judge is not vacuous: a program that drops the reduction is wrong."""
     m = Mesh.parse("x=2")
-    c = PartialCase(m, ArrayType.parse("[4] partial{x}", m), ArrayType.parse("[4]", m))
+    c = Case(m, ArrayType.parse("[4] partial{x}", m), ArrayType.parse("[4]", m))
     from verishard.crosscheck.partial import _correct
     from verishard.runtime import split_partial
     A = np.arange(1, 5, dtype=np.int32)
@@ -67,7 +68,7 @@ def test_xla_unreduced_permute_case():
     XLA does, our interpreter must agree with XLA's own run (no "error"), and
     ours is correct; the report records XLA's status (wrong in JAX 0.10.2)."""
     m = Mesh.parse("x=2,y=2,z=2")
-    c = PartialCase(m, ArrayType.parse("[8, 16, 16{z}32] partial{y}", m), ArrayType.parse("[8, 16, 16{x}32] partial{y}", m))
+    c = Case(m, ArrayType.parse("[8, 16, 16{z}32] partial{y}", m), ArrayType.parse("[8, 16, 16{x}32] partial{y}", m))
     res = {r.planner: r for r in run_partial(c, ("ours", "xla"))}
     assert res["ours"].status == "correct"
     assert res["xla"].status in ("correct", "wrong_data"), res["xla"].reason

@@ -18,13 +18,14 @@ if len(jax.devices()) < 8:  # pragma: no cover
 
 from verishard import ArrayType, Mesh  # noqa: E402
 from verishard.crosscheck.torch_dtensor import chunk  # noqa: E402
-from verishard.crosscheck.uneven import PLANNERS, UnevenCase, run_uneven, uneven_cases  # noqa: E402
+from verishard.crosscheck.harness import Case  # noqa: E402
+from verishard.crosscheck.uneven import PLANNERS, run_uneven, uneven_cases  # noqa: E402
 
 XY = Mesh.parse("x=2,y=2")
 
 
 def case(mesh, a, b):
-    return UnevenCase(mesh, ArrayType.parse(a, mesh), ArrayType.parse(b, mesh))
+    return Case(mesh, ArrayType.parse(a, mesh), ArrayType.parse(b, mesh))
 
 
 def test_cases_have_an_uneven_side():

@@ -38,22 +38,11 @@ import numpy as np
 from ..errors import VerishardError
 from ..mesh import Mesh
 from ..sharding import ArrayType
-from .harness import all_types
+from .harness import Case, all_types
 
-__all__ = ["PartialCase", "PartialResult", "partial_types", "partial_cases", "run_partial", "PLANNERS"]
+__all__ = ["PartialResult", "partial_types", "partial_cases", "run_partial", "PLANNERS"]
 
 PLANNERS = ("ours", "xla", "dtensor-greedy", "dtensor-mincost")
-
-
-@dataclass(frozen=True)
-class PartialCase:
-    mesh: Mesh
-    src: ArrayType
-    dst: ArrayType
-
-    @property
-    def bound(self) -> int:
-        return max(self.src.size, self.dst.size)
 
 
 @dataclass
@@ -87,7 +76,7 @@ def partial_types(mesh: Mesh, shape: Sequence[int]) -> list[ArrayType]:
 
 
 def partial_cases(mesh: Mesh | str, shape: Sequence[int], limit: int | None = None,
-                  seed: int = 0) -> tuple[list[PartialCase], int]:
+                  seed: int = 0) -> tuple[list[Case], int]:
     """Pairs (partial source, any plain or partial target), every one or a
     deterministic sample of ``limit``, and the number of pairs.
 
@@ -103,22 +92,22 @@ def partial_cases(mesh: Mesh | str, shape: Sequence[int], limit: int | None = No
     idx = range(total)
     if limit is not None and limit < total:
         idx = sorted(np.random.default_rng(seed).choice(total, size=limit, replace=False).tolist())
-    return [PartialCase(mesh, srcs[k // len(dsts)], dsts[k % len(dsts)]) for k in idx], total
+    return [Case(mesh, srcs[k // len(dsts)], dsts[k % len(dsts)]) for k in idx], total
 
 
-def _expected(case: PartialCase, A: np.ndarray) -> list[np.ndarray]:
+def _expected(case: Case, A: np.ndarray) -> list[np.ndarray]:
     from ..runtime import distribute
     return distribute(A, case.mesh, case.dst.plain)
 
 
-def _correct(case: PartialCase, outs: Sequence[np.ndarray], A: np.ndarray) -> bool:
+def _correct(case: Case, outs: Sequence[np.ndarray], A: np.ndarray) -> bool:
     from ..runtime import represented
     want = _expected(case, A)
     got = represented([np.asarray(o) for o in outs], case.dst)
     return all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want))
 
 
-def _ours(case: PartialCase, terms: list[np.ndarray], A: np.ndarray) -> PartialResult:
+def _ours(case: Case, terms: list[np.ndarray], A: np.ndarray) -> PartialResult:
     from ..plan import plan
     from ..runtime import simulate
     p = plan(case.mesh, case.src, case.dst)
@@ -131,7 +120,7 @@ def _ours(case: PartialCase, terms: list[np.ndarray], A: np.ndarray) -> PartialR
                          p.peak, p.traffic, kinds)
 
 
-def _xla(case: PartialCase, terms: list[np.ndarray], A: np.ndarray) -> PartialResult:
+def _xla(case: Case, terms: list[np.ndarray], A: np.ndarray) -> PartialResult:
     import jax
 
     from .hlo import HloError, Interpreter, parse_module
@@ -181,7 +170,7 @@ def _xla(case: PartialCase, terms: list[np.ndarray], A: np.ndarray) -> PartialRe
                          received, kinds)
 
 
-def _dtensor(case: PartialCase, terms: list[np.ndarray], A: np.ndarray, min_cost: bool) -> PartialResult:
+def _dtensor(case: Case, terms: list[np.ndarray], A: np.ndarray, min_cost: bool) -> PartialResult:
     from .torch_dtensor import _describe, dtensor_transforms, replay
     name = "dtensor-mincost" if min_cost else "dtensor-greedy"
     if len(case.mesh.parts) != len(case.mesh.axes):
@@ -212,11 +201,11 @@ def _dtensor(case: PartialCase, terms: list[np.ndarray], A: np.ndarray, min_cost
     return PartialResult(name, "correct" if ok else "wrong_data", "", tuple(program), peak, received, kinds)
 
 
-def run_partial(case: PartialCase, planners: Sequence[str] = PLANNERS, seed: int = 0) -> list[PartialResult]:
+def run_partial(case: Case, planners: Sequence[str] = PLANNERS, seed: int = 0) -> list[PartialResult]:
     """Every planner on one case, on one random integer representation.
 
     >>> m = Mesh.parse("x=2,y=2")
-    >>> c = PartialCase(m, ArrayType.parse("[4, 4] partial{x}", m), ArrayType.parse("[2{x}4, 4]", m))
+    >>> c = Case(m, ArrayType.parse("[4, 4] partial{x}", m), ArrayType.parse("[2{x}4, 4]", m))
     >>> [(r.planner, r.status, r.program, r.peak) for r in run_partial(c, ("ours",))]
     [('ours', 'correct', ('ReduceScatter(0, x)',), 16)]
     """

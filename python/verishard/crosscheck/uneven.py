@@ -59,23 +59,11 @@ import numpy as np
 from ..errors import VerishardError
 from ..mesh import Mesh
 from ..sharding import ArrayType
-from .harness import all_types
+from .harness import Case, all_types
 
-__all__ = ["UnevenCase", "UnevenResult", "uneven_cases", "run_uneven", "PLANNERS"]
+__all__ = ["UnevenResult", "uneven_cases", "run_uneven", "PLANNERS"]
 
 PLANNERS = ("ours", "ours-jax", "xla", "dtensor-greedy", "dtensor-mincost")
-
-
-@dataclass(frozen=True)
-class UnevenCase:
-    mesh: Mesh
-    src: ArrayType
-    dst: ArrayType
-
-    @property
-    def bound(self) -> int:
-        """``max(size(src), size(dst))`` over padded blocks (``local_shape``)."""
-        return max(self.src.size, self.dst.size)
 
 
 @dataclass
@@ -95,7 +83,7 @@ class UnevenResult:
 
 
 def uneven_cases(mesh: Mesh | str, shape: Sequence[int], limit: int | None = None,
-                 seed: int = 0) -> tuple[list[UnevenCase], int]:
+                 seed: int = 0) -> tuple[list[Case], int]:
     """Pairs of types over whole axes at least one of which is uneven, every
     one or a deterministic sample of ``limit``, and the number of such pairs.
 
@@ -110,7 +98,7 @@ def uneven_cases(mesh: Mesh | str, shape: Sequence[int], limit: int | None = Non
     idx = range(len(pairs))
     if limit is not None and limit < len(pairs):
         idx = sorted(np.random.default_rng(seed).choice(len(pairs), size=limit, replace=False).tolist())
-    return [UnevenCase(mesh, *pairs[k]) for k in idx], len(pairs)
+    return [Case(mesh, *pairs[k]) for k in idx], len(pairs)
 
 
 def _valid(blocks: Sequence[np.ndarray], t: ArrayType) -> list[np.ndarray]:
@@ -118,7 +106,7 @@ def _valid(blocks: Sequence[np.ndarray], t: ArrayType) -> list[np.ndarray]:
     return [np.asarray(b)[tuple(slice(0, v) for v in t.valid_shape(r))] for r, b in enumerate(blocks)]
 
 
-def _correct(case: UnevenCase, valid: Sequence[np.ndarray], G: np.ndarray) -> bool:
+def _correct(case: Case, valid: Sequence[np.ndarray], G: np.ndarray) -> bool:
     from ..runtime.uneven import distribute_chunked
     want = distribute_chunked(G, case.mesh, case.dst)
     return all(np.asarray(a).shape == w.shape and np.array_equal(np.asarray(a), w) for a, w in zip(valid, want))
@@ -163,7 +151,7 @@ def _measured_backend(n: int):
     return Measured()
 
 
-def _ours(case: UnevenCase, G: np.ndarray) -> UnevenResult:
+def _ours(case: Case, G: np.ndarray) -> UnevenResult:
     from ..plan import plan
     from ..runtime.backend import execute
     from ..runtime.uneven import distribute_padded
@@ -189,7 +177,7 @@ def _padded_global(G: np.ndarray, t: ArrayType) -> np.ndarray:
     return out
 
 
-def _program(case: UnevenCase, ours: bool):
+def _program(case: Case, ours: bool):
     """The jitted program from the padded source array to the padded target
     array, with our reshard or XLA's in the middle; returns it, the JAX mesh
     and the input and output shardings."""
@@ -216,7 +204,7 @@ def _program(case: UnevenCase, ours: bool):
     return jax.jit(f, out_shardings=NamedSharding(jm, d)), jm, NamedSharding(jm, s), NamedSharding(jm, d)
 
 
-def _plan_steps(case: UnevenCase) -> dict[str, int]:
+def _plan_steps(case: Case) -> dict[str, int]:
     """The plan's communicating steps by HLO opcode."""
     from ..plan import plan
     from ..runtime.backend import step_call
@@ -232,7 +220,7 @@ def _plan_steps(case: UnevenCase) -> dict[str, int]:
     return out
 
 
-def _xla(case: UnevenCase, G: np.ndarray, ours: bool) -> UnevenResult:
+def _xla(case: Case, G: np.ndarray, ours: bool) -> UnevenResult:
     import jax
 
     from .hlo import HloError, Interpreter, parse_module
@@ -303,7 +291,7 @@ def _dtensor_buffers(info: Any, kind: str, before: np.ndarray, after: np.ndarray
     return after.size, 0
 
 
-def _dtensor(case: UnevenCase, G: np.ndarray, min_cost: bool) -> UnevenResult:
+def _dtensor(case: Case, G: np.ndarray, min_cost: bool) -> UnevenResult:
     from ..dtensor import UnsupportedLayout
     from ..runtime.uneven import distribute_chunked
     from .torch_dtensor import _describe, dtensor_transforms, replay
@@ -337,11 +325,11 @@ def _dtensor(case: UnevenCase, G: np.ndarray, min_cost: bool) -> UnevenResult:
     return UnevenResult(name, "correct" if ok else "wrong_data", "", tuple(program), peak, received, moved)
 
 
-def run_uneven(case: UnevenCase, planners: Sequence[str] = PLANNERS) -> list[UnevenResult]:
+def run_uneven(case: Case, planners: Sequence[str] = PLANNERS) -> list[UnevenResult]:
     """Every planner on one case.
 
     >>> m = Mesh.parse("x=2")
-    >>> c = UnevenCase(m, ArrayType.parse("[2{x}3]", m), ArrayType.parse("[3]", m))
+    >>> c = Case(m, ArrayType.parse("[2{x}3]", m), ArrayType.parse("[3]", m))
     >>> r, = run_uneven(c, ("ours",))
     >>> r.status, r.program, r.peak, c.bound, r.extra["type_peak"], r.received
     ('correct', ('AllGather(0, x)',), 4, 3, 3, 2)

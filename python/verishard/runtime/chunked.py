@@ -518,15 +518,15 @@ def _run_exchange(i: int, d: int | None, sched, x, backend: Backend, ops, in_b: 
     (``Chunkproof.held_bound``), else the input is held whole."""
     shape = ops.shape(x)
     R = shape[d] if d is not None and shape else 1
-    G = int(np.prod(shape[:d], dtype=np.int64)) if d is not None else 1
-    run = in_b // max(1, G * R)              # bytes of one index along d in one run
-    releasable = owned and run * max(1, R // 4) >= 2 * _PAGE
     k = 1 if R < 2 else choose_k(in_b, out_b, R, 1, budget, chunks)
     if k <= 1:
         y = backend.exchange(x, sched)
         return y, StepChunks(i, "exchange", 1, R, in_b, out_b, False, in_b + out_b, in_b + out_b)
-    y = ops.alloc_like(x, sched.out_shape)
+    G = int(np.prod(shape[:d], dtype=np.int64))
     w = R // k
+    # a piece's input is G runs of w indices along d: released only where each run spans pages
+    releasable = owned and in_b // (G * R) * w >= 2 * _PAGE
+    y = ops.alloc_like(x, sched.out_shape)
     direct = d == 0   # a slab of the output is contiguous: the piece is received in place
     acc = ops.traffic_start()
     held, written, kept_in = 0, 0, in_b

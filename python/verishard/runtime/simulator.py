@@ -403,18 +403,11 @@ def expected_received(t: ArrayType, c: Collective, mesh) -> np.ndarray:
         return np.zeros(n, dtype=np.int64)
     if isinstance(c, AllReduce):
         return np.full(n, 2 * (t.size - t.size // g), dtype=np.int64)
-    if isinstance(c, ReduceScatter):   # N - 1 pieces of the output block (padded: ceil of the new split)
-        e = c.dim
-        blocks = g
-        for p in t.dim_parts(e):
-            blocks *= mesh.part_sizes[p]
-        piece = list(t.local_shape)
-        piece[e] = -(-t.global_shape[e] // blocks)
-        return np.full(n, (g - 1) * int(np.prod(piece)), dtype=np.int64)
-    assert isinstance(c, AllToAll)
-    # N - 1 pieces: the (padded) block with dimension dst_dim cut to its block
-    # size after the step (Uchecker.urecv; size(t) - size(t)/N on even types)
-    e = c.dst_dim
+    assert isinstance(c, (AllToAll, ReduceScatter))
+    # N - 1 pieces: the (padded) block with the split dimension cut to its
+    # block size after the step (Uchecker.urecv, Partial.precv; size(t) -
+    # size(t)/N for an all-to-all on even types)
+    e = c.dst_dim if isinstance(c, AllToAll) else c.dim
     blocks = g
     for p in t.dim_parts(e):
         blocks *= mesh.part_sizes[p]
