@@ -349,6 +349,31 @@ Proof.
   rewrite Hx, upeak_pair. reflexivity.
 Qed.
 
+(** What the exchange schedule [pss] of a valid uneven problem does: every
+    device receives from the others exactly the valid elements of its target
+    block that it does not hold, and every valid position gets its element
+    of any global array, whatever the padding holds. *)
+Definition uexchange_spec (m : mesh) (src dst : atype) (pss : list (list piece)) : Prop :=
+  (forall j, j < ndevices m -> Crossmesh.traffic j (nth j pss [])
+     = vol (tbox m dst (coords_of_rank m j))
+       - held (sdims m src) (srcs m (ranks m) src) j (tbox m dst (coords_of_rank m j))) /\
+  (forall V (A : list nat -> V) (x : coords -> list nat -> V),
+     (forall r k, r < ndevices m -> uvalid_pos m src (coords_of_rank m r) k ->
+        x (coords_of_rank m r) k = A (ugindex m src (coords_of_rank m r) k)) ->
+     forall j i, j < ndevices m -> uvalid_pos m dst (coords_of_rank m j) i ->
+     assemble (fun r => x (coords_of_rank m r)) (sdims m src) (tbox m dst (coords_of_rank m j))
+       (nth j pss []) i = Some (A (ugindex m dst (coords_of_rank m j) i))).
+
+Lemma uexchange_spec_holds : forall m src dst pss, exchange m src dst = Some pss -> uvalid_problem m src dst ->
+  uexchange_spec m src dst pss.
+Proof.
+  intros m src dst pss Ex Hv. split.
+  - intros j Hj. destruct (xplan_correct _ _ _ _ _ _ _ Ex) as [_ Hn].
+    destruct (Hn j Hj) as [ps [E [_ [_ [_ [_ Htr]]]]]].
+    rewrite (nth_error_nth _ _ [] E). rewrite nth_ranks in Htr by auto. exact Htr.
+  - intros. apply uexchange_correct; auto.
+Qed.
+
 (** **End to end, uneven**: on every valid uneven problem the planner
     answers, either with [Upipeline.uplan_problem]'s plan (so
     [Upipelineproof.uplan_spec] holds of it), or with the exchange: along a
@@ -373,45 +398,23 @@ Theorem ueplan_spec : forall m src dst, uvalid_problem m src dst ->
             axes D = [] /\ axes D' = [] /\ 2 <= gsize D
       | None => ubound m src dst < upeak r
       end /\
-      (forall j, j < ndevices m -> Crossmesh.traffic j (nth j pss [])
-         = vol (tbox m dst (coords_of_rank m j))
-           - held (sdims m src) (srcs m (ranks m) src) j (tbox m dst (coords_of_rank m j))) /\
-      (forall V (A : list nat -> V) (x : coords -> list nat -> V),
-         (forall r k, r < ndevices m -> uvalid_pos m src (coords_of_rank m r) k ->
-            x (coords_of_rank m r) k = A (ugindex m src (coords_of_rank m r) k)) ->
-         forall j i, j < ndevices m -> uvalid_pos m dst (coords_of_rank m j) i ->
-         assemble (fun r => x (coords_of_rank m r)) (sdims m src) (tbox m dst (coords_of_rank m j))
-           (nth j pss []) i = Some (A (ugindex m dst (coords_of_rank m j) i)))
+      uexchange_spec m src dst pss
   end.
 Proof.
   intros m src dst Hv. destruct (uplan_spec m src dst Hv) as [fs [p [r [Hpp _]]]].
   unfold ueplan_problem. rewrite Hpp.
   destruct (exchange m src dst) as [pss|] eqn:Ex; [|eexists; split; [reflexivity|reflexivity]].
-  assert (Hrest : uecheck m src dst [Exch dst] = Ok (mkureport [src; dst] (ubound m src dst) [exchange_recv m pss]) /\
-      (forall j, j < ndevices m -> Crossmesh.traffic j (nth j pss [])
-         = vol (tbox m dst (coords_of_rank m j))
-           - held (sdims m src) (srcs m (ranks m) src) j (tbox m dst (coords_of_rank m j))) /\
-      (forall V (A : list nat -> V) (x : coords -> list nat -> V),
-         (forall r k, r < ndevices m -> uvalid_pos m src (coords_of_rank m r) k ->
-            x (coords_of_rank m r) k = A (ugindex m src (coords_of_rank m r) k)) ->
-         forall j i, j < ndevices m -> uvalid_pos m dst (coords_of_rank m j) i ->
-         assemble (fun r => x (coords_of_rank m r)) (sdims m src) (tbox m dst (coords_of_rank m j))
-           (nth j pss []) i = Some (A (ugindex m dst (coords_of_rank m j) i)))).
-  { split; [apply uecheck_exchange; auto|]. split.
-    - intros j Hj. destruct (xplan_correct _ _ _ _ _ _ _ Ex) as [_ Hn].
-      destruct (Hn j Hj) as [ps [E [_ [_ [_ [_ Htr]]]]]].
-      rewrite (nth_error_nth _ _ [] E). rewrite nth_ranks in Htr by auto. exact Htr.
-    - intros. apply uexchange_correct; auto. }
-  destruct Hrest as [Hc [Ht Hd]].
+  assert (Hc := uecheck_exchange m src dst pss Hv Ex).
+  assert (Hd := uexchange_spec_holds m src dst pss Ex Hv).
   destruct (free_dim src dst) as [ch|] eqn:Ef.
   - destruct ((exchange_recv m pss <? Traffic.traffic (ureceived r)) || (ubound m src dst <? upeak r)) eqn:Elt;
       [|eexists; split; [reflexivity|reflexivity]].
     eexists. split; [reflexivity|]. cbn beta iota.
-    exists fs, p, r, pss. split; auto. split; auto. split; auto. split; auto. split; [|split; auto].
+    exists fs, p, r, pss. split; auto. split; auto. split; auto. split; auto. split; [|auto].
     split; [apply orb_true_iff in Elt as [E|E]; apply Nat.ltb_lt in E; auto|]. apply free_dim_spec; auto.
   - destruct (ubound m src dst <? upeak r) eqn:Elt; [|eexists; split; [reflexivity|reflexivity]].
     eexists. split; [reflexivity|]. cbn beta iota.
-    exists fs, p, r, pss. split; auto. split; auto. split; auto. split; auto. split; [|split; auto].
+    exists fs, p, r, pss. split; auto. split; auto. split; auto. split; auto. split; [|auto].
     apply Nat.ltb_lt; auto.
 Qed.
 

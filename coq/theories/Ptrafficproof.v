@@ -83,9 +83,6 @@ Qed.
 Theorem pcheck_traffic_lower_bound : forall m src dst p r,
   pcheck m src dst p = Ok r -> lower_bound m (ptyp src) (ptyp dst) <= traffic (preceived r).
 Proof.
-  intros m src dst p r Hchk. unfold lower_bound. apply fold_max_le.
-  intros x Hx. apply in_map_iff in Hx. destruct Hx as [k [<- _]].
-  pose proof Hchk as Hchk'. apply pcheck_ok in Hchk' as [[Hs _] _].
-  apply (pcheck_traffic_need m src dst p r); auto.
-  apply coords_of_rank_valid. apply Hs.
+  intros m src dst p r Hchk. pose proof Hchk as Hchk'. apply pcheck_ok in Hchk' as [[Hs _] _].
+  apply fold_max_devices; [apply Hs|]. intros c Hc. apply (pcheck_traffic_need m src dst p r); auto.
 Qed.

@@ -617,12 +617,19 @@ Proof.
   unfold missing in Hmiss, Hmiss0. unfold need. lia.
 Qed.
 
+(** A figure every valid device stays within bounds the most over all
+    devices (how each lower bound turns its per-device form into the worst
+    device's). *)
+Lemma fold_max_devices : forall m (f : coords -> nat) b, wf_mesh m -> (forall c, valid m c -> f c <= b) ->
+  fold_right Nat.max 0 (map (fun r => f (coords_of_rank m r)) (seq 0 (ndevices m))) <= b.
+Proof.
+  intros m f b Hm H. apply fold_max_le. intros x Hx. apply in_map_iff in Hx. destruct Hx as [k [<- _]].
+  apply H, coords_of_rank_valid, Hm.
+Qed.
+
 Theorem accepted_traffic_lower_bound : forall m src dst p r,
   check m src dst p = Ok r -> lower_bound m src dst <= traffic (received r).
 Proof.
-  intros m src dst p r Hchk. unfold lower_bound. apply fold_max_le.
-  intros x Hx. apply in_map_iff in Hx. destruct Hx as [k [<- _]].
-  pose proof Hchk as Hchk'. apply check_ok_iff in Hchk' as [[Hs _] _].
-  apply (accepted_traffic_need m src dst p r); auto.
-  apply coords_of_rank_valid. apply Hs.
+  intros m src dst p r Hchk. pose proof Hchk as Hchk'. apply check_ok_iff in Hchk' as [[Hs _] _].
+  apply fold_max_devices; [apply Hs|]. intros c Hc. apply (accepted_traffic_need m src dst p r); auto.
 Qed.

@@ -393,11 +393,8 @@ Qed.
 Theorem ucheck_traffic_lower_bound : forall m src dst p r,
   ucheck m src dst p = Ok r -> ulower_bound m src dst <= fold_right plus 0 (ureceived r).
 Proof.
-  intros m src dst p r Hchk. unfold ulower_bound. apply fold_max_le.
-  intros x Hx. apply in_map_iff in Hx. destruct Hx as [k [<- _]].
-  pose proof Hchk as Hchk'. apply ucheck_ok in Hchk' as [[Hs _] _].
-  apply (ucheck_traffic_need m src dst p r); auto.
-  apply coords_of_rank_valid. apply Hs.
+  intros m src dst p r Hchk. pose proof Hchk as Hchk'. apply ucheck_ok in Hchk' as [[Hs _] _].
+  apply fold_max_devices; [apply Hs|]. intros c Hc. apply (ucheck_traffic_need m src dst p r); auto.
 Qed.
 
 (** * Even types *)
