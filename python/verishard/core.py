@@ -327,7 +327,7 @@ def _puplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     >>> [str(c) for c in plan(m, ArrayType.parse("[3{x}5, 4] partial{y}", m), ArrayType.parse("[3{x}5, 4]", m)).collectives]
     ['AllReduce(y)', 'Exchange([3{x}5, 4])']
     """
-    op = reduction(src, dst)
+    reduction(src, dst)   # refuses a change of the pending reduction, naming both
     out = _call(_core.puplan, mesh.encode() + src.pencode() + dst.pencode())
     if out[0] == 1:   # the problem itself is invalid: name why, as the partial checker would
         raise ShardingError(f"{src} -> {dst}: not a valid problem over partial uneven types "

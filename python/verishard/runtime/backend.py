@@ -297,8 +297,9 @@ class ExchangeSchedule:
     from ``Crossmesh.xplan`` on one mesh (``Exchangeproof.exchange_correct``:
     every position of every target block is filled exactly once, from a
     rank holding it; ``exchange_lower_bound``: what comes from others is the
-    block less what the rank holds). Slices are local to each side's block,
-    from the verified block starts.
+    block less what the rank holds). Slices are local to each side's block:
+    the sender's from the verified cell (block numbers) it sends from, the
+    receiver's from its type's block starts.
 
     >>> from verishard import Mesh
     >>> m = Mesh.parse("x=2")
