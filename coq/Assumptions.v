@@ -166,3 +166,5 @@ Print Assumptions pcheck_traffic_lower_bound.
 From VS Require Import Puexchange Puexchangeproof.
 Print Assumptions puplan_total.
 Print Assumptions puexec_correct.
+Print Assumptions puplan_peak.
+Print Assumptions puplan_lower_bound.

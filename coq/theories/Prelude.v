@@ -257,6 +257,9 @@ Proof.
   assert (f y <= k) by auto. assert (fold_right plus 0 (map f l) <= length l * k) by auto. lia.
 Qed.
 
+Lemma fold_plus_In : forall l x, In x l -> x <= fold_right plus 0 l.
+Proof. induction l as [|y l IH]; simpl; intros x H; [contradiction|]. destruct H as [<-|H]; [lia|]. specialize (IH x H). lia. Qed.
+
 Lemma fold_plus_app : forall l1 l2, fold_right plus 0 (l1 ++ l2) = fold_right plus 0 l1 + fold_right plus 0 l2.
 Proof. induction l1 as [|x l1 IH]; simpl; intros; auto. rewrite IH. lia. Qed.
 

@@ -6,8 +6,11 @@
     type ([Exchange.exchange]: valid positions only), make the target's
     pending axes pending (the device numbered 0 in each group keeps its
     block, the others hold the unit). Not proved the least traffic, but
-    every step is verified ([Puexchangeproof.puexec_correct]) and the plan exists
-    for every valid problem ([Puexchangeproof.puplan_total]).
+    every step is verified ([Puexchangeproof.puexec_correct]), the plan exists
+    for every valid problem ([Puexchangeproof.puplan_total]), its peak is the
+    larger padded buffer of the two ends ([Puexchangeproof.puplan_peak]) and
+    it receives at least the uneven lower bound of the array types
+    ([Puexchangeproof.puplan_lower_bound]).
 
     Definitions only; proofs in [Puexchangeproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
@@ -87,6 +90,16 @@ Definition puplan_problem (m : mesh) (src dst : ptype) : option (pustart * list 
     end
   else None.
 
+(** The array type the reduction leaves: the source's after an all-reduce
+    (or with nothing pending), [t1] after a reduce-scatter; the exchange
+    starts there. *)
+Definition pu_mid (src : ptype) (st : pustart) : atype :=
+  match st with PUAllReduce => ptyp src | PUScatter _ t1 => t1 end.
+
+(** The array types the data passes through: the source's, the one the
+    reduction leaves, the target's (the make-pending keeps it). *)
+Definition pu_types (src dst : ptype) (st : pustart) : list atype := [ptyp src; pu_mid src st; ptyp dst].
+
 (** * Data semantics, on padded buffers *)
 
 (** The three steps: reduce over the source's pending groups, assemble the
@@ -96,7 +109,7 @@ Definition puexec (M : cmonoid) (m : mesh) (src dst : ptype) (st : pustart) (pss
     (x : coords -> list nat -> carrier M) : coords -> list nat -> carrier M :=
   (* after the reduction: its array type and its local arrays (a reduce-scatter
      reads, for the receiving device, where the slice rule [Uneven.usource] says) *)
-  let t0 := match st with PUAllReduce => ptyp src | PUScatter _ t1 => t1 end in
+  let t0 := pu_mid src st in
   let y := fun c i =>
     match st with
     | PUAllReduce => gsum M m (paxes src) (fun c' => x c' i) c

@@ -1,10 +1,13 @@
 (** Proofs for [Puexchange.v]: the three steps (reduce the source's pending
     axes, exchange, make the target's pending) keep the represented array
     of a partial value over uneven types, over any commutative monoid and
-    whatever the padding holds; the plan exists for every valid problem. *)
+    whatever the padding holds; the plan exists for every valid problem;
+    every type along it is within the padded bound ([puplan_peak]); it
+    receives at least the uneven lower bound of the array types
+    ([puplan_lower_bound]). *)
 From Coq Require Import List Arith Lia Bool.
 From VS Require Import Prelude Mesh Types Rules Uneven Unevenproof Uchecker Monoid Partial Partialproof
-  Ucheckerproof Crossmesh Crossmeshproof Exchange Exchangeproof Puexchange.
+  Ucheckerproof Utraffic Utrafficproof Crossmesh Crossmeshproof Exchange Exchangeproof Puexchange.
 Import ListNotations.
 
 (** * Blocks depend on the used axes only *)
@@ -120,6 +123,38 @@ Proof.
   destruct (uapply m t (DynSlice d0 P)) eqn:E; [|auto]. injection H as <- <-. exact E.
 Qed.
 
+(** What the planner returns: a valid problem, the exchange's schedule
+    from the array type the reduction leaves ([pu_mid]), and either an
+    all-reduce with [pu_received]'s counts, or a reduce-scatter whose type
+    is the slice rule's ([uapply] of [DynSlice d] with the source's pending
+    axes) with [pu_rs_received]'s. *)
+Lemma puplan_inv : forall m src dst st pss rs, puplan_problem m src dst = Some (st, pss, rs) ->
+  uvalid_problem m (ptyp src) (ptyp dst) /\
+  pending_okb m (paxes src) (ptyp src) = true /\ pending_okb m (paxes dst) (ptyp dst) = true /\
+  exchange m (pu_mid src st) (ptyp dst) = Some pss /\
+  match st with
+  | PUAllReduce => rs = pu_received m src dst pss
+  | PUScatter d t1 => uapply m (ptyp src) (DynSlice d (paxes src)) = Ok t1 /\ rs = pu_rs_received m src dst t1 pss
+  end.
+Proof.
+  intros m src dst st pss rs H.
+  unfold puplan_problem in H. destruct (puvalidb m src dst) eqn:Hv; [|discriminate].
+  unfold puvalidb in Hv. destruct (uproblem_error m (ptyp src) (ptyp dst)) eqn:Hpe; [discriminate|].
+  apply uproblem_error_spec in Hpe. apply andb_true_iff in Hv as [Hs Hd].
+  destruct (exchange m (ptyp src) (ptyp dst)) as [pss0|] eqn:Ex; [|discriminate].
+  split; [exact Hpe|]. split; [exact Hs|]. split; [exact Hd|].
+  destruct (paxes src) as [|a P] eqn:EP.
+  - injection H as <- <- <-. auto.
+  - destruct (scatter_dim m (ptyp src) (a :: P) (seq 0 (length (ptyp src)))) as [[d t1]|] eqn:Esd.
+    + destruct (exchange m t1 (ptyp dst)) as [pss1|] eqn:Ex1.
+      * destruct (_ <? _).
+        -- injection H as <- <- <-. split; [exact Ex1|]. split; [|reflexivity].
+           eapply scatter_dim_spec; eauto.
+        -- injection H as <- <- <-. auto.
+      * injection H as <- <- <-. auto.
+    + injection H as <- <- <-. auto.
+Qed.
+
 (** **Partial and uneven, end to end**: for every plan the planner returns,
     every commutative monoid (sum, max, min) and every global array [A]: if
     the source's padded local arrays represent [A] (at every valid position
@@ -132,20 +167,14 @@ Theorem puexec_correct : forall M m src dst st pss rs (A : list nat -> carrier M
   urepresents M m src A x -> urepresents M m dst A (puexec M m src dst st pss x).
 Proof.
   intros M m src dst st pss rs A x H Hx.
-  unfold puplan_problem in H. destruct (puvalidb m src dst) eqn:Hv; [|discriminate].
-  unfold puvalidb in Hv. destruct (uproblem_error m (ptyp src) (ptyp dst)) eqn:Hpe; [discriminate|].
-  apply uproblem_error_spec in Hpe. apply andb_true_iff in Hv as [Hs Hd].
+  destruct (puplan_inv m src dst st pss rs H) as [Hpe [Hs [Hd [Ex Hst]]]].
   pose proof Hpe as [Ht _]. assert (Hm : wf_mesh m) by apply Ht.
-  destruct (exchange m (ptyp src) (ptyp dst)) as [pss0|] eqn:Ex; [|discriminate].
-  (* the all-reduce branch, and the reduce-scatter branch *)
-  assert (AR : st = PUAllReduce -> exchange m (ptyp src) (ptyp dst) = Some pss ->
-               urepresents M m dst A (puexec M m src dst st pss x)).
-  { intros -> Ex'. cbv beta iota zeta delta [puexec].
+  destruct st as [|d t1]; cbv beta iota zeta delta [puexec].
+  - (* the all-reduce *)
     apply (pu_tail M m (ptyp src) dst pss A (fun c i => gsum M m (paxes src) (fun c' => x c' i) c)); auto.
-    intros r k Hr Hk. apply Hx; auto. apply coords_of_rank_valid; auto. }
-  assert (RS : forall d t1, st = PUScatter d t1 -> uapply m (ptyp src) (DynSlice d (paxes src)) = Ok t1 ->
-               exchange m t1 (ptyp dst) = Some pss -> urepresents M m dst A (puexec M m src dst st pss x)).
-  { intros d t1 -> Hu Ex1. cbv beta iota zeta delta [puexec].
+    intros r k Hr Hk. apply Hx; auto. apply coords_of_rank_valid; auto.
+  - (* the reduce-scatter: a device reads where the slice rule says *)
+    destruct Hst as [Hu _].
     apply (pu_tail M m t1 dst pss A (fun c i =>
       match usource m (ptyp src) (DynSlice d (paxes src)) t1 c i with
       | Some (_, i') => gsum M m (paxes src) (fun c' => x c' i') c
@@ -157,16 +186,91 @@ Proof.
     destruct (usrc_sound m _ _ _ c k Ht Hu Hc Hk) as [c' [i' [E [Hc' [Hi' Hg]]]]].
     cbn [usrc] in E. rewrite E. cbn beta iota.
     unfold usource in E. destruct (_ <? _); [|discriminate]. injection E as <- <-.
-    rewrite <- Hg. apply Hx; auto. }
-  (* which branch the planner took *)
-  destruct (paxes src) as [|a P] eqn:EP.
-  - injection H as <- <- _. apply AR; auto.
-  - destruct (scatter_dim m (ptyp src) (a :: P) (seq 0 (length (ptyp src)))) as [[d t1]|] eqn:Esd.
-    + destruct (exchange m t1 (ptyp dst)) as [pss1|] eqn:Ex1.
-      * destruct (_ <? _).
-        -- injection H as <- <- _. apply (RS d t1); auto.
-           eapply scatter_dim_spec; eauto.
-        -- injection H as <- <- _. apply AR; auto.
-      * injection H as <- <- _. apply AR; auto.
-    + injection H as <- <- _. apply AR; auto.
+    rewrite <- Hg. apply Hx; auto.
+Qed.
+
+(** * Memory *)
+
+(** The reduction never grows the padded buffer: an all-reduce keeps the
+    source's array type, a reduce-scatter slices it
+    ([Unevenproof.ustep_slice_padded]). *)
+Lemma pu_mid_padded : forall m src dst st pss rs, puplan_problem m src dst = Some (st, pss, rs) ->
+  usize_padded m (pu_mid src st) <= usize_padded m (ptyp src).
+Proof.
+  intros m src dst st pss rs H.
+  destruct (puplan_inv m src dst st pss rs H) as [[Ht _] [_ [_ [_ Hst]]]].
+  destruct st as [|d t1]; cbn [pu_mid]; [lia|].
+  destruct Hst as [Hu _]. apply (uapply_spec m _ _ _ Ht) in Hu.
+  inversion Hu as [op t' Hs E1 E2|]; subst. apply (ustep_slice_padded m _ d (paxes src)); auto.
+Qed.
+
+(** **Peak, partial and uneven**: every array type the data passes through
+    (the source's, the one the reduction leaves, the target's) has a padded
+    buffer within [ubound], the larger padded buffer of the two ends, so the
+    plan's peak (the largest of them, as [Uchecker.upeak_of] counts) is
+    exactly [ubound], the least any plan reaches
+    ([Ucheckerproof.ucheck_peak_ge]); the exchange step is the one the
+    uneven checker accepts, with its peak [ubound] of its two ends. *)
+Theorem puplan_peak : forall m src dst st pss rs, puplan_problem m src dst = Some (st, pss, rs) ->
+  Forall (fun t => usize_padded m t <= ubound m (ptyp src) (ptyp dst)) (pu_types src dst st) /\
+  upeak_of m (pu_types src dst st) = ubound m (ptyp src) (ptyp dst) /\
+  uecheck m (pu_mid src st) (ptyp dst) [Exch (ptyp dst)]
+    = Ok (mkureport [pu_mid src st; ptyp dst] (ubound m (pu_mid src st) (ptyp dst)) [exchange_recv m pss]) /\
+  ubound m (pu_mid src st) (ptyp dst) <= ubound m (ptyp src) (ptyp dst).
+Proof.
+  intros m src dst st pss rs H.
+  pose proof (pu_mid_padded m src dst st pss rs H) as Hmid.
+  destruct (puplan_inv m src dst st pss rs H) as [_ [_ [_ [Ex _]]]].
+  assert (HF : Forall (fun t => usize_padded m t <= ubound m (ptyp src) (ptyp dst)) (pu_types src dst st)).
+  { unfold pu_types, ubound. repeat constructor; lia. }
+  split; [exact HF|]. split.
+  - apply Nat.le_antisymm; [apply upeak_of_le; exact HF|].
+    unfold ubound. apply Nat.max_lub; apply upeak_of_ge; unfold pu_types; simpl; auto.
+  - split; [apply uecheck_exchange; auto; eapply exchange_valid; eauto|].
+    unfold ubound. lia.
+Qed.
+
+(** * Traffic *)
+
+(** **Traffic lower bound, partial and uneven**: the exchange receives
+    exactly the lower bound from the array type it starts at
+    ([Exchangeproof.uexchange_lower_bound]); a device needs at least as much
+    from there as from the source's (a reduce-scatter leaves it holding
+    validly only elements it held validly before), so every device receives
+    in the exchange at least [Utraffic.uneed] of the array types, and the
+    exchange's worst device, and the plan's received counts summed, at least
+    [Utraffic.ulower_bound] of the array types. Positions only: the
+    reduction's own traffic is not bounded. *)
+Theorem puplan_lower_bound : forall m src dst st pss rs, puplan_problem m src dst = Some (st, pss, rs) ->
+  exchange_recv m pss = ulower_bound m (pu_mid src st) (ptyp dst) /\
+  (forall j, j < ndevices m ->
+     uneed m (ptyp src) (ptyp dst) (coords_of_rank m j) <= Crossmesh.traffic j (nth j pss [])) /\
+  In (exchange_recv m pss) rs /\
+  ulower_bound m (ptyp src) (ptyp dst) <= exchange_recv m pss /\
+  ulower_bound m (ptyp src) (ptyp dst) <= fold_right plus 0 rs.
+Proof.
+  intros m src dst st pss rs H.
+  destruct (puplan_inv m src dst st pss rs H) as [Hpe [_ [_ [Ex Hst]]]].
+  pose proof Hpe as [Ht [_ Hg]]. assert (Hm : wf_mesh m) by apply Ht.
+  pose proof (exchange_valid _ _ _ _ Ex) as Hv1.
+  destruct (uexchange_lower_bound _ _ _ _ Ex Hv1) as [Hrx Hdev].
+  (* a device needs at least as much from [pu_mid] as from the source *)
+  assert (Hmono : (forall c, valid m c -> uneed m (ptyp src) (ptyp dst) c <= uneed m (pu_mid src st) (ptyp dst) c) /\
+                  ulower_bound m (ptyp src) (ptyp dst) <= ulower_bound m (pu_mid src st) (ptyp dst)).
+  { destruct st as [|d t1]; cbn [pu_mid]; [split; auto|].
+    destruct Hst as [Hu _]. apply (uapply_spec m _ _ _ Ht) in Hu.
+    destruct Hv1 as [_ [_ Hg1]].
+    apply ulower_bound_mono; auto.
+    - apply gsize_length; exact Hg.
+    - apply gsize_length; exact Hg1.
+    - intros c i Hc Hi. eapply uslice_held; eauto. }
+  destruct Hmono as [Hc Hlb].
+  assert (Hin : In (exchange_recv m pss) rs).
+  { destruct st as [|d t1]; [|destruct Hst as [_ Hst]]; subst rs.
+    - unfold pu_received. apply in_or_app. right. left. reflexivity.
+    - unfold pu_rs_received. right. left. reflexivity. }
+  split; [exact Hrx|]. split.
+  - intros j Hj. rewrite Hdev by exact Hj. apply Hc, coords_of_rank_valid, Hm.
+  - split; [exact Hin|]. split; [lia|].
+    pose proof (fold_plus_In rs _ Hin). lia.
 Qed.

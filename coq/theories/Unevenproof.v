@@ -582,6 +582,27 @@ Proof.
     specialize (Hb j Hj'). rewrite nth_set_nth_neq in Hb by auto. exact Hb.
 Qed.
 
+(** A slice never grows the padded buffer: the sliced dimension's block
+    size [csize C N] is at most its block size [C] before. *)
+Lemma ustep_slice_padded : forall m t d xs t1, wf_uneven m t -> ustep m t (DynSlice d xs) t1 ->
+  usize_padded m t1 <= usize_padded m t.
+Proof.
+  intros m t d xs t1 Ht Hs. assert (Hm : wf_mesh m) by apply Ht.
+  remember (DynSlice d xs) as op eqn:Eop.
+  destruct Hs as [|d' xs' D HD Hne HxL Hnd Hun Hok|]; try discriminate Eop.
+  pose proof (wf_uneven_nth m t d' D Ht HD) as HwD. pose proof HwD as [Hg HA].
+  assert (HN : 0 < nprod m xs') by (apply nprod_pos; auto).
+  assert (HC : 0 < ucsize m D) by (apply csize_pos; auto; apply nprod_pos_dim; auto).
+  assert (El : ucsize m (mkdim (axes D ++ xs') (gsize D)) <= ucsize m D).
+  { destruct D as [A g0]. rewrite ucsize_app; auto.
+    - apply csize_le_g; auto.
+    - simpl in HA |- *. intros a Ha. apply in_app_or in Ha as [Ha|Ha]; auto. }
+  unfold usize_padded. rewrite map_set_nth.
+  pose proof (prod_set_nth (map (ucsize m) t) d' (ucsize m (mkdim (axes D ++ xs') (gsize D))) (ucsize m D))
+    as Hp.
+  rewrite map_nth_error with (d := D) in Hp by exact HD. specialize (Hp eq_refl). nia.
+Qed.
+
 Lemma usound_alltoall : forall m t d e xs P g E c i,
   wf_uneven m t -> d <> e -> nth_error t d = Some (mkdim (P ++ xs) g) -> nth_error t e = Some E ->
   split_ok (nprod m xs) (ucsize m (mkdim P g)) g ->

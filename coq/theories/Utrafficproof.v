@@ -397,6 +397,60 @@ Proof.
   apply fold_max_devices; [apply Hs|]. intros c Hc. apply (ucheck_traffic_need m src dst p r); auto.
 Qed.
 
+(** * Holding less validly needs more *)
+
+(** A global index [uholds] counts is at a valid position of the device's block. *)
+Lemma uholds_valid : forall m t c g, uholds m t c g = true ->
+  exists i, uvalid_pos m t c i /\ ugindex m t c i = g.
+Proof.
+  intros m t c. induction t as [|D t IH]; intros [|k g] H; cbn [uholds] in H; try discriminate.
+  - exists []. split; [constructor|reflexivity].
+  - apply andb_true_iff in H as [Hk Hg]. apply andb_true_iff in Hk as [Hlo Hhi].
+    apply Nat.leb_le in Hlo. apply Nat.ltb_lt in Hhi.
+    destruct (IH g Hg) as [i [Hi Ei]].
+    exists ((k - ugidx m D c 0) :: i). split.
+    + constructor; [|exact Hi]. lia.
+    + rewrite ugindex_cons, Ei. f_equal. unfold ugidx in *. lia.
+Qed.
+
+(** Device [c] keeps at most as much of [dst] from [t1] as from [t] when every
+    valid element it holds under [t1] it holds validly under [t]. *)
+Lemma ukept_mono : forall m t t1 dst c, length t = length dst -> length t1 = length dst ->
+  (forall i, uvalid_pos m t1 c i -> exists i', uvalid_pos m t c i' /\ ugindex m t c i' = ugindex m t1 c i) ->
+  ukept m t1 dst c <= ukept m t dst c.
+Proof.
+  intros m t t1 dst c Hl Hl1 Hsub. rewrite <- !count_uholds by assumption.
+  apply filter_length_mono. intros i _ Hh.
+  destruct (uholds_valid m t1 c _ Hh) as [i1 [Hi1 Ei1]].
+  destruct (Hsub i1 Hi1) as [i' [Hi' Ei']]. rewrite <- Ei1, <- Ei'. apply uholds_source. exact Hi'.
+Qed.
+
+(** ... so it needs at least as much, and so does the worst device. *)
+Lemma ulower_bound_mono : forall m t t1 dst, wf_mesh m -> length t = length dst -> length t1 = length dst ->
+  (forall c i, valid m c -> uvalid_pos m t1 c i ->
+     exists i', uvalid_pos m t c i' /\ ugindex m t c i' = ugindex m t1 c i) ->
+  (forall c, valid m c -> uneed m t dst c <= uneed m t1 dst c) /\
+  ulower_bound m t dst <= ulower_bound m t1 dst.
+Proof.
+  intros m t t1 dst Hm Hl Hl1 Hsub.
+  assert (Hc : forall c, valid m c -> uneed m t dst c <= uneed m t1 dst c).
+  { intros c Hc. unfold uneed. pose proof (ukept_mono m t t1 dst c Hl Hl1 (fun i => Hsub c i Hc)). lia. }
+  split; [exact Hc|].
+  unfold ulower_bound. apply fold_max_le. intros x Hx. apply in_map_iff in Hx. destruct Hx as [r [<- Hr]].
+  eapply Nat.le_trans; [apply Hc, coords_of_rank_valid, Hm|].
+  apply fold_max_ge. apply in_map_iff. exists r. split; [reflexivity|exact Hr].
+Qed.
+
+(** After a slice a device holds validly only elements it held validly
+    before (a slice reads from the device itself, [usrc_sound]). *)
+Lemma uslice_held : forall m t d xs t1 c i, wf_uneven m t -> ucstep m t (DynSlice d xs) t1 -> valid m c ->
+  uvalid_pos m t1 c i -> exists i', uvalid_pos m t c i' /\ ugindex m t c i' = ugindex m t1 c i.
+Proof.
+  intros m t d xs t1 c i Ht Hs Hc Hi.
+  destruct (usrc_sound m t _ t1 c i Ht Hs Hc Hi) as [c' [i' [E [_ [Hv Hg]]]]].
+  cbn [usrc usource] in E. destruct (_ <? _); [|discriminate]. injection E as <- <-. eauto.
+Qed.
+
 (** * Even types *)
 
 (** On well-formed (even) types the uneven bound is the even one. *)
