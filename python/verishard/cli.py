@@ -131,18 +131,23 @@ def _puneven_guarantees(plan) -> list[tuple[str | None, str]]:
     """The guarantees of a plan between partial types over uneven dimensions.
 
     >>> from verishard import plan
-    >>> [name for name, _ in guarantees(plan("x=2,y=2", "[3{x}5] partial{y}", "[5]"))]
-    ['Puexchangeproof.puexec_correct', 'Puexchangeproof.puplan_total', None, None]
+    >>> [name for name, _ in guarantees(plan("x=2,y=2", "[3{x}5] partial{y}", "[5]"))]  # doctest: +NORMALIZE_WHITESPACE
+    ['Puexchangeproof.puexec_correct', 'Puexchangeproof.puplan_total', 'Puexchangeproof.puplan_peak',
+     'Puexchangeproof.puplan_lower_bound', None]
     """
     return [
         ("Puexchangeproof.puexec_correct", "reduce, exchange, make pending: over any commutative monoid, the "
                                            "target's padded buffers reduce to the array at every valid position, "
                                            "whatever the padding holds"),
         ("Puexchangeproof.puplan_total", "every valid problem of this kind gets this plan"),
-        (None, f"memory: peak {plan.peak} = the padded bound (every type along the plan has the padded size of "
-               f"one end)"),
-        (None, f"traffic {plan.traffic} (the planner's figure: a reduce-scatter is taken where it receives less "
-               f"than an all-reduce; no lower bound is proved for partial uneven types)"),
+        ("Puexchangeproof.puplan_peak", f"memory: peak {plan.peak} = the padded bound {plan.bound} (every type "
+                                        f"along the plan, the source's, the one the reduction leaves and the "
+                                        f"target's, has a padded buffer within it)"),
+        ("Puexchangeproof.puplan_lower_bound", f"traffic {plan.traffic} >= the lower bound {plan.lower_bound} of the "
+                                               f"array types: the exchange alone receives at least it (positions "
+                                               f"only: the reduction's own traffic is not bounded)"),
+        (None, "the planner takes a reduce-scatter where it and the exchange after it receive less than an "
+               "all-reduce and its exchange; the least of two, not a search"),
     ]
 
 

@@ -170,8 +170,11 @@ class Plan:
     @property
     def within_bound(self) -> bool:
         """``peak <= bound``: always so for even plans from the pipeline
-        (``plan_spec``); for uneven plans a fact of this plan only (no bound is
-        proved for uneven problems; the peak is the verified checker's).
+        (``plan_spec``) and for plans between partial types over uneven
+        dimensions (``Puexchangeproof.puplan_peak``: every type along the plan
+        is within the bound, the peak equals it); for other uneven plans a fact
+        of this plan only (no bound is proved for uneven plans of collectives;
+        the peak is the verified checker's).
 
         >>> plan("x=2", "[3{x}5]", "[5]").within_bound
         True
@@ -188,35 +191,39 @@ class Plan:
         return core.reduction(self.src, self.dst)
 
     @cached_property
-    def lower_bound(self) -> int | None:
+    def lower_bound(self) -> int:
         """The transfer lower bound (``Traffic.lower_bound``, computed by the core):
         the most any device must receive; no accepted plan's traffic is lower
         (``Trafficproof.accepted_traffic_lower_bound``). For a partial problem
         the bound of its array types (``Ptrafficproof.pcheck_traffic_lower_bound``:
         positions only, the reduction's own traffic is not counted); for uneven
         types the valid elements a device lacks (``Utraffic.ulower_bound``,
-        ``Utrafficproof.ucheck_traffic_lower_bound``).
+        ``Utrafficproof.ucheck_traffic_lower_bound``); for partial types over
+        uneven dimensions that of the array types, which the plan's exchange
+        alone receives at least (``Puexchangeproof.puplan_lower_bound``;
+        positions only again).
 
         >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").lower_bound
         2
         >>> plan("x=2", "[4] partial{x}", "[2{x}4]").lower_bound, plan("x=2,y=2", "[2{x}4] partial{y}", "[4]").lower_bound
         (0, 2)
+        >>> p = plan("x=2,y=2", "[3{x}5, 4] partial{y}", "[5, 2{y}4] partial{x}")
+        >>> p.lower_bound, [s.received for s in p.steps]
+        (6, [6, 6, 0])
         """
         if self.uneven:
-            return None if self.partial else core.ulower_bound(self.src, self.dst)
+            return core.ulower_bound(self.src.plain, self.dst.plain)
         return core.lower_bound(self.src.plain, self.dst.plain)
 
     @property
-    def traffic_ratio(self) -> float | None:
+    def traffic_ratio(self) -> float:
         """``traffic / lower_bound`` (1.0 when both are 0, inf when only the
-        bound is; None without a lower bound).
+        bound is).
 
         >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").traffic_ratio
         1.0
         """
         lb = self.lower_bound
-        if lb is None:
-            return None
         if lb == 0:
             return 1.0 if self.traffic == 0 else float("inf")
         return self.traffic / lb
@@ -235,7 +242,8 @@ class Plan:
             lines.append("  " + "  ".join(
                 r[k].ljust(widths[k]) if k in (1, 2) else r[k].rjust(widths[k]) for k in range(5)))
         if self.guaranteed and self.partial and self.uneven:
-            note = " (padded buffers; data correct by Puexchangeproof.puexec_correct)"
+            note = (" (padded buffers; peak = bound by Puexchangeproof.puplan_peak; data correct by "
+                    "Puexchangeproof.puexec_correct)")
         elif self.guaranteed and self.exchange:
             note = (" (padded buffers; guaranteed by Exchangeproof.ueplan_spec)" if self.uneven
                     else " (guaranteed by Exchangeproof.eplan_spec)")
@@ -243,9 +251,10 @@ class Plan:
             note = _guarantee_note(self.guaranteed, self.partial, self.uneven, self.within_bound)
         lines.append(f"peak {self.peak} elements/device; bound max({self.src.size}, {self.dst.size}) = {self.bound}"
                      + note)
-        if self.uneven and self.lower_bound is None:
-            lines.append(f"traffic {self.traffic} elements/device (padded buffers); no lower bound proved for "
-                         f"partial uneven types")
+        if self.uneven and self.partial:
+            lines.append(f"traffic {self.traffic} elements/device (padded buffers); lower bound {self.lower_bound}"
+                         f" valid elements (Puexchangeproof.puplan_lower_bound; positions only: reductions move"
+                         f" more)")
         elif self.uneven:
             lines.append(f"traffic {self.traffic} elements/device (padded buffers); lower bound {self.lower_bound}"
                          f" valid elements")
