@@ -286,6 +286,43 @@ def reduced(xs, mesh, t, op):
     return out
 
 
+def partial_uneven_types(mesh, shape, op="sum"):
+    """Every uneven type of ``shape`` over ``mesh`` with every set of pending
+    axes the array type leaves free (uneven or not: pairs are filtered)."""
+    from uneven_reference import all_types as uneven_types
+    types = []
+    for t in uneven_types(mesh.part_sizes, shape):
+        used = {p for _, ps in t for p in ps}
+        free = [p for p in range(len(mesh.part_sizes)) if p not in used]
+        for k in range(1 << len(free)):
+            pend = tuple(p for i, p in enumerate(free) if k >> i & 1)
+            types.append(ArrayType(mesh, list(t), pend, op))
+    return types
+
+
+@pytest.mark.parametrize("shape", [(3,), (5, 4)])
+def test_partial_uneven_peak_and_lower_bound(shape):
+    """Every pair of partial types over uneven dimensions on {x:2,y:2}: every
+    type along the plan is within the padded bound and the peak is that bound
+    (Puexchangeproof.puplan_peak); the exchange alone, hence the plan, receives
+    at least Utraffic.ulower_bound of the array types
+    (Puexchangeproof.puplan_lower_bound), which Plan.lower_bound reports."""
+    mesh = Mesh.parse("x=2,y=2")
+    types = partial_uneven_types(mesh, shape)
+    pairs = 0
+    for a, b in ((a, b) for a in types for b in types if (a.partial or b.partial) and (a.uneven or b.uneven)):
+        p = plan(mesh, a, b)
+        lb = core.ulower_bound(a.plain, b.plain)
+        assert p.lower_bound == lb, (str(a), str(b))
+        exch = [s.received for s in p.steps if isinstance(s.collective, Exchange)]
+        assert len(exch) == 1 and exch[0] >= lb, (str(a), str(b))
+        assert p.traffic >= p.lower_bound and p.traffic_ratio >= 1.0
+        assert all(t.size <= p.bound for t in p.types) and p.peak == p.bound and p.within_bound
+        assert f"lower bound {lb} valid elements (Puexchangeproof.puplan_lower_bound" in str(p)
+        pairs += 1
+    assert pairs > 20
+
+
 @pytest.mark.parametrize("mesh_text,shape,op,sample", [
     ("x=2,y=2", (3, 5), "sum", None), ("x=2,y=2", (3, 5), "max", None),
     ("x=2,y=3", (5, 4), "sum", None), ("x=2,y=2,z=2", (3, 5), "sum", 600)])
@@ -294,21 +331,15 @@ def test_every_partial_uneven_pair(mesh_text, shape, op, sample):
     dimensions (pending axes any the array type leaves free): the plan is
     all-reduce or reduce-scatter / exchange / make pending
     (Puexchangeproof.puexec_correct),
-    peaks at the padded bound, and its result reduces to the array at every
-    valid position (simulator, padding set to a sentinel)."""
-    from uneven_reference import all_types as uneven_types
-
+    peaks at the padded bound (puplan_peak), receives at least the uneven
+    lower bound of the array types (puplan_lower_bound), and its result
+    reduces to the array at every valid position (simulator, padding set to
+    a sentinel)."""
     from verishard.runtime.uneven import assemble_padded, simulate_uneven
     mesh = Mesh.parse(mesh_text)
     rng = np.random.default_rng(7)
     A = rng.integers(-50, 50, shape).astype(np.int64)
-    types = []
-    for t in uneven_types(mesh.part_sizes, shape):
-        used = {p for _, ps in t for p in ps}
-        free = [p for p in range(len(mesh.part_sizes)) if p not in used]
-        for k in range(1 << len(free)):
-            pend = tuple(p for i, p in enumerate(free) if k >> i & 1)
-            types.append(ArrayType(mesh, list(t), pend, op))
+    types = partial_uneven_types(mesh, shape, op)
     todo = [(a, b) for a in types for b in types if (a.partial or b.partial) and (a.uneven or b.uneven)]
     if sample is not None:
         todo = [todo[i] for i in sorted(rng.choice(len(todo), sample, replace=False))]
@@ -316,7 +347,8 @@ def test_every_partial_uneven_pair(mesh_text, shape, op, sample):
     for a, b in todo:
         p = plan(mesh, a, b)
         scattered += any(type(c).__name__ == "ReduceScatter" for c in p.collectives)
-        assert p.peak == p.bound and p.guaranteed
+        assert p.peak == p.bound and p.guaranteed                      # Puexchangeproof.puplan_peak
+        assert p.traffic >= p.lower_bound == core.ulower_bound(a.plain, b.plain)   # puplan_lower_bound
         assert check(mesh, a, b, list(p.collectives)).types == p.types
         ys = simulate_uneven(p, partial_padded(A, mesh, a, rng, op), pad=-999)
         assert np.array_equal(assemble_padded(reduced(ys, mesh, b, op), mesh, b.plain), A), (str(a), str(b))
