@@ -80,6 +80,7 @@ from ..plan import Plan, Step
 from ..sharding import ArrayType
 from .backend import (NUMPY_REDUCE, AxisGroup, Backend, Donated, RedistributionError, RuntimeCheckError, execute,
                       numpy_fit, reduction_identity, validate_plan)
+from .chunked import lazy_empty
 
 
 
@@ -342,7 +343,7 @@ class MPIBackend(Backend):
         n, it = group.size, x.dtype.itemsize
         shape = x.shape
         out_shape = shape[:dim] + (shape[dim] * n,) + shape[dim + 1:]
-        out = np.empty(out_shape, dtype=x.dtype)
+        out = lazy_empty(out_shape, x.dtype, huge=True)
         unit = _unit(it)
         sub = self.mc.group_comm(group.parts)
         if prod(shape[:dim]) == 1:  # blocks are contiguous in the result
@@ -384,7 +385,7 @@ class MPIBackend(Backend):
         out_shape = list(piece)
         out_shape[d] *= n
         out_shape = tuple(out_shape)
-        out = np.empty(out_shape, dtype=x.dtype)
+        out = lazy_empty(out_shape, x.dtype, huge=True)
         unit = _unit(it)
         count = prod(piece)
         if prod(shape[:e]) == 1:
@@ -410,7 +411,7 @@ class MPIBackend(Backend):
         array([0, 1, 2])
         """
         x = np.ascontiguousarray(x)
-        out = np.empty_like(x)
+        out = lazy_empty(x.shape, x.dtype, huge=True)
         dt, mop = _reduction(x.dtype, op)
         self.mc.group_comm(group.parts).Allreduce([_bytes(x), x.size, dt], [_bytes(out), x.size, dt], mop)
         # the spec's figure (Partial.precv): a reduce-scatter then an all-gather
@@ -434,7 +435,7 @@ class MPIBackend(Backend):
         # are not contiguous (dim > 0 under leading extents) are packed first.
         send = x if prod(x.shape[:dim]) == 1 else np.ascontiguousarray(np.moveaxis(
             x.reshape(x.shape[:dim] + (n, piece[dim]) + x.shape[dim + 1:]), dim, 0))
-        out = np.empty(piece, dtype=x.dtype)
+        out = lazy_empty(piece, x.dtype, huge=True)
         dt, mop = _reduction(x.dtype, op)
         self.mc.group_comm(group.parts).Reduce_scatter_block([_bytes(send), dt], [_bytes(out), out.size, dt], mop)
         self.sent = self.received = (n - 1) * out.nbytes
@@ -517,7 +518,7 @@ class MPIBackend(Backend):
             self.sent = self.received = 0
             return x
         dest = int(np.flatnonzero(sources == r)[0])
-        out = np.empty_like(x, order="C")
+        out = lazy_empty(x.shape, x.dtype, huge=True)
         unit = _unit(x.dtype.itemsize)
         self.mc.cart.Sendrecv([_bytes(x), x.size, unit], dest, 7, [_bytes(out), x.size, unit], src, 7)
         self.sent = self.received = x.nbytes
