@@ -225,75 +225,59 @@ def _split_axes(text: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class AllGather(Collective):
+class _DimStep(Collective):
+    """A step named by a dimension and axes (``AllGather``, ``DynSlice``,
+    ``ReduceScatter``): tag ``_TAG``, JSON op ``_OP``; encoded
+    ``[tag, d, m, parts...]``.
+
+    >>> AllGather(0, "y").encode(Mesh.parse("y=2*2")), DynSlice(1, "y.1").encode(Mesh.parse("y=2*2"))
+    ([0, 0, 2, 0, 1], [1, 1, 1, 1])
+    >>> AllGather(0, "x").to_json()
+    {'op': 'all_gather', 'dim': 0, 'axes': ['x']}
+    """
+
+    _TAG: ClassVar[int]
+    _OP: ClassVar[str]
+    dim: int
+    axes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dim", check_int(self.dim, "dimension", type(self).__name__))
+        object.__setattr__(self, "axes", _axes(self.axes))
+
+    def encode(self, mesh: Mesh) -> list[int]:
+        ps = self.parts(mesh)
+        return [self._TAG, self.dim, len(ps), *ps]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self._OP, "dim": self.dim, "axes": list(self.axes)}
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}({self.dim}, {_show_axes(self.axes)})"
+
+
+@dataclass(frozen=True)
+class AllGather(_DimStep):
     """Remove the suffix ``axes`` of dimension ``dim``'s axes.
 
     >>> str(AllGather(0, "x")), str(AllGather(0, ("x", "y")))
     ('AllGather(0, x)', 'AllGather(0, {x,y})')
     """
 
-    dim: int
-    axes: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "dim", check_int(self.dim, "dimension", type(self).__name__))
-        object.__setattr__(self, "axes", _axes(self.axes))
-
-    def encode(self, mesh: Mesh) -> list[int]:
-        """``[0, d, m, parts...]``.
-
-        >>> AllGather(0, "y").encode(Mesh.parse("y=2*2"))
-        [0, 0, 2, 0, 1]
-        """
-        ps = self.parts(mesh)
-        return [0, self.dim, len(ps), *ps]
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON object of this collective.
-
-        >>> AllGather(0, "x").to_json()
-        {'op': 'all_gather', 'dim': 0, 'axes': ['x']}
-        """
-        return {"op": "all_gather", "dim": self.dim, "axes": list(self.axes)}
-
-    def __str__(self) -> str:
-        return f"AllGather({self.dim}, {_show_axes(self.axes)})"
+    _TAG: ClassVar[int] = 0
+    _OP: ClassVar[str] = "all_gather"
 
 
 @dataclass(frozen=True)
-class DynSlice(Collective):
+class DynSlice(_DimStep):
     """Append the replicated ``axes`` to dimension ``dim``.
 
     >>> str(DynSlice(1, "y"))
     'DynSlice(1, y)'
     """
 
-    dim: int
-    axes: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "dim", check_int(self.dim, "dimension", type(self).__name__))
-        object.__setattr__(self, "axes", _axes(self.axes))
-
-    def encode(self, mesh: Mesh) -> list[int]:
-        """``[1, d, m, parts...]``.
-
-        >>> DynSlice(1, "y.1").encode(Mesh.parse("y=2*2"))
-        [1, 1, 1, 1]
-        """
-        ps = self.parts(mesh)
-        return [1, self.dim, len(ps), *ps]
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON object of this collective.
-
-        >>> DynSlice(1, ("x", "y")).to_json()
-        {'op': 'dyn_slice', 'dim': 1, 'axes': ['x', 'y']}
-        """
-        return {"op": "dyn_slice", "dim": self.dim, "axes": list(self.axes)}
-
-    def __str__(self) -> str:
-        return f"DynSlice({self.dim}, {_show_axes(self.axes)})"
+    _TAG: ClassVar[int] = 1
+    _OP: ClassVar[str] = "dyn_slice"
 
 
 @dataclass(frozen=True)
@@ -418,7 +402,7 @@ class AllReduce(_GroupStep):
 
 
 @dataclass(frozen=True)
-class ReduceScatter(Collective):
+class ReduceScatter(_DimStep):
     """Reduce over the pending ``axes``, each device keeping its piece along
     ``dim``: the axes move to the minor end of dimension ``dim``.
 
@@ -427,22 +411,8 @@ class ReduceScatter(Collective):
     ('ReduceScatter(0, x)', [5, 0, 1, 0], {'op': 'reduce_scatter', 'dim': 0, 'axes': ['x']})
     """
 
-    dim: int
-    axes: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "dim", check_int(self.dim, "dimension", "ReduceScatter"))
-        object.__setattr__(self, "axes", _axes(self.axes))
-
-    def encode(self, mesh: Mesh) -> list[int]:
-        ps = self.parts(mesh)
-        return [5, self.dim, len(ps), *ps]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"op": "reduce_scatter", "dim": self.dim, "axes": list(self.axes)}
-
-    def __str__(self) -> str:
-        return f"ReduceScatter({self.dim}, {_show_axes(self.axes)})"
+    _TAG: ClassVar[int] = 5
+    _OP: ClassVar[str] = "reduce_scatter"
 
 
 @dataclass(frozen=True)
