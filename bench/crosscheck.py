@@ -192,6 +192,22 @@ PARTIAL_GRID = [("x=4,y=2", (16, 16), None), ("x=2,y=2,z=2", (16, 16), 200), ("x
 PARTIAL_QUICK = [("x=4,y=2", (16, 16), 6), ("x=2,y=2,z=2", (8, 16, 32), 6)]
 
 
+def _run_grid(kind: str, grid, make_cases, run_one, seed: int):
+    """Run ``run_one(k, case)`` on the cases ``make_cases`` draws for every
+    (mesh, shape, limit) of ``grid``; the results, the report's sampling
+    rows, and the seconds taken."""
+    start = time.time()
+    results, notes = [], []
+    for mesh, shape, limit in grid:
+        cs, total = make_cases(mesh, shape, limit, seed)
+        what = "all" if len(cs) == total else f"a deterministic sample (seed {seed}) of {len(cs)}"
+        notes.append(f"| {{{mesh.replace('=', ':')}}} | {'x'.join(map(str, shape))} | {total} | {what} |")
+        for k, c in enumerate(cs):
+            results.append((c, run_one(k, c)))
+        print(f"[{time.time() - start:6.1f}s] {kind} {mesh} {shape}: {len(cs)} cases", flush=True)
+    return results, notes, time.time() - start
+
+
 def partial_part(args) -> None:
     """Partial-sum sources: every planner's program on one random integer
     representation, judged by the represented value on every device."""
@@ -199,17 +215,8 @@ def partial_part(args) -> None:
     import torch
 
     from verishard.crosscheck.partial import PLANNERS as PP, partial_cases, run_partial
-    start = time.time()
-    grid = PARTIAL_QUICK if args.quick else PARTIAL_GRID
-    results, notes = [], []
-    for mesh, shape, limit in grid:
-        cs, total = partial_cases(mesh, shape, limit, args.seed)
-        what = "all" if len(cs) == total else f"a deterministic sample (seed {args.seed}) of {len(cs)}"
-        notes.append(f"| {{{mesh.replace('=', ':')}}} | {'x'.join(map(str, shape))} | {total} | {what} |")
-        for k, c in enumerate(cs):
-            results.append((c, run_partial(c, PP, seed=args.seed + k)))
-        print(f"[{time.time() - start:6.1f}s] partial {mesh} {shape}: {len(cs)} cases", flush=True)
-    elapsed = time.time() - start
+    results, notes, elapsed = _run_grid("partial", PARTIAL_QUICK if args.quick else PARTIAL_GRID, partial_cases,
+                                        lambda k, c: run_partial(c, PP, seed=args.seed + k), args.seed)
     n = len(results)
     L = ["# Cross-check, partial sums: our plans against XLA and PyTorch DTensor", "",
          f"Command: `.venv/bin/python bench/crosscheck.py --only partial` (also part of the full run). "
@@ -299,17 +306,8 @@ def uneven_part(args) -> None:
     import torch
 
     from verishard.crosscheck.uneven import PLANNERS as UP, run_uneven, uneven_cases
-    start = time.time()
-    grid = UNEVEN_QUICK if args.quick else UNEVEN_GRID
-    results, notes = [], []
-    for mesh, shape, limit in grid:
-        cs, total = uneven_cases(mesh, shape, limit, args.seed)
-        what = "all" if len(cs) == total else f"a deterministic sample (seed {args.seed}) of {len(cs)}"
-        notes.append(f"| {{{mesh.replace('=', ':')}}} | {'x'.join(map(str, shape))} | {total} | {what} |")
-        for c in cs:
-            results.append((c, {r.planner: r for r in run_uneven(c, UP)}))
-        print(f"[{time.time() - start:6.1f}s] uneven {mesh} {shape}: {len(cs)} cases", flush=True)
-    elapsed = time.time() - start
+    results, notes, elapsed = _run_grid("uneven", UNEVEN_QUICK if args.quick else UNEVEN_GRID, uneven_cases,
+                                        lambda k, c: {r.planner: r for r in run_uneven(c, UP)}, args.seed)
     report = render_uneven(args, results, notes, elapsed, jax.__version__, torch.__version__, UP)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "crosscheck_uneven.md"), "w") as f:
