@@ -3,18 +3,13 @@ the shardings do not divide, judged by execution (verishard.crosscheck.uneven)."
 
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
-if "jax" not in sys.modules:
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
-jax = pytest.importorskip("jax")
+from jax_devices import jax_or_skip
+
+jax = jax_or_skip()
 torch = pytest.importorskip("torch")
-if len(jax.devices()) < 8:  # pragma: no cover
-    pytest.skip("needs 8 JAX devices (XLA_FLAGS set before JAX was imported)", allow_module_level=True)
 
 from verishard import ArrayType, Mesh  # noqa: E402
 from verishard.crosscheck.torch_dtensor import chunk  # noqa: E402

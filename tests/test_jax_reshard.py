@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
-if "jax" not in sys.modules:
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
-jax = pytest.importorskip("jax")
-if len(jax.devices()) < 8:  # pragma: no cover
-    pytest.skip("needs 8 JAX devices (XLA_FLAGS set before JAX was imported)", allow_module_level=True)
+from jax_devices import jax_or_skip
+
+jax = jax_or_skip()
 
 import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
