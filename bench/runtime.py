@@ -386,9 +386,10 @@ def write_report(args, results, plans, rates, hwm_ok, size, seconds) -> None:
     lines += ["", "Caveats: 8 ranks share the machine's cores (oversubscribed, other jobs may run), so times "
               "vary from run to run (by up to several times under load), most at small sizes where a "
               "collective's latency (processes waiting for a core) dominates; the memory figures are stable. "
-              "Our steps use MPI derived datatypes (no full-size packing buffers); chunked, each piece's "
-              "strided input rows are packed (1/k of the input) and its result (1/k of the output) is copied "
-              "into the step's lazily allocated output, whose pages become resident only when written. The "
+              "Our steps use MPI derived datatypes (no full-size packing buffers); chunked, each piece moves "
+              "straight from the input buffer into the step's lazily allocated output through datatypes of "
+              "its rows, the piece's output pages made resident in one call just before it is received "
+              "(transparent huge pages where a piece is one run of 16 MiB or more). The "
               "alltoallv baseline packs and unpacks, and sends each element once per rank that needs it."]
     text = "\n".join(lines) + "\n"
     emit_report(text, args.out)
