@@ -727,6 +727,24 @@ def _expected_received(mesh: Mesh, t: ArrayType, c: Collective, rank: int) -> in
 DEFAULT_TIMEOUT = 300.0
 
 
+def _owns_memory(x: np.ndarray) -> bool:
+    """Whether ``x`` is all of its memory: its own buffer, or the whole of an
+    anonymous mapping (what ``lazy_empty`` and earlier results hand out), so
+    that releasing its pages frees nothing anyone else reads.
+
+    >>> _owns_memory(np.zeros(4)), _owns_memory(np.zeros(4)[1:]), _owns_memory(lazy_empty((1024, 512), np.float32))
+    (True, False, True)
+    """
+    if x.flags.owndata:
+        return True
+    base = x
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if isinstance(base, memoryview):  # np.frombuffer's view of the mapping
+        base = base.obj
+    return isinstance(base, mmap.mmap) and x.flags.c_contiguous and x.nbytes == len(base)
+
+
 def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None = None,
                  timeout: float | None = DEFAULT_TIMEOUT, abort_on_error: bool = True,
                  budget_bytes: int | None = None, chunks: int | None = None) -> MPIResult:
@@ -815,7 +833,7 @@ def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None 
         phase[0] = "moving data"
         from .chunked import MPIArrayOps, execute_chunked
         x0 = prev["x"]
-        owned = donated and (x0.flags.owndata or isinstance(x0.base, mmap.mmap))
+        owned = donated and _owns_memory(x0)
         del x0
         if checked.uneven and not (checked.exchange and len(checked.steps) == 1):  # padded buffers, each
             # collective whole (no chunked schedule for uneven collectives; a lone exchange cuts along its
