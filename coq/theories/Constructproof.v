@@ -787,7 +787,7 @@ Proof.
   assert (HDs := HFs (nth d src dd0) ltac:(apply nth_In; auto)).
   assert (HDd := HFd (nth d dst dd0) ltac:(apply nth_In; lia)).
   destruct HDs as [_ [_ HdS]]. destruct HDd as [_ [_ HdD]].
-  unfold nprod. apply (prime_prod_divide _ (map (asize m) (sax src d)) (map (asize m) (sax dst d))).
+  rewrite !nprod_prod in *. apply (prime_prod_divide _ (map (asize m) (sax src d)) (map (asize m) (sax dst d))).
   - intros e He. apply in_map_iff in He. destruct He as [a [<- Ha]]. apply Hpr, Hr; auto.
   - intros v. rewrite <- !cnt_cntv. auto.
   - exact HdS.

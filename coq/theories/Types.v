@@ -12,8 +12,22 @@ Definition atype := list dim.
 (** Local size of a dimension: [g / prod n(a)]. *)
 Definition lsize (m : mesh) (D : dim) : nat := gsize D / nprod m (axes D).
 
-(** Elements per device. *)
-Definition size (m : mesh) (t : atype) : nat := prod (map (lsize m) t).
+(** Elements per device: the product of the local sizes (by recursion on
+    the dimensions; [size_prod] states it as that product). *)
+Fixpoint size (m : mesh) (t : atype) : nat :=
+  match t with
+  | [] => 1
+  | D :: t' => lsize m D * size m t'
+  end.
+
+(* Proofs go through [size_prod]. *)
+Arguments size : simpl never.
+
+Lemma size_prod : forall m t, size m t = prod (map (lsize m) t).
+Proof.
+  intros m t. induction t as [|D t IH]; [reflexivity|].
+  change (lsize m D * size m t = prod (map (lsize m) (D :: t))). rewrite IH. reflexivity.
+Qed.
 
 (** Axes used anywhere in the type; the others are replicated. *)
 Definition used (t : atype) : list nat := flat_map axes t.
