@@ -618,19 +618,33 @@ Proof.
   - apply IH; auto. intros; apply Hps; simpl; auto.
 Qed.
 
+(** Pairs the test refuses whatever the state can be left out. *)
+Lemma fold_grow_f_filter : forall okf (q : nat * nat -> bool) ps st,
+  (forall X AX p, q p = false -> okf X AX (fst p) (snd p) = false) ->
+  fold_left (grow_f okf) (filter q ps) st = fold_left (grow_f okf) ps st.
+Proof.
+  intros okf q ps. induction ps as [|p ps IH]; intros st Hq; [reflexivity|].
+  simpl. destruct (q p) eqn:E; simpl; rewrite IH by auto; [reflexivity|].
+  f_equal. unfold grow_f. rewrite (Hq (fst st) (snd st) p E). reflexivity.
+Qed.
+
 Lemma slicer_f_eq : forall m r S D budget, slicer_f m r S D budget = slicer m r S D budget.
 Proof.
   intros. unfold slicer_f, slicer, slice_step. cbv zeta.
+  rewrite pairs_where_filter, fold_grow_f_filter.
+  2: { intros X AX [d a] E. simpl in E |- *. unfold slice_ok_f. rewrite E. reflexivity. }
   apply (fold_grow_f r); [|apply pairs_fst|rewrite allax_nil; reflexivity].
-  intros X AX d a _ HP. unfold slice_ok_f, slice_ok.
+  intros X AX d a _ HP. unfold slice_ok_f, slice_ok. rewrite cnt_app.
   rewrite (memb_perm a AX (allax r X) HP), (cnt_perm m _ AX (allax r X) HP). reflexivity.
 Qed.
 
 Lemma extras_f_eq : forall m r D A, extras_f m r D A = extras m r D A.
 Proof.
-  intros. unfold extras_f, extras, extra_step.
+  intros. unfold extras_f, extras, extra_step. cbv zeta.
+  rewrite pairs_where_filter, fold_grow_f_filter.
+  2: { intros X AX [d a] E. simpl in E |- *. unfold extra_ok_f. rewrite E. reflexivity. }
   apply (fold_grow_f r); [|apply pairs_fst|rewrite allax_nil; reflexivity].
-  intros X AX d a _ HP. unfold extra_ok_f, extra_ok.
+  intros X AX d a _ HP. unfold extra_ok_f, extra_ok. rewrite cnt_app.
   rewrite (memb_perm a AX (allax r X) HP), (cnt_perm m _ AX (allax r X) HP). reflexivity.
 Qed.
 

@@ -155,7 +155,27 @@ Definition extras (m : mesh) (r : nat) (D A : nat -> list nat) : nat -> list nat
     [slicer_f] and [extras_f] compute [slicer] and [extras]
     ([slicer_f_eq], [extras_f_eq]) while carrying the axes added so far
     and computing the fixed axis lists once, instead of rebuilding every
-    [allax] at every pair. *)
+    [allax] at every pair; they visit only the pairs whose axis can pass
+    the test at all ([pairs_where]: an axis the source already uses is
+    never sliced, one the target uses is never an extra), and count the
+    axes of a dimension and its additions without appending them. *)
+
+(** [pairs r F l] restricted to the axes [keep] accepts, built directly. *)
+Fixpoint pairs_at (keep : nat -> bool) (d : nat) (l : list nat) (rest : list (nat * nat)) : list (nat * nat) :=
+  match l with
+  | [] => rest
+  | a :: l' => if keep a then (d, a) :: pairs_at keep d l' rest else pairs_at keep d l' rest
+  end.
+
+Fixpoint pairs_over (keep : nat -> bool) (F : nat -> list nat) (ds : list nat) (rest : list (nat * nat))
+    : list (nat * nat) :=
+  match ds with
+  | [] => rest
+  | d :: ds' => pairs_at keep d (F d) (pairs_over keep F ds' rest)
+  end.
+
+Definition pairs_where (keep : nat -> bool) (r : nat) (F : nat -> list nat) (l : list nat) : list (nat * nat) :=
+  pairs_over keep F (seq 0 r) (pairs_over keep (fun _ => l) (seq 0 r) []).
 
 Definition grow_f (ok : (nat -> list nat) -> list nat -> nat -> nat -> bool)
     (st : (nat -> list nat) * list nat) (p : nat * nat) : (nat -> list nat) * list nat :=
@@ -166,12 +186,14 @@ Definition slice_ok_f (m : mesh) (AS AD : list nat) (S D : nat -> list nat) (bud
     (X : nat -> list nat) (AX : list nat) (d a : nat) : bool :=
   let v := asize m a in
   negb (memb a AS) && negb (memb a AX) &&
-  (cnt m v (S d ++ X d) <? cnt m v (D d)) &&
+  (cnt m v (S d) + cnt m v (X d) <? cnt m v (D d)) &&
   (negb budget || (cnt m v AS + cnt m v AX <? cnt m v AD)).
 
 Definition slicer_f (m : mesh) (r : nat) (S D : nat -> list nat) (budget : bool) : nat -> list nat :=
+  let AS := allax r S in
   let AD := allax r D in
-  fst (fold_left (grow_f (slice_ok_f m (allax r S) AD S D budget)) (pairs r D AD) (fun _ => [], [])).
+  fst (fold_left (grow_f (slice_ok_f m AS AD S D budget))
+                 (pairs_where (fun a => negb (memb a AS)) r D AD) (fun _ => [], [])).
 
 Definition slicer_div_f (m : mesh) (r : nat) (S D : nat -> list nat) (g : nat -> nat) : nat -> list nat :=
   let AS := allax r S in
@@ -180,18 +202,19 @@ Definition slicer_div_f (m : mesh) (r : nat) (S D : nat -> list nat) (g : nat ->
     slice_ok_f m AS AD S D false X AX d a ||
     (negb (memb a AS) && negb (memb a AX) && memb a (D d) &&
      (g d mod nprod m (S d ++ X d ++ [a]) =? 0))))
-    (pairs r D AD) (fun _ => [], [])).
+    (pairs_where (fun a => negb (memb a AS)) r D AD) (fun _ => [], [])).
 
 Definition extra_ok_f (m : mesh) (AD AA : list nat) (D A : nat -> list nat)
     (E : nat -> list nat) (AE : list nat) (d a : nat) : bool :=
   let v := asize m a in
   negb (memb a AD) && negb (memb a AE) &&
-  (cnt m v (D d ++ E d) <? cnt m v (A d)) &&
+  (cnt m v (D d) + cnt m v (E d) <? cnt m v (A d)) &&
   (cnt m v AD + cnt m v AE <? cnt m v AA).
 
 Definition extras_f (m : mesh) (r : nat) (D A : nat -> list nat) : nat -> list nat :=
-  fst (fold_left (grow_f (extra_ok_f m (allax r D) (allax r A) D A))
-                 (pairs r A (seq 0 (length m))) (fun _ => [], [])).
+  let AD := allax r D in
+  fst (fold_left (grow_f (extra_ok_f m AD (allax r A) D A))
+                 (pairs_where (fun a => negb (memb a AD)) r A (seq 0 (length m))) (fun _ => [], [])).
 
 (** The end of every plan: a permute to the pre-gather type [T] unless
     already there, then one gather per dimension. *)

@@ -279,3 +279,24 @@ Qed.
 
 Lemma pairs_fst : forall r F l p, In p (pairs r F l) -> fst p < r.
 Proof. intros r F l [d a] H. apply pairs_in in H. apply H. Qed.
+
+(** [pairs_where] is [pairs] filtered by the axis. *)
+Lemma pairs_at_filter : forall keep d l rest,
+  pairs_at keep d l rest = filter (fun p => keep (snd p)) (map (pair d) l) ++ rest.
+Proof.
+  induction l as [|a l IH]; intros rest; simpl; auto.
+  destruct (keep a); simpl; rewrite IH; reflexivity.
+Qed.
+
+Lemma pairs_over_filter : forall keep F ds rest,
+  pairs_over keep F ds rest = filter (fun p => keep (snd p)) (flat_map (fun d => map (pair d) (F d)) ds) ++ rest.
+Proof.
+  induction ds as [|d ds IH]; intros rest; simpl; auto.
+  rewrite pairs_at_filter, IH, filter_app, app_assoc. reflexivity.
+Qed.
+
+Lemma pairs_where_filter : forall keep r F l,
+  pairs_where keep r F l = filter (fun p => keep (snd p)) (pairs r F l).
+Proof.
+  intros. unfold pairs_where, pairs. rewrite !pairs_over_filter, app_nil_r, filter_app. reflexivity.
+Qed.
