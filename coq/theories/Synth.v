@@ -175,7 +175,8 @@ Fixpoint pairs_over (keep : nat -> bool) (F : nat -> list nat) (ds : list nat) (
   end.
 
 Definition pairs_where (keep : nat -> bool) (r : nat) (F : nat -> list nat) (l : list nat) : list (nat * nat) :=
-  pairs_over keep F (seq 0 r) (pairs_over keep (fun _ => l) (seq 0 r) []).
+  let l' := filter keep l in
+  pairs_over keep F (seq 0 r) (pairs_over (fun _ => true) (fun _ => l') (seq 0 r) []).
 
 Definition grow_f (ok : (nat -> list nat) -> list nat -> nat -> nat -> bool)
     (st : (nat -> list nat) * list nat) (p : nat * nat) : (nat -> list nat) * list nat :=

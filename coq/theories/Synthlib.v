@@ -295,8 +295,17 @@ Proof.
   rewrite pairs_at_filter, IH, filter_app, app_assoc. reflexivity.
 Qed.
 
+Lemma filter_true : forall A (l : list A), filter (fun _ => true) l = l.
+Proof. induction l as [|x l IH]; simpl; congruence. Qed.
+
+Lemma filter_pairs_map : forall (keep : nat -> bool) (d : nat) l,
+  filter (fun p : nat * nat => keep (snd p)) (map (pair d) l) = map (pair d) (filter keep l).
+Proof. induction l as [|a l IH]; simpl; auto. destruct (keep a); simpl; congruence. Qed.
+
 Lemma pairs_where_filter : forall keep r F l,
   pairs_where keep r F l = filter (fun p => keep (snd p)) (pairs r F l).
 Proof.
-  intros. unfold pairs_where, pairs. rewrite !pairs_over_filter, app_nil_r, filter_app. reflexivity.
+  intros. unfold pairs_where, pairs. cbv zeta. rewrite !pairs_over_filter, app_nil_r, filter_app.
+  f_equal. rewrite filter_true. generalize (seq 0 r). induction l0 as [|d ds IH]; simpl; auto.
+  rewrite filter_app, filter_pairs_map, IH. reflexivity.
 Qed.
