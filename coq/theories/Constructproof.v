@@ -557,7 +557,7 @@ Proof.
       * subst x. specialize (HcntCd v'). rewrite cnt_single in HcntCd.
         destruct (Nat.eqb_spec (asize m a) v'); [subst v'; unfold v in *; lia|lia].
       * lia.
-    + exists v. split; [unfold v, asize; apply nth_In; auto|].
+    + exists v. split; [unfold v; rewrite asize_nth; apply nth_In; auto|].
       apply sum_lt.
       * intros x Hx. apply in_seq in Hx.
         unfold C2, upd. destruct (Nat.eqb_spec x e); [subst x|destruct (Nat.eqb_spec x d)].

@@ -8,7 +8,30 @@ Import ListNotations.
     keeps the row-major rank of every device. *)
 Definition mesh := list nat.
 
-Definition asize (m : mesh) (a : nat) : nat := nth a m 1.
+(** The size of axis [a] ([1] past the end): [nth a m 1] ([asize_nth]),
+    by a loop that counts up to [a] (the planner reads axis sizes
+    constantly). *)
+Fixpoint nth_from (l : list nat) (i a : nat) : nat :=
+  match l with
+  | [] => 1
+  | x :: l' => if i =? a then x else nth_from l' (S i) a
+  end.
+
+Definition asize (m : mesh) (a : nat) : nat := nth_from m 0 a.
+
+Lemma nth_from_nth : forall l i a, i <= a -> nth_from l i a = nth (a - i) l 1.
+Proof.
+  induction l as [|x l IH]; intros i a Hi; simpl.
+  - destruct (a - i); reflexivity.
+  - destruct (Nat.eqb_spec i a) as [->|Hne].
+    + rewrite Nat.sub_diag. reflexivity.
+    + rewrite IH by lia. replace (a - i) with (S (a - S i)) by lia. reflexivity.
+Qed.
+
+Lemma asize_nth : forall m a, asize m a = nth a m 1.
+Proof. intros. unfold asize. rewrite nth_from_nth by lia. now rewrite Nat.sub_0_r. Qed.
+
+Arguments asize : simpl never.
 
 Definition wf_mesh (m : mesh) : Prop := forall a, a < length m -> 0 < asize m a.
 
@@ -16,7 +39,7 @@ Definition wf_meshb (m : mesh) : bool := forallb (fun n => 0 <? n) m.
 
 Lemma wf_meshb_spec : forall m, wf_meshb m = true <-> wf_mesh m.
 Proof.
-  intros m. unfold wf_meshb, wf_mesh, asize. rewrite forallb_forall. split.
+  intros m. unfold wf_meshb, wf_mesh. setoid_rewrite asize_nth. rewrite forallb_forall. split.
   - intros H a Ha. apply Nat.ltb_lt, H, nth_In; auto.
   - intros H x Hx. apply In_nth with (d := 1) in Hx. destruct Hx as [a [Ha Heq]].
     subst. apply Nat.ltb_lt, H; auto.
@@ -188,7 +211,8 @@ Definition coords_of_rank (m : mesh) (r : nat) : coords := set_digits m (all_axe
 
 Lemma nprod_all_axes : forall m, nprod m (all_axes m) = ndevices m.
 Proof.
-  intros m. rewrite nprod_prod. unfold all_axes, ndevices, asize. f_equal.
+  intros m. rewrite nprod_prod. unfold all_axes, ndevices.
+  rewrite (map_ext (asize m) (fun a => nth a m 1) (asize_nth m)). f_equal.
   apply nth_ext with (d := 1) (d' := 1); rewrite ?map_length, ?seq_length; auto.
   intros n Hn.
   rewrite nth_indep with (d' := (fun a => nth a m 1) 0) by (rewrite map_length, seq_length; auto).

@@ -33,14 +33,14 @@ Lemma part_split_splits : forall m sp, splits m (part_split m sp).
 Proof.
   intros m sp. unfold splits, part_split. rewrite map_map.
   erewrite map_ext; [apply map_nth_seq|].
-  intros a. destruct (memb a sp); [apply pfactors_prod|]. unfold prod. simpl. apply Nat.mul_1_r.
+  intros a. rewrite asize_nth. destruct (memb a sp); [apply pfactors_prod|]. unfold prod. simpl. apply Nat.mul_1_r.
 Qed.
 
 (** Every sub-axis of the prime refinement has size 1 or a prime. *)
 Lemma prime_split_prime : forall m a, wf_mesh m -> a < length (rmesh (prime_split m)) ->
   asize (rmesh (prime_split m)) a = 1 \/ is_prime (asize (rmesh (prime_split m)) a).
 Proof.
-  intros m a Hm Ha. unfold asize. set (x := nth a (rmesh (prime_split m)) 1).
+  intros m a Hm Ha. rewrite !asize_nth. set (x := nth a (rmesh (prime_split m)) 1).
   assert (Hx : In x (rmesh (prime_split m))) by (apply nth_In; exact Ha).
   unfold rmesh, prime_split in Hx. apply in_concat in Hx as [f [Hf Hxf]].
   apply in_map_iff in Hf as [n [<- Hn]]. apply (pfactors_prime n); auto.
