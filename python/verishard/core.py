@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _core
 from .collectives import AllReduce, Collective, Exchange, ReduceScatter, ToPartial
-from .errors import LimitError, PlanError, ShardingError
+from .errors import LimitError, ParseError, PlanError, ShardingError
 from .mesh import Mesh
 from .sharding import ArrayType, raw
 
@@ -207,7 +207,11 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
 def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
     """The report of a planning call (``put_planned`` in bindings/glue.ml): the split of the
     mesh's parts, the peak, the plan over the split mesh, its types (read by
-    ``decode_type(mesh, out, pos) -> (type, pos)``) and per-step received."""
+    ``decode_type(mesh, out, pos) -> (type, pos)``) and per-step received.
+
+    Steps and types are looked up by their encoding in caches of the mesh
+    (plans repeat the same steps and types); only what is not there yet is
+    decoded, by ``Collective.decode`` and ``decode_type``."""
     pos, split = 2, []
     for _ in range(out[1]):
         end = pos + 1 + out[pos]
@@ -216,16 +220,70 @@ def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
     coarse = _refinement(mesh, tuple(split))
     peak, s = out[pos], out[pos + 1]
     pos += 2
-    plan_, types, decode = [], [], Collective.decode
-    for _ in range(s):
-        c, pos = decode(coarse, out, pos)
-        plan_.append(c)
-    for _ in range(s + 1):
-        t, pos = decode_type(coarse, out, pos)
-        types.append(t)
+    steps, known = _decoded(coarse, decode_type)
+    plan_, types = [], []
+    try:
+        for _ in range(s):
+            # the extent of the step's encoding (tags as in Collective.decode)
+            tag = out[pos]
+            if tag == 3 or tag == 7:   # a type follows
+                end = pos + 2
+                for _ in range(out[pos + 1]):
+                    end += 2 + out[end + 1]
+            elif tag == 2:
+                end = pos + 4 + out[pos + 3]
+            elif tag == 4 or tag == 6:
+                end = pos + 2 + out[pos + 1]
+            else:
+                end = pos + 3 + out[pos + 2]
+            key = tuple(out[pos:end])
+            c = steps.get(key)
+            if c is None:
+                c, end = Collective.decode(coarse, out, pos)
+                steps[key] = c
+            plan_.append(c)
+            pos = end
+        pending = decode_type == ArrayType.pdecode
+        for _ in range(s + 1):
+            if known is None:
+                t, pos = decode_type(coarse, out, pos)
+            else:
+                end = pos + 1 + out[pos] if pending else pos
+                r, end = out[end], end + 1
+                for _ in range(r):
+                    end += 2 + out[end + 1]
+                key = tuple(out[pos:end])
+                t = known.get(key)
+                if t is None:
+                    t, end = decode_type(coarse, out, pos)
+                    known[key] = t
+                pos = end
+            types.append(t)
+    except IndexError:
+        raise ParseError(f"truncated plan report at position {pos}") from None
     # the core's report, well formed by construction: built without the dataclass __init__
     return raw(PlanReport, mesh=coarse, collectives=tuple(plan_), types=tuple(types),
                received=tuple(out[pos:pos + s]), peak=peak)
+
+
+_DECODED_MAX = 4096   # entries per cache before it is cleared
+
+
+@lru_cache(maxsize=256)
+def _caches(mesh: Mesh) -> tuple[dict, dict, dict]:
+    return {}, {}, {}
+
+
+def _decoded(mesh: Mesh, decode_type) -> tuple[dict, dict | None]:
+    """The caches of decoded steps and types over ``mesh`` (by encoding);
+    types only for the two decoders of plain and partial types (with the
+    sum pending), whose reading of an encoding never changes."""
+    steps, plain, partial = _caches(mesh)
+    known = partial if decode_type == ArrayType.pdecode else plain if decode_type == ArrayType.decode else None
+    for d in (steps, plain, partial):
+        if len(d) > _DECODED_MAX:
+            d.clear()
+    return steps, known
 
 
 # --- the exchange (Exchange.v, Exchangeproof.v) ------------------------------
