@@ -40,7 +40,7 @@ Lemma good_wf : forall m src dst f, valid_problem m src dst -> cap_ok m src dst 
   good m src dst f -> wf m (tyof src f).
 Proof.
   intros m src dst f Hv Hc Hg. pose proof Hg as [Hn [Hr _]]. split; [apply Hv|]. split.
-  - apply Forall_forall. intros x Hx. unfold tyof in Hx. apply in_map_iff in Hx.
+  - apply Forall_forall. intros x Hx. rewrite tyof_map in Hx. apply in_map_iff in Hx.
     destruct Hx as [d [<- Hd]]. apply in_seq in Hd. repeat split; simpl.
     + eapply valid_gs_pos; eauto. lia.
     + intros a Ha. apply Hr, in_allax. exists d. split; [lia|auto].
@@ -111,7 +111,7 @@ Proof.
   intros m src dst f g Hv Hc Hg Hcnt. apply step_permute.
   - eapply good_wf; eauto.
   - now rewrite !map_gsize_tyof.
-  - unfold tyof. rewrite !map_map. apply map_ext_in. intros d Hd. apply in_seq in Hd.
+  - rewrite !tyof_map. rewrite !map_map. apply map_ext_in. intros d Hd. apply in_seq in Hd.
     unfold lsize. simpl. rewrite (nprod_cnt_eq m (g d) (f d)); auto.
     intros v. rewrite Hcnt by lia. auto.
 Qed.
@@ -336,7 +336,7 @@ Proof. intros m src dst [_ [_ H]]. rewrite <- (map_length gsize src), H, map_len
 
 Lemma valid_dst_tyof : forall m src dst, valid_problem m src dst -> tyof src (sax dst) = dst.
 Proof.
-  intros m src dst Hv. rewrite <- (tyof_self dst) at 2. unfold tyof. rewrite (valid_len m src dst Hv).
+  intros m src dst Hv. rewrite <- (tyof_self dst) at 2. rewrite !tyof_map. rewrite (valid_len m src dst Hv).
   apply map_ext. intros d. f_equal. apply gs_map. destruct Hv as [_ [_ H]]. auto.
 Qed.
 

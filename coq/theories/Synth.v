@@ -54,8 +54,14 @@ Definition sax (t : atype) (d : nat) : list nat := axes (nth d t dd0).
 Definition gs (t : atype) (d : nat) : nat := gsize (nth d t dd0).
 
 (** The type with the global sizes of [t] and the axes [f d]. *)
-Definition tyof (t : atype) (f : nat -> list nat) : atype :=
-  map (fun d => mkdim (f d) (gs t d)) (seq 0 (length t)).
+Fixpoint tyof_from (t : atype) (f : nat -> list nat) (d : nat) : atype :=
+  match t with
+  | [] => []
+  | D :: t' => mkdim (f d) (gsize D) :: tyof_from t' f (S d)
+  end.
+
+(** [map (fun d => mkdim (f d) (gs t d)) (seq 0 (length t))] ([Synthlib.tyof_map]). *)
+Definition tyof (t : atype) (f : nat -> list nat) : atype := tyof_from t f 0.
 
 (** Every axis of the first [r] dimensions. *)
 Definition allax (r : nat) (f : nat -> list nat) : list nat := flat_map f (seq 0 r).
