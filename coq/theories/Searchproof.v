@@ -35,10 +35,11 @@ Definition pick_inv (m : mesh) (src dst : atype) (G : list nat) (acc : list plan
      exists p0 k0, snd acc = Some (p0, k0) /\ first k0 <= traffic (received rq)).
 
 Lemma pick_step_inv : forall m src dst G acc x, pick_inv m src dst G acc ->
-  pick_inv m src dst G (pick_step m src dst G acc x) /\ In x (fst (pick_step m src dst G acc x)) /\
-  (forall q, In q (fst acc) -> In q (fst (pick_step m src dst G acc x))).
+  pick_inv m src dst G (pick_step (validator m src dst) G acc x) /\
+  In x (fst (pick_step (validator m src dst) G acc x)) /\
+  (forall q, In q (fst acc) -> In q (fst (pick_step (validator m src dst) G acc x))).
 Proof.
-  intros m src dst G [seen best] x [Hk Hs]. unfold pick_step. cbn [fst snd] in *.
+  intros m src dst G [seen best] x [Hk Hs]. unfold pick_step. rewrite validator_spec. cbn [fst snd] in *.
   destruct (existsb (plan_eqb x) seen) eqn:Ex.
   - apply existsb_exists in Ex as [y [Hy Exy]]. apply plan_eqb_true in Exy. subst y.
     split; [split; assumption|]. auto.
@@ -73,8 +74,8 @@ Proof.
 Qed.
 
 Lemma pick_fold_inv : forall m src dst G ps acc, pick_inv m src dst G acc ->
-  pick_inv m src dst G (fold_left (pick_step m src dst G) ps acc) /\
-  (forall q, In q ps \/ In q (fst acc) -> In q (fst (fold_left (pick_step m src dst G) ps acc))).
+  pick_inv m src dst G (fold_left (pick_step (validator m src dst) G) ps acc) /\
+  (forall q, In q ps \/ In q (fst acc) -> In q (fst (fold_left (pick_step (validator m src dst) G) ps acc))).
 Proof.
   induction ps as [|x ps IH]; intros acc Hi; simpl.
   - split; [exact Hi|]. intros q [[]|Hq]; exact Hq.

@@ -446,12 +446,13 @@ Defined.
 Definition plan_eqb (p q : plan) : bool := if list_eq_dec coll_eq_dec p q then true else false.
 
 (** Validate each distinct candidate once (a repeated candidate cannot be
-    strictly better than itself); keep the first of the least cost. *)
-Definition pick_step (m : mesh) (src dst : atype) (G : list nat)
+    strictly better than itself), by [v] ([Validate.validator], which is
+    [validate]); keep the first of the least cost. *)
+Definition pick_step (v : plan -> option report) (G : list nat)
     (acc : list plan * option (plan * list nat)) (p : plan) : list plan * option (plan * list nat) :=
   if existsb (plan_eqb p) (fst acc) then acc else
   (p :: fst acc,
-   match validate m src dst p with
+   match v p with
    | None => snd acc
    | Some r =>
        let k := cost G p r in
@@ -462,7 +463,7 @@ Definition pick_step (m : mesh) (src dst : atype) (G : list nat)
    end).
 
 Definition pick (m : mesh) (src dst : atype) (ps : list plan) : option plan :=
-  option_map fst (snd (fold_left (pick_step m src dst (glue m src dst)) ps ([], None))).
+  option_map fst (snd (fold_left (pick_step (validator m src dst) (glue m src dst)) ps ([], None))).
 
 (** The plan and whether the memory bound is guaranteed for it. *)
 Definition synthesize (m : mesh) (src dst : atype) : bool * plan :=

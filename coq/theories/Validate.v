@@ -59,6 +59,29 @@ Definition validate (m : mesh) (src dst : atype) (p : plan) : option report :=
   | Err _ => None
   end.
 
+(** [validate m src dst] for the many candidates of one problem: the
+    problem's own checks and the bound once, then for each plan what
+    [check] does once they passed ([validator_spec]: the same answer). *)
+Definition check_plan (m : mesh) (src dst : atype) (p : plan) : result (nat * error) report :=
+  match run m src p 1 with
+  | Err x => Err x
+  | Ok (ts, rs) =>
+      if atype_eqb (last ts src) dst
+      then Ok (mkreport ts (peak_of m ts) rs)
+      else Err (length p, WrongResult)
+  end.
+
+Definition validator (m : mesh) (src dst : atype) : plan -> option report :=
+  match problem_error m src dst with
+  | Some _ => fun _ => None
+  | None =>
+      let B := bound m src dst in
+      fun p => match check_plan m src dst p with
+               | Ok r => if (peak r <=? B) && nf_slices p && forallb (axes_ok dst) p then Some r else None
+               | Err _ => None
+               end
+  end.
+
 (** * Ranking validated plans *)
 
 (** Whole axes. The core sees only the refined mesh; the parts of one
@@ -105,6 +128,9 @@ Proof.
     [|discriminate].
   intros H; inversion H; subst. rewrite !andb_true_iff, Nat.leb_le in E. tauto.
 Qed.
+
+Lemma validator_spec : forall m src dst p, validator m src dst p = validate m src dst p.
+Proof. intros. unfold validator, validate, check, check_plan. destruct (problem_error m src dst); reflexivity. Qed.
 
 Lemma nf_mid_spec : forall p, nf_mid p = true ->
   exists p2 p3, p = p2 ++ p3 /\ Forall (fun c => is_mid c = true) p2 /\
