@@ -110,16 +110,24 @@ let put_report buf put_t peak s ts rs =
   List.iter (put_t buf) ts;
   List.iter (Buffer.add_int buf) rs
 
+(* [x] encoded by [put], preceded by the length of its encoding. *)
+let put_sized buf put x =
+  let b = Buffer.create () in
+  put b x;
+  Buffer.add_int buf b.Buffer.len;
+  for i = 0 to b.Buffer.len - 1 do Buffer.add_int buf b.Buffer.data.(i) done
+
 (* A pipeline's answer, plain or partial: [0; k; (len; sizes..) for each of
-   the k parts (the split); peak; s; s steps; s+1 types; s received counts]. *)
+   the k parts (the split); peak; s; s steps; s+1 types; s received counts],
+   each step and each type preceded by the length of its encoding. *)
 let put_planned buf put_step put_t fs peak p ts rs =
   Buffer.add_int buf 0;
   Buffer.add_int buf (List.length fs);
   List.iter (put_axes buf) fs;
   Buffer.add_int buf peak;
   Buffer.add_int buf (List.length p);
-  List.iter (put_step buf) p;
-  List.iter (put_t buf) ts;
+  List.iter (put_sized buf put_step) p;
+  List.iter (put_sized buf put_t) ts;
   List.iter (Buffer.add_int buf) rs
 
 let check_fn a =

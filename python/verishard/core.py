@@ -192,10 +192,8 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     ((ReduceScatter(dim=0, axes=('x',)),), ([4, 4] partial{x}, [2{x}4, 4]), (8,))
     """
     _same_mesh(mesh, src, dst)
-    if (src.uneven or dst.uneven) and (src.partial or dst.partial):
-        return _puplan(mesh, src, dst)
     if src.uneven or dst.uneven:
-        return _uplan(mesh, src, dst)
+        return _puplan(mesh, src, dst) if src.partial or dst.partial else _uplan(mesh, src, dst)
     op = reduction(src, dst)
     out = _call(_core.pplan, mesh.encode() + src.pencode() + dst.pencode())
     if out[0] == 1:
@@ -207,7 +205,8 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
 def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
     """The report of a planning call (``put_planned`` in bindings/glue.ml): the split of the
     mesh's parts, the peak, the plan over the split mesh, its types (read by
-    ``decode_type(mesh, out, pos) -> (type, pos)``) and per-step received.
+    ``decode_type(mesh, ints, pos) -> (type, pos)``) and per-step received;
+    each step and type comes with the length of its encoding.
 
     Steps and types are looked up by their encoding in caches of the mesh
     (plans repeat the same steps and types); only what is not there yet is
@@ -222,48 +221,37 @@ def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
     pos += 2
     steps, known = _decoded(coarse, decode_type)
     plan_, types = [], []
-    try:
-        for _ in range(s):
-            # the extent of the step's encoding (tags as in Collective.decode)
-            tag = out[pos]
-            if tag == 3 or tag == 7:   # a type follows
-                end = pos + 2
-                for _ in range(out[pos + 1]):
-                    end += 2 + out[end + 1]
-            elif tag == 2:
-                end = pos + 4 + out[pos + 3]
-            elif tag == 4 or tag == 6:
-                end = pos + 2 + out[pos + 1]
-            else:
-                end = pos + 3 + out[pos + 2]
-            key = tuple(out[pos:end])
-            c = steps.get(key)
-            if c is None:
-                c, end = Collective.decode(coarse, out, pos)
-                steps[key] = c
-            plan_.append(c)
-            pos = end
-        pending = decode_type == ArrayType.pdecode
-        for _ in range(s + 1):
-            if known is None:
-                t, pos = decode_type(coarse, out, pos)
-            else:
-                end = pos + 1 + out[pos] if pending else pos
-                r, end = out[end], end + 1
-                for _ in range(r):
-                    end += 2 + out[end + 1]
-                key = tuple(out[pos:end])
-                t = known.get(key)
-                if t is None:
-                    t, end = decode_type(coarse, out, pos)
-                    known[key] = t
-                pos = end
-            types.append(t)
-    except IndexError:
-        raise ParseError(f"truncated plan report at position {pos}") from None
+    for _ in range(s):
+        end = pos + 1 + out[pos]
+        key = tuple(out[pos + 1:end])
+        c = steps.get(key)
+        if c is None:
+            c = _remember(steps, key, _whole(key, Collective.decode(coarse, key)))
+        plan_.append(c)
+        pos = end
+    for _ in range(s + 1):
+        end = pos + 1 + out[pos]
+        key = tuple(out[pos + 1:end])
+        t = None if known is None else known.get(key)
+        if t is None:
+            t = _whole(key, decode_type(coarse, key, 0))
+            if known is not None:
+                _remember(known, key, t)
+        types.append(t)
+        pos = end
+    if pos + s != len(out):
+        raise ParseError(f"plan report of {len(out)} integers, {pos + s} expected")
     # the core's report, well formed by construction: built without the dataclass __init__
     return raw(PlanReport, mesh=coarse, collectives=tuple(plan_), types=tuple(types),
-               received=tuple(out[pos:pos + s]), peak=peak)
+               received=tuple(out[pos:]), peak=peak)
+
+
+def _whole(code: tuple[int, ...], decoded: tuple):
+    """What ``decoded = (value, end)`` read from ``code``, which it must read whole."""
+    value, end = decoded
+    if end != len(code):
+        raise ParseError(f"an encoding of {len(code)} integers read as {end}")
+    return value
 
 
 _DECODED_MAX = 4096   # entries per cache before it is cleared
@@ -279,11 +267,14 @@ def _decoded(mesh: Mesh, decode_type) -> tuple[dict, dict | None]:
     types only for the two decoders of plain and partial types (with the
     sum pending), whose reading of an encoding never changes."""
     steps, plain, partial = _caches(mesh)
-    known = partial if decode_type == ArrayType.pdecode else plain if decode_type == ArrayType.decode else None
-    for d in (steps, plain, partial):
-        if len(d) > _DECODED_MAX:
-            d.clear()
-    return steps, known
+    return steps, partial if decode_type == ArrayType.pdecode else plain if decode_type == ArrayType.decode else None
+
+
+def _remember(cache: dict, key, value):
+    if len(cache) >= _DECODED_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 # --- the exchange (Exchange.v, Exchangeproof.v) ------------------------------
