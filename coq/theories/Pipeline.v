@@ -2,7 +2,7 @@
     sub-axes, synthesize there, re-express the plan over the coarsest
     partial refinement that carries it, and validate it there. The
     re-expression is translation-validated: what is returned has passed
-    [validate] over its own mesh, and the fully refined plan, which always
+    [validate] over its own mesh (computed by [Validate.validator]), and the fully refined plan, which always
     passes ([Searchproof.synthesize_best_prime]), is the fallback. The end-to-end
     guarantee is [plan_spec] in [Pipelineproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
@@ -106,14 +106,14 @@ Definition plan_problem (m : mesh) (src dst : atype) : result (nat * error) (spl
       let pf := snd (synthesize_best (rmesh ff) sf df) in
       (* the fully refined plan, validated only where it is returned *)
       let fine := fun _ : unit =>
-                  match validate (rmesh ff) sf df pf with
+                  match validator (rmesh ff) sf df pf with
                   | Some r => Ok (ff, pf, r)
                   | None => Err (0, WrongResult)   (* never: [plan_spec] *)
                   end in
       match coarsen m pf (S (length m)) [] with
       | Some (sp, p) =>
           let ps := part_split m sp in
-          match validate (rmesh ps) (rtype ps src) (rtype ps dst) p with
+          match validator (rmesh ps) (rtype ps src) (rtype ps dst) p with
           | Some r => Ok (ps, p, r)
           | None => fine tt
           end
