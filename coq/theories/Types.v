@@ -39,7 +39,8 @@ Definition wf (m : mesh) (t : atype) : Prop :=
   wf_mesh m /\ Forall (wf_dim m) t /\ NoDup (used t).
 
 Definition wf_dimb (m : mesh) (D : dim) : bool :=
-  (0 <? gsize D) && forallb (fun a => a <? length m) (axes D)
+  let n := length m in
+  (0 <? gsize D) && forallb (fun a => a <? n) (axes D)
   && (gsize D mod nprod m (axes D) =? 0).
 
 Definition wfb (m : mesh) (t : atype) : bool :=
@@ -47,7 +48,7 @@ Definition wfb (m : mesh) (t : atype) : bool :=
 
 Lemma wf_dimb_spec : forall m D, wf_mesh m -> (wf_dimb m D = true <-> wf_dim m D).
 Proof.
-  intros m D Hm. unfold wf_dimb, wf_dim. rewrite !andb_true_iff, Nat.ltb_lt, forallb_forall, Nat.eqb_eq.
+  intros m D Hm. unfold wf_dimb, wf_dim. cbv zeta. rewrite !andb_true_iff, Nat.ltb_lt, forallb_forall, Nat.eqb_eq.
   split.
   - intros [[Hg Ha] Hd]. assert (Ha' : forall a, In a (axes D) -> a < length m)
       by (intros; apply Nat.ltb_lt, Ha; auto).
