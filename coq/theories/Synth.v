@@ -317,6 +317,21 @@ Fixpoint extend (m : mesh) (single : bool) (Dd De : list nat) (rb cd ce grp : li
 
 Definition b2n (b : bool) : nat := if b then 1 else 0.
 
+(** The first element of [l] of the least key (the head of [sort_by k l]),
+    each key computed once. *)
+Fixpoint first_min_from (k : nat -> nat) (x kx : nat) (l : list nat) : nat :=
+  match l with
+  | [] => x
+  | y :: l' => let ky := k y in if ky <? kx then first_min_from k y ky l' else first_min_from k x kx l'
+  end.
+
+Definition first_min (k : nat -> nat) (l : list nat) : option nat :=
+  match l with
+  | [] => None
+  | [x] => Some x
+  | x :: l' => Some (first_min_from k x (k x) l')
+  end.
+
 (** The best direct move from [d]: [(key, (d, e, axes))], least key first. *)
 Definition direct_from (m : mesh) (single : bool) (r : nat) (D C : list (list nat)) (d : nat)
     : option (nat * (nat * nat * list nat)) :=
@@ -327,9 +342,9 @@ Definition direct_from (m : mesh) (single : bool) (r : nat) (D C : list (list na
       if negb (surplus m D C d v) then None else
       let es := filter (fun e => negb (e =? d) && needs m D C e v) (seq 0 r) in
       let ke := fun e => 2 * b2n (negb (memb a (ax D e))) + b2n (pending_out m r D C e) in
-      match sort_by ke es with
-      | [] => None
-      | e :: _ =>
+      match first_min ke es with
+      | None => None
+      | Some e =>
           let grp := extend m single (ax D d) (ax D e) rb (removelast (ax C d)) (ax C e ++ [a]) [a] in
           Some (2 * b2n (pending_out m r D C e) + b2n (negb (memb a (ax D e))), (d, e, grp))
       end
