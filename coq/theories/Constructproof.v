@@ -694,7 +694,7 @@ Proof.
   assert (Hga : Forall (fun c => is_gather c = true) (gathers_of (length src) E)).
   { unfold gathers_of. apply Forall_forall. intros c Hc'. apply in_flat_map in Hc'.
     destruct Hc' as [d [_ Hc']]. destruct (E d); [contradiction|]. destruct Hc' as [<-|[]]; auto. }
-  unfold finish. fold pre. split; [|split].
+  unfold finish. rewrite same_axes_tyof. fold pre. split; [|split].
   - eapply chain_app.
     { assert (H0 := slices_chain m src dst Sf X Hv Hc HgA r 0 eq_refl).
       rewrite (tyof_ext src _ Sf) in H0 by (intros; simpl; auto). unfold Sf in H0 at 1.

@@ -223,10 +223,15 @@ Definition extras_f (m : mesh) (r : nat) (D A : nat -> list nat) : nat -> list n
   fst (fold_left (grow_f (extra_ok_f m AD (allax r A) D A))
                  (pairs_where (fun a => negb (memb a AD)) r A (seq 0 (length m))) (fun _ => [], [])).
 
+(** The first [r] dimensions of [C] and [T] hold the same axes. *)
+Definition same_axes (r : nat) (C T : nat -> list nat) : bool :=
+  forallb (fun d => nat_list_eqb (C d) (T d)) (seq 0 r).
+
 (** The end of every plan: a permute to the pre-gather type [T] unless
-    already there, then one gather per dimension. *)
+    already there ([Synthlib.same_axes_tyof]: [tyof src C = tyof src T]),
+    then one gather per dimension. *)
 Definition finish (src : atype) (C T E : nat -> list nat) : plan :=
-  (if atype_eqb (tyof src C) (tyof src T) then [] else [AllPermute (tyof src T)]) ++
+  (if same_axes (length src) C T then [] else [AllPermute (tyof src T)]) ++
   gathers_of (length src) E.
 
 (** * The canonical construction (the spec's route)

@@ -2,7 +2,7 @@
     size ([cnt]), dimension functions ([allax], [tyof]), [first_some] and
     [pairs]. *)
 From Coq Require Import List Arith Lia Bool Permutation.
-From VS Require Import Prelude Mesh Types Synth.
+From VS Require Import Prelude Mesh Types Checker Synth.
 Import ListNotations.
 
 (** * Counting axes by size: [cnt] *)
@@ -265,6 +265,18 @@ Lemma map_gsize_tyof : forall t f, map gsize (tyof t f) = map gsize t.
 Proof.
   intros t f. transitivity (map gsize (tyof t (sax t))); [|now rewrite tyof_self].
   rewrite !tyof_map. rewrite !map_map. auto.
+Qed.
+
+Lemma same_axes_tyof : forall t C T, same_axes (length t) C T = atype_eqb (tyof t C) (tyof t T).
+Proof.
+  intros t C T. unfold same_axes. destruct (atype_eqb (tyof t C) (tyof t T)) eqn:E.
+  - apply atype_eqb_spec in E. apply forallb_forall. intros d Hd. apply in_seq in Hd.
+    apply nat_list_eqb_spec.
+    assert (H := f_equal (fun u => nth_error u d) E). cbv beta in H.
+    rewrite !nth_error_tyof in H by lia. congruence.
+  - destruct (forallb _ _) eqn:F; auto. rewrite forallb_forall in F.
+    rewrite <- E. symmetry. apply atype_eqb_spec. apply tyof_ext. intros d Hd.
+    apply nat_list_eqb_spec, F, in_seq. lia.
 Qed.
 
 Lemma gs_map : forall t t', map gsize t = map gsize t' -> forall d, gs t d = gs t' d.
