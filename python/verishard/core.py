@@ -219,31 +219,32 @@ def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
     coarse = _refinement(mesh, tuple(split))
     peak, s = out[pos], out[pos + 1]
     pos += 2
-    steps, known = _decoded(coarse, decode_type)
-    plan_, types = [], []
-    for _ in range(s):
+    # the encodings of the s steps and the s + 1 types, each after its length
+    codes = []
+    for _ in range(2 * s + 1):
         end = pos + 1 + out[pos]
-        key = tuple(out[pos + 1:end])
-        c = steps.get(key)
-        if c is None:
-            c = _remember(steps, key, _whole(key, Collective.decode(coarse, key)))
-        plan_.append(c)
-        pos = end
-    for _ in range(s + 1):
-        end = pos + 1 + out[pos]
-        key = tuple(out[pos + 1:end])
-        t = None if known is None else known.get(key)
-        if t is None:
-            t = _whole(key, decode_type(coarse, key, 0))
-            if known is not None:
-                _remember(known, key, t)
-        types.append(t)
+        codes.append(tuple(out[pos + 1:end]))
         pos = end
     if pos + s != len(out):
         raise ParseError(f"plan report of {len(out)} integers, {pos + s} expected")
+    steps, known = _decoded(coarse, decode_type)
+    get = steps.get   # (collectives and types are always true: neither has a length)
+    plan_ = tuple([get(k) or _new_step(coarse, steps, k) for k in codes[:s]])
+    if known is None:
+        types = tuple([_whole(k, decode_type(coarse, k, 0)) for k in codes[s:]])
+    else:
+        get = known.get
+        types = tuple([get(k) or _new_type(coarse, known, k, decode_type) for k in codes[s:]])
     # the core's report, well formed by construction: built without the dataclass __init__
-    return raw(PlanReport, mesh=coarse, collectives=tuple(plan_), types=tuple(types),
-               received=tuple(out[pos:]), peak=peak)
+    return raw(PlanReport, mesh=coarse, collectives=plan_, types=types, received=tuple(out[pos:]), peak=peak)
+
+
+def _new_step(mesh: Mesh, cache: dict, code: tuple[int, ...]) -> Collective:
+    return _remember(cache, code, _whole(code, Collective.decode(mesh, code)))
+
+
+def _new_type(mesh: Mesh, cache: dict, code: tuple[int, ...], decode_type) -> ArrayType:
+    return _remember(cache, code, _whole(code, decode_type(mesh, code, 0)))
 
 
 def _whole(code: tuple[int, ...], decoded: tuple):
