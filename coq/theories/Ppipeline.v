@@ -121,8 +121,9 @@ Definition pplan_problem (m : mesh) (src dst : ptype) : result (nat * error) (sp
   | None =>
       match paxes src, paxes dst with
       | [], [] =>
-          (* nothing pending: [plan_problem]'s plan and report as they are *)
-          match plan_problem m (ptyp src) (ptyp dst) with
+          (* nothing pending: [plan_problem]'s plan and report as they are
+             (its problem is valid: [plan_valid]) *)
+          match plan_valid m (ptyp src) (ptyp dst) with
           | Err e => Err e
           | Ok (fs, p, r) => Ok (fs, map PColl p, plain_report r)
           end

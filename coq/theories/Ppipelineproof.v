@@ -219,8 +219,8 @@ Proof.
   destruct P as [|a P]; [destruct Q as [|b Q]|]; try (apply pplan_pending_validated; exact Hv).
   assert (Hvp : valid_problem m s t) by (destruct Hv as [[Hs _] [[Hd _] Hg]]; split; auto).
   destruct (plan_problem_validated m s t Hvp) as [fs [p [r [Hpp [Hsp _]]]]].
-  rewrite Hpp. exists fs, (map PColl p), (plain_report r). split; [reflexivity|]. split; [exact Hsp|].
-  apply (plain_validated m); auto.
+  rewrite <- (plan_problem_valid m s t Hvp), Hpp. exists fs, (map PColl p), (plain_report r).
+  split; [reflexivity|]. split; [exact Hsp|]. apply (plain_validated m); auto.
 Qed.
 
 (** The end-to-end theorem for partial types. For every valid problem,
@@ -258,5 +258,5 @@ Proof.
   { destruct Hv as [Hs [Hd Hg]]. split; [|split]; auto;
       (split; [auto|split; [constructor|split; intros a []]]). }
   unfold pplan_problem. rewrite (pproblem_error_none _ _ _ Hpv). cbn [paxes ptyp].
-  rewrite Hpp. eexists; reflexivity.
+  rewrite <- (plan_problem_valid m s t Hv), Hpp. eexists; reflexivity.
 Qed.

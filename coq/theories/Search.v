@@ -292,9 +292,14 @@ Definition searched (m : mesh) (src dst : atype) : list plan :=
     [slicer_along m r S D (gs src)].
 
 (** The synthesizer's candidates and the searched plans, validated; the
-    cheapest is kept ([Synth.pick]). *)
-Definition synthesize_best (m : mesh) (src dst : atype) : bool * plan :=
-  match pick m src dst (candidates m src dst ++ searched m src dst) with
+    cheapest is kept ([Synth.pick]). [synthesize_best_with v]: validated by
+    [v] ([Validate.validator_valid] where the problem is known valid:
+    [Searchproof.synthesize_best_valid]). *)
+Definition synthesize_best_with (v : plan -> option report) (m : mesh) (src dst : atype) : bool * plan :=
+  match pick_with v (glue m src dst) (candidates m src dst ++ searched m src dst) with
   | Some p => (true, p)
   | None => (false, naive m src dst)
   end.
+
+Definition synthesize_best (m : mesh) (src dst : atype) : bool * plan :=
+  synthesize_best_with (validator m src dst) m src dst.

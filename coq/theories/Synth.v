@@ -482,8 +482,11 @@ Definition pick_step (v : plan -> option report) (G : list nat)
        end
    end).
 
+Definition pick_with (v : plan -> option report) (G : list nat) (ps : list plan) : option plan :=
+  option_map fst (snd (fold_left (pick_step v G) ps ([], None))).
+
 Definition pick (m : mesh) (src dst : atype) (ps : list plan) : option plan :=
-  option_map fst (snd (fold_left (pick_step (validator m src dst) (glue m src dst)) ps ([], None))).
+  pick_with (validator m src dst) (glue m src dst) ps.
 
 (** The plan and whether the memory bound is guaranteed for it. *)
 Definition synthesize (m : mesh) (src dst : atype) : bool * plan :=

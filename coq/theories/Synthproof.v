@@ -13,7 +13,7 @@ Import ListNotations.
 Lemma pick_some : forall m src dst ps p,
   pick m src dst ps = Some p -> exists r, validate m src dst p = Some r.
 Proof.
-  intros m src dst ps p. unfold pick. set (G := glue m src dst).
+  intros m src dst ps p. unfold pick, pick_with. set (G := glue m src dst).
   assert (H : forall acc, (forall q k, snd acc = Some (q, k) -> exists r, validate m src dst q = Some r) ->
     forall q k, snd (fold_left (pick_step (validator m src dst) G) ps acc) = Some (q, k) ->
     exists r, validate m src dst q = Some r).
@@ -33,7 +33,7 @@ Qed.
 Lemma pick_validated : forall m src dst p ps r, validate m src dst p = Some r ->
   pick m src dst (p :: ps) <> None.
 Proof.
-  intros m src dst p ps r Hp. unfold pick. simpl. set (G := glue m src dst).
+  intros m src dst p ps r Hp. unfold pick, pick_with. simpl. set (G := glue m src dst).
   assert (H : forall ps acc, snd acc <> None -> snd (fold_left (pick_step (validator m src dst) G) ps acc) <> None).
   { induction ps0 as [|q ps0 IH]; simpl; intros acc Hacc; auto. apply IH.
     unfold pick_step. destruct (existsb (plan_eqb q) (fst acc)); auto. cbn [snd].

@@ -97,15 +97,19 @@ Definition check_plan (m : mesh) (src dst : atype) (p : plan) : result (nat * er
       else Err (length p, WrongResult)
   end.
 
+(** Where the problem is known valid ([problem_error m src dst = None]):
+    [validator_valid_spec]. *)
+Definition validator_valid (m : mesh) (src dst : atype) : plan -> option report :=
+  let B := bound m src dst in
+  fun p => match check_plan m src dst p with
+           | Ok r => if (peak r <=? B) && nf_slices p && forallb (axes_ok dst) p then Some r else None
+           | Err _ => None
+           end.
+
 Definition validator (m : mesh) (src dst : atype) : plan -> option report :=
   match problem_error m src dst with
   | Some _ => fun _ => None
-  | None =>
-      let B := bound m src dst in
-      fun p => match check_plan m src dst p with
-               | Ok r => if (peak r <=? B) && nf_slices p && forallb (axes_ok dst) p then Some r else None
-               | Err _ => None
-               end
+  | None => validator_valid m src dst
   end.
 
 (** * Ranking validated plans *)
@@ -166,11 +170,19 @@ Proof.
     reflexivity.
 Qed.
 
+Lemma validator_valid_spec : forall m src dst p, problem_error m src dst = None ->
+  validator_valid m src dst p = validate m src dst p.
+Proof.
+  intros m src dst p E. unfold validator_valid, validate, check. rewrite E. cbv beta zeta.
+  unfold check_plan. rewrite run_sized_run.
+  destruct (run m src p 1) as [[ts rs]|x]; reflexivity.
+Qed.
+
 Lemma validator_spec : forall m src dst p, validator m src dst p = validate m src dst p.
 Proof.
-  intros. unfold validator, validate, check.
-  destruct (problem_error m src dst); [reflexivity|]. cbv beta zeta. unfold check_plan. rewrite run_sized_run.
-  destruct (run m src p 1) as [[ts rs]|x]; reflexivity.
+  intros. unfold validator. destruct (problem_error m src dst) eqn:E.
+  - unfold validate, check. rewrite E. reflexivity.
+  - apply validator_valid_spec; auto.
 Qed.
 
 Lemma nf_mid_spec : forall p, nf_mid p = true ->
