@@ -70,18 +70,19 @@ let read_pcoll next =
 
 let read_pplan next : pplan = list_of (fun () -> read_pcoll next) (next ())
 
+let rec put_ints buf = function [] -> () | x :: l -> Buffer.add_int buf x; put_ints buf l
+
+let put_axes buf xs = Buffer.add_int buf (List.length xs); put_ints buf xs
+
 let put_type buf (t : atype) =
   Buffer.add_int buf (List.length t);
-  List.iter (fun d -> Buffer.add_int buf d.gsize; Buffer.add_int buf (List.length d.axes);
-                      List.iter (Buffer.add_int buf) d.axes) t
+  List.iter (fun d -> Buffer.add_int buf d.gsize; put_axes buf d.axes) t
 
 let put_coll buf = function
-  | AllGather (d, xs) -> List.iter (Buffer.add_int buf) ([0; d; List.length xs] @ xs)
-  | DynSlice (d, xs) -> List.iter (Buffer.add_int buf) ([1; d; List.length xs] @ xs)
-  | AllToAll (d, e, xs) -> List.iter (Buffer.add_int buf) ([2; d; e; List.length xs] @ xs)
+  | AllGather (d, xs) -> Buffer.add_int buf 0; Buffer.add_int buf d; put_axes buf xs
+  | DynSlice (d, xs) -> Buffer.add_int buf 1; Buffer.add_int buf d; put_axes buf xs
+  | AllToAll (d, e, xs) -> Buffer.add_int buf 2; Buffer.add_int buf d; Buffer.add_int buf e; put_axes buf xs
   | AllPermute t -> Buffer.add_int buf 3; put_type buf t
-
-let put_axes buf xs = Buffer.add_int buf (List.length xs); List.iter (Buffer.add_int buf) xs
 
 let put_ptype buf (pt : ptype) = put_axes buf pt.paxes; put_type buf pt.ptyp
 
@@ -110,16 +111,24 @@ let put_report buf put_t peak s ts rs =
   List.iter (put_t buf) ts;
   List.iter (Buffer.add_int buf) rs
 
+(* [x] encoded by [put], preceded by the length of its encoding. *)
+let put_sized buf put x =
+  let at = buf.Buffer.len in
+  Buffer.add_int buf 0;
+  put buf x;
+  buf.Buffer.data.(at) <- buf.Buffer.len - at - 1
+
 (* A pipeline's answer, plain or partial: [0; k; (len; sizes..) for each of
-   the k parts (the split); peak; s; s steps; s+1 types; s received counts]. *)
+   the k parts (the split); peak; s; s steps; s+1 types; s received counts],
+   each step and each type preceded by the length of its encoding. *)
 let put_planned buf put_step put_t fs peak p ts rs =
   Buffer.add_int buf 0;
   Buffer.add_int buf (List.length fs);
   List.iter (put_axes buf) fs;
   Buffer.add_int buf peak;
   Buffer.add_int buf (List.length p);
-  List.iter (put_step buf) p;
-  List.iter (put_t buf) ts;
+  List.iter (put_sized buf put_step) p;
+  List.iter (put_sized buf put_t) ts;
   List.iter (Buffer.add_int buf) rs
 
 let check_fn a =

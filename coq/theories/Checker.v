@@ -307,7 +307,7 @@ Qed.
 
 Lemma nprod_ge1 : forall m A, (forall a, In a A -> 0 < asize m a) -> 1 <= nprod m A.
 Proof.
-  intros m A H. unfold nprod. apply prod_pos. intros x Hx. apply in_map_iff in Hx.
+  intros m A H. rewrite nprod_prod. apply prod_pos. intros x Hx. apply in_map_iff in Hx.
   destruct Hx as [a [<- Ha]]. auto.
 Qed.
 

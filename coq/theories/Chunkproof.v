@@ -8,7 +8,7 @@ Lemma lsize_nth_pos : forall m t ch, wf m t -> 0 < lsize m (nth ch t dflt).
 Proof.
   intros m t ch Ht. destruct (Nat.lt_ge_cases ch (length t)) as [Hl|Hl].
   - apply lsize_pos; [apply Ht|]. eapply wf_nth; [exact Ht|]. apply nth_error_nth'; auto.
-  - rewrite nth_overflow by auto. unfold lsize, nprod. simpl. lia.
+  - rewrite nth_overflow by auto. unfold lsize. simpl. lia.
 Qed.
 
 (** What a step does to dimension [ch]: nothing (same local size, the

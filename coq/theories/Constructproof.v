@@ -40,7 +40,7 @@ Lemma good_wf : forall m src dst f, valid_problem m src dst -> cap_ok m src dst 
   good m src dst f -> wf m (tyof src f).
 Proof.
   intros m src dst f Hv Hc Hg. pose proof Hg as [Hn [Hr _]]. split; [apply Hv|]. split.
-  - apply Forall_forall. intros x Hx. unfold tyof in Hx. apply in_map_iff in Hx.
+  - apply Forall_forall. intros x Hx. rewrite tyof_map in Hx. apply in_map_iff in Hx.
     destruct Hx as [d [<- Hd]]. apply in_seq in Hd. repeat split; simpl.
     + eapply valid_gs_pos; eauto. lia.
     + intros a Ha. apply Hr, in_allax. exists d. split; [lia|auto].
@@ -111,7 +111,7 @@ Proof.
   intros m src dst f g Hv Hc Hg Hcnt. apply step_permute.
   - eapply good_wf; eauto.
   - now rewrite !map_gsize_tyof.
-  - unfold tyof. rewrite !map_map. apply map_ext_in. intros d Hd. apply in_seq in Hd.
+  - rewrite !tyof_map. rewrite !map_map. apply map_ext_in. intros d Hd. apply in_seq in Hd.
     unfold lsize. simpl. rewrite (nprod_cnt_eq m (g d) (f d)); auto.
     intros v. rewrite Hcnt by lia. auto.
 Qed.
@@ -336,7 +336,7 @@ Proof. intros m src dst [_ [_ H]]. rewrite <- (map_length gsize src), H, map_len
 
 Lemma valid_dst_tyof : forall m src dst, valid_problem m src dst -> tyof src (sax dst) = dst.
 Proof.
-  intros m src dst Hv. rewrite <- (tyof_self dst) at 2. unfold tyof. rewrite (valid_len m src dst Hv).
+  intros m src dst Hv. rewrite <- (tyof_self dst) at 2. rewrite !tyof_map. rewrite (valid_len m src dst Hv).
   apply map_ext. intros d. f_equal. apply gs_map. destruct Hv as [_ [_ H]]. auto.
 Qed.
 
@@ -557,7 +557,7 @@ Proof.
       * subst x. specialize (HcntCd v'). rewrite cnt_single in HcntCd.
         destruct (Nat.eqb_spec (asize m a) v'); [subst v'; unfold v in *; lia|lia].
       * lia.
-    + exists v. split; [unfold v, asize; apply nth_In; auto|].
+    + exists v. split; [unfold v; rewrite asize_nth; apply nth_In; auto|].
       apply sum_lt.
       * intros x Hx. apply in_seq in Hx.
         unfold C2, upd. destruct (Nat.eqb_spec x e); [subst x|destruct (Nat.eqb_spec x d)].
@@ -618,19 +618,33 @@ Proof.
   - apply IH; auto. intros; apply Hps; simpl; auto.
 Qed.
 
+(** Pairs the test refuses whatever the state can be left out. *)
+Lemma fold_grow_f_filter : forall okf (q : nat * nat -> bool) ps st,
+  (forall X AX p, q p = false -> okf X AX (fst p) (snd p) = false) ->
+  fold_left (grow_f okf) (filter q ps) st = fold_left (grow_f okf) ps st.
+Proof.
+  intros okf q ps. induction ps as [|p ps IH]; intros st Hq; [reflexivity|].
+  simpl. destruct (q p) eqn:E; simpl; rewrite IH by auto; [reflexivity|].
+  f_equal. unfold grow_f. rewrite (Hq (fst st) (snd st) p E). reflexivity.
+Qed.
+
 Lemma slicer_f_eq : forall m r S D budget, slicer_f m r S D budget = slicer m r S D budget.
 Proof.
   intros. unfold slicer_f, slicer, slice_step. cbv zeta.
+  rewrite pairs_where_filter, fold_grow_f_filter.
+  2: { intros X AX [d a] E. simpl in E |- *. unfold slice_ok_f. rewrite E. reflexivity. }
   apply (fold_grow_f r); [|apply pairs_fst|rewrite allax_nil; reflexivity].
-  intros X AX d a _ HP. unfold slice_ok_f, slice_ok.
+  intros X AX d a _ HP. unfold slice_ok_f, slice_ok. rewrite cnt_app.
   rewrite (memb_perm a AX (allax r X) HP), (cnt_perm m _ AX (allax r X) HP). reflexivity.
 Qed.
 
 Lemma extras_f_eq : forall m r D A, extras_f m r D A = extras m r D A.
 Proof.
-  intros. unfold extras_f, extras, extra_step.
+  intros. unfold extras_f, extras, extra_step. cbv zeta.
+  rewrite pairs_where_filter, fold_grow_f_filter.
+  2: { intros X AX [d a] E. simpl in E |- *. unfold extra_ok_f. rewrite E. reflexivity. }
   apply (fold_grow_f r); [|apply pairs_fst|rewrite allax_nil; reflexivity].
-  intros X AX d a _ HP. unfold extra_ok_f, extra_ok.
+  intros X AX d a _ HP. unfold extra_ok_f, extra_ok. rewrite cnt_app.
   rewrite (memb_perm a AX (allax r X) HP), (cnt_perm m _ AX (allax r X) HP). reflexivity.
 Qed.
 
@@ -680,7 +694,7 @@ Proof.
   assert (Hga : Forall (fun c => is_gather c = true) (gathers_of (length src) E)).
   { unfold gathers_of. apply Forall_forall. intros c Hc'. apply in_flat_map in Hc'.
     destruct Hc' as [d [_ Hc']]. destruct (E d); [contradiction|]. destruct Hc' as [<-|[]]; auto. }
-  unfold finish. fold pre. split; [|split].
+  unfold finish. rewrite same_axes_tyof. fold pre. split; [|split].
   - eapply chain_app.
     { assert (H0 := slices_chain m src dst Sf X Hv Hc HgA r 0 eq_refl).
       rewrite (tyof_ext src _ Sf) in H0 by (intros; simpl; auto). unfold Sf in H0 at 1.
@@ -787,7 +801,7 @@ Proof.
   assert (HDs := HFs (nth d src dd0) ltac:(apply nth_In; auto)).
   assert (HDd := HFd (nth d dst dd0) ltac:(apply nth_In; lia)).
   destruct HDs as [_ [_ HdS]]. destruct HDd as [_ [_ HdD]].
-  unfold nprod. apply (prime_prod_divide _ (map (asize m) (sax src d)) (map (asize m) (sax dst d))).
+  rewrite !nprod_prod in *. apply (prime_prod_divide _ (map (asize m) (sax src d)) (map (asize m) (sax dst d))).
   - intros e He. apply in_map_iff in He. destruct He as [a [<- Ha]]. apply Hpr, Hr; auto.
   - intros v. rewrite <- !cnt_cntv. auto.
   - exact HdS.

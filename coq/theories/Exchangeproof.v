@@ -34,7 +34,7 @@ Qed.
 
 Lemma vol_tbox : forall m t c, wf m t -> valid m c -> vol (tbox m t c) = size m t.
 Proof.
-  intros m t c [Hm [Hd _]] Hc. unfold vol, tbox, size. rewrite map_map. cbn [snd].
+  intros m t c [Hm [Hd _]] Hc. rewrite size_prod. unfold vol, tbox. rewrite map_map. cbn [snd].
   f_equal. apply map_ext_in. intros D HD. apply uvlen_lsize; auto.
   rewrite Forall_forall in Hd. auto.
 Qed.

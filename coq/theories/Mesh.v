@@ -8,7 +8,30 @@ Import ListNotations.
     keeps the row-major rank of every device. *)
 Definition mesh := list nat.
 
-Definition asize (m : mesh) (a : nat) : nat := nth a m 1.
+(** The size of axis [a] ([1] past the end): [nth a m 1] ([asize_nth]),
+    by a loop that counts up to [a] (the planner reads axis sizes
+    constantly). *)
+Fixpoint nth_from (l : list nat) (i a : nat) : nat :=
+  match l with
+  | [] => 1
+  | x :: l' => if i =? a then x else nth_from l' (S i) a
+  end.
+
+Definition asize (m : mesh) (a : nat) : nat := nth_from m 0 a.
+
+Lemma nth_from_nth : forall l i a, i <= a -> nth_from l i a = nth (a - i) l 1.
+Proof.
+  induction l as [|x l IH]; intros i a Hi; simpl.
+  - destruct (a - i); reflexivity.
+  - destruct (Nat.eqb_spec i a) as [->|Hne].
+    + rewrite Nat.sub_diag. reflexivity.
+    + rewrite IH by lia. replace (a - i) with (S (a - S i)) by lia. reflexivity.
+Qed.
+
+Lemma asize_nth : forall m a, asize m a = nth a m 1.
+Proof. intros. unfold asize. rewrite nth_from_nth by lia. now rewrite Nat.sub_0_r. Qed.
+
+Arguments asize : simpl never.
 
 Definition wf_mesh (m : mesh) : Prop := forall a, a < length m -> 0 < asize m a.
 
@@ -16,21 +39,34 @@ Definition wf_meshb (m : mesh) : bool := forallb (fun n => 0 <? n) m.
 
 Lemma wf_meshb_spec : forall m, wf_meshb m = true <-> wf_mesh m.
 Proof.
-  intros m. unfold wf_meshb, wf_mesh, asize. rewrite forallb_forall. split.
+  intros m. unfold wf_meshb, wf_mesh. setoid_rewrite asize_nth. rewrite forallb_forall. split.
   - intros H a Ha. apply Nat.ltb_lt, H, nth_In; auto.
   - intros H x Hx. apply In_nth with (d := 1) in Hx. destruct Hx as [a [Ha Heq]].
     subst. apply Nat.ltb_lt, H; auto.
 Qed.
 
-(** Product of the sizes of a list of axes: the size of the group they span. *)
-Definition nprod (m : mesh) (A : list nat) : nat := prod (map (asize m) A).
+(** Product of the sizes of a list of axes: the size of the group they
+    span. By recursion on the list (no intermediate list of sizes: the
+    planner computes it constantly); [nprod_prod] states it as the product
+    of the sizes. *)
+Fixpoint nprod (m : mesh) (A : list nat) : nat :=
+  match A with
+  | [] => 1
+  | a :: A' => asize m a * nprod m A'
+  end.
+
+(* Proofs go through [nprod_cons], [nprod_app], [nprod_prod]. *)
+Arguments nprod : simpl never.
+
+Lemma nprod_prod : forall m A, nprod m A = prod (map (asize m) A).
+Proof. intros m A. induction A as [|a A IH]; [reflexivity|]. change (asize m a * nprod m A = prod (map (asize m) (a :: A))). rewrite IH. reflexivity. Qed.
 
 Lemma nprod_app : forall m A B, nprod m (A ++ B) = nprod m A * nprod m B.
-Proof. intros. unfold nprod. now rewrite map_app, prod_app. Qed.
+Proof. intros. rewrite !nprod_prod. now rewrite map_app, prod_app. Qed.
 
 Lemma nprod_pos : forall m A, wf_mesh m -> (forall a, In a A -> a < length m) -> 0 < nprod m A.
 Proof.
-  intros m A Hm HA. unfold nprod. apply prod_pos. intros x Hx.
+  intros m A Hm HA. rewrite nprod_prod. apply prod_pos. intros x Hx.
   apply in_map_iff in Hx. destruct Hx as [a [<- Ha]]. apply Hm, HA, Ha.
 Qed.
 
@@ -38,7 +74,7 @@ Lemma nprod_cons : forall m a A, nprod m (a :: A) = asize m a * nprod m A.
 Proof. reflexivity. Qed.
 
 Lemma nprod_perm : forall m A B, Permutation A B -> nprod m A = nprod m B.
-Proof. intros. unfold nprod. apply prod_perm, Permutation_map; auto. Qed.
+Proof. intros. rewrite !nprod_prod. apply prod_perm, Permutation_map; auto. Qed.
 
 (** A device is given by its coordinate on every axis. *)
 Definition coords := nat -> nat.
@@ -56,11 +92,11 @@ Proof.
   intros m A c. induction A as [|b A IH]; intros x.
   - unfold mr, nprod. simpl. lia.
   - unfold mr. cbn [fold_left]. rewrite IH. rewrite (IH (0 * asize m b + c b)).
-    unfold nprod. cbn [map]. unfold prod. cbn [fold_right]. ring.
+    change (nprod m (b :: A)) with (asize m b * nprod m A). ring.
 Qed.
 
 Lemma nprod_single : forall m a, nprod m [a] = asize m a.
-Proof. intros. unfold nprod, prod. simpl. lia. Qed.
+Proof. intros. change (asize m a * 1 = asize m a). lia. Qed.
 
 Lemma mr_app : forall m A B c, mr m (A ++ B) c = mr m A c * nprod m B + mr m B c.
 Proof. intros. unfold mr at 1. rewrite fold_left_app. apply mr_fold_shift. Qed.
@@ -175,7 +211,8 @@ Definition coords_of_rank (m : mesh) (r : nat) : coords := set_digits m (all_axe
 
 Lemma nprod_all_axes : forall m, nprod m (all_axes m) = ndevices m.
 Proof.
-  intros m. unfold nprod, all_axes, ndevices, asize. f_equal.
+  intros m. rewrite nprod_prod. unfold all_axes, ndevices.
+  rewrite (map_ext (asize m) (fun a => nth a m 1) (asize_nth m)). f_equal.
   apply nth_ext with (d := 1) (d' := 1); rewrite ?map_length, ?seq_length; auto.
   intros n Hn.
   rewrite nth_indep with (d' := (fun a => nth a m 1) 0) by (rewrite map_length, seq_length; auto).

@@ -14,7 +14,7 @@ Proof.
   intros m t d P xs g Hw Hd.
   pose proof (wf_nth m t d _ Hw Hd) as HD. destruct Hw as [Hm _].
   assert (Hpos := lsize_pos m _ Hm HD). assert (HlP := lsize_prefix m P xs g Hm HD).
-  unfold size. rewrite map_set_nth.
+  rewrite !size_prod. rewrite map_set_nth.
   assert (E := prod_set_nth (map (lsize m) t) d (lsize m (mkdim P g)) (lsize m (mkdim (P ++ xs) g))).
   rewrite nth_error_map, Hd in E. specialize (E eq_refl).
   rewrite HlP in E.
@@ -47,7 +47,7 @@ Qed.
 Lemma size_set_nth_le : forall m t d D D', nth_error t d = Some D -> 0 < lsize m D ->
   lsize m D' <= lsize m D -> size m (set_nth t d D') <= size m t.
 Proof.
-  intros m t d D D' Hd Hp Hle. unfold size. rewrite map_set_nth.
+  intros m t d D D' Hd Hp Hle. rewrite !size_prod. rewrite map_set_nth.
   assert (E := prod_set_nth (map (lsize m) t) d (lsize m D') (lsize m D)).
   rewrite nth_error_map, Hd in E. specialize (E eq_refl).
   apply (Nat.mul_le_mono_pos_r _ _ (lsize m D)); auto. rewrite E. nia.
@@ -78,7 +78,7 @@ Proof.
     destruct HD as [_ [HaxD _]]. simpl in HaxD.
     assert (Hx : 0 < nprod m xs) by (apply nprod_pos; auto; intros; apply HaxD, in_or_app; auto).
     set (Ld := lsize m (mkdim (P ++ xs) g)) in *. set (Le := lsize m E) in *.
-    unfold size. rewrite !map_set_nth.
+    rewrite !size_prod. rewrite !map_set_nth.
     assert (E1 := prod_set_nth (map (lsize m) t) d (lsize m (mkdim P g)) Ld).
     rewrite nth_error_map, Hd in E1. specialize (E1 eq_refl).
     assert (E2 := prod_set_nth (set_nth (map (lsize m) t) d (lsize m (mkdim P g))) e
@@ -92,7 +92,7 @@ Proof.
     apply (Nat.mul_cancel_r _ _ (q * nprod m xs * Ld)); [nia|].
     replace (X * (q * nprod m xs * Ld)) with ((X * (q * nprod m xs)) * Ld) by ring.
     rewrite E2. replace (Y * q * Ld) with ((Y * Ld) * q) by ring. rewrite E1. ring.
-  - inversion Hs as [| | |? Hw' Hg Hl]; subst. unfold size. rewrite Hl. auto.
+  - inversion Hs as [| | |? Hw' Hg Hl]; subst. rewrite !size_prod. rewrite Hl. auto.
 Qed.
 
 Lemma step_size_gather : forall m t d xs t', wf m t -> step m t (AllGather d xs) t' -> size m t <= size m t'.

@@ -642,7 +642,7 @@ Proof.
     assert (Hl : lsize m (mkdim (axes D ++ xs) (gsize D)) = z) by (apply lsize_extend; auto).
     assert (Hpos : 0 < z) by (pose proof (lsize_pos m D Hm HwD); nia).
     assert (Hsz : size m t' * lsize m D = size m t * z).
-    { unfold size, t'. rewrite map_set_nth, Hl. apply prod_set_nth. apply map_nth_error. auto. }
+    { rewrite !size_prod. unfold t'. rewrite map_set_nth, Hl. apply prod_set_nth. apply map_nth_error. auto. }
     assert (E : size m t = size m t' * nprod m xs) by (rewrite Hz in Hsz; nia).
     rewrite E, Nat.div_mul by lia. nia.
 Qed.

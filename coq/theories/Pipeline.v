@@ -2,7 +2,7 @@
     sub-axes, synthesize there, re-express the plan over the coarsest
     partial refinement that carries it, and validate it there. The
     re-expression is translation-validated: what is returned has passed
-    [validate] over its own mesh, and the fully refined plan, which always
+    [validate] over its own mesh (computed by [Validate.validator_valid]), and the fully refined plan, which always
     passes ([Searchproof.synthesize_best_prime]), is the fallback. The end-to-end
     guarantee is [plan_spec] in [Pipelineproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
@@ -96,25 +96,32 @@ Fixpoint coarsen (m : mesh) (p : plan) (fuel : nat) (sp : list nat) : option (li
   end.
 
 (** The plan, with the refinement it runs over and the checker's report. *)
+(** [plan_problem] once the problem is known valid: its refinements are
+    valid too, so their plans are validated without the problem's own
+    checks ([Validate.validator_valid]). *)
+Definition plan_valid (m : mesh) (src dst : atype) : result (nat * error) (split * plan * report) :=
+  let ff := prime_split m in
+  let sf := rtype ff src in
+  let df := rtype ff dst in
+  let pf := snd (synthesize_best_with (validator_valid (rmesh ff) sf df) (rmesh ff) sf df) in
+  (* the fully refined plan, validated only where it is returned *)
+  let fine := fun _ : unit =>
+              match validator_valid (rmesh ff) sf df pf with
+              | Some r => Ok (ff, pf, r)
+              | None => Err (0, WrongResult)   (* never: [plan_spec] *)
+              end in
+  match coarsen m pf (S (length m)) [] with
+  | Some (sp, p) =>
+      let ps := part_split m sp in
+      match validator_valid (rmesh ps) (rtype ps src) (rtype ps dst) p with
+      | Some r => Ok (ps, p, r)
+      | None => fine tt
+      end
+  | None => fine tt
+  end.
+
 Definition plan_problem (m : mesh) (src dst : atype) : result (nat * error) (split * plan * report) :=
   match problem_error m src dst with
   | Some e => Err (0, e)
-  | None =>
-      let ff := prime_split m in
-      let sf := rtype ff src in
-      let df := rtype ff dst in
-      let pf := snd (synthesize_best (rmesh ff) sf df) in
-      let fine := match validate (rmesh ff) sf df pf with
-                  | Some r => Ok (ff, pf, r)
-                  | None => Err (0, WrongResult)   (* never: [plan_spec] *)
-                  end in
-      match coarsen m pf (S (length m)) [] with
-      | Some (sp, p) =>
-          let ps := part_split m sp in
-          match validate (rmesh ps) (rtype ps src) (rtype ps dst) p with
-          | Some r => Ok (ps, p, r)
-          | None => fine
-          end
-      | None => fine
-      end
+  | None => plan_valid m src dst
   end.

@@ -33,14 +33,14 @@ Lemma part_split_splits : forall m sp, splits m (part_split m sp).
 Proof.
   intros m sp. unfold splits, part_split. rewrite map_map.
   erewrite map_ext; [apply map_nth_seq|].
-  intros a. destruct (memb a sp); [apply pfactors_prod|]. unfold prod. simpl. apply Nat.mul_1_r.
+  intros a. rewrite asize_nth. destruct (memb a sp); [apply pfactors_prod|]. unfold prod. simpl. apply Nat.mul_1_r.
 Qed.
 
 (** Every sub-axis of the prime refinement has size 1 or a prime. *)
 Lemma prime_split_prime : forall m a, wf_mesh m -> a < length (rmesh (prime_split m)) ->
   asize (rmesh (prime_split m)) a = 1 \/ is_prime (asize (rmesh (prime_split m)) a).
 Proof.
-  intros m a Hm Ha. unfold asize. set (x := nth a (rmesh (prime_split m)) 1).
+  intros m a Hm Ha. rewrite !asize_nth. set (x := nth a (rmesh (prime_split m)) 1).
   assert (Hx : In x (rmesh (prime_split m))) by (apply nth_In; exact Ha).
   unfold rmesh, prime_split in Hx. apply in_concat in Hx as [f [Hf Hxf]].
   apply in_map_iff in Hf as [n [<- Hn]]. apply (pfactors_prime n); auto.
@@ -78,23 +78,31 @@ Lemma plan_problem_validated : forall m src dst, valid_problem m src dst ->
   exists fs p r, plan_problem m src dst = Ok (fs, p, r) /\ splits m fs /\
     validate (rmesh fs) (rtype fs src) (rtype fs dst) p = Some r.
 Proof.
-  intros m src dst Hv. unfold plan_problem. rewrite problem_error_none by exact Hv.
+  intros m src dst Hv. unfold plan_problem. rewrite problem_error_none by exact Hv. unfold plan_valid.
   set (ff := prime_split m).
   assert (Hff : splits m ff) by apply prime_split_splits.
   assert (Hvf := refine_valid_problem m ff src dst Hff Hv).
+  assert (Hrv : forall sp, problem_error (rmesh (part_split m sp)) (rtype (part_split m sp) src)
+                             (rtype (part_split m sp) dst) = None).
+  { intros sp. apply problem_error_none, (refine_valid_problem m); auto. apply part_split_splits. }
+  rewrite (synthesize_best_valid _ _ _ (problem_error_none _ _ _ Hvf)).
+  rewrite (validator_valid_spec _ _ _ _ (problem_error_none _ _ _ Hvf)).
   assert (Hg : exists rf, validate (rmesh ff) (rtype ff src) (rtype ff dst)
                   (snd (synthesize_best (rmesh ff) (rtype ff src) (rtype ff dst))) = Some rf).
   { apply synthesize_best_prime; auto. intros a Ha. apply prime_split_prime; auto.
     destruct Hv as [[Hm _] _]. exact Hm. }
   destruct Hg as [rf Hrf].
   set (pf := snd (synthesize_best (rmesh ff) (rtype ff src) (rtype ff dst))) in *.
-  destruct (coarsen m pf (S (length m)) []) as [[sp p]|].
+  destruct (coarsen m pf (S (length m)) []) as [[sp p]|]; cbv zeta; rewrite ?(validator_valid_spec _ _ _ _ (Hrv _)).
   - destruct (validate (rmesh (part_split m sp)) (rtype (part_split m sp) src) (rtype (part_split m sp) dst) p)
       as [r|] eqn:Hr.
     + exists (part_split m sp), p, r. split; [reflexivity|]. split; [apply part_split_splits|exact Hr].
     + rewrite Hrf. exists ff, pf, rf. auto.
   - rewrite Hrf. exists ff, pf, rf. auto.
 Qed.
+
+Lemma plan_problem_valid : forall m src dst, valid_problem m src dst -> plan_problem m src dst = plan_valid m src dst.
+Proof. intros m src dst Hv. unfold plan_problem. rewrite problem_error_none by exact Hv. reflexivity. Qed.
 
 Lemma refine_in_range : forall m fs t i, splits m fs -> wf m t ->
   in_range m t i -> in_range (rmesh fs) (rtype fs t) i.

@@ -5,7 +5,9 @@
     [Pipeline.plan_problem]; make pending what the target adds. The result
     is translation-validated by [Pchecker.pvalidate] over the refinement
     it runs on; the fallback (all-reduce everything, plan, make pending) is
-    proved to validate. With nothing pending this is [plan_problem]'s plan.
+    proved to validate. With nothing pending this is [plan_problem]'s plan
+    and report, returned as they are (the validation they passed is the
+    partial one too: [Ppipelineproof.plain_validated]).
     The guarantees are [Ppipelineproof.pplan_spec] and [pplan_plain]. *)
 From Coq Require Import List Arith Lia Bool.
 From VS Require Import Prelude Mesh Types Rules Checker Refine Pipeline Partial Pchecker.
@@ -85,28 +87,46 @@ Definition pfallback (m : mesh) (src dst : ptype) : result (nat * error) (split 
       end
   end.
 
+(** Something pending: reduce-scatter and all-reduce what the target does
+    not keep, plan the rest, make pending what the target adds; validated. *)
+Definition pplan_pending (m : mesh) (src dst : ptype) : result (nat * error) (split * pplan * preport) :=
+  let P := paxes src in
+  let Q := paxes dst in
+  let t := ptyp dst in
+  match scatter m t (remove_axes Q P) (ptyp src) with
+  | (scat, rest, u) =>
+      match plan_problem m u t with
+      | Err _ => pfallback m src dst
+      | Ok (fs, p, _) =>
+          (* An axis left to all-reduce waits for the smaller end of the
+             plan, unless the target shards with it. *)
+          let late := negb (existsb (fun a => memb a (used t)) rest) && (size m t <? size m u) in
+          let red := reduce_all (raxes fs rest) in
+          let body := if late then map PColl p ++ red else red ++ map PColl p in
+          let pp := map (rpcoll fs) scat ++ body ++ make_pending (raxes fs (remove_axes P Q)) in
+          match pvalidate (rmesh fs) (rptype fs src) (rptype fs dst) pp with
+          | Some r => Ok (fs, pp, r)
+          | None => pfallback m src dst
+          end
+      end
+  end.
+
+(** [plan_problem]'s report as a partial one, nothing pending. *)
+Definition plain_report (r : report) : preport :=
+  mkpreport (map (mkptype []) (types r)) (peak r) (received r).
+
 Definition pplan_problem (m : mesh) (src dst : ptype) : result (nat * error) (split * pplan * preport) :=
   match pproblem_error m src dst with
   | Some e => Err (0, e)
   | None =>
-      let P := paxes src in
-      let Q := paxes dst in
-      let t := ptyp dst in
-      match scatter m t (remove_axes Q P) (ptyp src) with
-      | (scat, rest, u) =>
-          match plan_problem m u t with
-          | Err _ => pfallback m src dst
-          | Ok (fs, p, _) =>
-              (* An axis left to all-reduce waits for the smaller end of the
-                 plan, unless the target shards with it. *)
-              let late := negb (existsb (fun a => memb a (used t)) rest) && (size m t <? size m u) in
-              let red := reduce_all (raxes fs rest) in
-              let body := if late then map PColl p ++ red else red ++ map PColl p in
-              let pp := map (rpcoll fs) scat ++ body ++ make_pending (raxes fs (remove_axes P Q)) in
-              match pvalidate (rmesh fs) (rptype fs src) (rptype fs dst) pp with
-              | Some r => Ok (fs, pp, r)
-              | None => pfallback m src dst
-              end
+      match paxes src, paxes dst with
+      | [], [] =>
+          (* nothing pending: [plan_problem]'s plan and report as they are
+             (its problem is valid: [plan_valid]) *)
+          match plan_valid m (ptyp src) (ptyp dst) with
+          | Err e => Err e
+          | Ok (fs, p, r) => Ok (fs, map PColl p, plain_report r)
           end
+      | _, _ => pplan_pending m src dst
       end
   end.

@@ -136,6 +136,29 @@ Proof.
   - apply Forall_map. exact Hf.
 Qed.
 
+(** With nothing pending, [plan_problem]'s report is what the partial
+    validator reports for its plan. *)
+Lemma ppeak_of_plain : forall m ts, ppeak_of m (map (mkptype []) ts) = peak_of m ts.
+Proof. intros m ts. induction ts as [|t ts IH]; simpl; auto. Qed.
+
+Lemma plain_validated : forall m s t fs p r, valid_problem m s t -> plan_problem m s t = Ok (fs, p, r) ->
+  pvalidate (rmesh fs) (rptype fs (mkptype [] s)) (rptype fs (mkptype [] t)) (map PColl p) = Some (plain_report r).
+Proof.
+  intros m s t fs p r Hv Hpp.
+  assert (Hpv : pvalid_problem m (mkptype [] s) (mkptype [] t)).
+  { destruct Hv as [Hs [Hd Hg]]. split; [|split]; auto;
+      (split; [auto|split; [constructor|split; intros a []]]). }
+  destruct (plain_segment m s t fs p r Hv Hpp) as [Hsp [Ht [Hl Hf]]].
+  assert (Hb : pbound (rmesh fs) (rptype fs (mkptype [] s)) (rptype fs (mkptype [] t)) = bound m s t)
+    by (rewrite (refine_pbound m); auto).
+  assert (Hpk : peak r = peak_of (rmesh fs) (types r)).
+  { destruct (plan_spec m s t Hv) as [fs' [p' [r' [H' [_ [_ [Hc _]]]]]]].
+    rewrite Hpp in H'. inversion H'. subst fs' p' r'. apply check_ok_iff in Hc. apply Hc. }
+  unfold plain_report. rewrite Hpk, <- ppeak_of_plain. apply pvalidate_complete; auto.
+  - apply (refine_pvalid m); auto.
+  - rewrite Hb. exact Hf.
+Qed.
+
 (** * The fallback *)
 
 Lemma pfallback_ok : forall m src dst, pvalid_problem m src dst ->
@@ -175,16 +198,29 @@ Qed.
 
 (** * The pipeline *)
 
-Lemma pplan_validated : forall m src dst, pvalid_problem m src dst ->
-  exists fs pp r, pplan_problem m src dst = Ok (fs, pp, r) /\ splits m fs /\
+Lemma pplan_pending_validated : forall m src dst, pvalid_problem m src dst ->
+  exists fs pp r, pplan_pending m src dst = Ok (fs, pp, r) /\ splits m fs /\
     pvalidate (rmesh fs) (rptype fs src) (rptype fs dst) pp = Some r.
 Proof.
-  intros m src dst Hv. unfold pplan_problem. rewrite (pproblem_error_none m src dst Hv).
+  intros m src dst Hv. unfold pplan_pending.
   destruct (scatter m (ptyp dst) (remove_axes (paxes dst) (paxes src)) (ptyp src)) as [[scat rest] u].
   destruct (plan_problem m u (ptyp dst)) as [[[fs p] r0]|e] eqn:Hpp; [|apply pfallback_ok; auto].
   match goal with |- context [pvalidate ?a ?b ?c ?d] => destruct (pvalidate a b c d) as [r|] eqn:Hval end;
     [|apply pfallback_ok; auto].
   eexists _, _, _. split; [reflexivity|]. split; [apply (plan_problem_splits m u (ptyp dst) fs p r0 Hpp)|exact Hval].
+Qed.
+
+Lemma pplan_validated : forall m src dst, pvalid_problem m src dst ->
+  exists fs pp r, pplan_problem m src dst = Ok (fs, pp, r) /\ splits m fs /\
+    pvalidate (rmesh fs) (rptype fs src) (rptype fs dst) pp = Some r.
+Proof.
+  intros m src dst Hv. unfold pplan_problem. rewrite (pproblem_error_none m src dst Hv).
+  destruct src as [P s], dst as [Q t]. cbn [paxes ptyp].
+  destruct P as [|a P]; [destruct Q as [|b Q]|]; try (apply pplan_pending_validated; exact Hv).
+  assert (Hvp : valid_problem m s t) by (destruct Hv as [[Hs _] [[Hd _] Hg]]; split; auto).
+  destruct (plan_problem_validated m s t Hvp) as [fs [p [r [Hpp [Hsp _]]]]].
+  rewrite <- (plan_problem_valid m s t Hvp), Hpp. exists fs, (map PColl p), (plain_report r).
+  split; [reflexivity|]. split; [exact Hsp|]. apply (plain_validated m); auto.
 Qed.
 
 (** The end-to-end theorem for partial types. For every valid problem,
@@ -221,15 +257,6 @@ Proof.
   assert (Hpv : pvalid_problem m (mkptype [] s) (mkptype [] t)).
   { destruct Hv as [Hs [Hd Hg]]. split; [|split]; auto;
       (split; [auto|split; [constructor|split; intros a []]]). }
-  destruct (plain_segment m s t fs p r Hv Hpp) as [Hsp [Ht [Hl Hf]]].
-  unfold pplan_problem. rewrite (pproblem_error_none _ _ _ Hpv). cbn [paxes ptyp remove_axes filter scatter].
-  rewrite Hpp. cbn [raxes flat_map reduce_all make_pending existsb andb negb map app].
-  assert (Hb : pbound (rmesh fs) (rptype fs (mkptype [] s)) (rptype fs (mkptype [] t)) = bound m s t)
-    by (rewrite (refine_pbound m); auto).
-  assert (Hval : pvalidate (rmesh fs) (rptype fs (mkptype [] s)) (rptype fs (mkptype [] t)) (map PColl p)
-                 = Some (mkpreport (map (mkptype []) (types r)) (ppeak_of (rmesh fs) (map (mkptype []) (types r))) (received r))).
-  { apply pvalidate_complete; auto.
-    - apply (refine_pvalid m); auto.
-    - rewrite Hb. exact Hf. }
-  destruct (size m t <? size m s); rewrite ?app_nil_r; cbn [app]; rewrite Hval; eexists; reflexivity.
+  unfold pplan_problem. rewrite (pproblem_error_none _ _ _ Hpv). cbn [paxes ptyp].
+  rewrite <- (plan_problem_valid m s t Hv), Hpp. eexists; reflexivity.
 Qed.

@@ -62,11 +62,19 @@ Definition nat_list_eqb (a b : list nat) : bool :=
 Lemma nat_list_eqb_spec : forall a b, nat_list_eqb a b = true <-> a = b.
 Proof. intros. unfold nat_list_eqb. destruct (list_eq_dec Nat.eq_dec a b); split; congruence. Qed.
 
-Definition memb (x : nat) (l : list nat) : bool := existsb (Nat.eqb x) l.
+(** Membership, by recursion on the list ([memb_existsb]: [existsb (Nat.eqb x) l]). *)
+Fixpoint memb (x : nat) (l : list nat) : bool :=
+  match l with
+  | [] => false
+  | y :: l' => (x =? y) || memb x l'
+  end.
+
+Lemma memb_existsb : forall x l, memb x l = existsb (Nat.eqb x) l.
+Proof. induction l as [|y l IH]; simpl; congruence. Qed.
 
 Lemma memb_spec : forall x l, memb x l = true <-> In x l.
 Proof.
-  intros. unfold memb. rewrite existsb_exists. split.
+  intros. rewrite memb_existsb, existsb_exists. split.
   - intros [y [Hy Heq]]. apply Nat.eqb_eq in Heq. subst. auto.
   - intros H. exists x. split; auto. apply Nat.eqb_refl.
 Qed.

@@ -66,7 +66,7 @@ Proof. intros m fs <-. now rewrite map_length. Qed.
 
 Lemma splits_asize : forall m fs a, splits m fs -> asize m a = prod (nth a fs []).
 Proof.
-  intros m fs a <-. unfold asize. change 1 with (prod []) at 1. apply (map_nth prod fs [] a).
+  intros m fs a <-. rewrite asize_nth. change 1 with (prod []) at 1. apply (map_nth prod fs [] a).
 Qed.
 
 Lemma ndevices_rmesh : forall m fs, splits m fs -> ndevices (rmesh fs) = ndevices m.
@@ -115,7 +115,7 @@ Qed.
 
 Lemma nprod_seq_skipn : forall m s, nprod m (seq s (length m - s)) = prod (skipn s m).
 Proof.
-  intros m s. unfold nprod, asize. f_equal.
+  intros m s. rewrite nprod_prod, (map_ext (asize m) (fun a => nth a m 1) (asize_nth m)). f_equal.
   revert s. induction m as [|x m IH]; intros s; [destruct s; reflexivity|].
   destruct s as [|s].
   - simpl. f_equal. rewrite <- seq_shift, map_map. simpl.
@@ -128,7 +128,7 @@ Proof. intros A B f l. induction l as [|x l IH]; intros [|k]; simpl; auto. Qed.
 
 Lemma nprod_grp : forall m fs a, splits m fs -> a < length m -> nprod (rmesh fs) (grp fs a) = asize m a.
 Proof.
-  intros m fs a Hs Ha. rewrite (splits_asize m fs a Hs). unfold nprod, grp, rmesh, asize.
+  intros m fs a Hs Ha. rewrite (splits_asize m fs a Hs). rewrite nprod_prod, (map_ext (asize _) (fun a => nth a _ 1) (asize_nth _)). unfold grp, rmesh.
   apply splits_length in Hs. f_equal.
   assert (E : concat fs = concat (firstn a fs) ++ nth a fs [] ++ concat (skipn (S a) fs)).
   { rewrite <- (firstn_skipn a fs) at 1. rewrite (nth_skipn_cons_aux _ fs a [] ltac:(lia)).
@@ -267,7 +267,7 @@ Proof.
 Qed.
 
 Theorem refine_size : forall m fs t, splits m fs -> wf m t -> size (rmesh fs) (rtype fs t) = size m t.
-Proof. intros. unfold size. f_equal. apply (refine_sizes m); auto. Qed.
+Proof. intros. rewrite !size_prod. f_equal. apply (refine_sizes m); auto. Qed.
 
 Lemma refine_gsizes : forall fs t, map gsize (rtype fs t) = map gsize t.
 Proof. intros. unfold rtype. rewrite map_map. reflexivity. Qed.

@@ -67,8 +67,23 @@ Proof.
     replace (nat_list_eqb xs xs) with true by (symmetry; apply nat_list_eqb_spec; auto). auto.
 Qed.
 
-Definition same_shape (m : mesh) (t t' : atype) : bool :=
-  nat_list_eqb (map gsize t') (map gsize t) && nat_list_eqb (map (lsize m) t') (map (lsize m) t).
+(** The same global and local sizes, dimension by dimension ([same_shape_spec]). *)
+Fixpoint same_shape (m : mesh) (t t' : atype) : bool :=
+  match t, t' with
+  | [], [] => true
+  | D :: u, D' :: u' => (gsize D' =? gsize D) && (lsize m D' =? lsize m D) && same_shape m u u'
+  | _, _ => false
+  end.
+
+Lemma same_shape_spec : forall m t t', same_shape m t t' = true <->
+  map gsize t' = map gsize t /\ map (lsize m) t' = map (lsize m) t.
+Proof.
+  intros m t. induction t as [|D u IH]; intros [|D' u']; simpl; try (split; [discriminate|intros [H _]; discriminate]).
+  - split; auto.
+  - rewrite !andb_true_iff, !Nat.eqb_eq, IH. split.
+    + intros [[E1 E2] [E3 E4]]. rewrite E1, E2, E3, E4. auto.
+    + intros [E1 E2]. inversion E1. inversion E2. auto.
+Qed.
 
 (** The typing rules as a function. *)
 Definition apply (m : mesh) (t : atype) (c : coll) : result error atype :=
@@ -235,8 +250,7 @@ Proof.
   - (* permute *)
     cbn [apply] in H. destruct (wfb m t') eqn:Hw; cbn [negb] in H; [|discriminate].
     destruct (same_shape m t t') eqn:Hsh; [|discriminate].
-    inversion H; subst t1. unfold same_shape in Hsh.
-    apply andb_true_iff in Hsh as [H1 H2]. apply nat_list_eqb_spec in H1, H2.
+    inversion H; subst t1. apply same_shape_spec in Hsh as [H1 H2].
     apply step_permute; auto. apply wfb_spec; auto.
 Qed.
 
@@ -268,10 +282,7 @@ Proof.
     rewrite H, HE. cbn [axes gsize]. rewrite HS, Hmod. reflexivity.
   - (* permute *)
     cbn [apply]. apply wfb_spec in Hwf'. rewrite Hwf'. cbn [negb].
-    unfold same_shape. rewrite H1, H2.
-    assert (E1 : nat_list_eqb (map gsize t) (map gsize t) = true) by (apply nat_list_eqb_spec; auto).
-    assert (E2 : nat_list_eqb (map (lsize m) t) (map (lsize m) t) = true) by (apply nat_list_eqb_spec; auto).
-    rewrite E1, E2. reflexivity.
+    replace (same_shape m t t') with true by (symmetry; apply same_shape_spec; auto). reflexivity.
 Qed.
 
 Corollary apply_spec : forall m t c t', wf m t -> (apply m t c = Ok t' <-> step m t c t').

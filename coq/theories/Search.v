@@ -39,64 +39,106 @@ Fixpoint remove_one (v : nat) (l : list nat) : list nat :=
 Definition list_eqb (C C' : list (list nat)) : bool :=
   if list_eq_dec (list_eq_dec Nat.eq_dec) C C' then true else false.
 
-Definition lastk (l : list nat) (k : nat) : list nat := skipn (length l - k) l.
-
-(** Axes of dimension [d] past its common prefix with the target: they must leave. *)
-Definition movable (C D : list (list nat)) (d : nat) : nat := length (ax C d) - lcp (ax C d) (ax D d).
-
-(** Dimension [e] is done: the target's axes, then only axes the target does not use. *)
-Definition dim_done (U : list nat) (C D : list (list nat)) (e : nat) : bool :=
-  (lcp (ax C e) (ax D e) =? length (ax D e)) &&
-  forallb (fun a => negb (memb a U)) (skipn (length (ax D e)) (ax C e)).
-
-Definition all_done (U : list nat) (r : nat) (C D : list (list nat)) : bool :=
-  forallb (dim_done U C D) (seq 0 r).
-
-(** Move the last [k] axes of [d] onto the minor end of [e]. *)
-Definition move (C : list (list nat)) (d e k : nat) : list (list nat) :=
+(** Move the last axes of [d], [xs], onto the minor end of [e]. *)
+Definition move (C : list (list nat)) (d e : nat) (xs : list nat) : list (list nat) :=
   let Cd := ax C d in
-  set_nth (set_nth C d (firstn (length Cd - k) Cd)) e (ax C e ++ lastk Cd k).
+  set_nth (set_nth C d (firstn (length Cd - length xs) Cd)) e (ax C e ++ xs).
 
-(** A move that makes progress: the axes are the next ones [e] needs, or
-    [e] is done and they are axes the target does not use. *)
-Definition progress (U : list nat) (C D : list (list nat)) (d e k : nat) : bool :=
-  let xs := lastk (ax C d) k in
-  let Ce := ax C e in
-  ((lcp Ce (ax D e) =? length Ce) && nat_list_eqb xs (firstn k (skipn (length Ce) (ax D e))))
-  || (dim_done U C D e && forallb (fun a => negb (memb a U)) xs).
+(** [xs] is a prefix of [l]. *)
+Fixpoint prefixb (xs l : list nat) : bool :=
+  match xs, l with
+  | [], _ => true
+  | a :: xs', b :: l' => (a =? b) && prefixb xs' l'
+  | _ :: _, [] => false
+  end.
 
-(** Every move [(d, e, k)]: larger groups first, so that cheap plans are
-    found early and prune the rest. *)
-Definition moves (r : nat) (C D : list (list nat)) : list (nat * nat * nat) :=
-  flat_map (fun d =>
-    flat_map (fun k => flat_map (fun e => if e =? d then [] else [(d, e, k)]) (seq 0 r))
-             (rev (seq 1 (movable C D d))))
-    (seq 0 r).
+(** The non-empty suffixes of a list, longest first. *)
+Fixpoint suffixes (l : list nat) : list (list nat) :=
+  match l with
+  | [] => []
+  | _ :: t => l :: suffixes t
+  end.
 
-(** The extras of the finishing permute ([Synth.extras_f]), or the tails
-    when every dimension is done (no permute). *)
-Definition extras_of (m : mesh) (U : list nat) (r : nat) (C D : list (list nat)) : nat -> list nat :=
-  if all_done U r C D then fun d => skipn (length (ax D d)) (ax C d)
-  else extras_f m r (ax D) (ax C).
+(** What the search needs of a dimension of a state (axes [Ce], target
+    order [De]), computed once per state: whether it holds a prefix of its
+    target order, the axes its target order takes next, and whether it is
+    done: the target's axes, then only axes the target does not use. *)
+Record dfacts := mkdfacts { fopen : bool; fnext : list nat; fdone : bool }.
+
+Definition dim_facts (U : list nat) (Ce De : list nat) : dfacts :=
+  let l := lcp Ce De in
+  mkdfacts (l =? length Ce) (skipn (length Ce) De)
+           ((l =? length De) && forallb (fun a => negb (memb a U)) (skipn (length De) Ce)).
+
+Fixpoint state_facts (U : list nat) (C D : list (list nat)) : list dfacts :=
+  match C with
+  | [] => []
+  | Ce :: C' => dim_facts U Ce (hd [] D) :: state_facts U C' (tl D)
+  end.
+
+(** A move of the axes [xs] (the last [length xs] of [d], [free]: none of
+    them used by the target) onto the minor end of [e] makes progress when
+    they are the next ones [e] needs, or [e] is done and the target uses
+    none of them. *)
+Definition progress (xs : list nat) (free : bool) (F : dfacts) : bool :=
+  (fopen F && prefixb xs (fnext F)) || (fdone F && free).
+
+(** Every move [(d, e, xs)] of the axes past the common prefix of [d] with
+    its target, with whether it makes progress: by [d], then larger groups
+    first (so that cheap plans are found early and prune the rest), then
+    by [e]. [moves_to] lists the moves of [xs] from [d] to every other
+    dimension, [e] counting up from its argument; [moves_of] those of every
+    group in [xss], followed by [rest]. *)
+Fixpoint moves_to (d : nat) (xs : list nat) (free : bool) (e : nat) (FS : list dfacts)
+    (rest : list (nat * nat * list nat * bool)) : list (nat * nat * list nat * bool) :=
+  match FS with
+  | [] => rest
+  | F :: FS' =>
+      let t := moves_to d xs free (S e) FS' rest in
+      if e =? d then t else (d, e, xs, progress xs free F) :: t
+  end.
+
+Fixpoint moves_of (U : list nat) (d : nat) (FS : list dfacts) (xss : list (list nat))
+    (rest : list (nat * nat * list nat * bool)) : list (nat * nat * list nat * bool) :=
+  match xss with
+  | [] => rest
+  | xs :: xss' => moves_to d xs (forallb (fun a => negb (memb a U)) xs) 0 FS (moves_of U d FS xss' rest)
+  end.
+
+Fixpoint moves (U : list nat) (FS : list dfacts) (d : nat) (C D : list (list nat))
+    : list (nat * nat * list nat * bool) :=
+  match C with
+  | [] => []
+  | Cd :: C' => moves_of U d FS (suffixes (skipn (lcp Cd (hd [] D)) Cd)) (moves U FS (S d) C' (tl D))
+  end.
+
+Definition mprog (mv : nat * nat * list nat * bool) : bool := snd mv.
+
+(** The extras after a state where every dimension is done: its tails (no permute). *)
+Definition tails_of (C D : list (list nat)) : nat -> list nat := fun d => skipn (length (ax D d)) (ax C d).
 
 (** A state not yet done can be finished by one permute to the target and
-    its extras: the same local size in every dimension. *)
-Definition finishable (m : mesh) (r : nat) (C D : list (list nat)) : bool :=
+    its extras ([Synth.extras_f]) where they give the same local size in
+    every dimension: those extras. *)
+Definition finishable (m : mesh) (r : nat) (C D : list (list nat)) : option (nat -> list nat) :=
   let E := extras_f m r (ax D) (ax C) in
-  forallb (fun d => nprod m (ax C d) =? nprod m (ax D d ++ E d)) (seq 0 r).
+  if forallb (fun d => nprod m (ax C d) =? nprod m (ax D d ++ E d)) (seq 0 r) then Some E else None.
 
 Definition a2a_cost (m : mesh) (s : nat) (xs : list nat) : nat := s - s / nprod m xs.
 
-Definition best_t := option (nat * list coll * list (list nat)).
+(** The best plan found: its cost, its moves (last first), the state it
+    ends in and the extras that finish it. *)
+Definition best_t := option (nat * list coll * list (list nat) * (nat -> list nat)).
 
-Definition keep_better (c : nat) (mv : list coll) (C : list (list nat)) (b : best_t) : best_t :=
+Definition keep_better (c : nat) (mv : list coll) (C : list (list nat)) (E : nat -> list nat) (b : best_t)
+    : best_t :=
   match b with
-  | Some (c0, _, _) => if c <? c0 then Some (c, mv, C) else b
-  | None => Some (c, mv, C)
+  | Some (c0, _, _, _) => if c <? c0 then Some (c, mv, C, E) else b
+  | None => Some (c, mv, C, E)
   end.
 
 Definition below (c : nat) (b : best_t) : bool :=
-  match b with Some (c0, _, _) => c <? c0 | None => true end.
+  match b with Some (c0, _, _, _) => c <? c0 | None => true end.
 
 (** The order axes leaving a dimension take, major to minor (a sort key):
     those the target does not use first (they leave last), then the others
@@ -165,32 +207,31 @@ Fixpoint dfs (m : mesh) (src : atype) (U : list nat) (r s : nat) (g : nat -> nat
   | 0 => st
   | S budget =>
   let b := fst st in
-  let done := all_done U r C D in
-  let ms := moves r C D in
-  let prog := filter (fun dek => match dek with (d, e, k) => progress U C D d e k end) ms in
-  let stuck := match prog with [] => true | _ => false end in
-  (* A state is finished by a permute only where no move makes progress,
-     or at the end of the fuel. *)
-  let b1 := if done then keep_better cost mv C b
-            else if (stuck || (fuel =? 0)) && below (cost + s) b && finishable m r C D
-            then keep_better (cost + s) mv C b
-            else b in
+  let FS := state_facts U C D in
+  if forallb fdone FS then (keep_better cost mv C (tails_of C D) b, budget) else
+  (* A state not done is finished by a permute only where no move makes
+     progress, or at the end of the fuel. *)
+  let fin := fun _ : unit =>
+    if below (cost + s) b
+    then match finishable m r C D with Some E => keep_better (cost + s) mv C E b | None => b end
+    else b in
   match fuel with
-  | 0 => (b1, budget)
+  | 0 => (fin tt, budget)
   | S f =>
-      if done then (b1, budget) else
+      let ms := moves U FS 0 C D in
+      let stuck := negb (existsb mprog ms) in
+      let b1 := if stuck then fin tt else b in
       (* Detours and permutes only where no move makes progress. *)
-      let st2 := fold_left (fun stt dek =>
-        match dek with
-        | (d, e, k) =>
-            let xs := lastk (ax C d) k in
+      let st2 := fold_left (fun stt (dex : nat * nat * list nat * bool) =>
+        match dex with
+        | (d, e, xs, _) =>
             let c' := cost + a2a_cost m s xs in
             if below c' (fst stt) && (g e mod nprod m (ax C e ++ xs) =? 0)
-            then dfs m src U r s g D f (if stuck then buf - 1 else buf) perm (move C d e k) c'
+            then dfs m src U r s g D f (if stuck then buf - 1 else buf) perm (move C d e xs) c'
                      (AllToAll d e xs :: mv) stt
             else stt
         end)
-        (if stuck then (if buf =? 0 then [] else ms) else prog) (b1, budget) in
+        (if stuck then (if buf =? 0 then [] else ms) else filter mprog ms) (b1, budget) in
       if stuck && negb (perm =? 0) then
         fold_left (fun stt C' =>
           if below (cost + s) (fst stt) && negb (list_eqb C' C)
@@ -239,8 +280,7 @@ Definition searched_x (m : mesh) (src dst : atype) (X : nat -> list nat) : optio
   let s := size m (tyof src (ax C0)) in
   match fst (dfs m src U r s (gs src) Dl (length m + 1) 1 1 C0 0 [] (None, search_budget)) with
   | None => None
-  | Some (_, mv, C) =>
-      let E := extras_of m U r C Dl in
+  | Some (_, mv, C, E) =>
       Some (slices_of r X ++ rev mv ++ finish src (ax C) (fun d => ax Dl d ++ E d) E)
   end.
 
@@ -252,9 +292,14 @@ Definition searched (m : mesh) (src dst : atype) : list plan :=
     [slicer_along m r S D (gs src)].
 
 (** The synthesizer's candidates and the searched plans, validated; the
-    cheapest is kept ([Synth.pick]). *)
-Definition synthesize_best (m : mesh) (src dst : atype) : bool * plan :=
-  match pick m src dst (candidates m src dst ++ searched m src dst) with
+    cheapest is kept ([Synth.pick]). [synthesize_best_with v]: validated by
+    [v] ([Validate.validator_valid] where the problem is known valid:
+    [Searchproof.synthesize_best_valid]). *)
+Definition synthesize_best_with (v : plan -> option report) (m : mesh) (src dst : atype) : bool * plan :=
+  match pick_with v (glue m src dst) (candidates m src dst ++ searched m src dst) with
   | Some p => (true, p)
   | None => (false, naive m src dst)
   end.
+
+Definition synthesize_best (m : mesh) (src dst : atype) : bool * plan :=
+  synthesize_best_with (validator m src dst) m src dst.

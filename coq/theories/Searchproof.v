@@ -35,10 +35,11 @@ Definition pick_inv (m : mesh) (src dst : atype) (G : list nat) (acc : list plan
      exists p0 k0, snd acc = Some (p0, k0) /\ first k0 <= traffic (received rq)).
 
 Lemma pick_step_inv : forall m src dst G acc x, pick_inv m src dst G acc ->
-  pick_inv m src dst G (pick_step m src dst G acc x) /\ In x (fst (pick_step m src dst G acc x)) /\
-  (forall q, In q (fst acc) -> In q (fst (pick_step m src dst G acc x))).
+  pick_inv m src dst G (pick_step (validator m src dst) G acc x) /\
+  In x (fst (pick_step (validator m src dst) G acc x)) /\
+  (forall q, In q (fst acc) -> In q (fst (pick_step (validator m src dst) G acc x))).
 Proof.
-  intros m src dst G [seen best] x [Hk Hs]. unfold pick_step. cbn [fst snd] in *.
+  intros m src dst G [seen best] x [Hk Hs]. unfold pick_step. rewrite validator_spec. cbn [fst snd] in *.
   destruct (existsb (plan_eqb x) seen) eqn:Ex.
   - apply existsb_exists in Ex as [y [Hy Exy]]. apply plan_eqb_true in Exy. subst y.
     split; [split; assumption|]. auto.
@@ -73,8 +74,8 @@ Proof.
 Qed.
 
 Lemma pick_fold_inv : forall m src dst G ps acc, pick_inv m src dst G acc ->
-  pick_inv m src dst G (fold_left (pick_step m src dst G) ps acc) /\
-  (forall q, In q ps \/ In q (fst acc) -> In q (fst (fold_left (pick_step m src dst G) ps acc))).
+  pick_inv m src dst G (fold_left (pick_step (validator m src dst) G) ps acc) /\
+  (forall q, In q ps \/ In q (fst acc) -> In q (fst (fold_left (pick_step (validator m src dst) G) ps acc))).
 Proof.
   induction ps as [|x ps IH]; intros acc Hi; simpl.
   - split; [exact Hi|]. intros q [[]|Hq]; exact Hq.
@@ -88,13 +89,36 @@ Theorem pick_min : forall m src dst ps q rq, In q ps -> validate m src dst q = S
   exists p r, pick m src dst ps = Some p /\ validate m src dst p = Some r /\
     traffic (received r) <= traffic (received rq).
 Proof.
-  intros m src dst ps q rq Hq Hvq. unfold pick. set (G := glue m src dst).
+  intros m src dst ps q rq Hq Hvq. unfold pick, pick_with. set (G := glue m src dst).
   assert (H0 : pick_inv m src dst G ([], None)).
   { split; [intros; discriminate|intros ? ? []]. }
   destruct (pick_fold_inv m src dst G ps _ H0) as [[Hk Hs] Hin].
   destruct (Hs q rq (Hin q (or_introl Hq)) Hvq) as [p0 [k0 [E Hle]]].
   rewrite E. destruct (Hk p0 k0 E) as [r0 [Hv0 Ek]]. exists p0, r0. simpl.
   split; [reflexivity|]. split; [exact Hv0|]. subst k0. rewrite first_cost in Hle. exact Hle.
+Qed.
+
+Lemma synthesize_best_pick : forall m src dst, synthesize_best m src dst =
+  match pick m src dst (candidates m src dst ++ searched m src dst) with
+  | Some p => (true, p)
+  | None => (false, naive m src dst)
+  end.
+Proof. reflexivity. Qed.
+
+Lemma pick_with_ext : forall v v' G ps, (forall p, v p = v' p) -> pick_with v G ps = pick_with v' G ps.
+Proof.
+  intros v v' G ps H. unfold pick_with. f_equal. f_equal. generalize (@nil plan, @None (plan * list nat)).
+  induction ps as [|x ps IH]; intros acc; simpl; auto. rewrite <- IH. f_equal.
+  unfold pick_step. rewrite H. reflexivity.
+Qed.
+
+(** Where the problem is valid, validating without its own checks picks the same plan. *)
+Lemma synthesize_best_valid : forall m src dst, problem_error m src dst = None ->
+  synthesize_best_with (validator_valid m src dst) m src dst = synthesize_best m src dst.
+Proof.
+  intros m src dst E. unfold synthesize_best, synthesize_best_with.
+  rewrite (pick_with_ext (validator_valid m src dst) (validator m src dst)); auto.
+  intros p. rewrite validator_spec. apply validator_valid_spec; auto.
 Qed.
 
 (** Over a prime mesh the plan always validates (the canonical plan does,
@@ -109,7 +133,7 @@ Proof.
   assert (Hin : In (canonical m src dst) (candidates m src dst ++ searched m src dst)).
   { apply in_or_app. left. unfold candidates, canonical. cbv zeta. left. reflexivity. }
   destruct (pick_min m src dst _ _ _ Hin Hr) as [p [r' [Ep [Hv' _]]]].
-  unfold synthesize_best. rewrite Ep. simpl. eauto.
+  rewrite synthesize_best_pick, Ep. simpl. eauto.
 Qed.
 
 (** Traffic-minimal among the candidates: no plan among the synthesizer's
@@ -121,5 +145,5 @@ Theorem synthesize_best_min : forall m src dst q rq,
     traffic (received r) <= traffic (received rq).
 Proof.
   intros m src dst q rq Hq Hvq. destruct (pick_min m src dst _ _ _ Hq Hvq) as [p [r [Ep [Hv Hle]]]].
-  unfold synthesize_best. rewrite Ep. simpl. eauto.
+  rewrite synthesize_best_pick, Ep. simpl. eauto.
 Qed.

@@ -54,8 +54,14 @@ Definition sax (t : atype) (d : nat) : list nat := axes (nth d t dd0).
 Definition gs (t : atype) (d : nat) : nat := gsize (nth d t dd0).
 
 (** The type with the global sizes of [t] and the axes [f d]. *)
-Definition tyof (t : atype) (f : nat -> list nat) : atype :=
-  map (fun d => mkdim (f d) (gs t d)) (seq 0 (length t)).
+Fixpoint tyof_from (t : atype) (f : nat -> list nat) (d : nat) : atype :=
+  match t with
+  | [] => []
+  | D :: t' => mkdim (f d) (gsize D) :: tyof_from t' f (S d)
+  end.
+
+(** [map (fun d => mkdim (f d) (gs t d)) (seq 0 (length t))] ([Synthlib.tyof_map]). *)
+Definition tyof (t : atype) (f : nat -> list nat) : atype := tyof_from t f 0.
 
 (** Every axis of the first [r] dimensions. *)
 Definition allax (r : nat) (f : nat -> list nat) : list nat := flat_map f (seq 0 r).
@@ -155,7 +161,28 @@ Definition extras (m : mesh) (r : nat) (D A : nat -> list nat) : nat -> list nat
     [slicer_f] and [extras_f] compute [slicer] and [extras]
     ([slicer_f_eq], [extras_f_eq]) while carrying the axes added so far
     and computing the fixed axis lists once, instead of rebuilding every
-    [allax] at every pair. *)
+    [allax] at every pair; they visit only the pairs whose axis can pass
+    the test at all ([pairs_where]: an axis the source already uses is
+    never sliced, one the target uses is never an extra), and count the
+    axes of a dimension and its additions without appending them. *)
+
+(** [pairs r F l] restricted to the axes [keep] accepts, built directly. *)
+Fixpoint pairs_at (keep : nat -> bool) (d : nat) (l : list nat) (rest : list (nat * nat)) : list (nat * nat) :=
+  match l with
+  | [] => rest
+  | a :: l' => if keep a then (d, a) :: pairs_at keep d l' rest else pairs_at keep d l' rest
+  end.
+
+Fixpoint pairs_over (keep : nat -> bool) (F : nat -> list nat) (ds : list nat) (rest : list (nat * nat))
+    : list (nat * nat) :=
+  match ds with
+  | [] => rest
+  | d :: ds' => pairs_at keep d (F d) (pairs_over keep F ds' rest)
+  end.
+
+Definition pairs_where (keep : nat -> bool) (r : nat) (F : nat -> list nat) (l : list nat) : list (nat * nat) :=
+  let l' := filter keep l in
+  pairs_over keep F (seq 0 r) (pairs_over (fun _ => true) (fun _ => l') (seq 0 r) []).
 
 Definition grow_f (ok : (nat -> list nat) -> list nat -> nat -> nat -> bool)
     (st : (nat -> list nat) * list nat) (p : nat * nat) : (nat -> list nat) * list nat :=
@@ -166,12 +193,14 @@ Definition slice_ok_f (m : mesh) (AS AD : list nat) (S D : nat -> list nat) (bud
     (X : nat -> list nat) (AX : list nat) (d a : nat) : bool :=
   let v := asize m a in
   negb (memb a AS) && negb (memb a AX) &&
-  (cnt m v (S d ++ X d) <? cnt m v (D d)) &&
+  (cnt m v (S d) + cnt m v (X d) <? cnt m v (D d)) &&
   (negb budget || (cnt m v AS + cnt m v AX <? cnt m v AD)).
 
 Definition slicer_f (m : mesh) (r : nat) (S D : nat -> list nat) (budget : bool) : nat -> list nat :=
+  let AS := allax r S in
   let AD := allax r D in
-  fst (fold_left (grow_f (slice_ok_f m (allax r S) AD S D budget)) (pairs r D AD) (fun _ => [], [])).
+  fst (fold_left (grow_f (slice_ok_f m AS AD S D budget))
+                 (pairs_where (fun a => negb (memb a AS)) r D AD) (fun _ => [], [])).
 
 Definition slicer_div_f (m : mesh) (r : nat) (S D : nat -> list nat) (g : nat -> nat) : nat -> list nat :=
   let AS := allax r S in
@@ -180,23 +209,29 @@ Definition slicer_div_f (m : mesh) (r : nat) (S D : nat -> list nat) (g : nat ->
     slice_ok_f m AS AD S D false X AX d a ||
     (negb (memb a AS) && negb (memb a AX) && memb a (D d) &&
      (g d mod nprod m (S d ++ X d ++ [a]) =? 0))))
-    (pairs r D AD) (fun _ => [], [])).
+    (pairs_where (fun a => negb (memb a AS)) r D AD) (fun _ => [], [])).
 
 Definition extra_ok_f (m : mesh) (AD AA : list nat) (D A : nat -> list nat)
     (E : nat -> list nat) (AE : list nat) (d a : nat) : bool :=
   let v := asize m a in
   negb (memb a AD) && negb (memb a AE) &&
-  (cnt m v (D d ++ E d) <? cnt m v (A d)) &&
+  (cnt m v (D d) + cnt m v (E d) <? cnt m v (A d)) &&
   (cnt m v AD + cnt m v AE <? cnt m v AA).
 
 Definition extras_f (m : mesh) (r : nat) (D A : nat -> list nat) : nat -> list nat :=
-  fst (fold_left (grow_f (extra_ok_f m (allax r D) (allax r A) D A))
-                 (pairs r A (seq 0 (length m))) (fun _ => [], [])).
+  let AD := allax r D in
+  fst (fold_left (grow_f (extra_ok_f m AD (allax r A) D A))
+                 (pairs_where (fun a => negb (memb a AD)) r A (seq 0 (length m))) (fun _ => [], [])).
+
+(** The first [r] dimensions of [C] and [T] hold the same axes. *)
+Definition same_axes (r : nat) (C T : nat -> list nat) : bool :=
+  forallb (fun d => nat_list_eqb (C d) (T d)) (seq 0 r).
 
 (** The end of every plan: a permute to the pre-gather type [T] unless
-    already there, then one gather per dimension. *)
+    already there ([Synthlib.same_axes_tyof]: [tyof src C = tyof src T]),
+    then one gather per dimension. *)
 Definition finish (src : atype) (C T E : nat -> list nat) : plan :=
-  (if atype_eqb (tyof src C) (tyof src T) then [] else [AllPermute (tyof src T)]) ++
+  (if same_axes (length src) C T then [] else [AllPermute (tyof src T)]) ++
   gathers_of (length src) E.
 
 (** * The canonical construction (the spec's route)
@@ -287,6 +322,21 @@ Fixpoint extend (m : mesh) (single : bool) (Dd De : list nat) (rb cd ce grp : li
 
 Definition b2n (b : bool) : nat := if b then 1 else 0.
 
+(** The first element of [l] of the least key (the head of [sort_by k l]),
+    each key computed once. *)
+Fixpoint first_min_from (k : nat -> nat) (x kx : nat) (l : list nat) : nat :=
+  match l with
+  | [] => x
+  | y :: l' => let ky := k y in if ky <? kx then first_min_from k y ky l' else first_min_from k x kx l'
+  end.
+
+Definition first_min (k : nat -> nat) (l : list nat) : option nat :=
+  match l with
+  | [] => None
+  | [x] => Some x
+  | x :: l' => Some (first_min_from k x (k x) l')
+  end.
+
 (** The best direct move from [d]: [(key, (d, e, axes))], least key first. *)
 Definition direct_from (m : mesh) (single : bool) (r : nat) (D C : list (list nat)) (d : nat)
     : option (nat * (nat * nat * list nat)) :=
@@ -297,9 +347,9 @@ Definition direct_from (m : mesh) (single : bool) (r : nat) (D C : list (list na
       if negb (surplus m D C d v) then None else
       let es := filter (fun e => negb (e =? d) && needs m D C e v) (seq 0 r) in
       let ke := fun e => 2 * b2n (negb (memb a (ax D e))) + b2n (pending_out m r D C e) in
-      match sort_by ke es with
-      | [] => None
-      | e :: _ =>
+      match first_min ke es with
+      | None => None
+      | Some e =>
           let grp := extend m single (ax D d) (ax D e) rb (removelast (ax C d)) (ax C e ++ [a]) [a] in
           Some (2 * b2n (pending_out m r D C e) + b2n (negb (memb a (ax D e))), (d, e, grp))
       end
@@ -416,12 +466,13 @@ Defined.
 Definition plan_eqb (p q : plan) : bool := if list_eq_dec coll_eq_dec p q then true else false.
 
 (** Validate each distinct candidate once (a repeated candidate cannot be
-    strictly better than itself); keep the first of the least cost. *)
-Definition pick_step (m : mesh) (src dst : atype) (G : list nat)
+    strictly better than itself), by [v] ([Validate.validator], which is
+    [validate]); keep the first of the least cost. *)
+Definition pick_step (v : plan -> option report) (G : list nat)
     (acc : list plan * option (plan * list nat)) (p : plan) : list plan * option (plan * list nat) :=
   if existsb (plan_eqb p) (fst acc) then acc else
   (p :: fst acc,
-   match validate m src dst p with
+   match v p with
    | None => snd acc
    | Some r =>
        let k := cost G p r in
@@ -431,8 +482,11 @@ Definition pick_step (m : mesh) (src dst : atype) (G : list nat)
        end
    end).
 
+Definition pick_with (v : plan -> option report) (G : list nat) (ps : list plan) : option plan :=
+  option_map fst (snd (fold_left (pick_step v G) ps ([], None))).
+
 Definition pick (m : mesh) (src dst : atype) (ps : list plan) : option plan :=
-  option_map fst (snd (fold_left (pick_step m src dst (glue m src dst)) ps ([], None))).
+  pick_with (validator m src dst) (glue m src dst) ps.
 
 (** The plan and whether the memory bound is guaranteed for it. *)
 Definition synthesize (m : mesh) (src dst : atype) : bool * plan :=

@@ -2,7 +2,7 @@
     size ([cnt]), dimension functions ([allax], [tyof]), [first_some] and
     [pairs]. *)
 From Coq Require Import List Arith Lia Bool Permutation.
-From VS Require Import Prelude Mesh Types Synth.
+From VS Require Import Prelude Mesh Types Checker Synth.
 Import ListNotations.
 
 (** * Counting axes by size: [cnt] *)
@@ -214,34 +214,46 @@ Qed.
 
 (** * Types built from dimension functions *)
 
+Lemma tyof_from_map : forall t f k,
+  tyof_from t f k = map (fun d => mkdim (f (k + d)) (gs t d)) (seq 0 (length t)).
+Proof.
+  induction t as [|D t IH]; intros f k; [reflexivity|].
+  cbn [tyof_from length seq map]. rewrite <- seq_shift, map_map. f_equal.
+  - rewrite Nat.add_0_r. reflexivity.
+  - rewrite IH. apply map_ext. intros d. rewrite Nat.add_succ_r. reflexivity.
+Qed.
+
+Lemma tyof_map : forall t f, tyof t f = map (fun d => mkdim (f d) (gs t d)) (seq 0 (length t)).
+Proof. intros. unfold tyof. rewrite tyof_from_map. reflexivity. Qed.
+
 Lemma tyof_length : forall t f, length (tyof t f) = length t.
-Proof. intros. unfold tyof. now rewrite map_length, seq_length. Qed.
+Proof. intros. rewrite tyof_map. now rewrite map_length, seq_length. Qed.
 
 Lemma nth_error_tyof : forall t f d, d < length t -> nth_error (tyof t f) d = Some (mkdim (f d) (gs t d)).
-Proof. intros. unfold tyof. rewrite nth_error_map, nth_error_seq0; auto. Qed.
+Proof. intros. rewrite tyof_map. rewrite nth_error_map, nth_error_seq0; auto. Qed.
 
 Lemma tyof_ext : forall t f g, (forall d, d < length t -> f d = g d) -> tyof t f = tyof t g.
 Proof.
-  intros t f g H. unfold tyof. apply map_ext_in. intros d Hd. apply in_seq in Hd.
+  intros t f g H. rewrite !tyof_map. apply map_ext_in. intros d Hd. apply in_seq in Hd.
   rewrite H by lia. auto.
 Qed.
 
 Lemma set_nth_tyof : forall t f d l, d < length t ->
   set_nth (tyof t f) d (mkdim l (gs t d)) = tyof t (upd f d l).
 Proof.
-  intros. unfold tyof. rewrite set_nth_map_seq by auto.
+  intros. rewrite !tyof_map. rewrite set_nth_map_seq by auto.
   apply map_ext. intros k. simpl. unfold upd. destruct (Nat.eqb_spec k d); subst; auto.
 Qed.
 
 Lemma used_tyof : forall t f, used (tyof t f) = allax (length t) f.
 Proof.
-  intros. unfold used, tyof, allax. generalize (seq 0 (length t)) as l.
+  intros. rewrite tyof_map. unfold used, allax. generalize (seq 0 (length t)) as l.
   induction l as [|d l IH]; simpl; auto. now rewrite IH.
 Qed.
 
 Lemma tyof_self : forall t, tyof t (sax t) = t.
 Proof.
-  intros t. unfold tyof, sax, gs.
+  intros t. rewrite tyof_map. unfold sax, gs.
   transitivity (map (fun d => nth d t dd0) (seq 0 (length t))); [|apply map_nth_seq].
   apply map_ext. intros d. destruct (nth d t dd0); auto.
 Qed.
@@ -252,7 +264,19 @@ Proof. intros. rewrite <- (tyof_self src) at 1. apply used_tyof. Qed.
 Lemma map_gsize_tyof : forall t f, map gsize (tyof t f) = map gsize t.
 Proof.
   intros t f. transitivity (map gsize (tyof t (sax t))); [|now rewrite tyof_self].
-  unfold tyof. rewrite !map_map. auto.
+  rewrite !tyof_map. rewrite !map_map. auto.
+Qed.
+
+Lemma same_axes_tyof : forall t C T, same_axes (length t) C T = atype_eqb (tyof t C) (tyof t T).
+Proof.
+  intros t C T. unfold same_axes. destruct (atype_eqb (tyof t C) (tyof t T)) eqn:E.
+  - apply atype_eqb_spec in E. apply forallb_forall. intros d Hd. apply in_seq in Hd.
+    apply nat_list_eqb_spec.
+    assert (H := f_equal (fun u => nth_error u d) E). cbv beta in H.
+    rewrite !nth_error_tyof in H by lia. congruence.
+  - destruct (forallb _ _) eqn:F; auto. rewrite forallb_forall in F.
+    rewrite <- E. symmetry. apply atype_eqb_spec. apply tyof_ext. intros d Hd.
+    apply nat_list_eqb_spec, F, in_seq. lia.
 Qed.
 
 Lemma gs_map : forall t t', map gsize t = map gsize t' -> forall d, gs t d = gs t' d.
@@ -279,3 +303,33 @@ Qed.
 
 Lemma pairs_fst : forall r F l p, In p (pairs r F l) -> fst p < r.
 Proof. intros r F l [d a] H. apply pairs_in in H. apply H. Qed.
+
+(** [pairs_where] is [pairs] filtered by the axis. *)
+Lemma pairs_at_filter : forall keep d l rest,
+  pairs_at keep d l rest = filter (fun p => keep (snd p)) (map (pair d) l) ++ rest.
+Proof.
+  induction l as [|a l IH]; intros rest; simpl; auto.
+  destruct (keep a); simpl; rewrite IH; reflexivity.
+Qed.
+
+Lemma pairs_over_filter : forall keep F ds rest,
+  pairs_over keep F ds rest = filter (fun p => keep (snd p)) (flat_map (fun d => map (pair d) (F d)) ds) ++ rest.
+Proof.
+  induction ds as [|d ds IH]; intros rest; simpl; auto.
+  rewrite pairs_at_filter, IH, filter_app, app_assoc. reflexivity.
+Qed.
+
+Lemma filter_true : forall A (l : list A), filter (fun _ => true) l = l.
+Proof. induction l as [|x l IH]; simpl; congruence. Qed.
+
+Lemma filter_pairs_map : forall (keep : nat -> bool) (d : nat) l,
+  filter (fun p : nat * nat => keep (snd p)) (map (pair d) l) = map (pair d) (filter keep l).
+Proof. induction l as [|a l IH]; simpl; auto. destruct (keep a); simpl; congruence. Qed.
+
+Lemma pairs_where_filter : forall keep r F l,
+  pairs_where keep r F l = filter (fun p => keep (snd p)) (pairs r F l).
+Proof.
+  intros. unfold pairs_where, pairs. cbv zeta. rewrite !pairs_over_filter, app_nil_r, filter_app.
+  f_equal. rewrite filter_true. generalize (seq 0 r). induction l0 as [|d ds IH]; simpl; auto.
+  rewrite filter_app, filter_pairs_map, IH. reflexivity.
+Qed.

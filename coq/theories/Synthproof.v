@@ -13,14 +13,14 @@ Import ListNotations.
 Lemma pick_some : forall m src dst ps p,
   pick m src dst ps = Some p -> exists r, validate m src dst p = Some r.
 Proof.
-  intros m src dst ps p. unfold pick. set (G := glue m src dst).
+  intros m src dst ps p. unfold pick, pick_with. set (G := glue m src dst).
   assert (H : forall acc, (forall q k, snd acc = Some (q, k) -> exists r, validate m src dst q = Some r) ->
-    forall q k, snd (fold_left (pick_step m src dst G) ps acc) = Some (q, k) ->
+    forall q k, snd (fold_left (pick_step (validator m src dst) G) ps acc) = Some (q, k) ->
     exists r, validate m src dst q = Some r).
   { induction ps as [|x ps IH]; simpl; intros acc Hacc q k Hf; [eapply Hacc; eauto|].
     eapply IH; [|exact Hf]. intros q' k' E. unfold pick_step in E.
     destruct (existsb (plan_eqb x) (fst acc)); [eapply Hacc; eauto|]. cbn [snd] in E.
-    destruct (validate m src dst x) eqn:Ev; [|eapply Hacc; eauto].
+    rewrite validator_spec in E. destruct (validate m src dst x) eqn:Ev; [|eapply Hacc; eauto].
     destruct (snd acc) as [[q0 k0]|] eqn:Ea.
     - destruct (better (cost G x r) k0).
       + inversion E; subst. eauto.
@@ -33,14 +33,14 @@ Qed.
 Lemma pick_validated : forall m src dst p ps r, validate m src dst p = Some r ->
   pick m src dst (p :: ps) <> None.
 Proof.
-  intros m src dst p ps r Hp. unfold pick. simpl. set (G := glue m src dst).
-  assert (H : forall ps acc, snd acc <> None -> snd (fold_left (pick_step m src dst G) ps acc) <> None).
+  intros m src dst p ps r Hp. unfold pick, pick_with. simpl. set (G := glue m src dst).
+  assert (H : forall ps acc, snd acc <> None -> snd (fold_left (pick_step (validator m src dst) G) ps acc) <> None).
   { induction ps0 as [|q ps0 IH]; simpl; intros acc Hacc; auto. apply IH.
     unfold pick_step. destruct (existsb (plan_eqb q) (fst acc)); auto. cbn [snd].
-    destruct (validate m src dst q); auto. destruct (snd acc) as [[q0 k0]|]; [|congruence].
+    rewrite validator_spec. destruct (validate m src dst q); auto. destruct (snd acc) as [[q0 k0]|]; [|congruence].
     destruct (better (cost G q r0) k0); congruence. }
-  assert (Hs : snd (pick_step m src dst G ([], None) p) <> None)
-    by (unfold pick_step; simpl; rewrite Hp; discriminate).
+  assert (Hs : snd (pick_step (validator m src dst) G ([], None) p) <> None)
+    by (unfold pick_step; simpl; rewrite validator_spec, Hp; discriminate).
   specialize (H ps _ Hs).
   destruct (snd (fold_left _ ps _)); simpl; congruence.
 Qed.

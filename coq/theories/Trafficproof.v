@@ -195,7 +195,7 @@ Qed.
 Definition lindices (m : mesh) (t : atype) : list (list nat) := row_major (map (lsize m) t).
 
 Lemma lindices_length : forall m t, length (lindices m t) = size m t.
-Proof. intros. unfold lindices, size. apply row_major_length. Qed.
+Proof. intros. rewrite size_prod. unfold lindices. apply row_major_length. Qed.
 
 Lemma lindices_NoDup : forall m t, NoDup (lindices m t).
 Proof. intros. apply row_major_NoDup. Qed.
@@ -327,7 +327,7 @@ Proof.
   rewrite nth_set_nth_eq by auto. rewrite E', count_other_piece by auto.
   rewrite set_nth_set_nth.
   pose proof (prod_set_nth s d (l * n - l) _ (nth_error_nth' s 0 Hsl)) as X. rewrite Hsd in X.
-  unfold size. fold s.
+  rewrite !size_prod. fold s.
   replace (l * n - l) with ((n - 1) * l) in X by (rewrite Nat.mul_sub_distr_r; lia).
   assert (X' : prod (set_nth s d ((n - 1) * l)) = (n - 1) * prod s).
   { apply (Nat.mul_cancel_r _ _ l); [lia|]. rewrite X. ring. }
@@ -380,7 +380,7 @@ Proof.
   assert (Hs1e : nth e s1 0 = z * n) by (unfold s1; rewrite nth_set_nth_neq by auto; auto).
   rewrite (count_coord (fun k => negb (k / l =? mr m xs c))) by lia.
   rewrite Hs2d, count_other_piece by auto.
-  unfold size. fold s.
+  rewrite !size_prod. fold s.
   pose proof (prod_set_nth s d (l * n) _ (nth_error_nth' s 0 Hsl)) as A1. fold s1 in A1. rewrite Hsd in A1.
   pose proof (prod_set_nth s1 e z _ (nth_error_nth' s1 0 (ltac:(lia) : e < length s1))) as A2.
   fold s2 in A2. rewrite Hs1e in A2.
@@ -409,7 +409,7 @@ Lemma permute_bound : forall m t t' c,
 Proof.
   intros m t t' c Ht Ht' Hg Hl Hc.
   destruct (moves m t t') eqn:Hmv.
-  - eapply Nat.le_trans; [apply from_others_le_size|]. unfold size. rewrite Hl. lia.
+  - eapply Nat.le_trans; [apply from_others_le_size|]. rewrite !size_prod. rewrite Hl. lia.
   - assert (Hbl : blocks m t c = blocks m t' c).
     { destruct (list_eq_dec Nat.eq_dec (blocks m t c) (blocks m t' c)) as [E|E]; auto.
       exfalso. assert (X : moves m t t' = true) by (apply moves_spec; eauto).
@@ -476,7 +476,7 @@ Proof.
       set (c := coords_of_rank m r).
       assert (Hc : valid m c) by (apply coords_of_rank_valid; auto).
       unfold from_others. rewrite filter_length_all.
-      * rewrite lindices_length. unfold size. rewrite Hl. reflexivity.
+      * rewrite lindices_length. rewrite !size_prod. rewrite Hl. reflexivity.
       * intros i _. unfold from_other. cbn [source fst]. apply negb_true_iff.
         destruct (Nat.eqb_spec (rank m (perm_src m t t'' c)) (rank m c)) as [R|R]; auto.
         exfalso. fold c in Hne. apply negb_true_iff in Hne.

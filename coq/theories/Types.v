@@ -12,8 +12,22 @@ Definition atype := list dim.
 (** Local size of a dimension: [g / prod n(a)]. *)
 Definition lsize (m : mesh) (D : dim) : nat := gsize D / nprod m (axes D).
 
-(** Elements per device. *)
-Definition size (m : mesh) (t : atype) : nat := prod (map (lsize m) t).
+(** Elements per device: the product of the local sizes (by recursion on
+    the dimensions; [size_prod] states it as that product). *)
+Fixpoint size (m : mesh) (t : atype) : nat :=
+  match t with
+  | [] => 1
+  | D :: t' => lsize m D * size m t'
+  end.
+
+(* Proofs go through [size_prod]. *)
+Arguments size : simpl never.
+
+Lemma size_prod : forall m t, size m t = prod (map (lsize m) t).
+Proof.
+  intros m t. induction t as [|D t IH]; [reflexivity|].
+  change (lsize m D * size m t = prod (map (lsize m) (D :: t))). rewrite IH. reflexivity.
+Qed.
 
 (** Axes used anywhere in the type; the others are replicated. *)
 Definition used (t : atype) : list nat := flat_map axes t.
@@ -25,7 +39,8 @@ Definition wf (m : mesh) (t : atype) : Prop :=
   wf_mesh m /\ Forall (wf_dim m) t /\ NoDup (used t).
 
 Definition wf_dimb (m : mesh) (D : dim) : bool :=
-  (0 <? gsize D) && forallb (fun a => a <? length m) (axes D)
+  let n := length m in
+  (0 <? gsize D) && forallb (fun a => a <? n) (axes D)
   && (gsize D mod nprod m (axes D) =? 0).
 
 Definition wfb (m : mesh) (t : atype) : bool :=
@@ -33,7 +48,7 @@ Definition wfb (m : mesh) (t : atype) : bool :=
 
 Lemma wf_dimb_spec : forall m D, wf_mesh m -> (wf_dimb m D = true <-> wf_dim m D).
 Proof.
-  intros m D Hm. unfold wf_dimb, wf_dim. rewrite !andb_true_iff, Nat.ltb_lt, forallb_forall, Nat.eqb_eq.
+  intros m D Hm. unfold wf_dimb, wf_dim. cbv zeta. rewrite !andb_true_iff, Nat.ltb_lt, forallb_forall, Nat.eqb_eq.
   split.
   - intros [[Hg Ha] Hd]. assert (Ha' : forall a, In a (axes D) -> a < length m)
       by (intros; apply Nat.ltb_lt, Ha; auto).

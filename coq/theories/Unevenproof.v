@@ -389,7 +389,7 @@ Qed.
 (** For even types both conventions allocate [Types.size]. *)
 Theorem usize_even : forall cv m t c, wf m t -> valid m c -> usize cv m t c = size m t.
 Proof.
-  intros cv m t c Ht Hc. unfold usize, size. f_equal. apply map_ext_in. intros D HD.
+  intros cv m t c Ht Hc. rewrite size_prod. unfold usize. f_equal. apply map_ext_in. intros D HD.
   apply ulen_lsize; auto; [apply Ht|]. destruct Ht as [_ [HF _]]. rewrite Forall_forall in HF. auto.
 Qed.
 

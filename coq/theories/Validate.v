@@ -59,6 +59,59 @@ Definition validate (m : mesh) (src dst : atype) (p : plan) : option report :=
   | Err _ => None
   end.
 
+(** [validate m src dst] for the many candidates of one problem: the
+    problem's own checks and the bound once, then for each plan what
+    [check] does once they passed, computing each local size once
+    ([run_sized]: [run] with the size of the current type carried, each
+    step's received elements read from it, and the peak of the sizes);
+    [validator_spec]: the same answer as [validate]. *)
+Definition recv_sized (m : mesh) (s : nat) (t : atype) (c : coll) (t' : atype) : nat :=
+  match c with
+  | AllGather _ xs => (nprod m xs - 1) * s
+  | DynSlice _ _ => 0
+  | AllToAll _ _ xs => s - s / nprod m xs
+  | AllPermute _ => if moves m t t' then s else 0
+  end.
+
+Fixpoint run_sized (m : mesh) (t : atype) (s : nat) (p : plan) (i : nat)
+    : result (nat * error) (list atype * list nat * nat) :=
+  match p with
+  | [] => Ok ([t], [], s)
+  | c :: p' =>
+      match apply m t c with
+      | Err e => Err (i, e)
+      | Ok t1 =>
+          match run_sized m t1 (size m t1) p' (S i) with
+          | Err x => Err x
+          | Ok (ts, rs, pk) => Ok (t :: ts, recv_sized m s t c t1 :: rs, Nat.max s pk)
+          end
+      end
+  end.
+
+Definition check_plan (m : mesh) (src dst : atype) (p : plan) : result (nat * error) report :=
+  match run_sized m src (size m src) p 1 with
+  | Err x => Err x
+  | Ok (ts, rs, pk) =>
+      if atype_eqb (last ts src) dst
+      then Ok (mkreport ts pk rs)
+      else Err (length p, WrongResult)
+  end.
+
+(** Where the problem is known valid ([problem_error m src dst = None]):
+    [validator_valid_spec]. *)
+Definition validator_valid (m : mesh) (src dst : atype) : plan -> option report :=
+  let B := bound m src dst in
+  fun p => match check_plan m src dst p with
+           | Ok r => if (peak r <=? B) && nf_slices p && forallb (axes_ok dst) p then Some r else None
+           | Err _ => None
+           end.
+
+Definition validator (m : mesh) (src dst : atype) : plan -> option report :=
+  match problem_error m src dst with
+  | Some _ => fun _ => None
+  | None => validator_valid m src dst
+  end.
+
 (** * Ranking validated plans *)
 
 (** Whole axes. The core sees only the refined mesh; the parts of one
@@ -104,6 +157,32 @@ Proof.
   destruct ((peak r' <=? bound m src dst) && nf_slices p && forallb (axes_ok dst) p) eqn:E;
     [|discriminate].
   intros H; inversion H; subst. rewrite !andb_true_iff, Nat.leb_le in E. tauto.
+Qed.
+
+Lemma run_sized_run : forall m p t i, run_sized m t (size m t) p i =
+  match run m t p i with Ok (ts, rs) => Ok (ts, rs, peak_of m ts) | Err x => Err x end.
+Proof.
+  intros m p. induction p as [|c p IH]; intros t i; cbn [run_sized run].
+  - cbn [peak_of fold_right]. now rewrite Nat.max_0_r.
+  - destruct (apply m t c) as [t1|e]; [|reflexivity]. rewrite IH.
+    destruct (run m t1 p (S i)) as [[ts rs]|x]; [|reflexivity].
+    replace (recv_sized m (size m t) t c t1) with (recv m t c t1) by (destruct c; reflexivity).
+    reflexivity.
+Qed.
+
+Lemma validator_valid_spec : forall m src dst p, problem_error m src dst = None ->
+  validator_valid m src dst p = validate m src dst p.
+Proof.
+  intros m src dst p E. unfold validator_valid, validate, check. rewrite E. cbv beta zeta.
+  unfold check_plan. rewrite run_sized_run.
+  destruct (run m src p 1) as [[ts rs]|x]; reflexivity.
+Qed.
+
+Lemma validator_spec : forall m src dst p, validator m src dst p = validate m src dst p.
+Proof.
+  intros. unfold validator. destruct (problem_error m src dst) eqn:E.
+  - unfold validate, check. rewrite E. reflexivity.
+  - apply validator_valid_spec; auto.
 Qed.
 
 Lemma nf_mid_spec : forall p, nf_mid p = true ->

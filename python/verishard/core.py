@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _core
 from .collectives import AllReduce, Collective, Exchange, ReduceScatter, ToPartial
-from .errors import LimitError, PlanError, ShardingError
+from .errors import LimitError, ParseError, PlanError, ShardingError
 from .mesh import Mesh
 from .sharding import ArrayType, raw
 
@@ -192,10 +192,8 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     ((ReduceScatter(dim=0, axes=('x',)),), ([4, 4] partial{x}, [2{x}4, 4]), (8,))
     """
     _same_mesh(mesh, src, dst)
-    if (src.uneven or dst.uneven) and (src.partial or dst.partial):
-        return _puplan(mesh, src, dst)
     if src.uneven or dst.uneven:
-        return _uplan(mesh, src, dst)
+        return _puplan(mesh, src, dst) if src.partial or dst.partial else _uplan(mesh, src, dst)
     op = reduction(src, dst)
     out = _call(_core.pplan, mesh.encode() + src.pencode() + dst.pencode())
     if out[0] == 1:
@@ -207,7 +205,12 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
 def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
     """The report of a planning call (``put_planned`` in bindings/glue.ml): the split of the
     mesh's parts, the peak, the plan over the split mesh, its types (read by
-    ``decode_type(mesh, out, pos) -> (type, pos)``) and per-step received."""
+    ``decode_type(mesh, ints, pos) -> (type, pos)``) and per-step received;
+    each step and type comes with the length of its encoding.
+
+    Steps and types are looked up by their encoding in caches of the mesh
+    (plans repeat the same steps and types); only what is not there yet is
+    decoded, by ``Collective.decode`` and ``decode_type``."""
     pos, split = 2, []
     for _ in range(out[1]):
         end = pos + 1 + out[pos]
@@ -216,16 +219,63 @@ def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
     coarse = _refinement(mesh, tuple(split))
     peak, s = out[pos], out[pos + 1]
     pos += 2
-    plan_, types, decode = [], [], Collective.decode
-    for _ in range(s):
-        c, pos = decode(coarse, out, pos)
-        plan_.append(c)
-    for _ in range(s + 1):
-        t, pos = decode_type(coarse, out, pos)
-        types.append(t)
+    # the encodings of the s steps and the s + 1 types, each after its length
+    codes = []
+    for _ in range(2 * s + 1):
+        end = pos + 1 + out[pos]
+        codes.append(tuple(out[pos + 1:end]))
+        pos = end
+    if pos + s != len(out):
+        raise ParseError(f"plan report of {len(out)} integers, {pos + s} expected")
+    steps, known = _decoded(coarse, decode_type)
+    get = steps.get   # (collectives and types are always true: neither has a length)
+    plan_ = tuple([get(k) or _new_step(coarse, steps, k) for k in codes[:s]])
+    if known is None:
+        types = tuple([_whole(k, decode_type(coarse, k, 0)) for k in codes[s:]])
+    else:
+        get = known.get
+        types = tuple([get(k) or _new_type(coarse, known, k, decode_type) for k in codes[s:]])
     # the core's report, well formed by construction: built without the dataclass __init__
-    return raw(PlanReport, mesh=coarse, collectives=tuple(plan_), types=tuple(types),
-               received=tuple(out[pos:pos + s]), peak=peak)
+    return raw(PlanReport, mesh=coarse, collectives=plan_, types=types, received=tuple(out[pos:]), peak=peak)
+
+
+def _new_step(mesh: Mesh, cache: dict, code: tuple[int, ...]) -> Collective:
+    return _remember(cache, code, _whole(code, Collective.decode(mesh, code)))
+
+
+def _new_type(mesh: Mesh, cache: dict, code: tuple[int, ...], decode_type) -> ArrayType:
+    return _remember(cache, code, _whole(code, decode_type(mesh, code, 0)))
+
+
+def _whole(code: tuple[int, ...], decoded: tuple):
+    """What ``decoded = (value, end)`` read from ``code``, which it must read whole."""
+    value, end = decoded
+    if end != len(code):
+        raise ParseError(f"an encoding of {len(code)} integers read as {end}")
+    return value
+
+
+_DECODED_MAX = 4096   # entries per cache before it is cleared
+
+
+@lru_cache(maxsize=256)
+def _caches(mesh: Mesh) -> tuple[dict, dict, dict]:
+    return {}, {}, {}
+
+
+def _decoded(mesh: Mesh, decode_type) -> tuple[dict, dict | None]:
+    """The caches of decoded steps and types over ``mesh`` (by encoding);
+    types only for the two decoders of plain and partial types (with the
+    sum pending), whose reading of an encoding never changes."""
+    steps, plain, partial = _caches(mesh)
+    return steps, partial if decode_type == ArrayType.pdecode else plain if decode_type == ArrayType.decode else None
+
+
+def _remember(cache: dict, key, value):
+    if len(cache) >= _DECODED_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 # --- the exchange (Exchange.v, Exchangeproof.v) ------------------------------

@@ -413,9 +413,12 @@ def _eplanned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
 def _planned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
     r = core.plan(mesh, src, dst)
     # from the verified report (well formed by construction): without the dataclass __init__
-    steps = tuple([raw(Step, collective=c, type=t, received=n)
-                   for c, t, n in zip(r.collectives, r.types[1:], r.received)])
-    return _made(raw(Plan, mesh=r.mesh, src=r.types[0], dst=r.types[-1], steps=steps, peak=r.peak,
+    steps, new = [], object.__new__
+    for c, t, n in zip(r.collectives, r.types[1:], r.received):
+        st = new(Step)
+        st.__dict__.update(collective=c, type=t, received=n)
+        steps.append(st)
+    return _made(raw(Plan, mesh=r.mesh, src=r.types[0], dst=r.types[-1], steps=tuple(steps), peak=r.peak,
                      guaranteed=True))
 
 
