@@ -53,9 +53,9 @@ extract: coq/extract/verishard_core.ml
 build/vscore.o: coq/extract/verishard_core.ml bindings/glue.ml
 	mkdir -p build
 	cp coq/extract/verishard_core.ml coq/extract/verishard_core.mli bindings/glue.ml build/
-	(cd build && ocamlfind ocamlopt -O2 -output-complete-obj -runtime-variant _pic \
+	(cd build && ocamlfind ocamlopt -O2 -inline 50 -output-complete-obj -runtime-variant _pic \
 	  -o vscore.o verishard_core.mli verishard_core.ml glue.ml 2>/dev/null) \
-	  || (cd build && ocamlfind ocamlopt -output-complete-obj -runtime-variant _pic \
+	  || (cd build && ocamlfind ocamlopt -inline 50 -output-complete-obj -runtime-variant _pic \
 	  -o vscore.o verishard_core.mli verishard_core.ml glue.ml)
 
 $(CORE_SO): build/vscore.o bindings/stubs.c bindings/stubs.h bindings/module.cpp | venv
