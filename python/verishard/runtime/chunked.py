@@ -235,17 +235,22 @@ def _madvise(addr: int, length: int, advice: int = MADV_DONTNEED) -> None:
         _LIBC.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(length), advice)
 
 
+def _row_spans(x: np.ndarray, G: int, R: int, a: int, b: int):
+    """The address ranges ``[lo, hi)`` of rows ``g*R + [a, b)`` of the
+    C-contiguous ``x``, one per group ``g < G``."""
+    row = x.nbytes // x.shape[0]
+    base = x.__array_interface__["data"][0]
+    for g in range(G):
+        yield base + (g * R + a) * row, base + (g * R + b) * row
+
+
 def release_rows(x: np.ndarray, G: int, R: int, a: int, b: int) -> None:
     """Return to the system the whole pages of rows ``g*R + [a, b)`` of ``x``
     (C-contiguous; the caller owns the memory and never reads those rows
     again: they read as zeros or stale data afterwards)."""
     if x.ndim == 0 or x.nbytes < 2 * _PAGE or not x.flags.c_contiguous:
         return
-    row = x.nbytes // x.shape[0]
-    base = x.__array_interface__["data"][0]
-    for g in range(G):
-        lo = base + (g * R + a) * row
-        hi = base + (g * R + b) * row
+    for lo, hi in _row_spans(x, G, R, a, b):
         lo = -(-lo // _PAGE) * _PAGE
         hi = hi // _PAGE * _PAGE
         if hi > lo:
@@ -266,11 +271,8 @@ def populate_rows(x: np.ndarray, G: int, R: int, a: int, b: int) -> None:
     """
     if x.ndim == 0 or x.nbytes < LAZY_BYTES or not x.flags.c_contiguous:
         return
-    row = x.nbytes // x.shape[0]
-    base = x.__array_interface__["data"][0]
-    for g in range(G):
-        lo = (base + (g * R + a) * row) // _PAGE * _PAGE
-        hi = base + (g * R + b) * row
+    for lo, hi in _row_spans(x, G, R, a, b):
+        lo = lo // _PAGE * _PAGE
         if hi > lo:
             _madvise(lo, hi - lo, MADV_POPULATE_WRITE)
 
