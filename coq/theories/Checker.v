@@ -79,11 +79,38 @@ Record report := mkreport { types : list atype; peak : nat; received : list nat 
 
 (** Steps are numbered from 1; number 0 blames the mesh, source or target. *)
 (** The problem's own errors, reported as step 0. *)
-Definition problem_error (m : mesh) (src dst : atype) : option error :=
+(** The problem's own checks, for any kind of type [A] with a
+    well-formedness test [okb] and global sizes [gs] (array types here,
+    uneven types in [Uchecker], partial types in [Pchecker]). *)
+Definition problem_error_with {A} (okb : mesh -> A -> bool) (gs : A -> list nat) (m : mesh) (src dst : A)
+    : option error :=
   if negb (wf_meshb m) then Some BadMesh else
-  if negb (wfb m src) then Some BadSource else
-  if negb (wfb m dst) then Some BadDest else
-  if negb (nat_list_eqb (map gsize src) (map gsize dst)) then Some GlobalShapeMismatch else None.
+  if negb (okb m src) then Some BadSource else
+  if negb (okb m dst) then Some BadDest else
+  if negb (nat_list_eqb (gs src) (gs dst)) then Some GlobalShapeMismatch else None.
+
+Lemma problem_error_with_none : forall {A} (ok : mesh -> A -> Prop) okb gs m src dst,
+  (forall t, okb m t = true <-> ok m t) -> (forall t, ok m t -> wf_mesh m) ->
+  ok m src -> ok m dst -> gs src = gs dst -> problem_error_with okb gs m src dst = None.
+Proof.
+  intros A ok okb gs m src dst Hb Hm Hs Hd Hg. unfold problem_error_with.
+  rewrite (proj2 (wf_meshb_spec m) (Hm src Hs)), (proj2 (Hb src) Hs), (proj2 (Hb dst) Hd).
+  rewrite (proj2 (nat_list_eqb_spec _ _) Hg). reflexivity.
+Qed.
+
+Lemma problem_error_with_ok : forall {A} (ok : mesh -> A -> Prop) okb gs m src dst,
+  (forall t, okb m t = true <-> ok m t) ->
+  problem_error_with okb gs m src dst = None -> ok m src /\ ok m dst /\ gs src = gs dst.
+Proof.
+  intros A ok okb gs m src dst Hb H. unfold problem_error_with in H.
+  destruct (wf_meshb m); [|discriminate]. destruct (okb m src) eqn:Hs; [|discriminate].
+  destruct (okb m dst) eqn:Hd; [|discriminate].
+  destruct (nat_list_eqb (gs src) (gs dst)) eqn:Hg; [|discriminate].
+  apply Hb in Hs, Hd. apply nat_list_eqb_spec in Hg. auto.
+Qed.
+
+Definition problem_error (m : mesh) (src dst : atype) : option error :=
+  problem_error_with wfb (map gsize) m src dst.
 
 Definition check (m : mesh) (src dst : atype) (p : plan) : result (nat * error) report :=
   match problem_error m src dst with Some e => Err (0, e) | None =>
@@ -219,7 +246,7 @@ Theorem check_ok_iff : forall m src dst p r,
   last (types r) src = dst /\ peak r = peak_of m (types r).
 Proof.
   intros m src dst p r. split.
-  - unfold check, problem_error. intros H.
+  - unfold check, problem_error, problem_error_with. intros H.
     destruct (wf_meshb m) eqn:Hm; cbn [negb] in H; [|discriminate].
     destruct (wfb m src) eqn:Hs; cbn [negb] in H; [|discriminate].
     destruct (wfb m dst) eqn:Hd; cbn [negb] in H; [|discriminate].
@@ -229,7 +256,7 @@ Proof.
     inversion H; subst r. cbn [types received peak].
     apply wfb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. apply atype_eqb_spec in He.
     split; [split; [|split]; auto|split; [|split]; auto]. apply (run_trace m p src 1); auto.
-  - intros [[Hs [Hd Hg]] [Ht [Hl Hp]]]. unfold check, problem_error.
+  - intros [[Hs [Hd Hg]] [Ht [Hl Hp]]]. unfold check, problem_error, problem_error_with.
     assert (Hm : wf_meshb m = true) by (apply wf_meshb_spec; apply Hs).
     assert (Hs' : wfb m src = true) by (apply wfb_spec; auto).
     assert (Hd' : wfb m dst = true) by (apply wfb_spec; auto).
@@ -258,7 +285,7 @@ Theorem check_error_first : forall m src dst p i e,
   exists t, chain m src (firstn (i - 1) p) t /\
             exists c, nth_error p (i - 1) = Some c /\ apply m t c = Err e.
 Proof.
-  intros m src dst p i e H Hi Hne. unfold check, problem_error in H.
+  intros m src dst p i e H Hi Hne. unfold check, problem_error, problem_error_with in H.
   destruct (wf_meshb m) eqn:Hm; cbn [negb] in H; [|inversion H; lia].
   destruct (wfb m src) eqn:Hs; cbn [negb] in H; [|inversion H; lia].
   destruct (wfb m dst) eqn:Hd; cbn [negb] in H; [|inversion H; lia].

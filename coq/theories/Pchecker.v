@@ -100,28 +100,20 @@ Qed.
 
 (** Why a partial problem is not one: the counterpart of [problem_error]. *)
 Definition pproblem_error (m : mesh) (src dst : ptype) : option error :=
-  if negb (wf_meshb m) then Some BadMesh else
-  if negb (pwfb m src) then Some BadSource else
-  if negb (pwfb m dst) then Some BadDest else
-  if negb (nat_list_eqb (map gsize (ptyp src)) (map gsize (ptyp dst))) then Some GlobalShapeMismatch else None.
+  problem_error_with pwfb (fun pt => map gsize (ptyp pt)) m src dst.
 
 Definition pvalid_problem (m : mesh) (src dst : ptype) : Prop :=
   pwf m src /\ pwf m dst /\ map gsize (ptyp src) = map gsize (ptyp dst).
 
 Lemma pproblem_error_none : forall m src dst, pvalid_problem m src dst -> pproblem_error m src dst = None.
 Proof.
-  intros m src dst [Hs [Hd Hg]]. unfold pproblem_error.
-  assert (Hm : wf_meshb m = true) by (apply wf_meshb_spec, Hs).
-  apply pwfb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. rewrite Hm, Hs, Hd, Hg. reflexivity.
+  intros m src dst [Hs [Hd Hg]].
+  apply (problem_error_with_none pwf); auto. apply pwfb_spec. intros t [[Hm _] _]. exact Hm.
 Qed.
 
 Lemma pproblem_error_spec : forall m src dst, pproblem_error m src dst = None -> pvalid_problem m src dst.
 Proof.
-  intros m src dst H. unfold pproblem_error in H.
-  destruct (wf_meshb m); [|discriminate]. destruct (pwfb m src) eqn:Hs; [|discriminate].
-  destruct (pwfb m dst) eqn:Hd; [|discriminate].
-  destruct (nat_list_eqb (map gsize (ptyp src)) (map gsize (ptyp dst))) eqn:Hg; [|discriminate].
-  apply pwfb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. split; auto.
+  intros m src dst H. exact (problem_error_with_ok pwf _ _ m src dst (pwfb_spec m) H).
 Qed.
 
 (** The same partial type: the same array type, and the same pending axes

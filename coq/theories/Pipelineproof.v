@@ -50,20 +50,13 @@ Qed.
 
 Lemma problem_error_none : forall m src dst, valid_problem m src dst -> problem_error m src dst = None.
 Proof.
-  intros m src dst [Hs [Hd Hg]]. unfold problem_error.
-  assert (Hm : wf_meshb m = true) by (apply wf_meshb_spec, Hs).
-  apply wfb_spec in Hs, Hd. rewrite Hm, Hs, Hd. cbn [negb].
-  replace (nat_list_eqb (map gsize src) (map gsize dst)) with true by (symmetry; apply nat_list_eqb_spec; auto).
-  reflexivity.
+  intros m src dst [Hs [Hd Hg]].
+  apply (problem_error_with_none wf); auto. apply wfb_spec. intros t [Hm _]. exact Hm.
 Qed.
 
 Lemma problem_error_valid : forall m src dst, problem_error m src dst = None -> valid_problem m src dst.
 Proof.
-  intros m src dst H. unfold problem_error in H.
-  destruct (wf_meshb m); [|discriminate]. destruct (wfb m src) eqn:Hs; [|discriminate].
-  destruct (wfb m dst) eqn:Hd; [|discriminate].
-  destruct (nat_list_eqb (map gsize src) (map gsize dst)) eqn:Hg; [|discriminate].
-  apply wfb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. split; auto.
+  intros m src dst H. exact (problem_error_with_ok wf _ _ m src dst (wfb_spec m) H).
 Qed.
 
 Lemma refine_valid_problem : forall m fs src dst, splits m fs -> valid_problem m src dst ->

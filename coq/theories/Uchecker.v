@@ -161,10 +161,7 @@ Fixpoint urun (m : mesh) (t : atype) (p : plan) (i : nat) : result (nat * error)
 Record ureport := mkureport { utypes : list atype; upeak : nat; ureceived : list nat }.
 
 Definition uproblem_error (m : mesh) (src dst : atype) : option error :=
-  if negb (wf_meshb m) then Some BadMesh else
-  if negb (wf_unevenb m src) then Some BadSource else
-  if negb (wf_unevenb m dst) then Some BadDest else
-  if negb (nat_list_eqb (map gsize src) (map gsize dst)) then Some GlobalShapeMismatch else None.
+  problem_error_with wf_unevenb (map gsize) m src dst.
 
 Definition uvalid_problem (m : mesh) (src dst : atype) : Prop :=
   wf_uneven m src /\ wf_uneven m dst /\ map gsize src = map gsize dst.

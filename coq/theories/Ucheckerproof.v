@@ -143,18 +143,13 @@ Qed.
 
 Lemma uproblem_error_none : forall m src dst, uvalid_problem m src dst -> uproblem_error m src dst = None.
 Proof.
-  intros m src dst [Hs [Hd Hg]]. unfold uproblem_error.
-  assert (Hm : wf_meshb m = true) by (apply wf_meshb_spec, Hs).
-  apply wf_unevenb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. rewrite Hm, Hs, Hd, Hg. reflexivity.
+  intros m src dst [Hs [Hd Hg]].
+  apply (problem_error_with_none wf_uneven); auto. apply wf_unevenb_spec. intros t [Hm _]. exact Hm.
 Qed.
 
 Lemma uproblem_error_spec : forall m src dst, uproblem_error m src dst = None -> uvalid_problem m src dst.
 Proof.
-  intros m src dst H. unfold uproblem_error in H.
-  destruct (wf_meshb m); [|discriminate]. destruct (wf_unevenb m src) eqn:Hs; [|discriminate].
-  destruct (wf_unevenb m dst) eqn:Hd; [|discriminate].
-  destruct (nat_list_eqb (map gsize src) (map gsize dst)) eqn:Hg; [|discriminate].
-  apply wf_unevenb_spec in Hs, Hd. apply nat_list_eqb_spec in Hg. split; auto.
+  intros m src dst H. exact (problem_error_with_ok wf_uneven _ _ m src dst (wf_unevenb_spec m) H).
 Qed.
 
 Lemma upeak_of_le : forall m ts b, upeak_of m ts <= b <-> Forall (fun t => usize_padded m t <= b) ts.
