@@ -397,30 +397,31 @@ Proof.
       * cbv beta. rewrite (tyof_ext src _ _ Heq). apply IH. lia.
 Qed.
 
-Lemma gathers_chain : forall m src D E,
-  forall k j, j + k = length src ->
-  chain m (tyof src (fun d => if d <? j then D d else D d ++ E d))
-    (flat_map (fun d => match E d with [] => [] | xs => [AllGather d xs] end) (seq j k))
+(** The gathers of dimensions [k-1], ..., [0] (in that order) take the
+    type holding [D d ++ E d] below [k] to the one holding [D]. *)
+Lemma gathers_chain : forall m src D E k, k <= length src ->
+  chain m (tyof src (fun d => if d <? k then D d ++ E d else D d))
+    (flat_map (fun d => match E d with [] => [] | xs => [AllGather d xs] end) (rev (seq 0 k)))
     (tyof src D).
 Proof.
-  intros m src D E k. induction k as [|k IH]; intros j Hj.
-  - simpl. rewrite (tyof_ext src _ D); [constructor|].
-    intros d Hd. destruct (Nat.ltb_spec d j); [auto|lia].
-  - cbn [seq flat_map].
-    assert (Heq : feq (length src) (upd (fun d => if d <? j then D d else D d ++ E d) j (D j))
-                                  (fun d => if d <? S j then D d else D d ++ E d)).
-    { intros d Hd. unfold upd. destruct (Nat.eqb_spec d j).
-      - subst. rewrite (proj2 (Nat.ltb_lt j (S j))) by lia. auto.
-      - destruct (Nat.ltb_spec d j), (Nat.ltb_spec d (S j)); auto; lia. }
-    destruct (E j) as [|x xs] eqn:Ej.
-    + simpl. rewrite (tyof_ext src _ (fun d => if d <? S j then D d else D d ++ E d)).
+  intros m src D E k. induction k as [|k IH]; intros Hk.
+  - simpl. rewrite (tyof_ext src _ D); [constructor|]. intros d Hd. auto.
+  - replace (rev (seq 0 (S k))) with (k :: rev (seq 0 k)) by (rewrite seq_S, rev_app_distr; reflexivity).
+    change (flat_map ?f (k :: ?l)) with (f k ++ flat_map f l). cbv beta.
+    assert (Heq : feq (length src) (upd (fun d => if d <? S k then D d ++ E d else D d) k (D k))
+                                  (fun d => if d <? k then D d ++ E d else D d)).
+    { intros d Hd. unfold upd. destruct (Nat.eqb_spec d k).
+      - subst. rewrite Nat.ltb_irrefl. auto.
+      - destruct (Nat.ltb_spec d k), (Nat.ltb_spec d (S k)); auto; lia. }
+    destruct (E k) as [|x xs] eqn:Ek.
+    + simpl. rewrite (tyof_ext src _ (fun d => if d <? k then D d ++ E d else D d)).
       * apply IH. lia.
-      * intros d Hd. destruct (Nat.eqb_spec d j).
-        -- subst. rewrite Nat.ltb_irrefl, (proj2 (Nat.ltb_lt j (S j))) by lia. rewrite Ej, app_nil_r. auto.
-        -- destruct (Nat.ltb_spec d j), (Nat.ltb_spec d (S j)); auto; lia.
+      * intros d Hd. destruct (Nat.eqb_spec d k).
+        -- subst. rewrite Nat.ltb_irrefl, (proj2 (Nat.ltb_lt k (S k))) by lia. rewrite Ek, app_nil_r. auto.
+        -- destruct (Nat.ltb_spec d k), (Nat.ltb_spec d (S k)); auto; lia.
     + simpl. econstructor.
-      * apply step_gather_tyof with (P := D j); [lia| |discriminate].
-        rewrite Nat.ltb_irrefl, Ej. auto.
+      * apply step_gather_tyof with (P := D k); [lia| |discriminate].
+        rewrite (proj2 (Nat.ltb_lt k (S k))) by lia. rewrite Ek. auto.
       * rewrite (tyof_ext src _ _ Heq). apply IH. lia.
 Qed.
 
@@ -700,8 +701,9 @@ Proof.
       rewrite (tyof_ext src _ Sf) in H0 by (intros; simpl; auto). unfold Sf in H0 at 1.
       rewrite tyof_self in H0. exact H0. }
     eapply chain_app; [exact Hch|].
-    assert (HG := gathers_chain m src Df E r 0 eq_refl).
-    rewrite (tyof_ext src _ T) in HG by (intros; simpl; auto). rewrite Hdst in HG.
+    assert (HG := gathers_chain m src Df E r (le_n r)).
+    rewrite (tyof_ext src _ T) in HG by (intros d Hd; rewrite (proj2 (Nat.ltb_lt d r)) by exact Hd; auto).
+    rewrite Hdst in HG.
     unfold pre. destruct (atype_eqb (tyof src C) (tyof src T)) eqn:Eq.
     + apply atype_eqb_spec in Eq. rewrite Eq. exact HG.
     + econstructor; [|exact HG]. apply step_permute_tyof with (dst := dst); auto.
@@ -717,7 +719,7 @@ Proof.
     + apply forallb_forall. intros c Hc'. rewrite Forall_forall in Hpre.
       specialize (Hpre c Hc'). destruct c; try discriminate; auto.
     + apply forallb_forall. intros c Hc'. unfold gathers_of in Hc'. apply in_flat_map in Hc'.
-      destruct Hc' as [d [Hd Hc']]. apply in_seq in Hd.
+      destruct Hc' as [d [Hd Hc']]. rewrite <- in_rev in Hd. apply in_seq in Hd.
       destruct (E d) as [|x xs] eqn:Ex; [contradiction|]. destruct Hc' as [<-|[]].
       cbn [axes_ok]. apply forallb_forall. intros a Ha. apply negb_true_iff.
       destruct (memb a (used dst)) eqn:Hm; auto. apply memb_spec in Hm. rewrite Hused in Hm.

@@ -92,8 +92,13 @@ Definition sort_by (k : nat -> nat) (l : list nat) : list nat :=
 Definition slices_of (r : nat) (X : nat -> list nat) : plan :=
   flat_map (fun d => match X d with [] => [] | xs => [DynSlice d xs] end) (seq 0 r).
 
+(** Gathers run from the last dimension to the first: the same peak and
+    total traffic in any order, but a gather along an inner dimension
+    interleaves blocks (a strided copy on every backend), so it is cheapest
+    while the block is smallest, and the gather of dimension 0, a plain
+    concatenation, comes last, on the largest block. *)
 Definition gathers_of (r : nat) (E : nat -> list nat) : plan :=
-  flat_map (fun d => match E d with [] => [] | xs => [AllGather d xs] end) (seq 0 r).
+  flat_map (fun d => match E d with [] => [] | xs => [AllGather d xs] end) (rev (seq 0 r)).
 
 (** Pairs [(d, a)]: first [a] from [F d] for every [d], then [a] from [l] for every [d]. *)
 Definition pairs (r : nat) (F : nat -> list nat) (l : list nat) : list (nat * nat) :=
