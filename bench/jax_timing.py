@@ -387,6 +387,10 @@ def report(rows, probes, args, wall, load0, load1) -> str:
             f"{len(slow)} pair-sizes below 0.95x, {sum(1 for r in slow if r.get('same_as_xla'))} are such "
             "twins, whose difference is the measurement's, not the program's.",
         ]
+        other = np.array([r["med"]["xla"] / r["med"]["ours"] for r in rows if not r.get("same_as_xla")])
+        if other.size:
+            out[-1] += (f" Where the programs differ ({other.size} pair-sizes): geomean {gmean(other):.2f}x, "
+                        f"min {other.min():.2f}x, below 0.95x {np.mean(other < 0.95):.0%}.")
     out += [
         "",
         "## What made ours slower, and what changed",
