@@ -43,6 +43,7 @@ Print Assumptions pick_min.
 Print Assumptions synthesize_best_prime.
 Print Assumptions synthesize_best_min.
 Print Assumptions plan_traffic.
+Print Assumptions plan_traffic_optimal.
 
 From VS Require Import Uneven Unevenproof.
 Print Assumptions csize_even.

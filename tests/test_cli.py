@@ -67,6 +67,27 @@ def test_plan_table():
     assert "guarantees:" in out and "Checker.check_ok_iff" in out and "Semantics.movement_correct" in out
 
 
+@pytest.mark.parametrize("mesh,src,dst", [
+    ("x=2", "[2{x}4]", "[4]"),                      # a gather: at the lower bound
+    ("x=2,y=3", "[6, 3{x}6]", "[1{x,y}6, 6]"),      # above it (5 against 3)
+    ("x=2,y=2", "[2{x}4, 2{y}4]", "[2{y}4, 2{x}4]"),
+])
+def test_traffic_minimal_claimed_only_at_the_lower_bound(mesh, src, dst):
+    """`plan_traffic_optimal` is named exactly where the plan's traffic equals
+    the lower bound; elsewhere the ratio is listed as measured, not proved."""
+    from verishard import check, plan
+    p = plan(mesh, src, dst)
+    names = dict(cli.guarantees(p))
+    at_bound = p.traffic == p.lower_bound
+    assert ("Pipelineproof.plan_traffic_optimal" in names) == at_bound
+    assert (names.get(None, "").startswith("traffic / lower bound")) == (not at_bound)
+    # the same collectives checked as a user's plan: minimal on this mesh only, by the lower bound
+    q = check(p.mesh, p.src, p.dst, list(p.collectives))
+    claims = [c for n, c in cli.guarantees(q) if n == "Trafficproof.accepted_traffic_lower_bound"]
+    assert len(claims) == 1 and ("traffic-minimal" in claims[0]) == at_bound
+    assert "Pipelineproof.plan_traffic_optimal" not in dict(cli.guarantees(q))
+
+
 def test_plan_json_round_trip(tmp_path):
     p = run("plan", "--mesh", "x=2,y=4", "--src", "[2{x}4]", "--dst", "[1{y}4]", "--format", "json")
     assert p.returncode == 0, p.stderr

@@ -34,7 +34,7 @@ guarantees:
   Rules.step_wf                              every intermediate type is well formed
   Semantics.movement_correct                 each step's data movement yields exactly the distribution ...
   (no theorem)                               memory: peak 4 meets the bound max(size(src), size(dst)) = 4 ...
-  Trafficproof.accepted_traffic_lower_bound  traffic 2 >= the lower bound 2, ...
+  Trafficproof.accepted_traffic_lower_bound  traffic 2 = the lower bound 2: traffic-minimal, ...
 OK: the verified checker accepts .../plan.json
 0
 """
@@ -121,9 +121,17 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
                                                "the target uses, gathers remove only axes it does not"))
     else:
         out.append(_measured_memory(plan))
-    out.append(("Trafficproof.accepted_traffic_lower_bound",
-                f"traffic {plan.traffic} >= the lower bound {plan.lower_bound}, which no accepted plan beats "
-                f"(the ratio is measured; the synthesizer is not proved traffic-minimal)"))
+    if plan.traffic == plan.lower_bound:
+        where = " on this mesh or any split of it" if plan.guaranteed else " on this mesh"
+        out.append(("Pipelineproof.plan_traffic_optimal" if plan.guaranteed else
+                    "Trafficproof.accepted_traffic_lower_bound",
+                    f"traffic {plan.traffic} = the lower bound {plan.lower_bound}: traffic-minimal, no accepted "
+                    f"plan{where} receives less"))
+    else:
+        out.append(("Trafficproof.accepted_traffic_lower_bound",
+                    f"traffic {plan.traffic} >= the lower bound {plan.lower_bound}, which no accepted plan beats"))
+        out.append((None, f"traffic / lower bound {plan.traffic_ratio:.2f}: measured, not proved minimal "
+                          f"(the synthesizer keeps the cheapest of the plans it builds and searches)"))
     return out
 
 
@@ -553,8 +561,8 @@ def cmd_plan(args, out) -> int:
     peak 4 elements/device; bound max(2, 4) = 4 (guaranteed by Pipelineproof.plan_spec)
     traffic 2 elements/device; lower bound 2 (ratio 1.00)
     guarantees:
-      Checker.check_ok_iff                       each step is well typed, ...
-      Trafficproof.accepted_traffic_lower_bound  traffic 2 >= the lower bound 2, ...
+      Checker.check_ok_iff                each step is well typed, ...
+      Pipelineproof.plan_traffic_optimal  traffic 2 = the lower bound 2: traffic-minimal, ...
     0
     """
     p, kind = _plan_from_args(args)
