@@ -264,7 +264,8 @@ def _uneven_guarantees(plan) -> list[tuple[str | None, str]]:
                                                  "by the uneven checker over the refined mesh"))
     where = "within" if plan.within_bound else "ABOVE"
     out.append((None, f"memory: peak {plan.peak} is {where} max(padded size(src), padded size(dst)) = {plan.bound} "
-                      f"(the checker's figure; no memory bound is proved for uneven types)"))
+                      f"(the checker's figure; not proved for this planner's plans; plan(..., exchange=True) "
+                      f"always reaches the bound: Exchangeproof.ueplan_peak)"))
     out.append(("Utrafficproof.ucheck_traffic_lower_bound",
                 f"traffic {plan.traffic} (the checker's figure on padded buffers) >= {plan.lower_bound}, the valid "
                 f"elements the worst device lacks, which no accepted plan beats"))
