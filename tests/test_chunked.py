@@ -160,3 +160,27 @@ def test_jax_chunked_8_devices():
             for a, b in zip(y.addressable_shards, y0.addressable_shards):
                 assert a.device == b.device and same_bytes(np.asarray(a.data), np.asarray(b.data))
             assert all(s.held <= s.refined for s in rep.steps)
+
+
+def test_jax_in_place_step_memory():
+    """A step that keeps the local shape (here a permute) runs in place on the
+    donated buffer: XLA's own figure for the compiled program (arguments +
+    outputs + temporaries - the aliased source) stays within the refined bound
+    max + 2 max / k, where the pieces kept apart would need about twice the bound."""
+    if "jax" not in sys.modules:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+    jax = pytest.importorskip("jax")
+    if len(jax.devices()) < 8:
+        pytest.skip("needs 8 JAX devices")
+    import jax.numpy as jnp
+    from verishard.jax_sharding import jax_mesh, to_named_sharding
+    from verishard.runtime import chunked_jax as cj
+    plan = verishard.plan("x=2,y=2,z=2", "[256{x}512, 256{y}512]", "[256{y}512, 256{x}512]")
+    assert [type(c).__name__ for c in plan.collectives] == ["AllPermute"]
+    spec = jax.ShapeDtypeStruct((512, 512), jnp.float32, sharding=to_named_sharding(plan.src, jax_mesh(plan.mesh)))
+    bound = plan.peak * 4
+    for k in (4, 8):
+        fn, _, rep = cj.compile_chunked(plan, 4, chunks=k)
+        ma = fn.lower(spec).compile().memory_analysis()
+        held = ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes - ma.alias_size_in_bytes
+        assert rep.ks == (k,) and held <= bound + 2 * bound // k + 4096, (k, held / bound)

@@ -27,6 +27,7 @@ import numpy as np
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.sharding import NamedSharding
 
 from ..jax_sharding import to_partition_spec
@@ -36,6 +37,13 @@ from .chunked import ChunkReport, StepChunks, _refined, choose_k, chunk_geometry
 from .jax import JaxBackend, compile_plan, rewrap
 
 __all__ = ["schedule", "compile_chunked", "execute"]
+
+
+# Steps run whole whatever the budget: a slice moves nothing and XLA keeps it a
+# view; an all-gather's input is the smaller end and XLA writes its output
+# whole, so its pieces would only add their concatenation (measured: 2.5x the
+# bound chunked against 1.75x whole, bench/results/jax_memory.md).
+_WHOLE = ("dyn_slice", "all_gather")
 
 
 def schedule(plan: Plan, itemsize: int, budget_bytes: int | None = None, chunks: int | None = None) -> ChunkReport:
@@ -50,8 +58,7 @@ def schedule(plan: Plan, itemsize: int, budget_bytes: int | None = None, chunks:
             out.append(StepChunks(i, None, 1, 1, in_b, in_b, False, in_b, in_b))
         else:
             R, G_in, _ = chunk_geometry(t.local_shape, step.type.local_shape)
-            # a slice moves nothing and XLA keeps it a view: cutting it only adds copies
-            k = 1 if call[0] == "dyn_slice" else choose_k(in_b, out_b, R, G_in, budget, chunks)
+            k = 1 if call[0] in _WHOLE else choose_k(in_b, out_b, R, G_in, budget, chunks)
             ref = _refined(in_b, out_b, k, G_in > 1 and k > 1)
             out.append(StepChunks(i, call[0], k, R, in_b, out_b, G_in > 1 and k > 1, ref, ref))
         t = step.type
@@ -86,6 +93,23 @@ def _whole(x):
     return x.whole() if isinstance(x, _Pieces) else x
 
 
+def _in_place(fn, args, x, k):
+    """A step that keeps the local shape (a permute, or an all-to-all between
+    dimensions of one size), piece ``p`` of the leading dimension written back
+    where it was read: its output piece occupies the input piece's rows, so
+    XLA updates the donated buffer in place and holds two pieces besides it.
+    Used where the step's input is one buffer (the source, or a step's whole
+    result), not the previous step's pieces, which would first be joined.
+    (Any reshape on the way, even a bitcast, makes XLA copy the whole buffer,
+    which is why steps that change the local shape keep their pieces apart.)"""
+    w = x.shape[0] // k
+    rest = (0,) * (x.ndim - 1)
+    for p in range(k):
+        piece = lax.dynamic_slice(x, (p * w,) + rest, (w,) + x.shape[1:])
+        x = lax.dynamic_update_slice(x, fn(piece, *args), (p * w,) + rest)
+    return x
+
+
 @functools.lru_cache(maxsize=256)
 def _compiled(plan: Plan, jm, ks: tuple[int, ...], donate: bool):
     in_spec = to_partition_spec(plan.src, parts=True)
@@ -99,10 +123,12 @@ def _compiled(plan: Plan, jm, ks: tuple[int, ...], donate: bool):
             if call is not None:
                 name, args = call
                 fn = getattr(backend, name)
+                R, G_in, G_out = chunk_geometry(t.local_shape, step.type.local_shape)
                 if k <= 1:
                     val = fn(_whole(val), *args)
+                elif t.local_shape == step.type.local_shape and G_in == 1 and not isinstance(val, _Pieces):
+                    val = _in_place(fn, args, val, k)
                 else:
-                    R, G_in, G_out = chunk_geometry(t.local_shape, step.type.local_shape)
                     val = _Pieces([fn(p, *args) for p in _cut(val, G_in, R, k)], G_out, R, k)
             t = step.type
         return _whole(val)
