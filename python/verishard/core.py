@@ -195,7 +195,7 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     if src.uneven or dst.uneven:
         return _puplan(mesh, src, dst) if src.partial or dst.partial else _uplan(mesh, src, dst)
     op = reduction(src, dst)
-    out = _call(_core.pplan, mesh.encode() + src.pencode() + dst.pencode())
+    out = _call(_core.pplan, mesh.encoded + src.pcode() + dst.pcode())
     if out[0] == 1:
         _raise_rejection(mesh, out, [])
     return _planned(mesh, out, ArrayType.pdecode if op == "sum" else
@@ -209,34 +209,41 @@ def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
     each step and type comes with the length of its encoding.
 
     Steps and types are looked up by their encoding in caches of the mesh
-    (plans repeat the same steps and types); only what is not there yet is
-    decoded, by ``Collective.decode`` and ``decode_type``."""
-    pos, split = 2, []
+    they are over (plans repeat the same steps and types); only what is not
+    there yet is decoded, by ``Collective.decode`` and ``decode_type``."""
+    out = tuple(out)   # slices of a tuple are the cache keys themselves
+    pos = 2
     for _ in range(out[1]):
-        end = pos + 1 + out[pos]
-        split.append(tuple(out[pos + 1:end]))
-        pos = end
-    coarse = _refinement(mesh, tuple(split))
+        pos += 1 + out[pos]
+    coarse, steps, plain, partial = _report_mesh(mesh, out[2:pos])
+    known = partial if decode_type == ArrayType.pdecode else plain if decode_type == ArrayType.decode else None
     peak, s = out[pos], out[pos + 1]
     pos += 2
-    # the encodings of the s steps and the s + 1 types, each after its length
-    codes = []
-    for _ in range(2 * s + 1):
-        end = pos + 1 + out[pos]
-        codes.append(tuple(out[pos + 1:end]))
-        pos = end
-    if pos + s != len(out):
-        raise ParseError(f"plan report of {len(out)} integers, {pos + s} expected")
-    steps, known = _decoded(coarse, decode_type)
+    # the encodings of the s steps, then the s + 1 types, each after its length
+    plan_ = []
     get = steps.get   # (collectives and types are always true: neither has a length)
-    plan_ = tuple([get(k) or _new_step(coarse, steps, k) for k in codes[:s]])
+    for _ in range(s):
+        end = pos + 1 + out[pos]
+        k = out[pos + 1:end]
+        plan_.append(get(k) or _new_step(coarse, steps, k))
+        pos = end
+    types = []
     if known is None:
-        types = tuple([_whole(k, decode_type(coarse, k, 0)) for k in codes[s:]])
+        for _ in range(s + 1):
+            end = pos + 1 + out[pos]
+            types.append(_whole(out[pos + 1:end], decode_type(coarse, out[pos + 1:end], 0)))
+            pos = end
     else:
         get = known.get
-        types = tuple([get(k) or _new_type(coarse, known, k, decode_type) for k in codes[s:]])
+        for _ in range(s + 1):
+            end = pos + 1 + out[pos]
+            k = out[pos + 1:end]
+            types.append(get(k) or _new_type(coarse, known, k, decode_type))
+            pos = end
+    if pos + s != len(out):
+        raise ParseError(f"plan report of {len(out)} integers, {pos + s} expected")
     # the core's report, well formed by construction: built without the dataclass __init__
-    return raw(PlanReport, mesh=coarse, collectives=plan_, types=types, received=tuple(out[pos:]), peak=peak)
+    return raw(PlanReport, mesh=coarse, collectives=tuple(plan_), types=tuple(types), received=out[pos:], peak=peak)
 
 
 def _new_step(mesh: Mesh, cache: dict, code: tuple[int, ...]) -> Collective:
@@ -257,18 +264,32 @@ def _whole(code: tuple[int, ...], decoded: tuple):
 
 _DECODED_MAX = 4096   # entries per cache before it is cleared
 
+# (mesh, encoded split) -> (the split mesh, its caches of decoded steps, of
+# plain types and of partial types with the sum pending, by encoding)
+_REPORT_MESHES: dict = {}
+
+
+def _report_mesh(mesh: Mesh, split_code: tuple[int, ...]) -> tuple[Mesh, dict, dict, dict]:
+    """The refinement of ``mesh`` a report's split encodes (``[len, sizes...]``
+    per part) and the caches of decoded steps and types over it. Types are
+    cached only for the two decoders of plain and partial types (with the
+    sum pending), whose reading of an encoding never changes."""
+    key = (mesh, split_code)
+    hit = _REPORT_MESHES.get(key)
+    if hit is None:
+        split, pos = [], 0
+        while pos < len(split_code):
+            end = pos + 1 + split_code[pos]
+            split.append(split_code[pos + 1:end])
+            pos = end
+        hit = (_refinement(mesh, tuple(split)),) + _caches(_refinement(mesh, tuple(split)))
+        _remember(_REPORT_MESHES, key, hit)
+    return hit
+
 
 @lru_cache(maxsize=256)
 def _caches(mesh: Mesh) -> tuple[dict, dict, dict]:
     return {}, {}, {}
-
-
-def _decoded(mesh: Mesh, decode_type) -> tuple[dict, dict | None]:
-    """The caches of decoded steps and types over ``mesh`` (by encoding);
-    types only for the two decoders of plain and partial types (with the
-    sum pending), whose reading of an encoding never changes."""
-    steps, plain, partial = _caches(mesh)
-    return steps, partial if decode_type == ArrayType.pdecode else plain if decode_type == ArrayType.decode else None
 
 
 def _remember(cache: dict, key, value):

@@ -405,8 +405,17 @@ class Mesh:
         >>> Mesh.parse("x=2,y=2*2").encode()
         [3, 2, 2, 2]
         """
+        return list(self.encoded)
+
+    @cached_property
+    def encoded(self) -> tuple[int, ...]:
+        """``encode()`` as a tuple, computed once (the planner's input).
+
+        >>> Mesh.parse("x=2,y=2*2").encoded
+        (3, 2, 2, 2)
+        """
         sizes = self.part_sizes
-        return [len(sizes), *sizes]
+        return (len(sizes), *sizes)
 
     def __hash__(self) -> int:
         # immutable, and a key of the planning caches: hash once
