@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -50,7 +51,7 @@ REASONS = (
 )
 
 
-def _call(fn, ints: list[int]) -> list[int]:
+def _call(fn, ints: Sequence[int]) -> tuple[int, ...]:
     try:
         return fn(ints)
     except ValueError as e:  # the core refused the input (bounds, encoding)
@@ -130,7 +131,7 @@ def check(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]
     return _checked(mesh, out, plan, decode)
 
 
-def _checked(mesh: Mesh, out: list[int], plan: Sequence[Collective], decode=ArrayType.decode) -> CheckOk:
+def _checked(mesh: Mesh, out: Sequence[int], plan: Sequence[Collective], decode=ArrayType.decode) -> CheckOk:
     """A checker's answer (``put_report`` in bindings/glue.ml): ``[0, peak, s,
     s + 1 types, s received counts]``, types read by ``decode(mesh, out, pos)``;
     or the rejection ``[1, step, reason, detail]``, raised."""
@@ -157,12 +158,11 @@ def _raise_rejection(mesh: Mesh, out: Sequence[int], plan: Sequence[Collective])
     raise PlanError(f"{where}: {why}", step=step, reason=key)
 
 
-@dataclass(frozen=True)
-class PlanReport:
+class PlanReport(NamedTuple):
     """What ``Ppipeline.pplan_problem`` returns in one call: the plan over the
     partial refinement ``mesh`` of the user's mesh it runs on, the types
     along it (source first), the checker's per-step received elements and
-    peak.
+    peak. (A named tuple: built once per planning call, read once.)
 
     >>> from verishard import Mesh, ArrayType
     >>> m = Mesh.parse("x=2,y=4")
@@ -202,7 +202,7 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
                     lambda m, o, pos: ArrayType.pdecode(m, o, pos, op))
 
 
-def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
+def _planned(mesh: Mesh, out: Sequence[int], decode_type) -> PlanReport:
     """The report of a planning call (``put_planned`` in bindings/glue.ml): the split of the
     mesh's parts, the peak, the plan over the split mesh, its types (read by
     ``decode_type(mesh, ints, pos) -> (type, pos)``) and per-step received;
@@ -211,7 +211,7 @@ def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
     Steps and types are looked up by their encoding in caches of the mesh
     they are over (plans repeat the same steps and types); only what is not
     there yet is decoded, by ``Collective.decode`` and ``decode_type``."""
-    out = tuple(out)   # slices of a tuple are the cache keys themselves
+    out = tuple(out)   # (the core answers a tuple: its slices are the cache keys themselves)
     pos = 2
     for _ in range(out[1]):
         pos += 1 + out[pos]
@@ -242,8 +242,8 @@ def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
             pos = end
     if pos + s != len(out):
         raise ParseError(f"plan report of {len(out)} integers, {pos + s} expected")
-    # the core's report, well formed by construction: built without the dataclass __init__
-    return raw(PlanReport, mesh=coarse, collectives=tuple(plan_), types=tuple(types), received=out[pos:], peak=peak)
+    # the core's report, well formed by construction
+    return _new_report((coarse, tuple(plan_), tuple(types), out[pos:], peak))
 
 
 def _new_step(mesh: Mesh, cache: dict, code: tuple[int, ...]) -> Collective:
@@ -262,28 +262,34 @@ def _whole(code: tuple[int, ...], decoded: tuple):
     return value
 
 
+def _new_report(fields: tuple, new=tuple.__new__) -> PlanReport:
+    """``PlanReport(*fields)`` without the named tuple's Python-level ``__new__``."""
+    return new(PlanReport, fields)
+
+
 _DECODED_MAX = 4096   # entries per cache before it is cleared
-
-# (mesh, encoded split) -> (the split mesh, its caches of decoded steps, of
-# plain types and of partial types with the sum pending, by encoding)
-_REPORT_MESHES: dict = {}
-
 
 def _report_mesh(mesh: Mesh, split_code: tuple[int, ...]) -> tuple[Mesh, dict, dict, dict]:
     """The refinement of ``mesh`` a report's split encodes (``[len, sizes...]``
-    per part) and the caches of decoded steps and types over it. Types are
-    cached only for the two decoders of plain and partial types (with the
-    sum pending), whose reading of an encoding never changes."""
-    key = (mesh, split_code)
-    hit = _REPORT_MESHES.get(key)
+    per part) and the caches of decoded steps and types over it, kept in
+    ``mesh``'s ``__dict__`` by the encoding (``Mesh.__getstate__`` leaves
+    them out). Types are cached only for the two decoders of plain and
+    partial types (with the sum pending), whose reading of an encoding never
+    changes."""
+    known = mesh.__dict__.get("_reports")
+    if known is None:
+        known = {}
+        object.__setattr__(mesh, "_reports", known)
+    hit = known.get(split_code)
     if hit is None:
         split, pos = [], 0
         while pos < len(split_code):
             end = pos + 1 + split_code[pos]
             split.append(split_code[pos + 1:end])
             pos = end
-        hit = (_refinement(mesh, tuple(split)),) + _caches(_refinement(mesh, tuple(split)))
-        _remember(_REPORT_MESHES, key, hit)
+        coarse = _refinement(mesh, tuple(split))
+        hit = (coarse,) + _caches(coarse)
+        _remember(known, split_code, hit)
     return hit
 
 

@@ -426,8 +426,9 @@ class Mesh:
         return h
 
     def __getstate__(self) -> dict:
-        # the cached hash depends on the process's string-hash seed: never ship it
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        # the cached hash depends on the process's string-hash seed: never ship it (nor
+        # the planner's caches of decoded reports, core._report_mesh)
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_reports")}
 
     def __str__(self) -> str:
         return "{" + ", ".join(f"{n}:{'*'.join(map(str, fs))}" for n, fs in self.axes) + "}"
