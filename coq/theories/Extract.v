@@ -41,13 +41,14 @@ Extract Constant PeanoNat.Nat.eq_dec => "fun (n : int) (m : int) -> n = m".
 (** Stack-safe realizers for the list functions that run over every
     device (up to 2^20 of them): the plain extraction would overflow the
     native stack. Each computes the same list as the Coq definition.
-    [seq] is tail-recursive; [map], [app] and [flat_map] build the first
+    [seq] is tail-recursive (its loop, like [nth]'s, defined once: no
+    closure per call); [map], [app] and [flat_map] build the first
     1000 elements (or, for [flat_map], the first 1000 pieces, each joined
     the same way) by direct recursion, so that short lists, the planner's,
     are built once, and the rest tail-recursively, by reversing: the stack
     depth stays bounded (at most 2000 frames of their own). *)
 Extract Constant List.seq =>
-  "fun start len -> let rec go i acc = if i < start then acc else go (i - 1) (i :: acc) in go (start + len - 1) []".
+  "let rec go start i acc = if i < start then acc else go start (i - 1) (i :: acc) in fun start len -> go start (start + len - 1) []".
 Extract Constant List.map =>
   "let rec go k f l = match l with [] -> [] | x :: t -> if k = 0 then List.rev (List.rev_map f l) else let y = f x in y :: go (k - 1) f t in fun f l -> go 1000 f l".
 Extract Constant List.flat_map =>
