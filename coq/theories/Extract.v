@@ -6,17 +6,18 @@
     inputs whose intermediate values could reach it (at most 2^20 devices,
     at most 2^50 global elements: every size, product, offset and traffic
     figure stays below 2^51). Division and modulo by zero follow Coq
-    ([n / 0 = 0], [n mod 0 = n]). Comparisons, [max] and [min] are written
-    at type [int] so that OCaml compiles them to machine comparisons rather
-    than calls to its polymorphic compare. *)
+    ([n / 0 = 0], [n mod 0 = n]); truncated subtraction and [pred] stop at
+    0. Comparisons, [max], [min], [sub] and [pred] are written at type
+    [int] so that OCaml compiles them to machine comparisons rather than
+    calls to its polymorphic compare. *)
 From Coq Require Import Arith Extraction ExtrOcamlBasic ExtrOcamlNatInt.
 From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Validate Synth Search Traffic Pipeline Partial Pchecker Ppipeline Uchecker Upipeline Crossmesh Rounds Exchange Utraffic Puexchange.
 
 (** [Nat] of the prelude (what [+], [*], ... denote) *)
 Extract Inlined Constant Coq.Init.Nat.add => "(+)".
 Extract Inlined Constant Coq.Init.Nat.mul => "( * )".
-Extract Constant Coq.Init.Nat.sub => "fun n m -> Stdlib.max 0 (n - m)".
-Extract Constant Coq.Init.Nat.pred => "fun n -> Stdlib.max 0 (n - 1)".
+Extract Constant Coq.Init.Nat.sub => "fun (n : int) (m : int) -> if n > m then n - m else 0".
+Extract Constant Coq.Init.Nat.pred => "fun (n : int) -> if n > 0 then n - 1 else 0".
 Extract Constant Coq.Init.Nat.div => "fun n m -> if m = 0 then 0 else n / m".
 Extract Constant Coq.Init.Nat.modulo => "fun n m -> if m = 0 then n else n mod m".
 Extract Inlined Constant Coq.Init.Nat.max => "(fun (x : int) (y : int) -> if x >= y then x else y)".
@@ -27,8 +28,8 @@ Extract Inlined Constant Coq.Init.Nat.ltb => "(fun (x : int) (y : int) -> x < y)
 (** [Nat] of [PeanoNat] (what [Nat.div] etc. denote once [Arith] is imported) *)
 Extract Inlined Constant PeanoNat.Nat.add => "(+)".
 Extract Inlined Constant PeanoNat.Nat.mul => "( * )".
-Extract Constant PeanoNat.Nat.sub => "fun n m -> Stdlib.max 0 (n - m)".
-Extract Constant PeanoNat.Nat.pred => "fun n -> Stdlib.max 0 (n - 1)".
+Extract Constant PeanoNat.Nat.sub => "fun (n : int) (m : int) -> if n > m then n - m else 0".
+Extract Constant PeanoNat.Nat.pred => "fun (n : int) -> if n > 0 then n - 1 else 0".
 Extract Constant PeanoNat.Nat.div => "fun n m -> if m = 0 then 0 else n / m".
 Extract Constant PeanoNat.Nat.modulo => "fun n m -> if m = 0 then n else n mod m".
 Extract Inlined Constant PeanoNat.Nat.max => "(fun (x : int) (y : int) -> if x >= y then x else y)".
