@@ -298,7 +298,7 @@ Definition searched_x (m : mesh) (src dst : atype) (X : nat -> list nat) : optio
   match fst (dfs m src U (leave_keys m r Dl) r s (gs src) Dl (length m + 1) 1 1 C0 0 [] (None, search_budget)) with
   | None => None
   | Some (_, mv, C, E) =>
-      Some (slices_of r X ++ rev mv ++ finish src (ax C) (fun d => ax Dl d ++ E d) E)
+      Some (slices_of r X ++ rev' mv ++ finish src (ax C) (fun d => ax Dl d ++ E d) E)
   end.
 
 Definition searched (m : mesh) (src dst : atype) : list plan :=
