@@ -1,9 +1,10 @@
-// pybind11 module verishard._core: list[int] in, list[int] out, forwarded to
+// pybind11 module verishard._core: a sequence of ints in, a tuple of ints out, forwarded to
 // the extracted core. Converts (refusing any integer outside [0, 2^62), where
 // OCaml native ints stop agreeing with Coq naturals) and forwards; decides nothing.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 #include "stubs.h"
@@ -58,15 +59,21 @@ static std::vector<long> core_ints(const py::handle &seq) {
   return in;
 }
 
-static std::vector<long> forward(const char *fname, const py::handle &seq) {
+// The answer as a tuple of Python ints (built here directly: no list to copy).
+static py::tuple forward(const char *fname, const py::handle &seq) {
   std::vector<long> in = core_ints(seq);
   long *out = nullptr;
   size_t out_n = 0;
   char err[512] = {0};
   int rc = vs_call(fname, in.data(), in.size(), &out, &out_n, err, sizeof err);
   if (rc != 0) throw py::value_error(std::string(err));
-  std::vector<long> result(out, out + out_n);
-  std::free(out);
+  std::unique_ptr<long, void (*)(void *)> owned(out, std::free);
+  py::tuple result(out_n);
+  for (size_t i = 0; i < out_n; i++) {
+    PyObject *x = PyLong_FromLong(out[i]);
+    if (x == nullptr) throw py::error_already_set();
+    PyTuple_SET_ITEM(result.ptr(), static_cast<Py_ssize_t>(i), x);
+  }
   return result;
 }
 

@@ -21,14 +21,20 @@ Definition part_split (m : mesh) (sp : list nat) : split :=
   map (fun a => if memb a sp then pfactors (asize m a) else [asize m a]) (seq 0 (length m)).
 
 (** For every sub-axis of [part_split m sp]: its id, the prime sub-axes it
-    stands for, and the axis of [m] it belongs to. *)
-Definition coarse_table (m : mesh) (sp : list nat) : list (nat * list nat * nat) :=
-  let ps := part_split m sp in
-  let ff := prime_split m in
-  flat_map (fun a =>
-    if memb a sp
-    then map (fun k => (offs ps a + k, [offs ff a + k], a)) (seq 0 (length (nth a ff [])))
-    else [(offs ps a, grp ff a, a)]) (seq 0 (length m)).
+    stands for, and the axis of [m] it belongs to; [ff]: [prime_split m].
+    One pass over the axes ([coarse_from]: from axis [a], whose sub-axes
+    start at [po] in [part_split m sp] and at [fo] in [ff]). *)
+Fixpoint coarse_from (sp : list nat) (ff : split) (a po fo : nat) : list (nat * list nat * nat) :=
+  match ff with
+  | [] => []
+  | fa :: ff' =>
+      let n := length fa in
+      if memb a sp
+      then map (fun k => (po + k, [fo + k], a)) (seq 0 n) ++ coarse_from sp ff' (S a) (po + n) (fo + n)
+      else (po, seq fo n, a) :: coarse_from sp ff' (S a) (S po) (fo + n)
+  end.
+
+Definition coarse_table (ff : split) (sp : list nat) : list (nat * list nat * nat) := coarse_from sp ff 0 0 0.
 
 (** Read a list of prime sub-axes as sub-axes of the partial refinement;
     [Err (Some a)] when axis [a] must be split further to express it. *)
@@ -83,14 +89,14 @@ Fixpoint coarse_plan (tbl : list (nat * list nat * nat)) (p : plan) : result (op
       end
   end.
 
-(** Split, one axis at a time, only the axes the plan needs split. *)
-Fixpoint coarsen (m : mesh) (p : plan) (fuel : nat) (sp : list nat) : option (list nat * plan) :=
+(** Split, one axis at a time, only the axes the plan needs split ([ff]: [prime_split m]). *)
+Fixpoint coarsen (ff : split) (p : plan) (fuel : nat) (sp : list nat) : option (list nat * plan) :=
   match fuel with
   | 0 => None
   | S f =>
-      match coarse_plan (coarse_table m sp) p with
+      match coarse_plan (coarse_table ff sp) p with
       | Ok q => Some (sp, q)
-      | Err (Some a) => if memb a sp then None else coarsen m p f (a :: sp)
+      | Err (Some a) => if memb a sp then None else coarsen ff p f (a :: sp)
       | Err None => None
       end
   end.
@@ -110,7 +116,7 @@ Definition plan_valid (m : mesh) (src dst : atype) : result (nat * error) (split
               | Some r => Ok (ff, pf, r)
               | None => Err (0, WrongResult)   (* never: [plan_spec] *)
               end in
-  match coarsen m pf (S (length m)) [] with
+  match coarsen ff pf (S (length m)) [] with
   | Some (sp, p) =>
       let ps := part_split m sp in
       match validator_valid (rmesh ps) (rtype ps src) (rtype ps dst) p with

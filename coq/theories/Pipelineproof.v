@@ -86,7 +86,7 @@ Proof.
     destruct Hv as [[Hm _] _]. exact Hm. }
   destruct Hg as [rf Hrf].
   set (pf := snd (synthesize_best (rmesh ff) (rtype ff src) (rtype ff dst))) in *.
-  destruct (coarsen m pf (S (length m)) []) as [[sp p]|]; cbv zeta; rewrite ?(validator_valid_spec _ _ _ _ (Hrv _)).
+  destruct (coarsen ff pf (S (length m)) []) as [[sp p]|]; cbv zeta; rewrite ?(validator_valid_spec _ _ _ _ (Hrv _)).
   - destruct (validate (rmesh (part_split m sp)) (rtype (part_split m sp) src) (rtype (part_split m sp) dst) p)
       as [r|] eqn:Hr.
     + exists (part_split m sp), p, r. split; [reflexivity|]. split; [apply part_split_splits|exact Hr].

@@ -16,13 +16,6 @@ From Coq Require Import List Arith Lia Bool.
 From VS Require Import Prelude Mesh Types Rules Checker Validate Synth.
 Import ListNotations.
 
-(** Length of the longest common prefix. *)
-Fixpoint lcp (l l' : list nat) : nat :=
-  match l, l' with
-  | a :: t, b :: t' => if a =? b then S (lcp t t') else 0
-  | _, _ => 0
-  end.
-
 (** Length of the longest prefix of [l'] whose axes all occur in [l]. *)
 Fixpoint lcp_in (l l' : list nat) : nat :=
   match l' with
@@ -60,15 +53,20 @@ Fixpoint suffixes (l : list nat) : list (list nat) :=
   end.
 
 (** What the search needs of a dimension of a state (axes [Ce], target
-    order [De]), computed once per state: whether it holds a prefix of its
-    target order, the axes its target order takes next, and whether it is
-    done: the target's axes, then only axes the target does not use. *)
-Record dfacts := mkdfacts { fopen : bool; fnext : list nat; fdone : bool }.
+    order [De]), computed once per state in one pass over both: whether it
+    holds a prefix of its target order ([fopen]), the axes its target order
+    takes next (read only when it does), whether it is done ([fdone]: the
+    target's axes, then only axes the target does not use), and its axes
+    past the longest common prefix with its target order ([frest]: the
+    axes it may move). *)
+Record dfacts := mkdfacts { fopen : bool; fnext : list nat; fdone : bool; frest : list nat }.
 
-Definition dim_facts (U : list nat) (Ce De : list nat) : dfacts :=
-  let l := lcp Ce De in
-  mkdfacts (l =? length Ce) (skipn (length Ce) De)
-           ((l =? length De) && forallb (fun a => negb (memb a U)) (skipn (length De) Ce)).
+Fixpoint dim_facts (U : list nat) (Ce De : list nat) : dfacts :=
+  match Ce, De with
+  | [], _ => mkdfacts true De (match De with [] => true | _ => false end) []
+  | _ :: _, [] => mkdfacts false [] (forallb (fun a => negb (memb a U)) Ce) Ce
+  | a :: Ce', b :: De' => if a =? b then dim_facts U Ce' De' else mkdfacts false [] false Ce
+  end.
 
 Fixpoint state_facts (U : list nat) (C D : list (list nat)) : list dfacts :=
   match C with
@@ -83,36 +81,35 @@ Fixpoint state_facts (U : list nat) (C D : list (list nat)) : list dfacts :=
 Definition progress (xs : list nat) (free : bool) (F : dfacts) : bool :=
   (fopen F && prefixb xs (fnext F)) || (fdone F && free).
 
-(** Every move [(d, e, xs)] of the axes past the common prefix of [d] with
-    its target, with whether it makes progress: by [d], then larger groups
-    first (so that cheap plans are found early and prune the rest), then
-    by [e]. [moves_to] lists the moves of [xs] from [d] to every other
-    dimension, [e] counting up from its argument; [moves_of] those of every
-    group in [xss], followed by [rest]. *)
-Fixpoint moves_to (d : nat) (xs : list nat) (free : bool) (e : nat) (FS : list dfacts)
-    (rest : list (nat * nat * list nat * bool)) : list (nat * nat * list nat * bool) :=
+(** The moves [(d, e, xs)] of the axes past the common prefix of [d] with
+    its target: every one ([all = true]) or those that make progress
+    ([all = false]); by [d], then larger groups first (so that cheap plans
+    are found early and prune the rest), then by [e]. [moves_to] lists the
+    moves of [xs] from [d] to the other dimensions, [e] counting up from
+    its argument; [moves_of] those of every group in [xss], followed by
+    [rest]. *)
+Fixpoint moves_to (all : bool) (d : nat) (xs : list nat) (free : bool) (e : nat) (FS : list dfacts)
+    (rest : list (nat * nat * list nat)) : list (nat * nat * list nat) :=
   match FS with
   | [] => rest
   | F :: FS' =>
-      let t := moves_to d xs free (S e) FS' rest in
-      if e =? d then t else (d, e, xs, progress xs free F) :: t
+      let t := moves_to all d xs free (S e) FS' rest in
+      if (e =? d) || negb (all || progress xs free F) then t else (d, e, xs) :: t
   end.
 
-Fixpoint moves_of (U : list nat) (d : nat) (FS : list dfacts) (xss : list (list nat))
-    (rest : list (nat * nat * list nat * bool)) : list (nat * nat * list nat * bool) :=
+Fixpoint moves_of (all : bool) (U : list nat) (d : nat) (FS : list dfacts) (xss : list (list nat))
+    (rest : list (nat * nat * list nat)) : list (nat * nat * list nat) :=
   match xss with
   | [] => rest
-  | xs :: xss' => moves_to d xs (forallb (fun a => negb (memb a U)) xs) 0 FS (moves_of U d FS xss' rest)
+  | xs :: xss' => moves_to all d xs (forallb (fun a => negb (memb a U)) xs) 0 FS (moves_of all U d FS xss' rest)
   end.
 
-Fixpoint moves (U : list nat) (FS : list dfacts) (d : nat) (C D : list (list nat))
-    : list (nat * nat * list nat * bool) :=
-  match C with
+Fixpoint moves (all : bool) (U : list nat) (FS : list dfacts) (d : nat) (FD : list dfacts)
+    : list (nat * nat * list nat) :=
+  match FD with
   | [] => []
-  | Cd :: C' => moves_of U d FS (suffixes (skipn (lcp Cd (hd [] D)) Cd)) (moves U FS (S d) C' (tl D))
+  | F :: FD' => moves_of all U d FS (suffixes (frest F)) (moves all U FS (S d) FD')
   end.
-
-Definition mprog (mv : nat * nat * list nat * bool) : bool := snd mv.
 
 (** The extras after a state where every dimension is done: its tails (no permute). *)
 Definition tails_of (C D : list (list nat)) : nat -> list nat := fun d => skipn (length (ax D d)) (ax C d).
@@ -143,26 +140,47 @@ Definition below (c : nat) (b : best_t) : bool :=
 (** The order axes leaving a dimension take, major to minor (a sort key):
     those the target does not use first (they leave last), then the others
     by the dimension they go to and their place in it, so that each group
-    sits at the minor end in its target's order. *)
-Definition leave_key (m : mesh) (U : list nat) (r : nat) (D : list (list nat)) (a : nat) : nat :=
-  let dest := fold_left (fun h e => if memb a (ax D e) then e else h) (seq 0 r) 0 in
-  if memb a U then S (dest * S (length m) + index_of a (ax D dest)) else 0.
+    sits at the minor end in its target's order. The keys of the axes the
+    target uses are computed once per search ([leave_keys]: an axis's
+    entry from the last dimension that holds it comes first); every other
+    axis has key 0. *)
+Definition leave_keys (m : mesh) (r : nat) (D : list (list nat)) : list (nat * nat) :=
+  fold_left (fun acc e =>
+    fold_left (fun acc' a => (a, S (e * S (length m) + index_of a (ax D e))) :: acc') (ax D e) acc)
+    (seq 0 r) [].
+
+Fixpoint key_of (K : list (nat * nat)) (a : nat) : nat :=
+  match K with
+  | [] => 0
+  | (b, k) :: K' => if a =? b then k else key_of K' a
+  end.
+
+(** [sort_by (key_of K)], each key computed once: a stable insertion sort
+    of the pairs (key, axis). *)
+Fixpoint insert_keyed (k x : nat) (l : list (nat * nat)) : list (nat * nat) :=
+  match l with
+  | [] => [(k, x)]
+  | (ky, y) :: l' => if k <? ky then (k, x) :: l else (ky, y) :: insert_keyed k x l'
+  end.
+
+Definition sort_keyed (K : list (nat * nat)) (l : list nat) : list nat :=
+  map snd (fold_left (fun acc x => insert_keyed (key_of K x) x acc) l []).
 
 (** A permute that reorders every dimension: the longest prefix of its
     target order that it holds, then the axes that must leave, in
-    [leave_key] order. Same axes per dimension, so the same local shape. *)
-Definition reorder (m : mesh) (U : list nat) (r : nat) (C D : list (list nat)) (d : nat) : list nat :=
+    key order. Same axes per dimension, so the same local shape. *)
+Definition reorder (K : list (nat * nat)) (C D : list (list nat)) (d : nat) : list nat :=
   let Cd := ax C d in
   let Dd := ax D d in
   let k := lcp_in Cd Dd in
   let stay := firstn k Dd in
-  stay ++ sort_by (leave_key m U r D) (filter (fun a => negb (memb a stay)) Cd).
+  stay ++ sort_keyed K (filter (fun a => negb (memb a stay)) Cd).
 
 (** A permute that also exchanges axes of the same size between
     dimensions (any type of the same local shape will do): every dimension
     keeps the sizes of its axes; it takes the longest prefix of its target
     order that the axes in use can give it, and its other slots are filled
-    with the remaining axes in [leave_key] order. *)
+    with the remaining axes in key order. *)
 Fixpoint take_prefix (m : mesh) (Dd pool sl : list nat) : list nat * list nat * list nat :=
   match Dd with
   | [] => ([], pool, sl)
@@ -184,24 +202,23 @@ Fixpoint fill (m : mesh) (sl pool : list nat) : list nat * list nat :=
       end
   end.
 
-Definition retarget (m : mesh) (U : list nat) (r : nat) (C D : list (list nat)) : list (list nat) :=
-  let key := leave_key m U r D in
+Definition retarget (m : mesh) (K : list (nat * nat)) (r : nat) (C D : list (list nat)) : list (list nat) :=
   let pre := fold_left (fun (acc : list (list nat * list nat) * list nat) d =>
                let '(p, pool', sl) := take_prefix m (ax D d) (snd acc) (map (asize m) (ax C d)) in
                (fst acc ++ [(p, sl)], pool'))
              (seq 0 r) ([], flat_map (ax C) (seq 0 r)) in
   fst (fold_left (fun (acc : list (list nat) * list nat) ps =>
          let '(f, pool') := fill m (snd ps) (snd acc) in
-         (fst acc ++ [fst ps ++ sort_by key f], pool'))
-       (fst pre) ([], sort_by key (snd pre))).
+         (fst acc ++ [fst ps ++ sort_keyed K f], pool'))
+       (fst pre) ([], sort_keyed K (snd pre))).
 
 (** Depth-first branch-and-bound from [C] ([mv]: the moves so far, last
     first; [cost]: their cost); [buf] detours (moves that make no
     progress) and [perm] reordering permutes are allowed. [g]: global
     sizes, for divisibility. The state threads the best plan found and the
     number of states the search may still visit, which bounds its time. *)
-Fixpoint dfs (m : mesh) (src : atype) (U : list nat) (r s : nat) (g : nat -> nat) (D : list (list nat))
-    (fuel buf perm : nat) (C : list (list nat)) (cost : nat) (mv : list coll) (st : best_t * nat)
+Fixpoint dfs (m : mesh) (src : atype) (U : list nat) (K : list (nat * nat)) (r s : nat) (g : nat -> nat)
+    (D : list (list nat)) (fuel buf perm : nat) (C : list (list nat)) (cost : nat) (mv : list coll) (st : best_t * nat)
     : best_t * nat :=
   match snd st with
   | 0 => st
@@ -218,26 +235,26 @@ Fixpoint dfs (m : mesh) (src : atype) (U : list nat) (r s : nat) (g : nat -> nat
   match fuel with
   | 0 => (fin tt, budget)
   | S f =>
-      let ms := moves U FS 0 C D in
-      let stuck := negb (existsb mprog ms) in
+      let pm := moves false U FS 0 FS in
+      let stuck := match pm with [] => true | _ => false end in
       let b1 := if stuck then fin tt else b in
       (* Detours and permutes only where no move makes progress. *)
-      let st2 := fold_left (fun stt (dex : nat * nat * list nat * bool) =>
+      let st2 := fold_left (fun stt (dex : nat * nat * list nat) =>
         match dex with
-        | (d, e, xs, _) =>
+        | (d, e, xs) =>
             let c' := cost + a2a_cost m s xs in
             if below c' (fst stt) && (g e mod nprod m (ax C e ++ xs) =? 0)
-            then dfs m src U r s g D f (if stuck then buf - 1 else buf) perm (move C d e xs) c'
+            then dfs m src U K r s g D f (if stuck then buf - 1 else buf) perm (move C d e xs) c'
                      (AllToAll d e xs :: mv) stt
             else stt
         end)
-        (if stuck then (if buf =? 0 then [] else ms) else filter mprog ms) (b1, budget) in
+        (if stuck then (if buf =? 0 then [] else moves true U FS 0 FS) else pm) (b1, budget) in
       if stuck && negb (perm =? 0) then
         fold_left (fun stt C' =>
           if below (cost + s) (fst stt) && negb (list_eqb C' C)
-          then dfs m src U r s g D f buf (perm - 1) C' (cost + s) (AllPermute (tyof src (ax C')) :: mv) stt
+          then dfs m src U K r s g D f buf (perm - 1) C' (cost + s) (AllPermute (tyof src (ax C')) :: mv) stt
           else stt)
-          [map (reorder m U r C D) (seq 0 r); retarget m U r C D] st2
+          [map (reorder K C D) (seq 0 r); retarget m K r C D] st2
       else st2
   end
   end.
@@ -278,10 +295,10 @@ Definition searched_x (m : mesh) (src dst : atype) (X : nat -> list nat) : optio
   let U := used dst in
   let C0 := map (fun d => S d ++ X d) (seq 0 r) in
   let s := size m (tyof src (ax C0)) in
-  match fst (dfs m src U r s (gs src) Dl (length m + 1) 1 1 C0 0 [] (None, search_budget)) with
+  match fst (dfs m src U (leave_keys m r Dl) r s (gs src) Dl (length m + 1) 1 1 C0 0 [] (None, search_budget)) with
   | None => None
   | Some (_, mv, C, E) =>
-      Some (slices_of r X ++ rev mv ++ finish src (ax C) (fun d => ax Dl d ++ E d) E)
+      Some (slices_of r X ++ rev' mv ++ finish src (ax C) (fun d => ax Dl d ++ E d) E)
   end.
 
 Definition searched (m : mesh) (src dst : atype) : list plan :=

@@ -345,7 +345,7 @@ Definition first_min (k : nat -> nat) (l : list nat) : option nat :=
 (** The best direct move from [d]: [(key, (d, e, axes))], least key first. *)
 Definition direct_from (m : mesh) (single : bool) (r : nat) (D C : list (list nat)) (d : nat)
     : option (nat * (nat * nat * list nat)) :=
-  match rev (ax C d) with
+  match rev' (ax C d) with
   | [] => None
   | a :: rb =>
       let v := asize m a in

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -50,7 +51,7 @@ REASONS = (
 )
 
 
-def _call(fn, ints: list[int]) -> list[int]:
+def _call(fn, ints: Sequence[int]) -> tuple[int, ...]:
     try:
         return fn(ints)
     except ValueError as e:  # the core refused the input (bounds, encoding)
@@ -130,7 +131,7 @@ def check(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]
     return _checked(mesh, out, plan, decode)
 
 
-def _checked(mesh: Mesh, out: list[int], plan: Sequence[Collective], decode=ArrayType.decode) -> CheckOk:
+def _checked(mesh: Mesh, out: Sequence[int], plan: Sequence[Collective], decode=ArrayType.decode) -> CheckOk:
     """A checker's answer (``put_report`` in bindings/glue.ml): ``[0, peak, s,
     s + 1 types, s received counts]``, types read by ``decode(mesh, out, pos)``;
     or the rejection ``[1, step, reason, detail]``, raised."""
@@ -157,12 +158,11 @@ def _raise_rejection(mesh: Mesh, out: Sequence[int], plan: Sequence[Collective])
     raise PlanError(f"{where}: {why}", step=step, reason=key)
 
 
-@dataclass(frozen=True)
-class PlanReport:
+class PlanReport(NamedTuple):
     """What ``Ppipeline.pplan_problem`` returns in one call: the plan over the
     partial refinement ``mesh`` of the user's mesh it runs on, the types
     along it (source first), the checker's per-step received elements and
-    peak.
+    peak. (A named tuple: built once per planning call, read once.)
 
     >>> from verishard import Mesh, ArrayType
     >>> m = Mesh.parse("x=2,y=4")
@@ -195,48 +195,55 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     if src.uneven or dst.uneven:
         return _puplan(mesh, src, dst) if src.partial or dst.partial else _uplan(mesh, src, dst)
     op = reduction(src, dst)
-    out = _call(_core.pplan, mesh.encode() + src.pencode() + dst.pencode())
+    out = _call(_core.pplan, mesh.encoded + src.pcode() + dst.pcode())
     if out[0] == 1:
         _raise_rejection(mesh, out, [])
     return _planned(mesh, out, ArrayType.pdecode if op == "sum" else
                     lambda m, o, pos: ArrayType.pdecode(m, o, pos, op))
 
 
-def _planned(mesh: Mesh, out: list[int], decode_type) -> PlanReport:
+def _planned(mesh: Mesh, out: Sequence[int], decode_type) -> PlanReport:
     """The report of a planning call (``put_planned`` in bindings/glue.ml): the split of the
     mesh's parts, the peak, the plan over the split mesh, its types (read by
     ``decode_type(mesh, ints, pos) -> (type, pos)``) and per-step received;
     each step and type comes with the length of its encoding.
 
     Steps and types are looked up by their encoding in caches of the mesh
-    (plans repeat the same steps and types); only what is not there yet is
-    decoded, by ``Collective.decode`` and ``decode_type``."""
-    pos, split = 2, []
+    they are over (plans repeat the same steps and types); only what is not
+    there yet is decoded, by ``Collective.decode`` and ``decode_type``."""
+    out = tuple(out)   # (the core answers a tuple: its slices are the cache keys themselves)
+    pos = 2
     for _ in range(out[1]):
-        end = pos + 1 + out[pos]
-        split.append(tuple(out[pos + 1:end]))
-        pos = end
-    coarse = _refinement(mesh, tuple(split))
+        pos += 1 + out[pos]
+    coarse, steps, plain, partial = _report_mesh(mesh, out[2:pos])
+    known = partial if decode_type == ArrayType.pdecode else plain if decode_type == ArrayType.decode else None
     peak, s = out[pos], out[pos + 1]
     pos += 2
-    # the encodings of the s steps and the s + 1 types, each after its length
-    codes = []
-    for _ in range(2 * s + 1):
-        end = pos + 1 + out[pos]
-        codes.append(tuple(out[pos + 1:end]))
-        pos = end
-    if pos + s != len(out):
-        raise ParseError(f"plan report of {len(out)} integers, {pos + s} expected")
-    steps, known = _decoded(coarse, decode_type)
+    # the encodings of the s steps, then the s + 1 types, each after its length
+    plan_ = []
     get = steps.get   # (collectives and types are always true: neither has a length)
-    plan_ = tuple([get(k) or _new_step(coarse, steps, k) for k in codes[:s]])
+    for _ in range(s):
+        end = pos + 1 + out[pos]
+        k = out[pos + 1:end]
+        plan_.append(get(k) or _new_step(coarse, steps, k))
+        pos = end
+    types = []
     if known is None:
-        types = tuple([_whole(k, decode_type(coarse, k, 0)) for k in codes[s:]])
+        for _ in range(s + 1):
+            end = pos + 1 + out[pos]
+            types.append(_whole(out[pos + 1:end], decode_type(coarse, out[pos + 1:end], 0)))
+            pos = end
     else:
         get = known.get
-        types = tuple([get(k) or _new_type(coarse, known, k, decode_type) for k in codes[s:]])
-    # the core's report, well formed by construction: built without the dataclass __init__
-    return raw(PlanReport, mesh=coarse, collectives=plan_, types=types, received=tuple(out[pos:]), peak=peak)
+        for _ in range(s + 1):
+            end = pos + 1 + out[pos]
+            k = out[pos + 1:end]
+            types.append(get(k) or _new_type(coarse, known, k, decode_type))
+            pos = end
+    if pos + s != len(out):
+        raise ParseError(f"plan report of {len(out)} integers, {pos + s} expected")
+    # the core's report, well formed by construction
+    return _new_report((coarse, tuple(plan_), tuple(types), out[pos:], peak))
 
 
 def _new_step(mesh: Mesh, cache: dict, code: tuple[int, ...]) -> Collective:
@@ -255,20 +262,40 @@ def _whole(code: tuple[int, ...], decoded: tuple):
     return value
 
 
+def _new_report(fields: tuple, new=tuple.__new__) -> PlanReport:
+    """``PlanReport(*fields)`` without the named tuple's Python-level ``__new__``."""
+    return new(PlanReport, fields)
+
+
 _DECODED_MAX = 4096   # entries per cache before it is cleared
+
+def _report_mesh(mesh: Mesh, split_code: tuple[int, ...]) -> tuple[Mesh, dict, dict, dict]:
+    """The refinement of ``mesh`` a report's split encodes (``[len, sizes...]``
+    per part) and the caches of decoded steps and types over it, kept in
+    ``mesh``'s ``__dict__`` by the encoding (``Mesh.__getstate__`` leaves
+    them out). Types are cached only for the two decoders of plain and
+    partial types (with the sum pending), whose reading of an encoding never
+    changes."""
+    known = mesh.__dict__.get("_reports")
+    if known is None:
+        known = {}
+        object.__setattr__(mesh, "_reports", known)
+    hit = known.get(split_code)
+    if hit is None:
+        split, pos = [], 0
+        while pos < len(split_code):
+            end = pos + 1 + split_code[pos]
+            split.append(split_code[pos + 1:end])
+            pos = end
+        coarse = _refinement(mesh, tuple(split))
+        hit = (coarse,) + _caches(coarse)
+        _remember(known, split_code, hit)
+    return hit
 
 
 @lru_cache(maxsize=256)
 def _caches(mesh: Mesh) -> tuple[dict, dict, dict]:
     return {}, {}, {}
-
-
-def _decoded(mesh: Mesh, decode_type) -> tuple[dict, dict | None]:
-    """The caches of decoded steps and types over ``mesh`` (by encoding);
-    types only for the two decoders of plain and partial types (with the
-    sum pending), whose reading of an encoding never changes."""
-    steps, plain, partial = _caches(mesh)
-    return steps, partial if decode_type == ArrayType.pdecode else plain if decode_type == ArrayType.decode else None
 
 
 def _remember(cache: dict, key, value):

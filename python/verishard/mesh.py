@@ -405,8 +405,17 @@ class Mesh:
         >>> Mesh.parse("x=2,y=2*2").encode()
         [3, 2, 2, 2]
         """
+        return list(self.encoded)
+
+    @cached_property
+    def encoded(self) -> tuple[int, ...]:
+        """``encode()`` as a tuple, computed once (the planner's input).
+
+        >>> Mesh.parse("x=2,y=2*2").encoded
+        (3, 2, 2, 2)
+        """
         sizes = self.part_sizes
-        return [len(sizes), *sizes]
+        return (len(sizes), *sizes)
 
     def __hash__(self) -> int:
         # immutable, and a key of the planning caches: hash once
@@ -417,8 +426,9 @@ class Mesh:
         return h
 
     def __getstate__(self) -> dict:
-        # the cached hash depends on the process's string-hash seed: never ship it
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        # the cached hash depends on the process's string-hash seed: never ship it (nor
+        # the planner's caches of decoded reports, core._report_mesh)
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_reports")}
 
     def __str__(self) -> str:
         return "{" + ", ".join(f"{n}:{'*'.join(map(str, fs))}" for n, fs in self.axes) + "}"

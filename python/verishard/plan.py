@@ -15,7 +15,6 @@ second Python computation.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -28,25 +27,29 @@ from .mesh import Mesh
 from .sharding import ArrayType, raw
 
 # The Plans this process made from a verified report (the pipeline's or the
-# checker's), by identity: the runtime trusts these and re-checks any other
-# (built by hand, edited with dataclasses.replace, unpickled).
-_MADE: "weakref.WeakValueDictionary[int, Plan]" = weakref.WeakValueDictionary()
+# checker's) carry this token in their __dict__: the runtime trusts these and
+# re-checks any other (built by hand, edited with dataclasses.replace, copied
+# or unpickled: neither the constructor nor the pickled state, which
+# Plan.__getstate__ leaves it out of, carries it).
+_VERIFIED = object()
 
 
 def _made(p: "Plan") -> "Plan":
-    _MADE[id(p)] = p
+    p.__dict__["_verified"] = _VERIFIED
     return p
 
 
 def is_verified(p: object) -> bool:
     """Whether ``p`` is a Plan this process made from a verified report.
 
-    >>> import dataclasses
+    >>> import copy, dataclasses, pickle
     >>> p = plan("x=2", "[2{x}4]", "[4]")
     >>> is_verified(p), is_verified(dataclasses.replace(p)), is_verified(None)
     (True, False, False)
+    >>> is_verified(pickle.loads(pickle.dumps(p))), is_verified(copy.copy(p))
+    (False, False)
     """
-    return isinstance(p, Plan) and _MADE.get(id(p)) is p
+    return isinstance(p, Plan) and p.__dict__.get("_verified") is _VERIFIED
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,10 @@ class Plan:
     def __len__(self) -> int:
         return len(self.steps)
 
+    def __getstate__(self) -> dict:
+        # a copy or an unpickled Plan is not the verified one (is_verified)
+        return {k: v for k, v in self.__dict__.items() if k != "_verified"}
+
     def __str__(self) -> str:
         rows = [("step", "collective", "type after", "local size", "received/device")]
         rows.append(("0", "(source)", str(self.src), str(self.src.size), "0"))
@@ -396,7 +403,9 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str, *, exchan
     >>> [str(c) for c in plan(q.mesh, q.src, q.dst).collectives], plan(q.mesh, q.src, q.dst).traffic
     (['AllToAll(0->1, y)', 'AllToAll(0->1, x)'], 8)
     """
-    mesh, src, dst = _problem(mesh, src, dst)
+    if not (type(mesh) is Mesh and type(src) is ArrayType and type(dst) is ArrayType and src.mesh is mesh
+            and dst.mesh is mesh and src.global_shape == dst.global_shape):
+        mesh, src, dst = _problem(mesh, src, dst)   # (the same checks, and the error when one fails)
     if exchange:
         return _eplanned(mesh, src, dst)
     return _planned(mesh, src, dst)
@@ -416,10 +425,14 @@ def _planned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
     steps, new = [], object.__new__
     for c, t, n in zip(r.collectives, r.types[1:], r.received):
         st = new(Step)
-        st.__dict__.update(collective=c, type=t, received=n)
+        d = st.__dict__
+        d["collective"], d["type"], d["received"] = c, t, n
         steps.append(st)
-    return _made(raw(Plan, mesh=r.mesh, src=r.types[0], dst=r.types[-1], steps=tuple(steps), peak=r.peak,
-                     guaranteed=True))
+    types = r.types
+    p = new(Plan)
+    p.__dict__.update(mesh=r.mesh, src=types[0], dst=types[-1], steps=tuple(steps), peak=r.peak,
+                      guaranteed=True, _verified=_VERIFIED)
+    return p
 
 
 def express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine: Mesh,

@@ -354,7 +354,11 @@ class ArrayType:
         >>> ArrayType.parse("[3{x}6, 4]", "x=2").global_shape
         (6, 4)
         """
-        return tuple([d.global_size for d in self.dims])
+        g = self.__dict__.get("_shape")   # immutable: computed once (planning asks every call)
+        if g is None:
+            g = tuple([d.global_size for d in self.dims])
+            object.__setattr__(self, "_shape", g)
+        return g
 
     def _group(self, d: DimType) -> int:
         n = 1
@@ -515,7 +519,19 @@ class ArrayType:
         >>> ArrayType.parse("[4] partial{x}", "x=2").pencode()
         [1, 0, 1, 4, 0]
         """
-        return [len(self.partial), *self.partial, *self.encode()]
+        return list(self.pcode())
+
+    def pcode(self) -> tuple[int, ...]:
+        """``pencode()`` as a tuple, computed once (the planner's input).
+
+        >>> ArrayType.parse("[4] partial{x}", "x=2").pcode()
+        (1, 0, 1, 4, 0)
+        """
+        code = self.__dict__.get("_pcode")
+        if code is None:
+            code = (len(self.partial), *self.partial, *self.encode())
+            object.__setattr__(self, "_pcode", code)
+        return code
 
     @classmethod
     def pdecode(cls, mesh: Mesh, ints: Sequence[int], pos: int = 0, reduce: str = "sum") -> tuple["ArrayType", int]:
@@ -616,8 +632,8 @@ def _decoded_type(mesh: Mesh, code: tuple[int, ...]) -> ArrayType:
     return t
 
 
-# Values an ArrayType caches in its __dict__ (see __hash__, uneven, encode)
-_CACHED = frozenset(("_hash", "_uneven", "_code"))
+# Values an ArrayType caches in its __dict__ (see __hash__, uneven, encode, global_shape, pcode)
+_CACHED = frozenset(("_hash", "_uneven", "_code", "_shape", "_pcode"))
 
 
 _TOKEN = re.compile(r"\s*(?:(-?[0-9]+)|([A-Za-z_][A-Za-z0-9_]*(?:\.[0-9]+)?)|([\[\]{},()]))")
