@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from math import prod
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reference as ref  # noqa: E402
+from planner import random_problem  # noqa: E402  (bench/: this script's directory)
 import verishard as vs  # noqa: E402
 from verishard import _core  # noqa: E402
 from verishard.plan import _planned  # noqa: E402
@@ -49,20 +50,7 @@ def problems(n_random: int):
     for i in range(n_random):
         rank, k = rng.randint(2, 4), rng.randint(2, 5)
         pool = [2, 2, 3, 4] if i % 3 else [2, 3, 4, 6, 8, 9]
-        sizes = [rng.choice(pool) for _ in range(k)]
-        names = [f"a{j}" for j in range(k)]
-        mesh = vs.Mesh(tuple(zip(names, sizes)))
-
-        def axes():
-            assign = [rng.randrange(rank + 1) for _ in range(k)]
-            order = list(range(k))
-            rng.shuffle(order)
-            return [[names[j] for j in order if assign[j] == d] for d in range(rank)]
-
-        sa, da = axes(), axes()
-        shape = [prod(sizes[names.index(x)] for x in sa[d]) * prod(sizes[names.index(x)] for x in da[d])
-                 * rng.choice([1, 2, 3]) for d in range(rank)]
-        s, d = vs.ArrayType.from_axes(mesh, shape, sa), vs.ArrayType.from_axes(mesh, shape, da)
+        mesh, s, d = random_problem(rng, rank, k, pool)
         if i % 10 == 7:   # pending axes: some of the replicated parts
 
             def pend(t):

@@ -79,8 +79,11 @@ LABEL = {"synth": "synth", "core": "core (_core.pplan)", "plan": "plan()", "plan
          "naive": "naive", "dtg": "DT greedy", "dtm": "DT min-cost"}
 
 
-def random_problem(rng: random.Random, rank: int, k: int):
-    sizes = [rng.choice([2, 2, 3, 4]) for _ in range(k)]
+def random_problem(rng: random.Random, rank: int, k: int, pool=(2, 2, 3, 4)):
+    """A random problem: ``k`` axes of sizes drawn from ``pool``, each axis
+    given to a random dimension (or none) of the source and of the target,
+    in a random order; every global size divisible by both."""
+    sizes = [rng.choice(pool) for _ in range(k)]
     names = [f"a{i}" for i in range(k)]
     mesh = vs.Mesh(tuple(zip(names, sizes)))
 
