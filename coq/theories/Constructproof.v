@@ -401,10 +401,9 @@ Qed.
     type holding [D d ++ E d] below [k] to the one holding [D]. *)
 Lemma gathers_chain : forall m src D E k, k <= length src ->
   chain m (tyof src (fun d => if d <? k then D d ++ E d else D d))
-    (flat_map (fun d => match E d with [] => [] | xs => [AllGather d xs] end) (rev (seq 0 k)))
-    (tyof src D).
+    (gathers_of k E) (tyof src D).
 Proof.
-  intros m src D E k. induction k as [|k IH]; intros Hk.
+  intros m src D E k. unfold gathers_of. induction k as [|k IH]; intros Hk.
   - simpl. rewrite (tyof_ext src _ D); [constructor|]. intros d Hd. auto.
   - replace (rev (seq 0 (S k))) with (k :: rev (seq 0 k)) by (rewrite seq_S, rev_app_distr; reflexivity).
     change (flat_map ?f (k :: ?l)) with (f k ++ flat_map f l). cbv beta.

@@ -216,7 +216,8 @@ def _planned(mesh: Mesh, out: Sequence[int], decode_type) -> PlanReport:
     for _ in range(out[1]):
         pos += 1 + out[pos]
     coarse, steps, plain, partial = _report_mesh(mesh, out[2:pos])
-    known = partial if decode_type == ArrayType.pdecode else plain if decode_type == ArrayType.decode else None
+    # (another decoder's reading depends on more than the encoding: its types are kept for this call only)
+    known = partial if decode_type == ArrayType.pdecode else plain if decode_type == ArrayType.decode else {}
     peak, s = out[pos], out[pos + 1]
     pos += 2
     # the encodings of the s steps, then the s + 1 types, each after its length
@@ -225,33 +226,24 @@ def _planned(mesh: Mesh, out: Sequence[int], decode_type) -> PlanReport:
     for _ in range(s):
         end = pos + 1 + out[pos]
         k = out[pos + 1:end]
-        plan_.append(get(k) or _new_step(coarse, steps, k))
+        plan_.append(get(k) or _new_decoded(coarse, steps, k, Collective.decode))
         pos = end
     types = []
-    if known is None:
-        for _ in range(s + 1):
-            end = pos + 1 + out[pos]
-            types.append(_whole(out[pos + 1:end], decode_type(coarse, out[pos + 1:end], 0)))
-            pos = end
-    else:
-        get = known.get
-        for _ in range(s + 1):
-            end = pos + 1 + out[pos]
-            k = out[pos + 1:end]
-            types.append(get(k) or _new_type(coarse, known, k, decode_type))
-            pos = end
+    get = known.get
+    for _ in range(s + 1):
+        end = pos + 1 + out[pos]
+        k = out[pos + 1:end]
+        types.append(get(k) or _new_decoded(coarse, known, k, decode_type))
+        pos = end
     if pos + s != len(out):
         raise ParseError(f"plan report of {len(out)} integers, {pos + s} expected")
     # the core's report, well formed by construction
     return _new_report((coarse, tuple(plan_), tuple(types), out[pos:], peak))
 
 
-def _new_step(mesh: Mesh, cache: dict, code: tuple[int, ...]) -> Collective:
-    return _remember(cache, code, _whole(code, Collective.decode(mesh, code)))
-
-
-def _new_type(mesh: Mesh, cache: dict, code: tuple[int, ...], decode_type) -> ArrayType:
-    return _remember(cache, code, _whole(code, decode_type(mesh, code, 0)))
+def _new_decoded(mesh: Mesh, cache: dict, code: tuple[int, ...], decode):
+    """The step or type ``decode(mesh, code, 0)`` reads from the whole of ``code``, remembered in ``cache``."""
+    return _remember(cache, code, _whole(code, decode(mesh, code, 0)))
 
 
 def _whole(code: tuple[int, ...], decoded: tuple):

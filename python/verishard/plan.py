@@ -431,8 +431,8 @@ def _planned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
     types = r.types
     p = new(Plan)
     p.__dict__.update(mesh=r.mesh, src=types[0], dst=types[-1], steps=tuple(steps), peak=r.peak,
-                      guaranteed=True, _verified=_VERIFIED)
-    return p
+                      guaranteed=True)
+    return _made(p)
 
 
 def express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine: Mesh,

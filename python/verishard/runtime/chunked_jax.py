@@ -94,9 +94,10 @@ def _whole(x):
 
 
 def _in_place(fn, args, x, k):
-    """A step that keeps the local shape (a permute, or an all-to-all between
-    dimensions of one size), piece ``p`` of the leading dimension written back
-    where it was read: its output piece occupies the input piece's rows, so
+    """A step that keeps the local shape (a permute: ``chunk_geometry`` gives
+    one group, ``R`` the leading dimension), piece ``p`` of the leading
+    dimension written back where it was read: its output piece occupies the
+    input piece's rows, so
     XLA updates the donated buffer in place and holds two pieces besides it.
     Used where the step's input is one buffer (the source, or a step's whole
     result), not the previous step's pieces, which would first be joined.
@@ -123,12 +124,12 @@ def _compiled(plan: Plan, jm, ks: tuple[int, ...], donate: bool):
             if call is not None:
                 name, args = call
                 fn = getattr(backend, name)
-                R, G_in, G_out = chunk_geometry(t.local_shape, step.type.local_shape)
                 if k <= 1:
                     val = fn(_whole(val), *args)
-                elif t.local_shape == step.type.local_shape and G_in == 1 and not isinstance(val, _Pieces):
+                elif t.local_shape == step.type.local_shape and not isinstance(val, _Pieces):
                     val = _in_place(fn, args, val, k)
                 else:
+                    R, G_in, G_out = chunk_geometry(t.local_shape, step.type.local_shape)
                     val = _Pieces([fn(p, *args) for p in _cut(val, G_in, R, k)], G_out, R, k)
             t = step.type
         return _whole(val)
