@@ -87,6 +87,7 @@ bench: deps all
 	$(PY) bench/traffic.py
 	$(PY) bench/exchange.py
 	$(PY) bench/optimality.py
+	$(PY) bench/certify.py --core --normal-form
 	$(PY) bench/jax_reshard.py
 	$(PY) bench/jax_timing.py
 	$(PY) bench/jax_memory.py --sizes 256,1024 --time-max 256

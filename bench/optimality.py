@@ -72,6 +72,7 @@ from pathlib import Path
 import verishard as vs
 from verishard import AllGather, AllPermute, AllToAll, DynSlice
 from verishard import _core as _core_module
+from verishard.optimal import _Space
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -248,34 +249,17 @@ def alltoalls(P: Problem, t):
 
 
 class PermuteClasses:
-    """Every well-formed type of a given local shape (same global shape), cached."""
+    """Every well-formed type of a given local shape (same global shape),
+    cached: ``verishard.optimal``'s enumeration of a permute's targets."""
 
     def __init__(self, P: Problem):
         self.P, self.cache, self.enumerated = P, {}, 0
+        self.space = _Space(P.sizes, P.gshape, P.dst)
 
     def of(self, lshape):
         got = self.cache.get(lshape)
         if got is None:
-            P = self.P
-            need = [g // l for g, l in zip(P.gshape, lshape)]
-            got = []
-
-            def rec(a, dims, rem):
-                if a == P.k:
-                    if all(r == 1 for r in rem):
-                        for orders in itertools.product(*(itertools.permutations(d) for d in dims)):
-                            got.append(tuple(orders))
-                    return
-                rec(a + 1, dims, rem)
-                for d in range(P.rank):
-                    if rem[d] % P.sizes[a] == 0:
-                        dims[d].append(a)
-                        rem[d] //= P.sizes[a]
-                        rec(a + 1, dims, rem)
-                        rem[d] *= P.sizes[a]
-                        dims[d].pop()
-
-            rec(0, [[] for _ in range(P.rank)], need)
+            got = self.space.shape_class(lshape)
             self.cache[lshape] = got
             self.enumerated += len(got)
         return got

@@ -242,6 +242,15 @@ let lower_bound_fn a =
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
   [| lower_bound m src dst |]
 
+(* [Certify.certify_traffic]: mesh; cap; figure; src; dst; n; n entries (figure, type).
+   Answer: [1] when the certificate proves the figure minimal within the cap, else [0]. *)
+let certify_fn a =
+  let next = reader a in
+  let m = read_mesh next in let cap = next () in let t = next () in
+  let src = read_type next in let dst = read_type next in
+  let cert = list_of (fun () -> let d = next () in let u = read_type next in (u, d)) (next ()) in
+  [| if certify_traffic m src dst cap t cert then 1 else 0 |]
+
 (* [Crossmesh.xplan], the cross-mesh schedule builder. Input ([read_xplan]):
    mesh1; ranks1 (n; ranks); type1; mesh2; ranks2; type2. Answer: [1] when it refuses, else
    [0; number of targets; for each target: number of pieces; for each piece:
@@ -380,6 +389,7 @@ let () =
   Callback.register "vs_uplan" (guard uplan_fn);
   Callback.register "vs_umovement" (guard umovement_fn);
   Callback.register "vs_lower_bound" (guard lower_bound_fn);
+  Callback.register "vs_certify" (guard certify_fn);
   Callback.register "vs_ulower_bound" (guard ulower_bound_fn);
   Callback.register "vs_xplan" (guard xplan_fn);
   Callback.register "vs_xrounds" (guard xrounds_fn);

@@ -93,6 +93,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("uplan", [](py::object a) { return forward("vs_uplan", a); });
   m.def("umovement", [](py::object a) { return forward("vs_umovement", a); });
   m.def("lower_bound", [](py::object a) { return forward("vs_lower_bound", a); });
+  m.def("certify", [](py::object a) { return forward("vs_certify", a); });
   m.def("ulower_bound", [](py::object a) { return forward("vs_ulower_bound", a); });
   m.def("xplan", [](py::object a) { return forward("vs_xplan", a); });
   m.def("xrounds", [](py::object a) { return forward("vs_xrounds", a); });

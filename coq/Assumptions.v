@@ -169,3 +169,9 @@ Print Assumptions puplan_total.
 Print Assumptions puexec_correct.
 Print Assumptions puplan_peak.
 Print Assumptions puplan_lower_bound.
+
+From VS Require Import Certify Certifyproof.
+Print Assumptions cands_complete.
+Print Assumptions permute_targets_complete.
+Print Assumptions certify_sound.
+Print Assumptions certify_traffic_minimal.

@@ -115,7 +115,10 @@ def test_json_keys_are_documented():
     doc = json.loads(out)
     page = (ROOT / "docs" / "plan.md").read_text()
     documented = set(re.findall(r"^\| `(\w+)` \|", page, re.M))
-    assert set(doc) == documented - {"comment"}
+    assert set(doc) == documented - {"comment", "minimal"}   # "minimal" is written only when true
+    code, out, _ = main("plan", "--mesh", "x=2,y=3", "--src", "[3{x}6]", "--dst", "[2{y}6]", "--format", "json",
+                        "--minimal")
+    assert code == 0 and set(json.loads(out)) == documented - {"comment"}
     ops = set(re.findall(r'"op": "(\w+)"', page))
     assert ops >= {"all_gather", "dyn_slice", "all_to_all", "all_permute"}
 

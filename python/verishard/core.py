@@ -494,6 +494,29 @@ def lower_bound(src: ArrayType, dst: ArrayType) -> int:
     return _call(_core.lower_bound, src.mesh.encode() + src.encode() + dst.encode())[0]
 
 
+def certify(src: ArrayType, dst: ArrayType, cap: int, entries: Sequence[tuple[ArrayType, int]],
+            traffic: int) -> bool:
+    """``Certify.certify_traffic``: whether the certificate ``entries`` (types
+    with potentials, from an untrusted search such as ``optimal.search``)
+    proves that no plan the checker accepts from ``src`` to ``dst`` with every
+    type of local size at most ``cap`` receives less than ``traffic``
+    (``Certifyproof.certify_traffic_minimal``).
+
+    >>> from verishard import Mesh, ArrayType
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> s, d = ArrayType.parse("[9, 2{y}6, 2]", m), ArrayType.parse("[3{y}9, 3{x}6, 2]", m)
+    >>> entries = [(s, 21), (ArrayType.parse("[9, 1{y,x}6, 2]", m), 21), (ArrayType.parse("[9, 2{y}6, 1{x}2]", m), 21)]
+    >>> certify(s, d, 36, entries, 21), certify(s, d, 36, entries, 22), certify(s, d, 36, entries[:2], 21)
+    (True, False, False)
+    """
+    _same_mesh(src.mesh, dst, *(t for t, _ in entries))
+    ints = src.mesh.encode() + [cap, traffic] + src.encode() + dst.encode() + [len(entries)]
+    for t, figure in entries:
+        ints.append(figure)
+        ints += t.encode()
+    return _call(_core.certify, ints)[0] == 1
+
+
 def ulower_bound(src: ArrayType, dst: ArrayType) -> int:
     """``Utraffic.ulower_bound``: over uneven types, the most valid elements any
     device needs that it does not hold validly; no plan the uneven checker

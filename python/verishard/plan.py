@@ -83,6 +83,8 @@ class Plan:
     axis split into sub-axes only where the plan needs one.
     ``guaranteed`` is the synthesizer's flag (memory bound and normal form
     proved for this plan), or None for a plan the user wrote.
+    ``minimal``: the verified checker accepted a certificate that no plan
+    within the memory bound receives less (``plan(..., minimal=True)``).
 
     >>> p = plan("x=2", "[2{x}4]", "[4]")
     >>> print(p)
@@ -102,6 +104,7 @@ class Plan:
     steps: tuple[Step, ...]
     peak: int
     guaranteed: bool | None = None
+    minimal: bool = False
 
     @property
     def collectives(self) -> tuple[Collective, ...]:
@@ -270,7 +273,9 @@ class Plan:
                          f"(positions only; reductions move more)")
         else:
             lines.append(f"traffic {self.traffic} elements/device; lower bound {self.lower_bound}"
-                         f" (ratio {self.traffic_ratio:.2f})")
+                         f" (ratio {self.traffic_ratio:.2f})"
+                         + ("; least of any plan within the bound (Certifyproof.certify_traffic_minimal)"
+                            if self.minimal else ""))
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -288,7 +293,7 @@ class Plan:
             "peak": self.peak, "bound": self.bound, "traffic": self.traffic,
             "lower_bound": self.lower_bound, "guaranteed": self.guaranteed,
             "types": [str(t) for t in self.types], "received": [s.received for s in self.steps],
-        }
+        } | ({"minimal": True} if self.minimal else {})
 
     @staticmethod
     def from_json(obj: object) -> "Plan":
@@ -373,7 +378,8 @@ def check(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str,
     return _made(Plan(mesh, src, dst, steps, ok.peak, None))
 
 
-def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str, *, exchange: bool = False) -> Plan:
+def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str, *, exchange: bool = False,
+         minimal: bool = False) -> Plan:
     """Plan a redistribution with the verified pipeline, in one call into the core.
 
     ``Ppipeline.pplan_problem`` reduces the source's pending axes the target
@@ -402,13 +408,60 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str, *, exchan
     (['Exchange([4, 1{y,x}4, 2], dim=2)'], 8, 6, 6)
     >>> [str(c) for c in plan(q.mesh, q.src, q.dst).collectives], plan(q.mesh, q.src, q.dst).traffic
     (['AllToAll(0->1, y)', 'AllToAll(0->1, x)'], 8)
+
+    With ``minimal=True`` (nothing pending, even types) the plan's traffic is
+    certified the least of any plan the checker accepts over the prime
+    refinement of the mesh with every type within ``max(size(src),
+    size(dst))``: a branch-and-bound (``optimal.search``, untrusted) either
+    certifies the pipeline's plan or finds a cheaper one, which the verified
+    checker then accepts, and the verified ``Certify.certify_traffic``
+    accepts its certificate (``Certifyproof.certify_traffic_minimal``). A
+    cheaper plan is over the prime refinement and carries the checker's
+    guarantees, not the pipeline's normal form. Raises :class:`PlanError`
+    when the search gives up (its state or time budget; axes of size 1).
+
+    >>> p = plan("x=2,y=3", "[9, 2{y}6, 2]", "[3{y}9, 3{x}6, 2]")
+    >>> m = plan("x=2,y=3", "[9, 2{y}6, 2]", "[3{y}9, 3{x}6, 2]", minimal=True)
+    >>> (p.traffic, p.minimal), (m.traffic, m.minimal, m.peak <= m.bound)
+    ((30, False), (21, True, True))
+    >>> [str(c) for c in m.collectives]
+    ['DynSlice(2, x)', 'AllToAll(1->0, y)', 'AllToAll(2->1, x)']
     """
     if not (type(mesh) is Mesh and type(src) is ArrayType and type(dst) is ArrayType and src.mesh is mesh
             and dst.mesh is mesh and src.global_shape == dst.global_shape):
         mesh, src, dst = _problem(mesh, src, dst)   # (the same checks, and the error when one fails)
     if exchange:
+        if minimal:
+            raise ShardingError("minimal=True certifies plans of the four collectives; not with exchange=True")
         return _eplanned(mesh, src, dst)
-    return _planned(mesh, src, dst)
+    return _minimal(mesh, src, dst) if minimal else _planned(mesh, src, dst)
+
+
+@lru_cache(maxsize=256)
+def _minimal(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
+    """The pipeline's plan, or a cheaper one, with its traffic certified least
+    within the bound over the prime refinement (see :func:`plan`)."""
+    from . import optimal
+
+    if src.partial or dst.partial or src.uneven or dst.uneven:
+        raise ShardingError(f"minimal=True certifies plans between even types with nothing pending, "
+                            f"not {src} -> {dst}")
+    p = _planned(mesh, src, dst)
+    fsrc, fdst = src.refined(), dst.refined()
+    found = optimal.search(fsrc.mesh, fsrc, fdst, p.traffic, p.bound)
+    if found.gave_up is not None:
+        raise PlanError(f"cannot certify the least traffic of {src} -> {dst}: {found.gave_up} "
+                        f"(plan() without minimal=True gives the verified plan, traffic {p.traffic})")
+    if found.better is not None:
+        p = check(fsrc.mesh, fsrc, fdst, found.better)
+        if p.traffic != found.certified or p.peak > p.bound:
+            raise PlanError(f"the search's plan receives {p.traffic} with peak {p.peak}, not the "
+                            f"{found.certified} within {p.bound} it claimed")
+    if not core.certify(fsrc, fdst, p.bound, found.entries, p.traffic):
+        raise PlanError(f"the verified checker refused the certificate that {p.traffic} is the least traffic")
+    certified = object.__new__(Plan)
+    certified.__dict__.update({k: v for k, v in p.__dict__.items() if k != "_verified"}, minimal=True)
+    return _made(certified)
 
 
 @lru_cache(maxsize=4096)
