@@ -242,14 +242,17 @@ let lower_bound_fn a =
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
   [| lower_bound m src dst |]
 
-(* [Certify.certify_traffic]: mesh; cap; figure; src; dst; n; n entries (figure, type).
+(* [Certify.certify_split]: mesh; split (per axis: count; sub-axis sizes); cap; figure;
+   src; dst (over the mesh); n; n entries (figure, type over the split).
    Answer: [1] when the certificate proves the figure minimal within the cap, else [0]. *)
 let certify_fn a =
   let next = reader a in
-  let m = read_mesh next in let cap = next () in let t = next () in
+  let m = read_mesh next in
+  let fs = list_of (fun () -> list_of next (next ())) (next ()) in
+  let cap = next () in let t = next () in
   let src = read_type next in let dst = read_type next in
   let cert = list_of (fun () -> let d = next () in let u = read_type next in (u, d)) (next ()) in
-  [| if certify_traffic m src dst cap t cert then 1 else 0 |]
+  [| if certify_split m fs src dst cap t cert then 1 else 0 |]
 
 (* [Crossmesh.xplan], the cross-mesh schedule builder. Input ([read_xplan]):
    mesh1; ranks1 (n; ranks); type1; mesh2; ranks2; type2. Answer: [1] when it refuses, else

@@ -175,3 +175,7 @@ Print Assumptions cands_complete.
 Print Assumptions permute_targets_complete.
 Print Assumptions certify_sound.
 Print Assumptions certify_traffic_minimal.
+
+From VS Require Import Refineplan.
+Print Assumptions refine_check.
+Print Assumptions certify_split_minimal.

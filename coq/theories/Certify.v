@@ -16,7 +16,7 @@
     from a type is among [cands] or a permute to one of [permute_targets]
     ([Certifyproof.cands_complete], [Certifyproof.permute_targets_complete]). *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Prelude Mesh Types Rules Checker Traffic Search.
+From VS Require Import Prelude Mesh Types Rules Checker Traffic Search Refine.
 Import ListNotations.
 
 (** The axes of [pool] outside [xs]. *)
@@ -113,3 +113,11 @@ Definition certify (m : mesh) (dst : atype) (cap : nat) (cert : list (atype * na
     from [src] to [dst] with every type within [cap]. *)
 Definition certify_traffic (m : mesh) (src dst : atype) (cap T : nat) (cert : list (atype * nat)) : bool :=
   certify m dst cap cert && (T <=? pot m dst cert src).
+
+(** The same over a split [fs] of the mesh [m] (types over [m], the
+    certificate over the split, whose sub-axes [certify] requires to have
+    size 2 or more): the figure is then the least over the plans on the
+    split and, carried to it, the plans on [m]. *)
+Definition certify_split (m : mesh) (fs : split) (src dst : atype) (cap T : nat) (cert : list (atype * nat))
+    : bool :=
+  nat_list_eqb (map prod fs) m && certify_traffic (rmesh fs) (rtype fs src) (rtype fs dst) cap T cert.

@@ -2,7 +2,7 @@
     checker accepts bounds below the traffic of every accepted plan within
     the cap. *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Prelude Mesh Types Rules Checker Traffic Trafficproof Search Refine Certify.
+From VS Require Import Prelude Mesh Types Rules Checker Traffic Trafficproof Search Refine Certify Refineplan.
 Import ListNotations.
 
 (** * Enumeration *)
@@ -131,41 +131,6 @@ Proof.
     eapply Nat.le_trans; [exact HR|]. unfold lower_bound. apply fold_max_ge, in_map_iff. eauto.
 Qed.
 
-Lemma strip1_id : forall m A, (forall a, In a A -> asize m a <> 1) -> strip1 m A = A.
-Proof.
-  intros m A H. unfold strip1. induction A as [|a A IH]; simpl; auto.
-  replace (asize m a =? 1) with false by (symmetry; apply Nat.eqb_neq, H; left; reflexivity).
-  simpl. f_equal. apply IH. intros b Hb. apply H. right. exact Hb.
-Qed.
-
-Lemma no_unit_axes_spec : forall m a, no_unit_axes m = true -> a < length m -> asize m a <> 1.
-Proof.
-  intros m a H Ha. unfold no_unit_axes in H. rewrite forallb_forall in H.
-  rewrite asize_nth. specialize (H (nth a m 1) (nth_In m 1 Ha)). apply Nat.leb_le in H. lia.
-Qed.
-
-Lemma wf_tail : forall m D t, wf m (D :: t) -> wf m t.
-Proof.
-  intros m D t [Hm [HF Hnd]]. split; [exact Hm|]. split; [eapply Forall_inv_tail; eauto|].
-  unfold used in Hnd. cbn [flat_map] in Hnd. eapply nodup_app_r; eauto.
-Qed.
-
-(** A permute that moves nothing leaves the type as it is. *)
-Lemma unmoved_same : forall m t t', no_unit_axes m = true -> wf m t -> wf m t' ->
-  map gsize t' = map gsize t -> Checker.moves m t t' = false -> t' = t.
-Proof.
-  intros m t. unfold Checker.moves. induction t as [|D t IH]; intros [|D' t'] Hu Ht Ht' Hg Hmv;
-    simpl in Hmv, Hg; try discriminate; auto.
-  apply orb_false_iff in Hmv as [H1 H2]. apply negb_false_iff, nat_list_eqb_spec in H1.
-  injection Hg as Hg1 Hg2.
-  assert (HA : forall u E, wf m u -> In E u -> strip1 m (axes E) = axes E).
-  { intros u E Hw HE. apply strip1_id. intros a Ha. apply no_unit_axes_spec; auto.
-    eapply wf_axes_range; eauto. }
-  rewrite (HA _ D Ht), (HA _ D' Ht') in H1 by (left; reflexivity).
-  rewrite (IH t'); auto; [|eapply wf_tail; eauto|eapply wf_tail; eauto].
-  destruct D, D'. cbn in *. subst. reflexivity.
-Qed.
-
 (** * Traces *)
 
 Lemma step_gsizes : forall m t c t', step m t c t' -> map gsize t' = map gsize t.
@@ -283,4 +248,25 @@ Proof.
   intros m src dst cap T cert p r H Hchk Hpk. unfold certify_traffic in H.
   apply andb_true_iff in H as [Hc HT]. apply Nat.leb_le in HT.
   pose proof (certify_sound m src dst cap cert p r Hc Hchk Hpk). lia.
+Qed.
+
+(** A figure certified over a split of the mesh is the least traffic of any
+    accepted plan within [cap], over the split and over the mesh itself
+    (carried to the split by [Refineplan.refine_check]). *)
+Theorem certify_split_minimal : forall m fs src dst cap T cert,
+  certify_split m fs src dst cap T cert = true ->
+  (forall p r, check m src dst p = Ok r -> peak r <= cap -> T <= traffic (received r)) /\
+  (forall p r, check (rmesh fs) (rtype fs src) (rtype fs dst) p = Ok r -> peak r <= cap ->
+     T <= traffic (received r)).
+Proof.
+  intros m fs src dst cap T cert H. unfold certify_split in H.
+  apply andb_true_iff in H as [Hs Hc]. apply nat_list_eqb_spec in Hs.
+  assert (Hu : no_unit_axes (rmesh fs) = true).
+  { unfold certify_traffic, certify in Hc. apply andb_true_iff in Hc as [Hc _].
+    apply andb_true_iff in Hc as [Hc _]. apply andb_true_iff in Hc as [Hc _]. exact Hc. }
+  split.
+  - intros p r Hchk Hpk.
+    destruct (refine_check m fs src dst p r Hs Hu Hchk) as [p' [r' [Hchk' [Hp Hle]]]].
+    pose proof (certify_traffic_minimal _ _ _ cap T cert _ r' Hc Hchk' ltac:(lia)). lia.
+  - intros p r Hchk Hpk. exact (certify_traffic_minimal _ _ _ cap T cert p r Hc Hchk Hpk).
 Qed.

@@ -113,13 +113,6 @@ Proof.
     rewrite H in H'. inversion H'. subst. exact Hs.
 Qed.
 
-Lemma last_map_f : forall A B (f : A -> B) l d, last (map f l) (f d) = f (last l d).
-Proof.
-  intros A B f l. induction l as [|x l IH]; intros d; [reflexivity|].
-  destruct l as [|y l]; [reflexivity|]. cbn [map]. change (last (f x :: f y :: map f l) (f d)) with (last (f y :: map f l) (f d)).
-  change (last (x :: y :: l) d) with (last (y :: l) d). rewrite <- (IH d). reflexivity.
-Qed.
-
 (** [plan_problem]'s plan as a partial plan with nothing pending. *)
 Lemma plain_segment : forall m s t fs p r, valid_problem m s t -> plan_problem m s t = Ok (fs, p, r) ->
   splits m fs /\

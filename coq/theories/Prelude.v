@@ -162,6 +162,13 @@ Qed.
 Lemma last_cons_ne : forall A (x d : A) l, l <> [] -> last (x :: l) d = last l d.
 Proof. intros A x d l H. destruct l; [congruence|reflexivity]. Qed.
 
+Lemma last_map_f : forall A B (f : A -> B) l d, last (map f l) (f d) = f (last l d).
+Proof.
+  intros A B f l. induction l as [|x l IH]; intros d; [reflexivity|].
+  destruct l as [|y l]; [reflexivity|]. cbn [map]. change (last (f x :: f y :: map f l) (f d)) with (last (f y :: map f l) (f d)).
+  change (last (x :: y :: l) d) with (last (y :: l) d). rewrite <- (IH d). reflexivity.
+Qed.
+
 (** * More list facts *)
 
 Lemma nth_error_app_len : forall A (P l : list A) x, nth_error (P ++ x :: l) (length P) = Some x.

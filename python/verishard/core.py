@@ -495,12 +495,15 @@ def lower_bound(src: ArrayType, dst: ArrayType) -> int:
 
 
 def certify(src: ArrayType, dst: ArrayType, cap: int, entries: Sequence[tuple[ArrayType, int]],
-            traffic: int) -> bool:
-    """``Certify.certify_traffic``: whether the certificate ``entries`` (types
+            traffic: int, over: Mesh | None = None) -> bool:
+    """``Certify.certify_split``: whether the certificate ``entries`` (types
     with potentials, from an untrusted search such as ``optimal.search``)
     proves that no plan the checker accepts from ``src`` to ``dst`` with every
-    type of local size at most ``cap`` receives less than ``traffic``
-    (``Certifyproof.certify_traffic_minimal``).
+    type of local size at most ``cap`` receives less than ``traffic``, over
+    ``src``'s mesh and over ``over``, the mesh the entries are over: that mesh
+    itself or ``src.mesh.prime_parts()`` (its prime sub-axes of size 2 or
+    more); by default the entries' mesh, or ``src``'s when there are none
+    (``Certifyproof.certify_split_minimal``).
 
     >>> from verishard import Mesh, ArrayType
     >>> m = Mesh.parse("x=2,y=3")
@@ -509,8 +512,21 @@ def certify(src: ArrayType, dst: ArrayType, cap: int, entries: Sequence[tuple[Ar
     >>> certify(s, d, 36, entries, 21), certify(s, d, 36, entries, 22), certify(s, d, 36, entries[:2], 21)
     (True, False, False)
     """
-    _same_mesh(src.mesh, dst, *(t for t, _ in entries))
-    ints = src.mesh.encode() + [cap, traffic] + src.encode() + dst.encode() + [len(entries)]
+    mesh = src.mesh
+    _same_mesh(mesh, dst)
+    over = over if over is not None else entries[0][0].mesh if entries else mesh
+    fine, groups = mesh.prime_parts()
+    if over == mesh:
+        split = [[n] for n in mesh.part_sizes]
+    elif over == fine:
+        split = [[fine.part_sizes[q] for q in qs] for qs in groups]
+    else:
+        raise ShardingError(f"the certificate's types are over {over}, neither {mesh} nor its prime sub-axes {fine}")
+    _same_mesh(over, *(t for t, _ in entries))
+    ints = mesh.encode() + [len(split)]
+    for sizes in split:
+        ints += [len(sizes), *sizes]
+    ints += [cap, traffic] + src.encode() + dst.encode() + [len(entries)]
     for t, figure in entries:
         ints.append(figure)
         ints += t.encode()

@@ -347,6 +347,28 @@ class Mesh:
             axes.append((name, tuple(new)))
         return Mesh(tuple(axes))
 
+    def prime_parts(self) -> tuple["Mesh | None", tuple[tuple[int, ...], ...]]:
+        """The mesh of :meth:`refined` without its parts of size 1 (they shard
+        nothing; an axis left with none is left out), and for each part of
+        this mesh the indices of its sub-axes there: the split traffic
+        certificates are checked over (``Certify.certify_split``). The mesh
+        is None when no part has size 2 or more.
+
+        >>> Mesh.parse("x=1,y=6*2").prime_parts()
+        ({y:2*3*2}, ((), (0, 1), (2,)))
+        """
+        axes, groups, k = [], [], 0
+        for name, fs in self.axes:
+            new = []
+            for f in fs:
+                primes = _prime_factors(f) if f > 1 else ()
+                groups.append(tuple(range(k, k + len(primes))))
+                k += len(primes)
+                new.extend(primes)
+            if new:
+                axes.append((name, tuple(new)))
+        return (Mesh(tuple(axes)) if axes else None), tuple(groups)
+
     # devices ----------------------------------------------------------------
 
     def _check_rank(self, rank: int) -> int:

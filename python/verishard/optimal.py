@@ -342,6 +342,65 @@ def _problem(mesh: Mesh, src: ArrayType, dst: ArrayType) -> None:
                             f"target {dst} has {dst.global_shape}")
 
 
+def onto(t: ArrayType, fine: Mesh, groups: tuple[tuple[int, ...], ...]) -> ArrayType:
+    """``t`` over ``fine``, each part of its mesh replaced by its sub-axes
+    ``groups[part]`` there (``Refine.rtype``; see :meth:`Mesh.prime_parts`).
+
+    >>> m = Mesh.parse("u=1,x=4")
+    >>> fine, groups = m.prime_parts()
+    >>> onto(ArrayType.parse("[2{u,x}8]", m), fine, groups)
+    [2{x}8]
+    """
+    return ArrayType.from_parts(fine, t.global_shape,
+                                [tuple(q for p in d.parts for q in groups[p]) for d in t.dims])
+
+
+def lift(plan: tuple[Collective, ...], fine: Mesh, groups: tuple[tuple[int, ...], ...],
+         src: ArrayType, dst: ArrayType) -> list[Collective]:
+    """A plan over ``fine`` (``mesh.prime_parts()``) from ``onto(src)`` to
+    ``onto(dst)`` as a plan over ``mesh.refined()`` from ``src.refined()`` to
+    ``dst.refined()``: the same steps on the same sub-axes, and where ``src``
+    or ``dst`` uses parts of size 1 (which ``fine`` leaves out), a permute
+    that drops or adds them first or last (it moves nothing: no device's
+    block changes, ``Checker.moves``). The verified checker re-checks it.
+
+    >>> m = Mesh.parse("u=1,x=1*4")
+    >>> fine, groups = m.prime_parts()
+    >>> fine, m.refined()
+    ({x:2*2}, {u:1, x:1*2*2})
+    >>> s, d = ArrayType.parse("[2{x}8]", m), ArrayType.parse("[8]", m)
+    >>> lift((AllGather(0, ("x",)),), fine, groups, s, d)
+    [AllPermute(target=[2{x.1,x.2}8]), AllGather(dim=0, axes=('x.1', 'x.2'))]
+    """
+    mesh = src.mesh
+    refined = mesh.refined()
+    where = {}
+    for p, qs in enumerate(groups):
+        rs = [r for r in mesh.refinement()[p] if refined.part_sizes[r] > 1]
+        where.update(zip(qs, rs))
+
+    def parts(ps) -> tuple[int, ...]:
+        return tuple(where[q] for q in ps)
+
+    def lifted(t: ArrayType) -> ArrayType:
+        return ArrayType.from_parts(refined, t.global_shape, [parts(d.parts) for d in t.dims])
+
+    out: list[Collective] = []
+    start, end = lifted(onto(src, fine, groups)), lifted(onto(dst, fine, groups))
+    if start != src.refined():
+        out.append(AllPermute(start))
+    for c in plan:
+        if isinstance(c, AllPermute):
+            out.append(AllPermute(lifted(c.target)))
+        elif isinstance(c, AllToAll):
+            out.append(AllToAll(c.src_dim, c.dst_dim, refined.names(parts(c.parts(fine)))))
+        else:
+            out.append(type(c)(c.dim, refined.names(parts(c.parts(fine)))))
+    if end != dst.refined():
+        out.append(AllPermute(dst.refined()))
+    return out
+
+
 def search(mesh: Mesh, src: ArrayType, dst: ArrayType, traffic: int, cap: int, *,
            max_states: int = 200_000, max_seconds: float = 60.0) -> Search:
     """A plan from ``src`` to ``dst`` within ``cap`` receiving less than
@@ -395,7 +454,8 @@ def search(mesh: Mesh, src: ArrayType, dst: ArrayType, traffic: int, cap: int, *
         return Search(seconds=time.perf_counter() - t0, **base)
 
     if any(s == 1 for s in mesh.part_sizes):
-        return result(gave_up="a part of size 1 (the certificate checker refuses such meshes)")
+        return result(gave_up="a part of size 1 (the certificate checker refuses such meshes; search over "
+                                   "Mesh.prime_parts())")
     if mesh.num_devices > MAX_SEARCH_DEVICES:
         return result(gave_up=f"more than {MAX_SEARCH_DEVICES} devices")
     if src.size > cap:
@@ -419,4 +479,4 @@ def search(mesh: Mesh, src: ArrayType, dst: ArrayType, traffic: int, cap: int, *
                   steps_to_check=work)
 
 
-__all__ = ["Search", "search", "MAX_SEARCH_DEVICES"]
+__all__ = ["Search", "search", "onto", "lift", "MAX_SEARCH_DEVICES"]

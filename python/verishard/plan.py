@@ -274,8 +274,8 @@ class Plan:
         else:
             lines.append(f"traffic {self.traffic} elements/device; lower bound {self.lower_bound}"
                          f" (ratio {self.traffic_ratio:.2f})"
-                         + ("; least of any plan within the bound (Certifyproof.certify_traffic_minimal)"
-                            if self.minimal else ""))
+                         + ("; least of any plan within the bound (Certifyproof.certify_split_minimal)"
+                            if self.minimal and self.traffic > self.lower_bound else ""))
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -410,15 +410,17 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str, *, exchan
     (['AllToAll(0->1, y)', 'AllToAll(0->1, x)'], 8)
 
     With ``minimal=True`` (nothing pending, even types) the plan's traffic is
-    certified the least of any plan the checker accepts over the prime
-    refinement of the mesh with every type within ``max(size(src),
+    certified the least of any plan the checker accepts, over the mesh or
+    its refinement into prime parts, with every type within ``max(size(src),
     size(dst))``: a branch-and-bound (``optimal.search``, untrusted) either
     certifies the pipeline's plan or finds a cheaper one, which the verified
-    checker then accepts, and the verified ``Certify.certify_traffic``
-    accepts its certificate (``Certifyproof.certify_traffic_minimal``). A
+    checker then accepts, and the verified ``Certify.certify_split``
+    accepts its certificate (``Certifyproof.certify_split_minimal``). A
     cheaper plan is over the prime refinement and carries the checker's
-    guarantees, not the pipeline's normal form. Raises :class:`PlanError`
-    when the search gives up (its state or time budget; axes of size 1).
+    guarantees, not the pipeline's normal form. A plan at the lower bound
+    is least already (``Pipelineproof.plan_traffic_optimal``) and is
+    returned as it is. Raises :class:`PlanError` when the search gives up
+    (its budget of states or time).
 
     >>> p = plan("x=2,y=3", "[9, 2{y}6, 2]", "[3{y}9, 3{x}6, 2]")
     >>> m = plan("x=2,y=3", "[9, 2{y}6, 2]", "[3{y}9, 3{x}6, 2]", minimal=True)
@@ -440,25 +442,27 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str, *, exchan
 @lru_cache(maxsize=256)
 def _minimal(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
     """The pipeline's plan, or a cheaper one, with its traffic certified least
-    within the bound over the prime refinement (see :func:`plan`)."""
+    within the bound over the mesh and its prime refinement (see :func:`plan`)."""
     from . import optimal
 
     if src.partial or dst.partial or src.uneven or dst.uneven:
         raise ShardingError(f"minimal=True certifies plans between even types with nothing pending, "
                             f"not {src} -> {dst}")
     p = _planned(mesh, src, dst)
-    fsrc, fdst = src.refined(), dst.refined()
-    found = optimal.search(fsrc.mesh, fsrc, fdst, p.traffic, p.bound)
-    if found.gave_up is not None:
-        raise PlanError(f"cannot certify the least traffic of {src} -> {dst}: {found.gave_up} "
-                        f"(plan() without minimal=True gives the verified plan, traffic {p.traffic})")
-    if found.better is not None:
-        p = check(fsrc.mesh, fsrc, fdst, found.better)
-        if p.traffic != found.certified or p.peak > p.bound:
-            raise PlanError(f"the search's plan receives {p.traffic} with peak {p.peak}, not the "
-                            f"{found.certified} within {p.bound} it claimed")
-    if not core.certify(fsrc, fdst, p.bound, found.entries, p.traffic):
-        raise PlanError(f"the verified checker refused the certificate that {p.traffic} is the least traffic")
+    if p.traffic > p.lower_bound:   # (at the bound it is least already: Pipelineproof.plan_traffic_optimal)
+        fine, groups = mesh.prime_parts()
+        fsrc, fdst = optimal.onto(src, fine, groups), optimal.onto(dst, fine, groups)
+        found = optimal.search(fine, fsrc, fdst, p.traffic, p.bound)
+        if found.gave_up is not None:
+            raise PlanError(f"cannot certify the least traffic of {src} -> {dst}: {found.gave_up} "
+                            f"(plan() without minimal=True gives the verified plan, traffic {p.traffic})")
+        if found.better is not None:
+            p = check(mesh.refined(), src.refined(), dst.refined(), optimal.lift(found.better, fine, groups, src, dst))
+            if p.traffic != found.certified or p.peak > p.bound:
+                raise PlanError(f"the search's plan receives {p.traffic} with peak {p.peak}, not the "
+                                f"{found.certified} within {p.bound} it claimed")
+        if not core.certify(src, dst, p.bound, found.entries, p.traffic, over=fine):
+            raise PlanError(f"the verified checker refused the certificate that {p.traffic} is the least traffic")
     certified = object.__new__(Plan)
     certified.__dict__.update({k: v for k, v in p.__dict__.items() if k != "_verified"}, minimal=True)
     return _made(certified)
