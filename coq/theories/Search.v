@@ -32,10 +32,18 @@ Fixpoint remove_one (v : nat) (l : list nat) : list nat :=
 Definition list_eqb (C C' : list (list nat)) : bool :=
   if list_eq_dec (list_eq_dec Nat.eq_dec) C C' then true else false.
 
-(** Move the last axes of [d], [xs], onto the minor end of [e]. *)
-Definition move (C : list (list nat)) (d e : nat) (xs : list nat) : list (list nat) :=
-  let Cd := ax C d in
-  set_nth (set_nth C d (firstn (length Cd - length xs) Cd)) e (ax C e ++ xs).
+(** Move the last axes of [d], [xs], onto the minor end of [e]:
+    [set_nth (set_nth C d (firstn (length Cd - length xs) Cd)) e (ax C e ++ xs)]
+    with [Cd = ax C d], in one pass ([move_at]: from index [i]). *)
+Fixpoint move_at (d e : nat) (xs : list nat) (i : nat) (C : list (list nat)) : list (list nat) :=
+  match C with
+  | [] => []
+  | x :: C' =>
+      let x' := if i =? d then firstn (length x - length xs) x else x in
+      (if i =? e then x' ++ xs else x') :: move_at d e xs (S i) C'
+  end.
+
+Definition move (C : list (list nat)) (d e : nat) (xs : list nat) : list (list nat) := move_at d e xs 0 C.
 
 (** [xs] is a prefix of [l]. *)
 Fixpoint prefixb (xs l : list nat) : bool :=
@@ -86,8 +94,7 @@ Definition progress (xs : list nat) (free : bool) (F : dfacts) : bool :=
     ([all = false]); by [d], then larger groups first (so that cheap plans
     are found early and prune the rest), then by [e]. [moves_to] lists the
     moves of [xs] from [d] to the other dimensions, [e] counting up from
-    its argument; [moves_of] those of every group in [xss], followed by
-    [rest]. *)
+    its argument. *)
 Fixpoint moves_to (all : bool) (d : nat) (xs : list nat) (free : bool) (e : nat) (FS : list dfacts)
     (rest : list (nat * nat * list nat)) : list (nat * nat * list nat) :=
   match FS with
@@ -97,18 +104,24 @@ Fixpoint moves_to (all : bool) (d : nat) (xs : list nat) (free : bool) (e : nat)
       if (e =? d) || negb (all || progress xs free F) then t else (d, e, xs) :: t
   end.
 
-Fixpoint moves_of (all : bool) (U : list nat) (d : nat) (FS : list dfacts) (xss : list (list nat))
-    (rest : list (nat * nat * list nat)) : list (nat * nat * list nat) :=
-  match xss with
-  | [] => rest
-  | xs :: xss' => moves_to all d xs (forallb (fun a => negb (memb a U)) xs) 0 FS (moves_of all U d FS xss' rest)
+(** [moves_sfx] lists those of every suffix of [l] (longest first),
+    followed by [rest], and says whether no axis of [l] is used by the
+    target (each axis tested once). *)
+Fixpoint moves_sfx (all : bool) (U : list nat) (d : nat) (FS : list dfacts) (l : list nat)
+    (rest : list (nat * nat * list nat)) : list (nat * nat * list nat) * bool :=
+  match l with
+  | [] => (rest, true)
+  | a :: t =>
+      let '(ms, free) := moves_sfx all U d FS t rest in
+      let free' := negb (memb a U) && free in
+      (moves_to all d l free' 0 FS ms, free')
   end.
 
 Fixpoint moves (all : bool) (U : list nat) (FS : list dfacts) (d : nat) (FD : list dfacts)
     : list (nat * nat * list nat) :=
   match FD with
   | [] => []
-  | F :: FD' => moves_of all U d FS (suffixes (frest F)) (moves all U FS (S d) FD')
+  | F :: FD' => fst (moves_sfx all U d FS (frest F) (moves all U FS (S d) FD'))
   end.
 
 (** The extras after a state where every dimension is done: its tails (no permute). *)
@@ -169,12 +182,17 @@ Definition sort_keyed (K : list (nat * nat)) (l : list nat) : list nat :=
 (** A permute that reorders every dimension: the longest prefix of its
     target order that it holds, then the axes that must leave, in
     key order. Same axes per dimension, so the same local shape. *)
-Definition reorder (K : list (nat * nat)) (C D : list (list nat)) (d : nat) : list nat :=
-  let Cd := ax C d in
-  let Dd := ax D d in
+Definition reorder_dim (K : list (nat * nat)) (Cd Dd : list nat) : list nat :=
   let k := lcp_in Cd Dd in
   let stay := firstn k Dd in
   stay ++ sort_keyed K (filter (fun a => negb (memb a stay)) Cd).
+
+(** Every dimension reordered, walking [C] and [D] together. *)
+Fixpoint reorder_all (K : list (nat * nat)) (C D : list (list nat)) : list (list nat) :=
+  match C with
+  | [] => []
+  | Cd :: C' => reorder_dim K Cd (hd [] D) :: reorder_all K C' (tl D)
+  end.
 
 (** A permute that also exchanges axes of the same size between
     dimensions (any type of the same local shape will do): every dimension
@@ -202,15 +220,29 @@ Fixpoint fill (m : mesh) (sl pool : list nat) : list nat * list nat :=
       end
   end.
 
-Definition retarget (m : mesh) (K : list (nat * nat)) (r : nat) (C D : list (list nat)) : list (list nat) :=
-  let pre := fold_left (fun (acc : list (list nat * list nat) * list nat) d =>
-               let '(p, pool', sl) := take_prefix m (ax D d) (snd acc) (map (asize m) (ax C d)) in
-               (fst acc ++ [(p, sl)], pool'))
-             (seq 0 r) ([], flat_map (ax C) (seq 0 r)) in
-  fst (fold_left (fun (acc : list (list nat) * list nat) ps =>
-         let '(f, pool') := fill m (snd ps) (snd acc) in
-         (fst acc ++ [fst ps ++ sort_keyed K f], pool'))
-       (fst pre) ([], sort_keyed K (snd pre))).
+(** First pass, dimension by dimension ([C] and [D] walked together):
+    the prefix each takes and the sizes of its slots left; the pool left. *)
+Fixpoint retarget_pre (m : mesh) (C D : list (list nat)) (pool : list nat)
+    : list (list nat * list nat) * list nat :=
+  match C with
+  | [] => ([], pool)
+  | Cd :: C' =>
+      let '(p, pool', sl) := take_prefix m (hd [] D) pool (map (asize m) Cd) in
+      let '(l, pool'') := retarget_pre m C' (tl D) pool' in
+      ((p, sl) :: l, pool'')
+  end.
+
+(** Second pass: each dimension's slots filled from the pool. *)
+Fixpoint retarget_fill (m : mesh) (K : list (nat * nat)) (l : list (list nat * list nat)) (pool : list nat)
+    : list (list nat) :=
+  match l with
+  | [] => []
+  | (p, sl) :: l' => let '(f, pool') := fill m sl pool in (p ++ sort_keyed K f) :: retarget_fill m K l' pool'
+  end.
+
+Definition retarget (m : mesh) (K : list (nat * nat)) (C D : list (list nat)) : list (list nat) :=
+  let '(pre, pool) := retarget_pre m C D (concat C) in
+  retarget_fill m K pre (sort_keyed K pool).
 
 (** Depth-first branch-and-bound from [C] ([mv]: the moves so far, last
     first; [cost]: their cost); [buf] detours (moves that make no
@@ -239,22 +271,27 @@ Fixpoint dfs (m : mesh) (src : atype) (U : list nat) (K : list (nat * nat)) (r s
       let stuck := match pm with [] => true | _ => false end in
       let b1 := if stuck then fin tt else b in
       (* Detours and permutes only where no move makes progress. *)
+      (* [nprod m (ax C e ++ xs)] as [nprod m (ax C e) * n] *)
       let st2 := fold_left (fun stt (dex : nat * nat * list nat) =>
         match dex with
         | (d, e, xs) =>
-            let c' := cost + a2a_cost m s xs in
-            if below c' (fst stt) && (g e mod nprod m (ax C e ++ xs) =? 0)
+            let n := nprod m xs in
+            let c' := cost + (s - s / n) in
+            if below c' (fst stt) && (g e mod (nprod m (ax C e) * n) =? 0)
             then dfs m src U K r s g D f (if stuck then buf - 1 else buf) perm (move C d e xs) c'
                      (AllToAll d e xs :: mv) stt
             else stt
         end)
         (if stuck then (if buf =? 0 then [] else moves true U FS 0 FS) else pm) (b1, budget) in
       if stuck && negb (perm =? 0) then
-        fold_left (fun stt C' =>
-          if below (cost + s) (fst stt) && negb (list_eqb C' C)
-          then dfs m src U K r s g D f buf (perm - 1) C' (cost + s) (AllPermute (tyof src (ax C')) :: mv) stt
-          else stt)
-          [map (reorder K C D) (seq 0 r); retarget m K r C D] st2
+        (* the two permutes in turn, each built only when it could still pay *)
+        let try := fun stt (mk : unit -> list (list nat)) =>
+          if below (cost + s) (fst stt)
+          then let C' := mk tt in
+               if list_eqb C' C then stt
+               else dfs m src U K r s g D f buf (perm - 1) C' (cost + s) (AllPermute (tyof src (ax C')) :: mv) stt
+          else stt in
+        try (try st2 (fun _ => reorder_all K C D)) (fun _ => retarget m K C D)
       else st2
   end
   end.
