@@ -32,17 +32,7 @@ Fixpoint remove_one (v : nat) (l : list nat) : list nat :=
 Definition list_eqb (C C' : list (list nat)) : bool :=
   if list_eq_dec (list_eq_dec Nat.eq_dec) C C' then true else false.
 
-(** Move the last axes of [d], [xs], onto the minor end of [e]:
-    [set_nth (set_nth C d (firstn (length Cd - length xs) Cd)) e (ax C e ++ xs)]
-    with [Cd = ax C d], in one pass ([move_at]: from index [i]). *)
-Fixpoint move_at (d e : nat) (xs : list nat) (i : nat) (C : list (list nat)) : list (list nat) :=
-  match C with
-  | [] => []
-  | x :: C' =>
-      let x' := if i =? d then firstn (length x - length xs) x else x in
-      (if i =? e then x' ++ xs else x') :: move_at d e xs (S i) C'
-  end.
-
+(** Move the last axes of [d], [xs], onto the minor end of [e] ([Synth.move_at]). *)
 Definition move (C : list (list nat)) (d e : nat) (xs : list nat) : list (list nat) := move_at d e xs 0 C.
 
 (** [xs] is a prefix of [l]. *)

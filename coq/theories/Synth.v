@@ -300,20 +300,55 @@ Definition canonical (m : mesh) (src dst : atype) : plan :=
 (** Axis lists of the greedy construction: dimension [d] is [ax C d]. *)
 Definition ax (C : list (list nat)) (d : nat) : list nat := nth d C [].
 
-Definition needs (m : mesh) (D C : list (list nat)) (e v : nat) : bool :=
-  cnt m v (ax C e) <? cnt m v (ax D e).
+(** [move_at d e xs 0 C]: the last [length xs] axes of [d] moved onto the
+    minor end of [e], i.e.
+    [set_nth (set_nth C d (firstn (length (ax C d) - length xs) (ax C d))) e (ax C e ++ xs)],
+    in one pass ([i]: the index of the head of [C]). *)
+Fixpoint move_at (d e : nat) (xs : list nat) (i : nat) (C : list (list nat)) : list (list nat) :=
+  match C with
+  | [] => []
+  | x :: C' =>
+      let x' := if i =? d then firstn (length x - length xs) x else x in
+      (if i =? e then x' ++ xs else x') :: move_at d e xs (S i) C'
+  end.
 
-Definition surplus (m : mesh) (D C : list (list nat)) (d v : nat) : bool :=
-  cnt m v (ax D d) <? cnt m v (ax C d).
+(** The greedy state is [C] (the axes held) and [D] (the target's), one
+    list per dimension, both of length [r]; the tests below walk them
+    together ([e]: the index of their heads) instead of looking
+    dimensions up by index. Dimension [e] needs size-[v] axes when it
+    holds fewer than the target's; dimension [d] has a surplus when it
+    holds more. *)
 
-Definition needs_left (m : mesh) (r : nat) (D C : list (list nat)) : bool :=
-  existsb (fun e => existsb (fun a => needs m D C e (asize m a)) (ax D e)) (seq 0 r).
+(** Some dimension needs an axis of a size its target has. *)
+Fixpoint needs_left (m : mesh) (C D : list (list nat)) : bool :=
+  match C with
+  | [] => false
+  | Ce :: C' =>
+      let De := hd [] D in
+      existsb (fun a => let v := asize m a in cnt m v Ce <? cnt m v De) De || needs_left m C' (tl D)
+  end.
 
-Definition other_needs (m : mesh) (r : nat) (D C : list (list nat)) (d v : nat) : bool :=
-  existsb (fun e => negb (e =? d) && needs m D C e v) (seq 0 r).
+(** The dimensions other than [d] that need size-[v] axes, in order, with their axes and target's. *)
+Fixpoint needers (m : mesh) (v d e : nat) (C D : list (list nat)) : list (nat * list nat * list nat) :=
+  match C with
+  | [] => []
+  | Ce :: C' =>
+      let De := hd [] D in
+      let t := needers m v d (S e) C' (tl D) in
+      if negb (e =? d) && (cnt m v Ce <? cnt m v De) then (e, Ce, De) :: t else t
+  end.
 
-Definition pending_out (m : mesh) (r : nat) (D C : list (list nat)) (d : nat) : bool :=
-  existsb (fun a => surplus m D C d (asize m a) && other_needs m r D C d (asize m a)) (ax C d).
+(** Some dimension other than [d] needs size-[v] axes. *)
+Fixpoint other_needs (m : mesh) (v d e : nat) (C D : list (list nat)) : bool :=
+  match C with
+  | [] => false
+  | Ce :: C' => (negb (e =? d) && (cnt m v Ce <? cnt m v (hd [] D))) || other_needs m v d (S e) C' (tl D)
+  end.
+
+(** Dimension [d] (axes [Cd], target's [Dd]) holds an axis of a size it
+    has in surplus and another dimension needs. *)
+Definition pending_out (m : mesh) (C D : list (list nat)) (d : nat) (Cd Dd : list nat) : bool :=
+  existsb (fun a => let v := asize m a in (cnt m v Dd <? cnt m v Cd) && other_needs m v d 0 C D) Cd.
 
 Fixpoint extend (m : mesh) (single : bool) (Dd De : list nat) (rb cd ce grp : list nat) : list nat :=
   match rb with
@@ -327,48 +362,73 @@ Fixpoint extend (m : mesh) (single : bool) (Dd De : list nat) (rb cd ce grp : li
 
 Definition b2n (b : bool) : nat := if b then 1 else 0.
 
-(** The first element of [l] of the least key (the head of [sort_by k l]),
-    each key computed once. *)
-Fixpoint first_min_from (k : nat -> nat) (x kx : nat) (l : list nat) : nat :=
+(** The receiver of a direct move of axis [a]: the first of the needers
+    [es] of the least key [2 * (a not in its target) + (pending_out)],
+    with its [pending_out] (each computed once; a single needer is taken
+    without its key). *)
+Definition needer_key (a : nat) (De : list nat) (po : bool) : nat := 2 * b2n (negb (memb a De)) + b2n po.
+
+Fixpoint first_needer (m : mesh) (C D : list (list nat)) (a : nat) (x : nat * list nat * list nat) (kx : nat) (px : bool)
+    (l : list (nat * list nat * list nat)) : nat * list nat * list nat * bool :=
   match l with
-  | [] => x
-  | y :: l' => let ky := k y in if ky <? kx then first_min_from k y ky l' else first_min_from k x kx l'
+  | [] => (x, px)
+  | y :: l' =>
+      let '(e, Ce, De) := y in
+      let py := pending_out m C D e Ce De in
+      let ky := needer_key a De py in
+      if ky <? kx then first_needer m C D a y ky py l' else first_needer m C D a x kx px l'
   end.
 
-Definition first_min (k : nat -> nat) (l : list nat) : option nat :=
-  match l with
+Definition receiver (m : mesh) (C D : list (list nat)) (a : nat) (es : list (nat * list nat * list nat))
+    : option (nat * list nat * list nat * bool) :=
+  match es with
   | [] => None
-  | [x] => Some x
-  | x :: l' => Some (first_min_from k x (k x) l')
-  end.
-
-(** The best direct move from [d]: [(key, (d, e, axes))], least key first. *)
-Definition direct_from (m : mesh) (single : bool) (r : nat) (D C : list (list nat)) (d : nat)
-    : option (nat * (nat * nat * list nat)) :=
-  match rev' (ax C d) with
-  | [] => None
-  | a :: rb =>
-      let v := asize m a in
-      if negb (surplus m D C d v) then None else
-      let es := filter (fun e => negb (e =? d) && needs m D C e v) (seq 0 r) in
-      let ke := fun e => 2 * b2n (negb (memb a (ax D e))) + b2n (pending_out m r D C e) in
-      match first_min ke es with
-      | None => None
-      | Some e =>
-          let grp := extend m single (ax D d) (ax D e) rb (removelast (ax C d)) (ax C e ++ [a]) [a] in
-          Some (2 * b2n (pending_out m r D C e) + b2n (negb (memb a (ax D e))), (d, e, grp))
+  | x :: l =>
+      let '(e, Ce, De) := x in
+      let px := pending_out m C D e Ce De in
+      match l with
+      | [] => Some (x, px)
+      | _ => Some (first_needer m C D a x (needer_key a De px) px l)
       end
   end.
 
-Definition best_direct (m : mesh) (single : bool) (r : nat) (D C : list (list nat))
-    : option (nat * nat * list nat) :=
-  option_map snd
-    (fold_left (fun acc d =>
-       match direct_from m single r D C d, acc with
-       | None, _ => acc
-       | Some x, None => Some x
-       | Some x, Some y => if fst x <? fst y then Some x else acc
-       end) (seq 0 r) None).
+(** The best direct move from [d] (axes [Cd], target's [Dd]): [(key, (d, e, axes))]. *)
+Definition direct_from (m : mesh) (single : bool) (C D : list (list nat)) (d : nat) (Cd Dd : list nat)
+    : option (nat * (nat * nat * list nat)) :=
+  match rev' Cd with
+  | [] => None
+  | a :: rb =>
+      let v := asize m a in
+      if negb (cnt m v Dd <? cnt m v Cd) then None else
+      match receiver m C D a (needers m v d 0 C D) with
+      | None => None
+      | Some (e, Ce, De, po) =>
+          let grp := extend m single Dd De rb (removelast Cd) (Ce ++ [a]) [a] in
+          Some (2 * b2n po + b2n (negb (memb a De)), (d, e, grp))
+      end
+  end.
+
+(** The first direct move of the least key over the dimensions [d] on
+    ([Cs], [Ds]: their axes and target's); none can beat key 0. *)
+Fixpoint best_direct_from (m : mesh) (single : bool) (C D : list (list nat)) (d : nat) (Cs Ds : list (list nat))
+    (acc : option (nat * (nat * nat * list nat))) : option (nat * (nat * nat * list nat)) :=
+  match Cs with
+  | [] => acc
+  | Cd :: Cs' =>
+      match acc with
+      | Some (0, _) => acc
+      | _ =>
+          let acc' := match direct_from m single C D d Cd (hd [] Ds), acc with
+                      | None, _ => acc
+                      | Some x, None => Some x
+                      | Some x, Some y => if fst x <? fst y then Some x else acc
+                      end in
+          best_direct_from m single C D (S d) Cs' (tl Ds) acc'
+      end
+  end.
+
+Definition best_direct (m : mesh) (single : bool) (C D : list (list nat)) : option (nat * nat * list nat) :=
+  option_map snd (best_direct_from m single C D 0 C D None).
 
 Definition total_need (m : mesh) (r : nat) (D C : list (list nat)) (d v : nat) : nat :=
   fold_right plus 0 (map (fun e => if e =? d then 0 else cnt m v (ax D e) - cnt m v (ax C e)) (seq 0 r)).
@@ -395,10 +455,10 @@ Fixpoint greedy_loop (m : mesh) (src : atype) (D : list (list nat)) (single : bo
   match fuel with
   | 0 => ([], C)
   | S f =>
-      if negb (needs_left m r D C) then ([], C) else
-      match best_direct m single r D C with
+      if negb (needs_left m C D) then ([], C) else
+      match best_direct m single C D with
       | Some (d, e, grp) =>
-          let C1 := set_nth (set_nth C d (firstn (length (ax C d) - length grp) (ax C d))) e (ax C e ++ grp) in
+          let C1 := move_at d e grp 0 C in
           let (p, C2) := greedy_loop m src D single f C1 in
           (AllToAll d e grp :: p, C2)
       | None =>
