@@ -120,9 +120,15 @@ Definition tails_of (C D : list (list nat)) : nat -> list nat := fun d => skipn 
 (** A state not yet done can be finished by one permute to the target and
     its extras ([Synth.extras_f]) where they give the same local size in
     every dimension: those extras. *)
+Fixpoint same_sizes (m : mesh) (C D E : list (list nat)) : bool :=
+  match C with
+  | [] => true
+  | Cd :: C' => (nprod m Cd =? nprod m (hd [] D) * nprod m (hd [] E)) && same_sizes m C' (tl D) (tl E)
+  end.
+
 Definition finishable (m : mesh) (r : nat) (C D : list (list nat)) : option (nat -> list nat) :=
-  let E := extras_f m r (ax D) (ax C) in
-  if forallb (fun d => nprod m (ax C d) =? nprod m (ax D d ++ E d)) (seq 0 r) then Some E else None.
+  let E := extras_l m D C in
+  if same_sizes m C D E then Some (ax E) else None.
 
 Definition a2a_cost (m : mesh) (s : nat) (xs : list nat) : nat := s - s / nprod m xs.
 

@@ -469,14 +469,48 @@ Fixpoint greedy_loop (m : mesh) (src : atype) (D : list (list nat)) (single : bo
       end
   end.
 
+(** [extras_f m r (ax D) (ax C)] below [r] (the length of [C] and [D]),
+    over the lists: the same pairs offered in the same order (first the
+    axes of each dimension of [C], then every axis of the mesh, to each
+    dimension in turn), the extras of a dimension and the axes added so
+    far threaded along; [AD], [AA]: every axis of [D], of [C]. *)
+Fixpoint extra_offer (m : mesh) (AD AA Dd Cd : list nat) (Ed AE : list nat) (l : list nat) : list nat * list nat :=
+  match l with
+  | [] => (Ed, AE)
+  | a :: l' =>
+      let v := asize m a in
+      if negb (memb a AE) && (cnt m v Dd + cnt m v Ed <? cnt m v Cd) && (cnt m v AD + cnt m v AE <? cnt m v AA)
+      then extra_offer m AD AA Dd Cd (Ed ++ [a]) (a :: AE) l'
+      else extra_offer m AD AA Dd Cd Ed AE l'
+  end.
+
+Fixpoint extras_pass (m : mesh) (AD AA : list nat) (sel : list nat -> list nat) (D C E : list (list nat)) (AE : list nat)
+    : list (list nat) * list nat :=
+  match C with
+  | [] => ([], AE)
+  | Cd :: C' =>
+      let '(Ed, AE1) := extra_offer m AD AA (hd [] D) Cd (hd [] E) AE (sel Cd) in
+      let '(E', AE2) := extras_pass m AD AA sel (tl D) C' (tl E) AE1 in
+      (Ed :: E', AE2)
+  end.
+
+Definition extras_l (m : mesh) (D C : list (list nat)) : list (list nat) :=
+  let AD := concat D in
+  let AA := concat C in
+  let keep := filter (fun a => negb (memb a AD)) in
+  let '(E1, AE1) := extras_pass m AD AA keep D C (map (fun _ => []) C) [] in
+  let l := keep (seq 0 (length m)) in
+  fst (extras_pass m AD AA (fun _ => l) D C E1 AE1).
+
 Definition greedy_x (m : mesh) (src dst : atype) (X : nat -> list nat) (single : bool) : plan :=
   let r := length src in
   let S := sax src in
   let D := sax dst in
-  let (mv, Cl) := greedy_loop m src (map D (seq 0 r)) single (2 * length m + 2)
+  let Dl := map D (seq 0 r) in
+  let (mv, Cl) := greedy_loop m src Dl single (2 * length m + 2)
                               (map (fun d => S d ++ X d) (seq 0 r)) in
   let C := ax Cl in
-  let E := extras_f m r D C in
+  let E := ax (extras_l m Dl Cl) in
   slices_of r X ++ mv ++ finish src C (fun d => D d ++ E d) E.
 
 (** [single] only matters when some all-to-all moves several axes: without

@@ -128,11 +128,61 @@ Fixpoint adj (i j : nat) (l : list nat) : bool :=
 Definition glued_in (i : nat) (l : list nat) : bool :=
   Bool.eqb (memb i l) (memb (S i) l) && (negb (memb i l) || adj i (S i) l).
 
-Definition respects (G : list nat) (t : atype) : bool :=
-  forallb (fun i => forallb (fun D => glued_in i (axes D)) t) G.
+(** [glued_in] in one pass ([glued_at_spec]). *)
+Fixpoint glued_at (i : nat) (l : list nat) : bool :=
+  match l with
+  | [] => true
+  | a :: t =>
+      if a =? i then match t with b :: _ => (b =? S i) || adj i (S i) t | [] => false end
+      else if a =? S i then adj i (S i) t
+      else glued_at i t
+  end.
 
+Lemma adj_cons : forall i j a t, adj i j (a :: t) =
+  ((a =? i) && match t with b :: _ => b =? j | [] => false end) || adj i j t.
+Proof. intros i j a [|b t]; simpl; [rewrite andb_false_r|]; reflexivity. Qed.
+
+Lemma adj_memb : forall i j l, adj i j l = true -> memb i l = true /\ memb j l = true.
+Proof.
+  intros i j l. induction l as [|a t IH]; [discriminate|]. rewrite adj_cons. intros H.
+  apply orb_true_iff in H as [H|H].
+  - apply andb_true_iff in H as [Ha Hb]. apply Nat.eqb_eq in Ha. subst a.
+    destruct t as [|b t]; [discriminate|]. apply Nat.eqb_eq in Hb. subst b.
+    simpl. rewrite !Nat.eqb_refl. simpl. rewrite orb_true_r. auto.
+  - destruct (IH H) as [H1 H2]. simpl. rewrite H1, H2, !orb_true_r. auto.
+Qed.
+
+Lemma glued_at_spec : forall i l, glued_at i l = glued_in i l.
+Proof.
+  intros i l. unfold glued_in. induction l as [|a t IH]; [reflexivity|].
+  cbn [glued_at memb]. rewrite adj_cons.
+  destruct (Nat.eqb_spec a i) as [->|Hai].
+  - rewrite (Nat.eqb_refl i). replace (S i =? i) with false by (symmetry; apply Nat.eqb_neq; lia).
+    destruct t as [|b t]; cbn [memb orb andb negb]; [reflexivity|].
+    destruct (Nat.eqb_spec b (S i)) as [->|Hb]; cbn [orb andb negb eqb].
+    + rewrite Nat.eqb_refl. reflexivity.
+    + replace (S i =? b) with false by (symmetry; apply Nat.eqb_neq; auto). cbn [orb].
+      destruct (adj i (S i) (b :: t)) eqn:E.
+      * apply adj_memb in E as [_ E]. cbn [memb] in E. replace (S i =? b) with false in E by (symmetry; apply Nat.eqb_neq; auto).
+        cbn [orb] in E. rewrite E. reflexivity.
+      * rewrite andb_false_r. reflexivity.
+  - replace (i =? a) with false by (symmetry; apply Nat.eqb_neq; auto).
+    replace (a =? i) with false by (symmetry; apply Nat.eqb_neq; auto). cbn [orb andb].
+    destruct (Nat.eqb_spec a (S i)) as [->|Has].
+    + rewrite Nat.eqb_refl. cbn [orb]. destruct (adj i (S i) t) eqn:E.
+      * apply adj_memb in E as [E _]. rewrite E. reflexivity.
+      * destruct (memb i t); reflexivity.
+    + replace (S i =? a) with false by (symmetry; apply Nat.eqb_neq; auto). cbn [orb]. exact IH.
+Qed.
+
+Definition respects (G : list nat) (t : atype) : bool :=
+  forallb (fun i => forallb (fun D => glued_at i (axes D)) t) G.
+
+(** The axes used computed once. *)
 Definition glue (m : mesh) (src dst : atype) : list nat :=
-  filter (fun i => (memb i (used src) || memb i (used dst)) && respects [i] src && respects [i] dst)
+  let Us := used src in
+  let Ud := used dst in
+  filter (fun i => (memb i Us || memb i Ud) && respects [i] src && respects [i] dst)
          (seq 0 (length m - 1)).
 
 (** Traffic, then types that split a glued pair, then communicating collectives. *)
