@@ -88,8 +88,34 @@ Fixpoint run_sized (m : mesh) (t : atype) (s : nat) (p : plan) (i : nat)
       end
   end.
 
+(** The local size after step [c] from local size [s]: exact after a step
+    the rules accept from a well-formed type ([size_after_step]). *)
+Definition size_after (m : mesh) (s : nat) (c : coll) : nat :=
+  match c with
+  | DynSlice _ xs => s / nprod m xs
+  | AllGather _ xs => s * nprod m xs
+  | _ => s
+  end.
+
+(** [run_sized] with each local size computed from the one before instead
+    of from the type ([run_inc_sized], from a well-formed type). *)
+Fixpoint run_inc (m : mesh) (t : atype) (s : nat) (p : plan) (i : nat)
+    : result (nat * error) (list atype * list nat * nat) :=
+  match p with
+  | [] => Ok ([t], [], s)
+  | c :: p' =>
+      match apply m t c with
+      | Err e => Err (i, e)
+      | Ok t1 =>
+          match run_inc m t1 (size_after m s c) p' (S i) with
+          | Err x => Err x
+          | Ok (ts, rs, pk) => Ok (t :: ts, recv_sized m s t c t1 :: rs, Nat.max s pk)
+          end
+      end
+  end.
+
 Definition check_plan (m : mesh) (src dst : atype) (p : plan) : result (nat * error) report :=
-  match run_sized m src (size m src) p 1 with
+  match run_inc m src (size m src) p 1 with
   | Err x => Err x
   | Ok (ts, rs, pk) =>
       if atype_eqb (last ts src) dst
@@ -220,11 +246,85 @@ Proof.
     reflexivity.
 Qed.
 
+(** * Local sizes along a step *)
+
+Lemma size_gather : forall m t d P xs g, wf m t -> nth_error t d = Some (mkdim (P ++ xs) g) ->
+  size m (set_nth t d (mkdim P g)) = size m t * nprod m xs.
+Proof.
+  intros m t d P xs g Hw Hd.
+  pose proof (wf_nth m t d _ Hw Hd) as HD. destruct Hw as [Hm _].
+  assert (Hpos := lsize_pos m _ Hm HD). assert (HlP := lsize_prefix m P xs g Hm HD).
+  rewrite !size_prod. rewrite map_set_nth.
+  assert (E := prod_set_nth (map (lsize m) t) d (lsize m (mkdim P g)) (lsize m (mkdim (P ++ xs) g))).
+  rewrite nth_error_map, Hd in E. specialize (E eq_refl).
+  rewrite HlP in E.
+  apply (Nat.mul_cancel_r _ _ (lsize m {| axes := P ++ xs; gsize := g |})); [lia|].
+  rewrite HlP. rewrite E. ring.
+Qed.
+
+Lemma step_size_mid : forall m t c t', wf m t -> step m t c t' -> is_mid c = true -> size m t' = size m t.
+Proof.
+  intros m t c t' Hw Hs Hc. destruct c; try discriminate.
+  - inversion Hs as [| |? ? ? P g E Hde Hd He Hne Hdiv|]; subst.
+    pose proof Hw as [Hm _].
+    pose proof (wf_nth m t d _ Hw Hd) as HD. pose proof (wf_nth m t e E Hw He) as HE.
+    assert (HpD := lsize_pos m _ Hm HD). assert (HpE := lsize_pos m _ Hm HE).
+    destruct Hdiv as [q Hq].
+    assert (H1 := lsize_prefix m P xs g Hm HD). assert (H2 := lsize_extend m E xs q Hm HE Hq).
+    destruct HD as [_ [HaxD _]]. simpl in HaxD.
+    assert (Hx : 0 < nprod m xs) by (apply nprod_pos; auto; intros; apply HaxD, in_or_app; auto).
+    set (Ld := lsize m (mkdim (P ++ xs) g)) in *. set (Le := lsize m E) in *.
+    rewrite !size_prod. rewrite !map_set_nth.
+    assert (E1 := prod_set_nth (map (lsize m) t) d (lsize m (mkdim P g)) Ld).
+    rewrite nth_error_map, Hd in E1. specialize (E1 eq_refl).
+    assert (E2 := prod_set_nth (set_nth (map (lsize m) t) d (lsize m (mkdim P g))) e
+                   (lsize m (mkdim (axes E ++ xs) (gsize E))) Le).
+    rewrite nth_error_set_nth_neq, nth_error_map, He in E2 by auto. specialize (E2 eq_refl).
+    rewrite H1 in E1, E2 |- *. rewrite H2 in E2 |- *. rewrite Hq in E2.
+    set (L := map (lsize m) t) in *.
+    set (Y := prod (set_nth L d (Ld * nprod m xs))) in *.
+    set (X := prod (set_nth (set_nth L d (Ld * nprod m xs)) e q)) in *.
+    assert (Hq0 : 0 < q) by (destruct q; simpl in Hq; lia).
+    apply (Nat.mul_cancel_r _ _ (q * nprod m xs * Ld)); [nia|].
+    replace (X * (q * nprod m xs * Ld)) with ((X * (q * nprod m xs)) * Ld) by ring.
+    rewrite E2. replace (Y * q * Ld) with ((Y * Ld) * q) by ring. rewrite E1. ring.
+  - inversion Hs as [| | |? Hw' Hg Hl]; subst. rewrite !size_prod. rewrite Hl. auto.
+Qed.
+
+Lemma size_after_step : forall m t c t1, wf m t -> step m t c t1 -> size m t1 = size_after m (size m t) c.
+Proof.
+  intros m t c t1 Hw Hs. destruct c as [d xs|d xs|d e xs|t'].
+  - inversion Hs as [? ? P g Hd Hne| | |]; subst. cbn [size_after]. apply size_gather; auto.
+  - cbn [size_after]. pose proof (step_wf m t _ t1 Hw Hs) as Hw1.
+    inversion Hs as [|? ? D Hd Hne Hr Hnd Hu Hdv| |]; subst.
+    assert (Hlt : d < length t) by (apply nth_error_Some; congruence).
+    assert (Hd1 : nth_error (set_nth t d (mkdim (axes D ++ xs) (gsize D))) d = Some (mkdim (axes D ++ xs) (gsize D)))
+      by (apply nth_error_set_nth_eq; exact Hlt).
+    pose proof (size_gather m _ d (axes D) xs (gsize D) Hw1 Hd1) as E.
+    assert (Es : set_nth (set_nth t d (mkdim (axes D ++ xs) (gsize D))) d (mkdim (axes D) (gsize D)) = t).
+    { clear -Hd. revert d Hd. induction t as [|x t IH]; intros [|d] Hd; simpl in *; try discriminate.
+      - inversion Hd; subst. destruct D; reflexivity.
+      - f_equal. apply IH; auto. }
+    rewrite Es in E. rewrite E. symmetry. apply Nat.div_mul.
+    assert (0 < nprod m xs) by (apply nprod_pos; [apply Hw|exact Hr]). lia.
+  - cbn [size_after]. eapply step_size_mid; eauto.
+  - cbn [size_after]. eapply step_size_mid; eauto.
+Qed.
+
+Lemma run_inc_sized : forall m p t i, wf m t -> run_inc m t (size m t) p i = run_sized m t (size m t) p i.
+Proof.
+  intros m p. induction p as [|c p IH]; intros t i Hw; cbn [run_inc run_sized]; [reflexivity|].
+  destruct (apply m t c) as [t1|e] eqn:E; [|reflexivity].
+  apply (apply_spec m t c t1 Hw) in E.
+  rewrite <- (size_after_step m t c t1 Hw E). rewrite IH by (eapply step_wf; eauto). reflexivity.
+Qed.
+
 Lemma validator_valid_spec : forall m src dst p, problem_error m src dst = None ->
   validator_valid m src dst p = validate m src dst p.
 Proof.
   intros m src dst p E. unfold validator_valid, validate, check. rewrite E. cbv beta zeta.
-  unfold check_plan. rewrite run_sized_run.
+  unfold check_plan. rewrite run_inc_sized by (apply (problem_error_with_ok wf wfb (map gsize) m src dst (wfb_spec m) E)).
+  rewrite run_sized_run.
   destruct (run m src p 1) as [[ts rs]|x]; reflexivity.
 Qed.
 
