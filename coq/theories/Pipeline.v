@@ -107,8 +107,8 @@ Fixpoint coarsen (ff : split) (p : plan) (fuel : nat) (sp : list nat) : option (
     checks ([Validate.validator_valid]). *)
 Definition plan_valid (m : mesh) (src dst : atype) : result (nat * error) (split * plan * report) :=
   let ff := prime_split m in
-  let sf := rtype ff src in
-  let df := rtype ff dst in
+  let sf := rtype_fast ff src in
+  let df := rtype_fast ff dst in
   let pf := snd (synthesize_best_with (validator_valid (rmesh ff) sf df) (rmesh ff) sf df) in
   (* the fully refined plan, validated only where it is returned *)
   let fine := fun _ : unit =>
@@ -119,7 +119,7 @@ Definition plan_valid (m : mesh) (src dst : atype) : result (nat * error) (split
   match coarsen ff pf (S (length m)) [] with
   | Some (sp, p) =>
       let ps := part_split m sp in
-      match validator_valid (rmesh ps) (rtype ps src) (rtype ps dst) p with
+      match validator_valid (rmesh ps) (rtype_fast ps src) (rtype_fast ps dst) p with
       | Some r => Ok (ps, p, r)
       | None => fine tt
       end
