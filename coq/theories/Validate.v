@@ -88,6 +88,129 @@ Fixpoint run_sized (m : mesh) (t : atype) (s : nat) (p : plan) (i : nat)
       end
   end.
 
+(** [apply] for the checker's run ([apply_v_spec]: the same answer over a
+    well-formed mesh): lookups, replacements and prefixes by index test the
+    index instead of matching on it ([nth_opt], [set_at], [take], [drop]:
+    [nth_error], [set_nth], [firstn], [skipn]), the mesh's length and the
+    axes in use are computed once, and the permute's target is checked
+    without the mesh's own check ([wf_meshb]). *)
+Fixpoint nth_opt {A} (l : list A) (n : nat) : option A :=
+  match l with
+  | [] => None
+  | x :: l' => if n =? 0 then Some x else nth_opt l' (pred n)
+  end.
+
+Fixpoint set_at {A} (l : list A) (n : nat) (x : A) : list A :=
+  match l with
+  | [] => []
+  | h :: t => if n =? 0 then x :: t else h :: set_at t (pred n) x
+  end.
+
+Fixpoint take {A} (n : nat) (l : list A) : list A :=
+  match l with
+  | [] => []
+  | x :: l' => if n =? 0 then [] else x :: take (pred n) l'
+  end.
+
+Fixpoint drop {A} (n : nat) (l : list A) : list A :=
+  match l with
+  | [] => []
+  | _ :: l' => if n =? 0 then l else drop (pred n) l'
+  end.
+
+Lemma nth_opt_spec : forall A (l : list A) n, nth_opt l n = nth_error l n.
+Proof. intros A l. induction l as [|x l IH]; intros [|n]; simpl; auto. Qed.
+
+Lemma set_at_spec : forall A (l : list A) n x, set_at l n x = set_nth l n x.
+Proof. intros A l. induction l as [|h l IH]; intros [|n] x; simpl; auto. rewrite IH. reflexivity. Qed.
+
+Lemma take_spec : forall A n (l : list A), take n l = firstn n l.
+Proof. intros A n l. revert n. induction l as [|x l IH]; intros [|n]; simpl; auto. rewrite IH. reflexivity. Qed.
+
+Lemma drop_spec : forall A n (l : list A), drop n l = skipn n l.
+Proof. intros A n l. revert n. induction l as [|x l IH]; intros [|n]; simpl; auto. Qed.
+
+Definition strip_suffix_v (xs A : list nat) : option (list nat) :=
+  let la := length A in
+  let lx := length xs in
+  let k := la - lx in
+  if (lx <=? la) && nat_list_eqb (drop k A) xs then Some (take k A) else None.
+
+Lemma strip_suffix_v_spec : forall xs A, strip_suffix_v xs A = strip_suffix xs A.
+Proof. intros. unfold strip_suffix_v, strip_suffix. rewrite drop_spec, take_spec. reflexivity. Qed.
+
+Definition apply_v (m : mesh) (t : atype) (c : coll) : result error atype :=
+  match c with
+  | AllGather d xs =>
+      match nth_opt t d with
+      | None => Err (BadDim d)
+      | Some D =>
+          match xs with
+          | [] => Err NoAxes
+          | _ => match strip_suffix_v xs (axes D) with
+                 | None => Err NotMinorAxes
+                 | Some P => Ok (set_at t d (mkdim P (gsize D)))
+                 end
+          end
+      end
+  | DynSlice d xs =>
+      match nth_opt t d with
+      | None => Err (BadDim d)
+      | Some D =>
+          match xs with
+          | [] => Err NoAxes
+          | _ =>
+              let n := length m in
+              match find (fun a => n <=? a) xs with
+              | Some a => Err (AxisOutOfRange a)
+              | None =>
+                  if negb (nodupb xs) then Err RepeatedAxis else
+                  let U := used t in
+                  match find (fun a => memb a U) xs with
+                  | Some a => Err (AxisInUse a)
+                  | None =>
+                      if lsize m D mod nprod m xs =? 0
+                      then Ok (set_at t d (mkdim (axes D ++ xs) (gsize D)))
+                      else Err NotDivisible
+                  end
+              end
+          end
+      end
+  | AllToAll d e xs =>
+      if d =? e then Err SameDim else
+      match nth_opt t d, nth_opt t e with
+      | None, _ => Err (BadDim d)
+      | _, None => Err (BadDim e)
+      | Some D, Some E =>
+          match xs with
+          | [] => Err NoAxes
+          | _ => match strip_suffix_v xs (axes D) with
+                 | None => Err NotMinorAxes
+                 | Some P =>
+                     if lsize m E mod nprod m xs =? 0
+                     then Ok (set_at (set_at t d (mkdim P (gsize D))) e (mkdim (axes E ++ xs) (gsize E)))
+                     else Err NotDivisible
+                 end
+          end
+      end
+  | AllPermute t' =>
+      if negb (forallb (wf_dimb m) t' && nodupb (used t')) then Err BadTarget
+      else if same_shape m t t' then Ok t' else Err ShapeChanged
+  end.
+
+Lemma apply_v_spec : forall m t c, wf_meshb m = true -> apply_v m t c = apply m t c.
+Proof.
+  intros m t c Hm. destruct c as [d xs|d xs|d e xs|t']; unfold apply_v, apply; cbv zeta; rewrite ?nth_opt_spec.
+  - destruct (nth_error t d) as [D|]; [|reflexivity]. destruct xs as [|x xs]; [reflexivity|].
+    rewrite strip_suffix_v_spec. destruct (strip_suffix (x :: xs) (axes D)); rewrite ?set_at_spec; reflexivity.
+  - destruct (nth_error t d) as [D|]; [|reflexivity]. destruct xs as [|x xs]; [reflexivity|].
+    rewrite set_at_spec. reflexivity.
+  - destruct (d =? e); [reflexivity|]. destruct (nth_error t d) as [D|]; [|reflexivity].
+    destruct (nth_error t e) as [E|]; [|reflexivity]. destruct xs as [|x xs]; [reflexivity|].
+    rewrite strip_suffix_v_spec. destruct (strip_suffix (x :: xs) (axes D)); rewrite ?set_at_spec; reflexivity.
+  - unfold wfb. rewrite Hm. reflexivity.
+Qed.
+
 (** The local size after step [c] from local size [s]: exact after a step
     the rules accept from a well-formed type ([size_after_step]). *)
 Definition size_after (m : mesh) (s : nat) (c : coll) : nat :=
@@ -104,7 +227,7 @@ Fixpoint run_inc (m : mesh) (t : atype) (s : nat) (p : plan) (i : nat)
   match p with
   | [] => Ok ([t], [], s)
   | c :: p' =>
-      match apply m t c with
+      match apply_v m t c with
       | Err e => Err (i, e)
       | Ok t1 =>
           match run_inc m t1 (size_after m s c) p' (S i) with
@@ -314,6 +437,7 @@ Qed.
 Lemma run_inc_sized : forall m p t i, wf m t -> run_inc m t (size m t) p i = run_sized m t (size m t) p i.
 Proof.
   intros m p. induction p as [|c p IH]; intros t i Hw; cbn [run_inc run_sized]; [reflexivity|].
+  rewrite apply_v_spec by (apply wf_meshb_spec, Hw).
   destruct (apply m t c) as [t1|e] eqn:E; [|reflexivity].
   apply (apply_spec m t c t1 Hw) in E.
   rewrite <- (size_after_step m t c t1 Hw E). rewrite IH by (eapply step_wf; eauto). reflexivity.
