@@ -449,12 +449,13 @@ Definition arrange_dim (m : mesh) (r : nat) (D C : list (list nat)) (d : nat) : 
                               (map (fun e => if memb a (ax D e) then index_of a (ax D e) else big) (seq 0 r)) big in
   sort_by kk keep ++ sort_by ko out.
 
-Fixpoint greedy_loop (m : mesh) (src : atype) (D : list (list nat)) (single : bool) (fuel : nat)
+(** The fuel is a list (its length), so that its test extracts to a plain match. *)
+Fixpoint greedy_loop (m : mesh) (src : atype) (D : list (list nat)) (single : bool) (fuel : list unit)
     (C : list (list nat)) : plan * list (list nat) :=
   let r := length src in
   match fuel with
-  | 0 => ([], C)
-  | S f =>
+  | [] => ([], C)
+  | _ :: f =>
       if negb (needs_left m C D) then ([], C) else
       match best_direct m single C D with
       | Some (d, e, grp) =>
@@ -502,59 +503,95 @@ Definition extras_l (m : mesh) (D C : list (list nat)) : list (list nat) :=
   let l := keep (seq 0 (length m)) in
   fst (extras_pass m AD AA (fun _ => l) D C E1 AE1).
 
-Definition greedy_x (m : mesh) (src dst : atype) (X : nat -> list nat) (single : bool) : plan :=
+(** The greedy plan from the slices [XL] ([SL], [DL]: the source's and the
+    target's axes; [r] lists of each). *)
+Fixpoint app_each (SL XL : list (list nat)) : list (list nat) :=
+  match SL with
+  | [] => []
+  | Sd :: SL' => (Sd ++ hd [] XL) :: app_each SL' (tl XL)
+  end.
+
+Definition greedy_x (m : mesh) (src : atype) (SL DL XL : list (list nat)) (single : bool) : plan :=
   let r := length src in
-  let S := sax src in
-  let D := sax dst in
-  let Dl := map D (seq 0 r) in
-  let (mv, Cl) := greedy_loop m src Dl single (2 * length m + 2)
-                              (map (fun d => S d ++ X d) (seq 0 r)) in
+  let (mv, Cl) := greedy_loop m src DL single (repeat tt (2 * length m + 2)) (app_each SL XL) in
   let C := ax Cl in
-  let E := ax (extras_l m Dl Cl) in
-  slices_of r X ++ mv ++ finish src C (fun d => D d ++ E d) E.
+  let E := ax (extras_l m DL Cl) in
+  slices_of r (ax XL) ++ mv ++ finish src C (fun d => ax DL d ++ E d) E.
 
 (** [single] only matters when some all-to-all moves several axes: without
     one, both runs make the same plan, which is computed once. *)
 Definition multi_a2a (p : plan) : bool :=
   existsb (fun c => match c with AllToAll _ _ (_ :: _ :: _) => true | _ => false end) p.
 
-Definition greedy_both (m : mesh) (src dst : atype) (X : nat -> list nat) : list plan :=
-  let p := greedy_x m src dst X false in
-  if multi_a2a p then [p; greedy_x m src dst X true] else [p].
+Definition greedy_both (m : mesh) (src : atype) (SL DL XL : list (list nat)) : list plan :=
+  let p := greedy_x m src SL DL XL false in
+  if multi_a2a p then [p; greedy_x m src SL DL XL true] else [p].
 
-(** Slicing modes: 0 within the target's counts and budget, 1 within the
-    counts, 2 also into the target's own dimension while the size divides. *)
-Definition greedy (m : mesh) (src dst : atype) (mode : nat) (single : bool) : plan :=
-  let r := length src in
-  let S := sax src in
-  let D := sax dst in
-  let X := match mode with
-           | 0 => slicer_f m r S D true
-           | 1 => slicer_f m r S D false
-           | _ => slicer_div_f m r S D (gs src)
-           end in
-  greedy_x m src dst X single.
+(** [slicer_f m r (ax SL) (ax DL) budget] and [slicer_div_f m r (ax SL) (ax DL) g]
+    below [r] over the lists, as lists ([SL], [DL]: [r] lists each): the
+    same pairs offered in the same order, the slices of a dimension and
+    the axes sliced so far threaded along ([AS], [AD]: every axis of [SL],
+    of [DL]; the axes offered are never in [AS]). [slice_offer] offers
+    [l] to dimension [d] (source axes [Sd], target's [Dd]). *)
+Fixpoint slice_offer (m : mesh) (div : option (nat -> nat)) (budget : bool) (AS AD : list nat) (d : nat)
+    (Sd Dd Xd AX : list nat) (l : list nat) : list nat * list nat :=
+  match l with
+  | [] => (Xd, AX)
+  | a :: l' =>
+      let v := asize m a in
+      let ok := negb (memb a AX) &&
+        (((cnt m v Sd + cnt m v Xd <? cnt m v Dd) && (negb budget || (cnt m v AS + cnt m v AX <? cnt m v AD))) ||
+         match div with
+         | Some g => memb a Dd && (g d mod (nprod m Sd * nprod m Xd * v) =? 0)
+         | None => false
+         end) in
+      if ok then slice_offer m div budget AS AD d Sd Dd (Xd ++ [a]) (a :: AX) l'
+      else slice_offer m div budget AS AD d Sd Dd Xd AX l'
+  end.
+
+Fixpoint slice_pass (m : mesh) (div : option (nat -> nat)) (budget : bool) (AS AD : list nat)
+    (sel : list nat -> list nat) (d : nat) (SL DL XL : list (list nat)) (AX : list nat)
+    : list (list nat) * list nat :=
+  match SL with
+  | [] => ([], AX)
+  | Sd :: SL' =>
+      let Dd := hd [] DL in
+      let '(Xd, AX1) := slice_offer m div budget AS AD d Sd Dd (hd [] XL) AX (sel Dd) in
+      let '(XL', AX2) := slice_pass m div budget AS AD sel (S d) SL' (tl DL) (tl XL) AX1 in
+      (Xd :: XL', AX2)
+  end.
+
+Definition slicer_l (m : mesh) (div : option (nat -> nat)) (budget : bool) (SL DL : list (list nat)) : list (list nat) :=
+  let AS := concat SL in
+  let AD := concat DL in
+  let keep := filter (fun a => negb (memb a AS)) in
+  let '(X1, AX1) := slice_pass m div budget AS AD keep 0 SL DL (map (fun _ => []) SL) [] in
+  let l := keep AD in
+  fst (slice_pass m div budget AS AD (fun _ => l) 0 SL DL X1 AX1).
 
 (** * Choosing the plan *)
 
-(** The canonical plan, then the greedy ones for each slicing mode (see
-    [greedy]), a mode whose slices equal an earlier mode's being skipped
-    (it would make the same plans). *)
+(** The canonical plan, then the greedy ones for each slicing mode (0
+    within the target's counts and budget, 1 within the counts, 2 also
+    into the target's own dimension while the size divides), a mode whose
+    slices equal an earlier mode's being skipped (it would make the same
+    plans). *)
 Definition candidates (m : mesh) (src dst : atype) : list plan :=
   let r := length src in
   let S := sax src in
   let D := sax dst in
-  let X0 := slicer_f m r S D true in
+  let SL := map S (seq 0 r) in
+  let DL := map D (seq 0 r) in
   let X1 := slicer_f m r S D false in
-  let X2 := slicer_div_f m r S D (gs src) in
-  let k0 := map X0 (seq 0 r) in
+  (* the slices of each mode, as lists ([slicer_l]: [slicer_f], [slicer_div_f]) *)
+  let k0 := slicer_l m None true SL DL in
   let k1 := map X1 (seq 0 r) in
-  let k2 := map X2 (seq 0 r) in
+  let k2 := slicer_l m (Some (gs src)) false SL DL in
   let same := fun k k' => if list_eq_dec (list_eq_dec Nat.eq_dec) k k' then true else false in
   canonical_x m src dst X1 ::
-  greedy_both m src dst X0 ++
-  (if same k1 k0 then [] else greedy_both m src dst X1) ++
-  (if same k2 k0 || same k2 k1 then [] else greedy_both m src dst X2).
+  greedy_both m src SL DL k0 ++
+  (if same k1 k0 then [] else greedy_both m src SL DL k1) ++
+  (if same k2 k0 || same k2 k1 then [] else greedy_both m src SL DL k2).
 
 Definition coll_eq_dec : forall x y : coll, {x = y} + {x <> y}.
 Proof.
