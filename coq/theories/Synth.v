@@ -251,11 +251,13 @@ Definition receiver_for (m : mesh) (r : nat) (C T : nat -> list nat) (d v : nat)
 
 Definition find_move (m : mesh) (r : nat) (C T : nat -> list nat) : option (nat * nat * nat) :=
   first_some (fun d =>
+    let Cd := C d in
+    let Td := T d in
     first_some (fun a =>
       let v := asize m a in
-      if cnt m v (T d) <? cnt m v (C d)
+      if cnt m v Td <? cnt m v Cd
       then option_map (fun e => (d, e, a)) (receiver_for m r C T d v) else None)
-      (rev (C d)))
+      (rev Cd))
     (seq 0 r).
 
 Fixpoint move_loop (m : mesh) (src : atype) (T : nat -> list nat) (fuel : nat)
