@@ -265,10 +265,10 @@ Definition retarget (m : mesh) (K : list (nat * nat)) (C D : list (list nat)) : 
     progress) and [perm] reordering permutes are allowed. [g]: global
     sizes, for divisibility. The state threads the best plan found and the
     number of states the search may still visit, which bounds its time. *)
-(** The fuel is a list (its length), so that its test extracts to a plain
-    match; [FS]: the facts of [C] ([state_facts U C D]). *)
+(** The fuel is a list (its length: [seq 0 n] for [n]), so that its test
+    extracts to a plain match; [FS]: the facts of [C] ([state_facts U C D]). *)
 Fixpoint dfs (m : mesh) (src : atype) (U : list nat) (K : list (nat * nat)) (r s : nat) (g : nat -> nat)
-    (D : list (list nat)) (fuel : list unit) (buf perm : nat) (C : list (list nat)) (FS : list dfacts) (cost : nat)
+    (D : list (list nat)) (fuel : list nat) (buf perm : nat) (C : list (list nat)) (FS : list dfacts) (cost : nat)
     (mv : list coll) (st : best_t * nat) : best_t * nat :=
   let budget0 := snd st in
   if budget0 =? 0 then st else
@@ -367,7 +367,7 @@ Definition searched_x (m : mesh) (src dst : atype) (X : nat -> list nat) : optio
   let U := used dst in
   let C0 := map (fun d => S d ++ X d) (seq 0 r) in
   let s := size m (tyof src (ax C0)) in
-  match fst (dfs m src U (leave_keys m r Dl) r s (gs src) Dl (repeat tt (length m + 1)) 1 1 C0 (state_facts U C0 Dl) 0 []
+  match fst (dfs m src U (leave_keys m r Dl) r s (gs src) Dl (seq 0 (length m + 1)) 1 1 C0 (state_facts U C0 Dl) 0 []
                  (None, search_budget)) with
   | None => None
   | Some (_, mv, C, E) =>

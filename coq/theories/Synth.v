@@ -451,8 +451,9 @@ Definition arrange_dim (m : mesh) (r : nat) (D C : list (list nat)) (d : nat) : 
                               (map (fun e => if memb a (ax D e) then index_of a (ax D e) else big) (seq 0 r)) big in
   sort_by kk keep ++ sort_by ko out.
 
-(** The fuel is a list (its length), so that its test extracts to a plain match. *)
-Fixpoint greedy_loop (m : mesh) (src : atype) (D : list (list nat)) (single : bool) (fuel : list unit)
+(** The fuel is a list (its length: [seq 0 n] for [n]), so that its test
+    extracts to a plain match. *)
+Fixpoint greedy_loop (m : mesh) (src : atype) (D : list (list nat)) (single : bool) (fuel : list nat)
     (C : list (list nat)) : plan * list (list nat) :=
   let r := length src in
   match fuel with
@@ -515,7 +516,7 @@ Fixpoint app_each (SL XL : list (list nat)) : list (list nat) :=
 
 Definition greedy_x (m : mesh) (src : atype) (SL DL XL : list (list nat)) (single : bool) : plan :=
   let r := length src in
-  let (mv, Cl) := greedy_loop m src DL single (repeat tt (2 * length m + 2)) (app_each SL XL) in
+  let (mv, Cl) := greedy_loop m src DL single (seq 0 (2 * length m + 2)) (app_each SL XL) in
   let C := ax Cl in
   let E := ax (extras_l m DL Cl) in
   slices_of r (ax XL) ++ mv ++ finish src C (fun d => ax DL d ++ E d) E.
