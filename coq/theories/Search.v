@@ -135,7 +135,7 @@ Fixpoint refacts (U : list nat) (d e i : nat) (C D : list (list nat)) (FS : list
   end.
 
 (** The extras after a state where every dimension is done: its tails (no permute). *)
-Definition tails_of (C D : list (list nat)) : nat -> list nat := fun d => skipn (length (ax D d)) (ax C d).
+Definition tails_of (C D : list (list nat)) : nat -> list nat := fun d => drop (length (ax D d)) (ax C d).
 
 (** A state not yet done can be finished by one permute to the target and
     its extras ([Synth.extras_f]) where they give the same local size in
@@ -200,7 +200,7 @@ Definition sort_keyed (K : list (nat * nat)) (l : list nat) : list nat :=
     key order. Same axes per dimension, so the same local shape. *)
 Definition reorder_dim (K : list (nat * nat)) (Cd Dd : list nat) : list nat :=
   let k := lcp_in Cd Dd in
-  let stay := firstn k Dd in
+  let stay := take k Dd in
   stay ++ sort_keyed K (filter (fun a => negb (memb a stay)) Cd).
 
 (** Every dimension reordered, walking [C] and [D] together. *)

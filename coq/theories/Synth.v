@@ -305,12 +305,12 @@ Definition ax (C : list (list nat)) (d : nat) : list nat := nth d C [].
 (** [move_at d e xs 0 C]: the last [length xs] axes of [d] moved onto the
     minor end of [e], i.e.
     [set_nth (set_nth C d (firstn (length (ax C d) - length xs) (ax C d))) e (ax C e ++ xs)],
-    in one pass ([i]: the index of the head of [C]). *)
+    in one pass ([i]: the index of the head of [C]; [take] is [firstn]). *)
 Fixpoint move_at (d e : nat) (xs : list nat) (i : nat) (C : list (list nat)) : list (list nat) :=
   match C with
   | [] => []
   | x :: C' =>
-      let x' := if i =? d then firstn (length x - length xs) x else x in
+      let x' := if i =? d then take (length x - length xs) x else x in
       (if i =? e then x' ++ xs else x') :: move_at d e xs (S i) C'
   end.
 
@@ -417,16 +417,13 @@ Fixpoint best_direct_from (m : mesh) (single : bool) (C D : list (list nat)) (d 
   match Cs with
   | [] => acc
   | Cd :: Cs' =>
-      match acc with
-      | Some (0, _) => acc
-      | _ =>
-          let acc' := match direct_from m single C D d Cd (hd [] Ds), acc with
-                      | None, _ => acc
-                      | Some x, None => Some x
-                      | Some x, Some y => if fst x <? fst y then Some x else acc
-                      end in
-          best_direct_from m single C D (S d) Cs' (tl Ds) acc'
-      end
+      if match acc with Some (k, _) => k =? 0 | None => false end then acc else
+      let acc' := match direct_from m single C D d Cd (hd [] Ds), acc with
+                  | None, _ => acc
+                  | Some x, None => Some x
+                  | Some x, Some y => if fst x <? fst y then Some x else acc
+                  end in
+      best_direct_from m single C D (S d) Cs' (tl Ds) acc'
   end.
 
 Definition best_direct (m : mesh) (single : bool) (C D : list (list nat)) : option (nat * nat * list nat) :=
