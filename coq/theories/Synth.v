@@ -314,52 +314,66 @@ Fixpoint move_at (d e : nat) (xs : list nat) (i : nat) (C : list (list nat)) : l
       (if i =? e then x' ++ xs else x') :: move_at d e xs (S i) C'
   end.
 
+(** How many of [l] equal [v]: over the sizes of a list of axes, [cnt]. *)
+Fixpoint count (v : nat) (l : list nat) : nat :=
+  match l with
+  | [] => 0
+  | x :: l' => if x =? v then S (count v l') else count v l'
+  end.
+
 (** The greedy state is [C] (the axes held) and [D] (the target's), one
-    list per dimension, both of length [r]; the tests below walk them
-    together ([e]: the index of their heads) instead of looking
+    list per dimension, both of length [r], with the sizes of their axes
+    alongside ([CS], [DS]: [map (map (asize m))] of them, so that
+    [cnt m v] of a dimension is [count v] of its sizes); the tests walk
+    them together ([e]: the index of their heads) instead of looking
     dimensions up by index. Dimension [e] needs size-[v] axes when it
     holds fewer than the target's; dimension [d] has a surplus when it
     holds more. *)
 
 (** Some dimension needs an axis of a size its target has. *)
-Fixpoint needs_left (m : mesh) (C D : list (list nat)) : bool :=
-  match C with
+Fixpoint needs_left (CS DS : list (list nat)) : bool :=
+  match CS with
   | [] => false
-  | Ce :: C' =>
-      let De := hd [] D in
-      existsb (fun a => let v := asize m a in cnt m v Ce <? cnt m v De) De || needs_left m C' (tl D)
+  | Ce :: CS' =>
+      let De := hd [] DS in
+      existsb (fun v => count v Ce <? count v De) De || needs_left CS' (tl DS)
   end.
 
-(** The dimensions other than [d] that need size-[v] axes, in order, with their axes and target's. *)
-Fixpoint needers (m : mesh) (v d e : nat) (C D : list (list nat)) : list (nat * list nat * list nat) :=
+(** A dimension of the state: its index, axes and their sizes, the target's axes and their sizes. *)
+Definition gdim : Type := nat * list nat * list nat * list nat * list nat.
+
+(** The dimensions other than [d] that need size-[v] axes, in order. *)
+Fixpoint needers (v d e : nat) (C CS D DS : list (list nat)) : list gdim :=
   match C with
   | [] => []
   | Ce :: C' =>
-      let De := hd [] D in
-      let t := needers m v d (S e) C' (tl D) in
-      if negb (e =? d) && (cnt m v Ce <? cnt m v De) then (e, Ce, De) :: t else t
+      let CSe := hd [] CS in
+      let DSe := hd [] DS in
+      let t := needers v d (S e) C' (tl CS) (tl D) (tl DS) in
+      if negb (e =? d) && (count v CSe <? count v DSe) then (e, Ce, CSe, hd [] D, DSe) :: t else t
   end.
 
 (** Some dimension other than [d] needs size-[v] axes. *)
-Fixpoint other_needs (m : mesh) (v d e : nat) (C D : list (list nat)) : bool :=
-  match C with
+Fixpoint other_needs (v d e : nat) (CS DS : list (list nat)) : bool :=
+  match CS with
   | [] => false
-  | Ce :: C' => (negb (e =? d) && (cnt m v Ce <? cnt m v (hd [] D))) || other_needs m v d (S e) C' (tl D)
+  | Ce :: CS' => (negb (e =? d) && (count v Ce <? count v (hd [] DS))) || other_needs v d (S e) CS' (tl DS)
   end.
 
-(** Dimension [d] (axes [Cd], target's [Dd]) holds an axis of a size it
+(** Dimension [d] (sizes [CSd], target's [DSd]) holds an axis of a size it
     has in surplus and another dimension needs. *)
-Definition pending_out (m : mesh) (C D : list (list nat)) (d : nat) (Cd Dd : list nat) : bool :=
-  existsb (fun a => let v := asize m a in (cnt m v Dd <? cnt m v Cd) && other_needs m v d 0 C D) Cd.
+Definition pending_out (CS DS : list (list nat)) (d : nat) (CSd DSd : list nat) : bool :=
+  existsb (fun v => (count v DSd <? count v CSd) && other_needs v d 0 CS DS) CSd.
 
-Fixpoint extend (m : mesh) (single : bool) (Dd De : list nat) (rb cd ce grp : list nat) : list nat :=
-  match rb with
-  | [] => grp
-  | b :: rb' =>
-      let w := asize m b in
-      if negb single && (cnt m w Dd <? cnt m w cd) && (cnt m w ce <? cnt m w De)
-      then extend m single Dd De rb' (removelast cd) (ce ++ [b]) (b :: grp)
+(** The axes [rb] (sizes [rbS]) that join the move, over the sizes of the
+    dimensions ([cdS], [ceS]: what [d] and [e] hold as it grows). *)
+Fixpoint extend (single : bool) (DSd DSe : list nat) (rb rbS cdS ceS grp : list nat) : list nat :=
+  match rb, rbS with
+  | b :: rb', w :: rbS' =>
+      if negb single && (count w DSd <? count w cdS) && (count w ceS <? count w DSe)
+      then extend single DSd DSe rb' rbS' (removelast cdS) (ceS ++ [w]) (b :: grp)
       else grp
+  | _, _ => grp
   end.
 
 Definition b2n (b : bool) : nat := if b then 1 else 0.
@@ -370,64 +384,63 @@ Definition b2n (b : bool) : nat := if b then 1 else 0.
     without its key). *)
 Definition needer_key (a : nat) (De : list nat) (po : bool) : nat := 2 * b2n (negb (memb a De)) + b2n po.
 
-Fixpoint first_needer (m : mesh) (C D : list (list nat)) (a : nat) (x : nat * list nat * list nat) (kx : nat) (px : bool)
-    (l : list (nat * list nat * list nat)) : nat * list nat * list nat * bool :=
+Fixpoint first_needer (CS DS : list (list nat)) (a : nat) (x : gdim) (kx : nat) (px : bool) (l : list gdim)
+    : gdim * bool :=
   match l with
   | [] => (x, px)
   | y :: l' =>
-      let '(e, Ce, De) := y in
-      let py := pending_out m C D e Ce De in
+      let '(e, _, CSe, De, DSe) := y in
+      let py := pending_out CS DS e CSe DSe in
       let ky := needer_key a De py in
-      if ky <? kx then first_needer m C D a y ky py l' else first_needer m C D a x kx px l'
+      if ky <? kx then first_needer CS DS a y ky py l' else first_needer CS DS a x kx px l'
   end.
 
-Definition receiver (m : mesh) (C D : list (list nat)) (a : nat) (es : list (nat * list nat * list nat))
-    : option (nat * list nat * list nat * bool) :=
+Definition receiver (CS DS : list (list nat)) (a : nat) (es : list gdim) : option (gdim * bool) :=
   match es with
   | [] => None
   | x :: l =>
-      let '(e, Ce, De) := x in
-      let px := pending_out m C D e Ce De in
+      let '(e, _, CSe, De, DSe) := x in
+      let px := pending_out CS DS e CSe DSe in
       match l with
       | [] => Some (x, px)
-      | _ => Some (first_needer m C D a x (needer_key a De px) px l)
+      | _ => Some (first_needer CS DS a x (needer_key a De px) px l)
       end
   end.
 
-(** The best direct move from [d] (axes [Cd], target's [Dd]): [(key, (d, e, axes))]. *)
-Definition direct_from (m : mesh) (single : bool) (C D : list (list nat)) (d : nat) (Cd Dd : list nat)
+(** The best direct move from [d] (axes [Cd], sizes [CSd], target's
+    [Dd], [DSd]): [(key, (d, e, axes))]. *)
+Definition direct_from (single : bool) (C CS D DS : list (list nat)) (d : nat) (Cd CSd Dd DSd : list nat)
     : option (nat * (nat * nat * list nat)) :=
-  match rev' Cd with
-  | [] => None
-  | a :: rb =>
-      let v := asize m a in
-      if negb (cnt m v Dd <? cnt m v Cd) then None else
-      match receiver m C D a (needers m v d 0 C D) with
+  match rev' Cd, rev' CSd with
+  | a :: rb, v :: rbS =>
+      if negb (count v DSd <? count v CSd) then None else
+      match receiver CS DS a (needers v d 0 C CS D DS) with
       | None => None
-      | Some (e, Ce, De, po) =>
-          let grp := extend m single Dd De rb (removelast Cd) (Ce ++ [a]) [a] in
+      | Some ((e, _, CSe, De, DSe), po) =>
+          let grp := extend single DSd DSe rb rbS (removelast CSd) (CSe ++ [v]) [a] in
           Some (2 * b2n po + b2n (negb (memb a De)), (d, e, grp))
       end
+  | _, _ => None
   end.
 
 (** The first direct move of the least key over the dimensions [d] on
-    ([Cs], [Ds]: their axes and target's); none can beat key 0. *)
-Fixpoint best_direct_from (m : mesh) (single : bool) (C D : list (list nat)) (d : nat) (Cs Ds : list (list nat))
+    ([Cs], [CSs], [Ds], [DSs]); none can beat key 0. *)
+Fixpoint best_direct_from (single : bool) (C CS D DS : list (list nat)) (d : nat) (Cs CSs Ds DSs : list (list nat))
     (acc : option (nat * (nat * nat * list nat))) : option (nat * (nat * nat * list nat)) :=
   match Cs with
   | [] => acc
   | Cd :: Cs' =>
       if match acc with Some (k, _) => k =? 0 | None => false end then acc else
-      let acc' := match direct_from m single C D d Cd (hd [] Ds), acc with
+      let acc' := match direct_from single C CS D DS d Cd (hd [] CSs) (hd [] Ds) (hd [] DSs), acc with
                   | None, _ => acc
                   | Some x, None => Some x
                   | Some x, Some y => if fst x <? fst y then Some x else acc
                   end in
-      best_direct_from m single C D (S d) Cs' (tl Ds) acc'
+      best_direct_from single C CS D DS (S d) Cs' (tl CSs) (tl Ds) (tl DSs) acc'
   end.
 
-Definition best_direct (m : mesh) (single : bool) (C D : list (list nat)) : option (nat * nat * list nat) :=
-  option_map snd (best_direct_from m single C D 0 C D None).
+Definition best_direct (single : bool) (C CS D DS : list (list nat)) : option (nat * nat * list nat) :=
+  option_map snd (best_direct_from single C CS D DS 0 C CS D DS None).
 
 Definition total_need (m : mesh) (r : nat) (D C : list (list nat)) (d v : nat) : nat :=
   fold_right plus 0 (map (fun e => if e =? d then 0 else cnt m v (ax D e) - cnt m v (ax C e)) (seq 0 r)).
@@ -450,22 +463,22 @@ Definition arrange_dim (m : mesh) (r : nat) (D C : list (list nat)) (d : nat) : 
 
 (** The fuel is a list (its length: [seq 0 n] for [n]), so that its test
     extracts to a plain match. *)
-Fixpoint greedy_loop (m : mesh) (src : atype) (D : list (list nat)) (single : bool) (fuel : list nat)
-    (C : list (list nat)) : plan * list (list nat) :=
+Fixpoint greedy_loop (m : mesh) (src : atype) (D DS : list (list nat)) (single : bool) (fuel : list nat)
+    (C CS : list (list nat)) : plan * list (list nat) :=
   let r := length src in
   match fuel with
   | [] => ([], C)
   | _ :: f =>
-      if negb (needs_left m C D) then ([], C) else
-      match best_direct m single C D with
+      if negb (needs_left CS DS) then ([], C) else
+      match best_direct single C CS D DS with
       | Some (d, e, grp) =>
           let C1 := move_at d e grp 0 C in
-          let (p, C2) := greedy_loop m src D single f C1 in
+          let (p, C2) := greedy_loop m src D DS single f C1 (move_at d e (map (asize m) grp) 0 CS) in
           (AllToAll d e grp :: p, C2)
       | None =>
           let C1 := map (arrange_dim m r D C) (seq 0 r) in
           if list_eq_dec (list_eq_dec Nat.eq_dec) C1 C then ([], C) else
-          let (p, C2) := greedy_loop m src D single f C1 in
+          let (p, C2) := greedy_loop m src D DS single f C1 (map (map (asize m)) C1) in
           (AllPermute (tyof src (ax C1)) :: p, C2)
       end
   end.
@@ -504,16 +517,17 @@ Definition extras_l (m : mesh) (D C : list (list nat)) : list (list nat) :=
   fst (extras_pass m AD AA (fun _ => l) D C E1 AE1).
 
 (** The greedy plan from the slices [XL] ([SL], [DL]: the source's and the
-    target's axes; [r] lists of each). *)
+    target's axes; [r] lists of each; [DS]: the sizes of [DL]'s). *)
 Fixpoint app_each (SL XL : list (list nat)) : list (list nat) :=
   match SL with
   | [] => []
   | Sd :: SL' => (Sd ++ hd [] XL) :: app_each SL' (tl XL)
   end.
 
-Definition greedy_x (m : mesh) (src : atype) (SL DL XL : list (list nat)) (single : bool) : plan :=
+Definition greedy_x (m : mesh) (src : atype) (SL DL DS XL : list (list nat)) (single : bool) : plan :=
   let r := length src in
-  let (mv, Cl) := greedy_loop m src DL single (seq 0 (2 * length m + 2)) (app_each SL XL) in
+  let C0 := app_each SL XL in
+  let (mv, Cl) := greedy_loop m src DL DS single (seq 0 (2 * length m + 2)) C0 (map (map (asize m)) C0) in
   let C := ax Cl in
   let E := ax (extras_l m DL Cl) in
   slices_of r (ax XL) ++ mv ++ finish src C (fun d => ax DL d ++ E d) E.
@@ -523,9 +537,9 @@ Definition greedy_x (m : mesh) (src : atype) (SL DL XL : list (list nat)) (singl
 Definition multi_a2a (p : plan) : bool :=
   existsb (fun c => match c with AllToAll _ _ (_ :: _ :: _) => true | _ => false end) p.
 
-Definition greedy_both (m : mesh) (src : atype) (SL DL XL : list (list nat)) : list plan :=
-  let p := greedy_x m src SL DL XL false in
-  if multi_a2a p then [p; greedy_x m src SL DL XL true] else [p].
+Definition greedy_both (m : mesh) (src : atype) (SL DL DS XL : list (list nat)) : list plan :=
+  let p := greedy_x m src SL DL DS XL false in
+  if multi_a2a p then [p; greedy_x m src SL DL DS XL true] else [p].
 
 (** [slicer_f m r (ax SL) (ax DL) budget] and [slicer_div_f m r (ax SL) (ax DL) g]
     below [r] over the lists, as lists ([SL], [DL]: [r] lists each): the
@@ -588,10 +602,11 @@ Definition candidates (m : mesh) (src dst : atype) : list plan :=
   let k1 := map X1 (seq 0 r) in
   let k2 := slicer_l m (Some (gs src)) false SL DL in
   let same := fun k k' => if list_eq_dec (list_eq_dec Nat.eq_dec) k k' then true else false in
+  let DS := map (map (asize m)) DL in
   canonical_x m src dst X1 ::
-  greedy_both m src SL DL k0 ++
-  (if same k1 k0 then [] else greedy_both m src SL DL k1) ++
-  (if same k2 k0 || same k2 k1 then [] else greedy_both m src SL DL k2).
+  greedy_both m src SL DL DS k0 ++
+  (if same k1 k0 then [] else greedy_both m src SL DL DS k1) ++
+  (if same k2 k0 || same k2 k1 then [] else greedy_both m src SL DL DS k2).
 
 Definition coll_eq_dec : forall x y : coll, {x = y} + {x <> y}.
 Proof.
