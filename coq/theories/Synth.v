@@ -223,10 +223,17 @@ Definition extra_ok_f (m : mesh) (AD AA : list nat) (D A : nat -> list nat)
   (cnt m v (D d) + cnt m v (E d) <? cnt m v (A d)) &&
   (cnt m v AD + cnt m v AE <? cnt m v AA).
 
+(** [D] and [A] are read once per dimension into lists, looked up there
+    below [r] (they are functions that may rebuild their lists on every
+    call). *)
 Definition extras_f (m : mesh) (r : nat) (D A : nat -> list nat) : nat -> list nat :=
-  let AD := allax r D in
-  fst (fold_left (grow_f (extra_ok_f m AD (allax r A) D A))
-                 (pairs_where (fun a => negb (memb a AD)) r A (seq 0 (length m))) (fun _ => [], [])).
+  let DL := map D (seq 0 r) in
+  let AL := map A (seq 0 r) in
+  let D' := fun d => nth d DL [] in
+  let A' := fun d => nth d AL [] in
+  let AD := concat DL in
+  fst (fold_left (grow_f (extra_ok_f m AD (concat AL) D' A'))
+                 (pairs_where (fun a => negb (memb a AD)) r A' (seq 0 (length m))) (fun _ => [], [])).
 
 (** The first [r] dimensions of [C] and [T] hold the same axes. *)
 Definition same_axes (r : nat) (C T : nat -> list nat) : bool :=
