@@ -49,8 +49,9 @@ Fixpoint coarse_axes (tbl : list (nat * list nat * nat)) (fuel : nat) (l : list 
           match find (fun e => match snd (fst e) with j' :: _ => j' =? j | [] => false end) tbl with
           | None => Err None
           | Some (q, g, a) =>
-              if nat_list_eqb (firstn (length g) l) g
-              then match coarse_axes tbl f (skipn (length g) l) with
+              let k := length g in
+              if nat_list_eqb (take k l) g
+              then match coarse_axes tbl f (drop k l) with
                    | Ok r => Ok (q :: r)
                    | Err e => Err e
                    end
