@@ -638,13 +638,30 @@ Proof.
   rewrite (memb_perm a AX (allax r X) HP), (cnt_perm m _ AX (allax r X) HP). reflexivity.
 Qed.
 
+Lemma nth_map_seq_lt : forall (f : nat -> list nat) r d, d < r -> nth d (map f (seq 0 r)) [] = f d.
+Proof.
+  intros f r d H. rewrite (nth_indep _ [] (f 0)) by (rewrite map_length, seq_length; lia).
+  rewrite map_nth, seq_nth by lia. reflexivity.
+Qed.
+
+Lemma pairs_where_ext : forall keep r F F' l, (forall d, d < r -> F d = F' d) ->
+  pairs_where keep r F l = pairs_where keep r F' l.
+Proof.
+  intros keep r F F' l H. rewrite !pairs_where_filter. unfold pairs. do 2 f_equal.
+  assert (Hin : forall d, In d (seq 0 r) -> F d = F' d) by (intros d Hd; apply in_seq in Hd; apply H; lia).
+  clear H. induction (seq 0 r) as [|d ds IH]; simpl; auto.
+  rewrite (Hin d) by (left; auto). rewrite IH by (intros; apply Hin; right; auto). reflexivity.
+Qed.
+
 Lemma extras_f_eq : forall m r D A, extras_f m r D A = extras m r D A.
 Proof.
   intros. unfold extras_f, extras, extra_step. cbv zeta.
+  rewrite <- !flat_map_concat_map. fold (allax r D). fold (allax r A).
+  rewrite (pairs_where_ext _ r _ A) by (intros; apply nth_map_seq_lt; auto).
   rewrite pairs_where_filter, fold_grow_f_filter.
   2: { intros X AX [d a] E. simpl in E |- *. unfold extra_ok_f. rewrite E. reflexivity. }
   apply (fold_grow_f r); [|apply pairs_fst|rewrite allax_nil; reflexivity].
-  intros X AX d a _ HP. unfold extra_ok_f, extra_ok. rewrite cnt_app.
+  intros X AX d a Hd HP. unfold extra_ok_f, extra_ok. rewrite !nth_map_seq_lt by exact Hd. rewrite cnt_app.
   rewrite (memb_perm a AX (allax r X) HP), (cnt_perm m _ AX (allax r X) HP). reflexivity.
 Qed.
 

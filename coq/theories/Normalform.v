@@ -8,20 +8,6 @@ Import ListNotations.
 
 (** * Traffic of the gathers *)
 
-Lemma size_gather : forall m t d P xs g, wf m t -> nth_error t d = Some (mkdim (P ++ xs) g) ->
-  size m (set_nth t d (mkdim P g)) = size m t * nprod m xs.
-Proof.
-  intros m t d P xs g Hw Hd.
-  pose proof (wf_nth m t d _ Hw Hd) as HD. destruct Hw as [Hm _].
-  assert (Hpos := lsize_pos m _ Hm HD). assert (HlP := lsize_prefix m P xs g Hm HD).
-  rewrite !size_prod. rewrite map_set_nth.
-  assert (E := prod_set_nth (map (lsize m) t) d (lsize m (mkdim P g)) (lsize m (mkdim (P ++ xs) g))).
-  rewrite nth_error_map, Hd in E. specialize (E eq_refl).
-  rewrite HlP in E.
-  apply (Nat.mul_cancel_r _ _ (lsize m {| axes := P ++ xs; gsize := g |})); [lia|].
-  rewrite HlP. rewrite E. ring.
-Qed.
-
 (** Along any chain of gathers from [t], the elements received add up to the
     growth of the local size. *)
 Theorem gathers_traffic : forall m t p ts rs, trace m t p ts rs -> wf m t ->
@@ -64,35 +50,6 @@ Proof.
     assert (0 < nprod m (axes D)) by (apply nprod_pos; auto).
     assert (0 < nprod m xs) by (apply nprod_pos; auto).
     apply Nat.div_le_compat_l. nia.
-Qed.
-
-Lemma step_size_mid : forall m t c t', wf m t -> step m t c t' -> is_mid c = true -> size m t' = size m t.
-Proof.
-  intros m t c t' Hw Hs Hc. destruct c; try discriminate.
-  - inversion Hs as [| |? ? ? P g E Hde Hd He Hne Hdiv|]; subst.
-    pose proof Hw as [Hm _].
-    pose proof (wf_nth m t d _ Hw Hd) as HD. pose proof (wf_nth m t e E Hw He) as HE.
-    assert (HpD := lsize_pos m _ Hm HD). assert (HpE := lsize_pos m _ Hm HE).
-    destruct Hdiv as [q Hq].
-    assert (H1 := lsize_prefix m P xs g Hm HD). assert (H2 := lsize_extend m E xs q Hm HE Hq).
-    destruct HD as [_ [HaxD _]]. simpl in HaxD.
-    assert (Hx : 0 < nprod m xs) by (apply nprod_pos; auto; intros; apply HaxD, in_or_app; auto).
-    set (Ld := lsize m (mkdim (P ++ xs) g)) in *. set (Le := lsize m E) in *.
-    rewrite !size_prod. rewrite !map_set_nth.
-    assert (E1 := prod_set_nth (map (lsize m) t) d (lsize m (mkdim P g)) Ld).
-    rewrite nth_error_map, Hd in E1. specialize (E1 eq_refl).
-    assert (E2 := prod_set_nth (set_nth (map (lsize m) t) d (lsize m (mkdim P g))) e
-                   (lsize m (mkdim (axes E ++ xs) (gsize E))) Le).
-    rewrite nth_error_set_nth_neq, nth_error_map, He in E2 by auto. specialize (E2 eq_refl).
-    rewrite H1 in E1, E2 |- *. rewrite H2 in E2 |- *. rewrite Hq in E2.
-    set (L := map (lsize m) t) in *.
-    set (Y := prod (set_nth L d (Ld * nprod m xs))) in *.
-    set (X := prod (set_nth (set_nth L d (Ld * nprod m xs)) e q)) in *.
-    assert (Hq0 : 0 < q) by (destruct q; simpl in Hq; lia).
-    apply (Nat.mul_cancel_r _ _ (q * nprod m xs * Ld)); [nia|].
-    replace (X * (q * nprod m xs * Ld)) with ((X * (q * nprod m xs)) * Ld) by ring.
-    rewrite E2. replace (Y * q * Ld) with ((Y * Ld) * q) by ring. rewrite E1. ring.
-  - inversion Hs as [| | |? Hw' Hg Hl]; subst. rewrite !size_prod. rewrite Hl. auto.
 Qed.
 
 Lemma step_size_gather : forall m t d xs t', wf m t -> step m t (AllGather d xs) t' -> size m t <= size m t'.

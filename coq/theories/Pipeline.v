@@ -49,8 +49,9 @@ Fixpoint coarse_axes (tbl : list (nat * list nat * nat)) (fuel : nat) (l : list 
           match find (fun e => match snd (fst e) with j' :: _ => j' =? j | [] => false end) tbl with
           | None => Err None
           | Some (q, g, a) =>
-              if nat_list_eqb (firstn (length g) l) g
-              then match coarse_axes tbl f (skipn (length g) l) with
+              let k := length g in
+              if nat_list_eqb (take k l) g
+              then match coarse_axes tbl f (drop k l) with
                    | Ok r => Ok (q :: r)
                    | Err e => Err e
                    end
@@ -107,8 +108,8 @@ Fixpoint coarsen (ff : split) (p : plan) (fuel : nat) (sp : list nat) : option (
     checks ([Validate.validator_valid]). *)
 Definition plan_valid (m : mesh) (src dst : atype) : result (nat * error) (split * plan * report) :=
   let ff := prime_split m in
-  let sf := rtype ff src in
-  let df := rtype ff dst in
+  let sf := rtype_fast ff src in
+  let df := rtype_fast ff dst in
   let pf := snd (synthesize_best_with (validator_valid (rmesh ff) sf df) (rmesh ff) sf df) in
   (* the fully refined plan, validated only where it is returned *)
   let fine := fun _ : unit =>
@@ -119,7 +120,7 @@ Definition plan_valid (m : mesh) (src dst : atype) : result (nat * error) (split
   match coarsen ff pf (S (length m)) [] with
   | Some (sp, p) =>
       let ps := part_split m sp in
-      match validator_valid (rmesh ps) (rtype ps src) (rtype ps dst) p with
+      match validator_valid (rmesh ps) (rtype_fast ps src) (rtype_fast ps dst) p with
       | Some r => Ok (ps, p, r)
       | None => fine tt
       end

@@ -72,6 +72,7 @@ Lemma plan_problem_validated : forall m src dst, valid_problem m src dst ->
     validate (rmesh fs) (rtype fs src) (rtype fs dst) p = Some r.
 Proof.
   intros m src dst Hv. unfold plan_problem. rewrite problem_error_none by exact Hv. unfold plan_valid.
+  rewrite !rtype_fast_eq.
   set (ff := prime_split m).
   assert (Hff : splits m ff) by apply prime_split_splits.
   assert (Hvf := refine_valid_problem m ff src dst Hff Hv).
@@ -86,7 +87,7 @@ Proof.
     destruct Hv as [[Hm _] _]. exact Hm. }
   destruct Hg as [rf Hrf].
   set (pf := snd (synthesize_best (rmesh ff) (rtype ff src) (rtype ff dst))) in *.
-  destruct (coarsen ff pf (S (length m)) []) as [[sp p]|]; cbv zeta; rewrite ?(validator_valid_spec _ _ _ _ (Hrv _)).
+  destruct (coarsen ff pf (S (length m)) []) as [[sp p]|]; cbv zeta; rewrite ?rtype_fast_eq, ?(validator_valid_spec _ _ _ _ (Hrv _)).
   - destruct (validate (rmesh (part_split m sp)) (rtype (part_split m sp) src) (rtype (part_split m sp) dst) p)
       as [r|] eqn:Hr.
     + exists (part_split m sp), p, r. split; [reflexivity|]. split; [apply part_split_splits|exact Hr].

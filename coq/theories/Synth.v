@@ -223,10 +223,17 @@ Definition extra_ok_f (m : mesh) (AD AA : list nat) (D A : nat -> list nat)
   (cnt m v (D d) + cnt m v (E d) <? cnt m v (A d)) &&
   (cnt m v AD + cnt m v AE <? cnt m v AA).
 
+(** [D] and [A] are read once per dimension into lists, looked up there
+    below [r] (they are functions that may rebuild their lists on every
+    call). *)
 Definition extras_f (m : mesh) (r : nat) (D A : nat -> list nat) : nat -> list nat :=
-  let AD := allax r D in
-  fst (fold_left (grow_f (extra_ok_f m AD (allax r A) D A))
-                 (pairs_where (fun a => negb (memb a AD)) r A (seq 0 (length m))) (fun _ => [], [])).
+  let DL := map D (seq 0 r) in
+  let AL := map A (seq 0 r) in
+  let D' := fun d => nth d DL [] in
+  let A' := fun d => nth d AL [] in
+  let AD := concat DL in
+  fst (fold_left (grow_f (extra_ok_f m AD (concat AL) D' A'))
+                 (pairs_where (fun a => negb (memb a AD)) r A' (seq 0 (length m))) (fun _ => [], [])).
 
 (** The first [r] dimensions of [C] and [T] hold the same axes. *)
 Definition same_axes (r : nat) (C T : nat -> list nat) : bool :=
@@ -251,11 +258,13 @@ Definition receiver_for (m : mesh) (r : nat) (C T : nat -> list nat) (d v : nat)
 
 Definition find_move (m : mesh) (r : nat) (C T : nat -> list nat) : option (nat * nat * nat) :=
   first_some (fun d =>
+    let Cd := C d in
+    let Td := T d in
     first_some (fun a =>
       let v := asize m a in
-      if cnt m v (T d) <? cnt m v (C d)
+      if cnt m v Td <? cnt m v Cd
       then option_map (fun e => (d, e, a)) (receiver_for m r C T d v) else None)
-      (rev (C d)))
+      (rev Cd))
     (seq 0 r).
 
 Fixpoint move_loop (m : mesh) (src : atype) (T : nat -> list nat) (fuel : nat)
@@ -300,75 +309,145 @@ Definition canonical (m : mesh) (src dst : atype) : plan :=
 (** Axis lists of the greedy construction: dimension [d] is [ax C d]. *)
 Definition ax (C : list (list nat)) (d : nat) : list nat := nth d C [].
 
-Definition needs (m : mesh) (D C : list (list nat)) (e v : nat) : bool :=
-  cnt m v (ax C e) <? cnt m v (ax D e).
+(** [move_at d e xs 0 C]: the last [length xs] axes of [d] moved onto the
+    minor end of [e], i.e.
+    [set_nth (set_nth C d (firstn (length (ax C d) - length xs) (ax C d))) e (ax C e ++ xs)],
+    in one pass ([i]: the index of the head of [C]; [take] is [firstn]). *)
+Fixpoint move_at (d e : nat) (xs : list nat) (i : nat) (C : list (list nat)) : list (list nat) :=
+  match C with
+  | [] => []
+  | x :: C' =>
+      let x' := if i =? d then take (length x - length xs) x else x in
+      (if i =? e then x' ++ xs else x') :: move_at d e xs (S i) C'
+  end.
 
-Definition surplus (m : mesh) (D C : list (list nat)) (d v : nat) : bool :=
-  cnt m v (ax D d) <? cnt m v (ax C d).
+(** How many of [l] equal [v]: over the sizes of a list of axes, [cnt]. *)
+Fixpoint count (v : nat) (l : list nat) : nat :=
+  match l with
+  | [] => 0
+  | x :: l' => if x =? v then S (count v l') else count v l'
+  end.
 
-Definition needs_left (m : mesh) (r : nat) (D C : list (list nat)) : bool :=
-  existsb (fun e => existsb (fun a => needs m D C e (asize m a)) (ax D e)) (seq 0 r).
+(** The greedy state is [C] (the axes held) and [D] (the target's), one
+    list per dimension, both of length [r], with the sizes of their axes
+    alongside ([CS], [DS]: [map (map (asize m))] of them, so that
+    [cnt m v] of a dimension is [count v] of its sizes); the tests walk
+    them together ([e]: the index of their heads) instead of looking
+    dimensions up by index. Dimension [e] needs size-[v] axes when it
+    holds fewer than the target's; dimension [d] has a surplus when it
+    holds more. *)
 
-Definition other_needs (m : mesh) (r : nat) (D C : list (list nat)) (d v : nat) : bool :=
-  existsb (fun e => negb (e =? d) && needs m D C e v) (seq 0 r).
+(** Some dimension needs an axis of a size its target has. *)
+Fixpoint needs_left (CS DS : list (list nat)) : bool :=
+  match CS with
+  | [] => false
+  | Ce :: CS' =>
+      let De := hd [] DS in
+      existsb (fun v => count v Ce <? count v De) De || needs_left CS' (tl DS)
+  end.
 
-Definition pending_out (m : mesh) (r : nat) (D C : list (list nat)) (d : nat) : bool :=
-  existsb (fun a => surplus m D C d (asize m a) && other_needs m r D C d (asize m a)) (ax C d).
+(** A dimension of the state: its index, axes and their sizes, the target's axes and their sizes. *)
+Definition gdim : Type := nat * list nat * list nat * list nat * list nat.
 
-Fixpoint extend (m : mesh) (single : bool) (Dd De : list nat) (rb cd ce grp : list nat) : list nat :=
-  match rb with
-  | [] => grp
-  | b :: rb' =>
-      let w := asize m b in
-      if negb single && (cnt m w Dd <? cnt m w cd) && (cnt m w ce <? cnt m w De)
-      then extend m single Dd De rb' (removelast cd) (ce ++ [b]) (b :: grp)
+(** The dimensions other than [d] that need size-[v] axes, in order. *)
+Fixpoint needers (v d e : nat) (C CS D DS : list (list nat)) : list gdim :=
+  match C with
+  | [] => []
+  | Ce :: C' =>
+      let CSe := hd [] CS in
+      let DSe := hd [] DS in
+      let t := needers v d (S e) C' (tl CS) (tl D) (tl DS) in
+      if negb (e =? d) && (count v CSe <? count v DSe) then (e, Ce, CSe, hd [] D, DSe) :: t else t
+  end.
+
+(** Some dimension other than [d] needs size-[v] axes. *)
+Fixpoint other_needs (v d e : nat) (CS DS : list (list nat)) : bool :=
+  match CS with
+  | [] => false
+  | Ce :: CS' => (negb (e =? d) && (count v Ce <? count v (hd [] DS))) || other_needs v d (S e) CS' (tl DS)
+  end.
+
+(** Dimension [d] (sizes [CSd], target's [DSd]) holds an axis of a size it
+    has in surplus and another dimension needs. *)
+Definition pending_out (CS DS : list (list nat)) (d : nat) (CSd DSd : list nat) : bool :=
+  existsb (fun v => (count v DSd <? count v CSd) && other_needs v d 0 CS DS) CSd.
+
+(** The axes [rb] (sizes [rbS]) that join the move, over the sizes of the
+    dimensions ([cdS], [ceS]: what [d] and [e] hold as it grows). *)
+Fixpoint extend (single : bool) (DSd DSe : list nat) (rb rbS cdS ceS grp : list nat) : list nat :=
+  match rb, rbS with
+  | b :: rb', w :: rbS' =>
+      if negb single && (count w DSd <? count w cdS) && (count w ceS <? count w DSe)
+      then extend single DSd DSe rb' rbS' (removelast cdS) (ceS ++ [w]) (b :: grp)
       else grp
+  | _, _ => grp
   end.
 
 Definition b2n (b : bool) : nat := if b then 1 else 0.
 
-(** The first element of [l] of the least key (the head of [sort_by k l]),
-    each key computed once. *)
-Fixpoint first_min_from (k : nat -> nat) (x kx : nat) (l : list nat) : nat :=
+(** The receiver of a direct move of axis [a]: the first of the needers
+    [es] of the least key [2 * (a not in its target) + (pending_out)],
+    with its [pending_out] (each computed once; a single needer is taken
+    without its key). *)
+Definition needer_key (a : nat) (De : list nat) (po : bool) : nat := 2 * b2n (negb (memb a De)) + b2n po.
+
+Fixpoint first_needer (CS DS : list (list nat)) (a : nat) (x : gdim) (kx : nat) (px : bool) (l : list gdim)
+    : gdim * bool :=
   match l with
-  | [] => x
-  | y :: l' => let ky := k y in if ky <? kx then first_min_from k y ky l' else first_min_from k x kx l'
+  | [] => (x, px)
+  | y :: l' =>
+      let '(e, _, CSe, De, DSe) := y in
+      let py := pending_out CS DS e CSe DSe in
+      let ky := needer_key a De py in
+      if ky <? kx then first_needer CS DS a y ky py l' else first_needer CS DS a x kx px l'
   end.
 
-Definition first_min (k : nat -> nat) (l : list nat) : option nat :=
-  match l with
+Definition receiver (CS DS : list (list nat)) (a : nat) (es : list gdim) : option (gdim * bool) :=
+  match es with
   | [] => None
-  | [x] => Some x
-  | x :: l' => Some (first_min_from k x (k x) l')
-  end.
-
-(** The best direct move from [d]: [(key, (d, e, axes))], least key first. *)
-Definition direct_from (m : mesh) (single : bool) (r : nat) (D C : list (list nat)) (d : nat)
-    : option (nat * (nat * nat * list nat)) :=
-  match rev' (ax C d) with
-  | [] => None
-  | a :: rb =>
-      let v := asize m a in
-      if negb (surplus m D C d v) then None else
-      let es := filter (fun e => negb (e =? d) && needs m D C e v) (seq 0 r) in
-      let ke := fun e => 2 * b2n (negb (memb a (ax D e))) + b2n (pending_out m r D C e) in
-      match first_min ke es with
-      | None => None
-      | Some e =>
-          let grp := extend m single (ax D d) (ax D e) rb (removelast (ax C d)) (ax C e ++ [a]) [a] in
-          Some (2 * b2n (pending_out m r D C e) + b2n (negb (memb a (ax D e))), (d, e, grp))
+  | x :: l =>
+      let '(e, _, CSe, De, DSe) := x in
+      let px := pending_out CS DS e CSe DSe in
+      match l with
+      | [] => Some (x, px)
+      | _ => Some (first_needer CS DS a x (needer_key a De px) px l)
       end
   end.
 
-Definition best_direct (m : mesh) (single : bool) (r : nat) (D C : list (list nat))
-    : option (nat * nat * list nat) :=
-  option_map snd
-    (fold_left (fun acc d =>
-       match direct_from m single r D C d, acc with
-       | None, _ => acc
-       | Some x, None => Some x
-       | Some x, Some y => if fst x <? fst y then Some x else acc
-       end) (seq 0 r) None).
+(** The best direct move from [d] (axes [Cd], sizes [CSd], target's
+    [Dd], [DSd]): [(key, (d, e, axes))]. *)
+Definition direct_from (single : bool) (C CS D DS : list (list nat)) (d : nat) (Cd CSd Dd DSd : list nat)
+    : option (nat * (nat * nat * list nat)) :=
+  match rev' Cd, rev' CSd with
+  | a :: rb, v :: rbS =>
+      if negb (count v DSd <? count v CSd) then None else
+      match receiver CS DS a (needers v d 0 C CS D DS) with
+      | None => None
+      | Some ((e, _, CSe, De, DSe), po) =>
+          let grp := extend single DSd DSe rb rbS (removelast CSd) (CSe ++ [v]) [a] in
+          Some (2 * b2n po + b2n (negb (memb a De)), (d, e, grp))
+      end
+  | _, _ => None
+  end.
+
+(** The first direct move of the least key over the dimensions [d] on
+    ([Cs], [CSs], [Ds], [DSs]); none can beat key 0. *)
+Fixpoint best_direct_from (single : bool) (C CS D DS : list (list nat)) (d : nat) (Cs CSs Ds DSs : list (list nat))
+    (acc : option (nat * (nat * nat * list nat))) : option (nat * (nat * nat * list nat)) :=
+  match Cs with
+  | [] => acc
+  | Cd :: Cs' =>
+      if match acc with Some (k, _) => k =? 0 | None => false end then acc else
+      let acc' := match direct_from single C CS D DS d Cd (hd [] CSs) (hd [] Ds) (hd [] DSs), acc with
+                  | None, _ => acc
+                  | Some x, None => Some x
+                  | Some x, Some y => if fst x <? fst y then Some x else acc
+                  end in
+      best_direct_from single C CS D DS (S d) Cs' (tl CSs) (tl Ds) (tl DSs) acc'
+  end.
+
+Definition best_direct (single : bool) (C CS D DS : list (list nat)) : option (nat * nat * list nat) :=
+  option_map snd (best_direct_from single C CS D DS 0 C CS D DS None).
 
 Definition total_need (m : mesh) (r : nat) (D C : list (list nat)) (d v : nat) : nat :=
   fold_right plus 0 (map (fun e => if e =? d then 0 else cnt m v (ax D e) - cnt m v (ax C e)) (seq 0 r)).
@@ -389,78 +468,152 @@ Definition arrange_dim (m : mesh) (r : nat) (D C : list (list nat)) (d : nat) : 
                               (map (fun e => if memb a (ax D e) then index_of a (ax D e) else big) (seq 0 r)) big in
   sort_by kk keep ++ sort_by ko out.
 
-Fixpoint greedy_loop (m : mesh) (src : atype) (D : list (list nat)) (single : bool) (fuel : nat)
-    (C : list (list nat)) : plan * list (list nat) :=
+(** The fuel is a list (its length: [seq 0 n] for [n]), so that its test
+    extracts to a plain match. *)
+Fixpoint greedy_loop (m : mesh) (src : atype) (D DS : list (list nat)) (single : bool) (fuel : list nat)
+    (C CS : list (list nat)) : plan * list (list nat) :=
   let r := length src in
   match fuel with
-  | 0 => ([], C)
-  | S f =>
-      if negb (needs_left m r D C) then ([], C) else
-      match best_direct m single r D C with
+  | [] => ([], C)
+  | _ :: f =>
+      if negb (needs_left CS DS) then ([], C) else
+      match best_direct single C CS D DS with
       | Some (d, e, grp) =>
-          let C1 := set_nth (set_nth C d (firstn (length (ax C d) - length grp) (ax C d))) e (ax C e ++ grp) in
-          let (p, C2) := greedy_loop m src D single f C1 in
+          let C1 := move_at d e grp 0 C in
+          let (p, C2) := greedy_loop m src D DS single f C1 (move_at d e (map (asize m) grp) 0 CS) in
           (AllToAll d e grp :: p, C2)
       | None =>
           let C1 := map (arrange_dim m r D C) (seq 0 r) in
           if list_eq_dec (list_eq_dec Nat.eq_dec) C1 C then ([], C) else
-          let (p, C2) := greedy_loop m src D single f C1 in
+          let (p, C2) := greedy_loop m src D DS single f C1 (map (map (asize m)) C1) in
           (AllPermute (tyof src (ax C1)) :: p, C2)
       end
   end.
 
-Definition greedy_x (m : mesh) (src dst : atype) (X : nat -> list nat) (single : bool) : plan :=
+(** [extras_f m r (ax D) (ax C)] below [r] (the length of [C] and [D]),
+    over the lists: the same pairs offered in the same order (first the
+    axes of each dimension of [C], then every axis of the mesh, to each
+    dimension in turn), the extras of a dimension and the axes added so
+    far threaded along; [AD], [AA]: every axis of [D], of [C]. *)
+Fixpoint extra_offer (m : mesh) (AD AA Dd Cd : list nat) (Ed AE : list nat) (l : list nat) : list nat * list nat :=
+  match l with
+  | [] => (Ed, AE)
+  | a :: l' =>
+      let v := asize m a in
+      if negb (memb a AE) && (cnt m v Dd + cnt m v Ed <? cnt m v Cd) && (cnt m v AD + cnt m v AE <? cnt m v AA)
+      then extra_offer m AD AA Dd Cd (Ed ++ [a]) (a :: AE) l'
+      else extra_offer m AD AA Dd Cd Ed AE l'
+  end.
+
+Fixpoint extras_pass (m : mesh) (AD AA : list nat) (sel : list nat -> list nat) (D C E : list (list nat)) (AE : list nat)
+    : list (list nat) * list nat :=
+  match C with
+  | [] => ([], AE)
+  | Cd :: C' =>
+      let '(Ed, AE1) := extra_offer m AD AA (hd [] D) Cd (hd [] E) AE (sel Cd) in
+      let '(E', AE2) := extras_pass m AD AA sel (tl D) C' (tl E) AE1 in
+      (Ed :: E', AE2)
+  end.
+
+Definition extras_l (m : mesh) (D C : list (list nat)) : list (list nat) :=
+  let AD := concat D in
+  let AA := concat C in
+  let keep := filter (fun a => negb (memb a AD)) in
+  let '(E1, AE1) := extras_pass m AD AA keep D C (map (fun _ => []) C) [] in
+  let l := keep (seq 0 (length m)) in
+  fst (extras_pass m AD AA (fun _ => l) D C E1 AE1).
+
+(** The greedy plan from the slices [XL] ([SL], [DL]: the source's and the
+    target's axes; [r] lists of each; [DS]: the sizes of [DL]'s). *)
+Fixpoint app_each (SL XL : list (list nat)) : list (list nat) :=
+  match SL with
+  | [] => []
+  | Sd :: SL' => (Sd ++ hd [] XL) :: app_each SL' (tl XL)
+  end.
+
+Definition greedy_x (m : mesh) (src : atype) (SL DL DS XL : list (list nat)) (single : bool) : plan :=
   let r := length src in
-  let S := sax src in
-  let D := sax dst in
-  let (mv, Cl) := greedy_loop m src (map D (seq 0 r)) single (2 * length m + 2)
-                              (map (fun d => S d ++ X d) (seq 0 r)) in
+  let C0 := app_each SL XL in
+  let (mv, Cl) := greedy_loop m src DL DS single (seq 0 (2 * length m + 2)) C0 (map (map (asize m)) C0) in
   let C := ax Cl in
-  let E := extras_f m r D C in
-  slices_of r X ++ mv ++ finish src C (fun d => D d ++ E d) E.
+  let E := ax (extras_l m DL Cl) in
+  slices_of r (ax XL) ++ mv ++ finish src C (fun d => ax DL d ++ E d) E.
 
 (** [single] only matters when some all-to-all moves several axes: without
     one, both runs make the same plan, which is computed once. *)
 Definition multi_a2a (p : plan) : bool :=
   existsb (fun c => match c with AllToAll _ _ (_ :: _ :: _) => true | _ => false end) p.
 
-Definition greedy_both (m : mesh) (src dst : atype) (X : nat -> list nat) : list plan :=
-  let p := greedy_x m src dst X false in
-  if multi_a2a p then [p; greedy_x m src dst X true] else [p].
+Definition greedy_both (m : mesh) (src : atype) (SL DL DS XL : list (list nat)) : list plan :=
+  let p := greedy_x m src SL DL DS XL false in
+  if multi_a2a p then [p; greedy_x m src SL DL DS XL true] else [p].
 
-(** Slicing modes: 0 within the target's counts and budget, 1 within the
-    counts, 2 also into the target's own dimension while the size divides. *)
-Definition greedy (m : mesh) (src dst : atype) (mode : nat) (single : bool) : plan :=
-  let r := length src in
-  let S := sax src in
-  let D := sax dst in
-  let X := match mode with
-           | 0 => slicer_f m r S D true
-           | 1 => slicer_f m r S D false
-           | _ => slicer_div_f m r S D (gs src)
-           end in
-  greedy_x m src dst X single.
+(** [slicer_f m r (ax SL) (ax DL) budget] and [slicer_div_f m r (ax SL) (ax DL) g]
+    below [r] over the lists, as lists ([SL], [DL]: [r] lists each): the
+    same pairs offered in the same order, the slices of a dimension and
+    the axes sliced so far threaded along ([AS], [AD]: every axis of [SL],
+    of [DL]; the axes offered are never in [AS]). [slice_offer] offers
+    [l] to dimension [d] (source axes [Sd], target's [Dd]). *)
+Fixpoint slice_offer (m : mesh) (div : option (nat -> nat)) (budget : bool) (AS AD : list nat) (d : nat)
+    (Sd Dd Xd AX : list nat) (l : list nat) : list nat * list nat :=
+  match l with
+  | [] => (Xd, AX)
+  | a :: l' =>
+      let v := asize m a in
+      let ok := negb (memb a AX) &&
+        (((cnt m v Sd + cnt m v Xd <? cnt m v Dd) && (negb budget || (cnt m v AS + cnt m v AX <? cnt m v AD))) ||
+         match div with
+         | Some g => memb a Dd && (g d mod (nprod m Sd * nprod m Xd * v) =? 0)
+         | None => false
+         end) in
+      if ok then slice_offer m div budget AS AD d Sd Dd (Xd ++ [a]) (a :: AX) l'
+      else slice_offer m div budget AS AD d Sd Dd Xd AX l'
+  end.
+
+Fixpoint slice_pass (m : mesh) (div : option (nat -> nat)) (budget : bool) (AS AD : list nat)
+    (sel : list nat -> list nat) (d : nat) (SL DL XL : list (list nat)) (AX : list nat)
+    : list (list nat) * list nat :=
+  match SL with
+  | [] => ([], AX)
+  | Sd :: SL' =>
+      let Dd := hd [] DL in
+      let '(Xd, AX1) := slice_offer m div budget AS AD d Sd Dd (hd [] XL) AX (sel Dd) in
+      let '(XL', AX2) := slice_pass m div budget AS AD sel (S d) SL' (tl DL) (tl XL) AX1 in
+      (Xd :: XL', AX2)
+  end.
+
+Definition slicer_l (m : mesh) (div : option (nat -> nat)) (budget : bool) (SL DL : list (list nat)) : list (list nat) :=
+  let AS := concat SL in
+  let AD := concat DL in
+  let keep := filter (fun a => negb (memb a AS)) in
+  let '(X1, AX1) := slice_pass m div budget AS AD keep 0 SL DL (map (fun _ => []) SL) [] in
+  let l := keep AD in
+  fst (slice_pass m div budget AS AD (fun _ => l) 0 SL DL X1 AX1).
 
 (** * Choosing the plan *)
 
-(** The canonical plan, then the greedy ones for each slicing mode (see
-    [greedy]), a mode whose slices equal an earlier mode's being skipped
-    (it would make the same plans). *)
+(** The canonical plan, then the greedy ones for each slicing mode (0
+    within the target's counts and budget, 1 within the counts, 2 also
+    into the target's own dimension while the size divides), a mode whose
+    slices equal an earlier mode's being skipped (it would make the same
+    plans). *)
 Definition candidates (m : mesh) (src dst : atype) : list plan :=
   let r := length src in
   let S := sax src in
   let D := sax dst in
-  let X0 := slicer_f m r S D true in
+  let SL := map S (seq 0 r) in
+  let DL := map D (seq 0 r) in
   let X1 := slicer_f m r S D false in
-  let X2 := slicer_div_f m r S D (gs src) in
-  let k0 := map X0 (seq 0 r) in
+  (* the slices of each mode, as lists ([slicer_l]: [slicer_f], [slicer_div_f]) *)
+  let k0 := slicer_l m None true SL DL in
   let k1 := map X1 (seq 0 r) in
-  let k2 := map X2 (seq 0 r) in
+  let k2 := slicer_l m (Some (gs src)) false SL DL in
   let same := fun k k' => if list_eq_dec (list_eq_dec Nat.eq_dec) k k' then true else false in
+  let DS := map (map (asize m)) DL in
   canonical_x m src dst X1 ::
-  greedy_both m src dst X0 ++
-  (if same k1 k0 then [] else greedy_both m src dst X1) ++
-  (if same k2 k0 || same k2 k1 then [] else greedy_both m src dst X2).
+  greedy_both m src SL DL DS k0 ++
+  (if same k1 k0 then [] else greedy_both m src SL DL DS k1) ++
+  (if same k2 k0 || same k2 k1 then [] else greedy_both m src SL DL DS k2).
 
 Definition coll_eq_dec : forall x y : coll, {x = y} + {x <> y}.
 Proof.
