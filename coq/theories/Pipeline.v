@@ -125,6 +125,8 @@ Definition plan_valid (m : mesh) (src dst : atype) : result (nat * error) (split
                   | None => Err (0, WrongResult)   (* never: [plan_spec] *)
                   end
               end in
+  (* no axis splits (every one is prime): the plan is over the user's mesh already *)
+  if forallb (fun fa => match fa with [_] => true | _ => false end) ff then fine tt else
   match coarsen ff pf (S (length m)) [] with
   | Some (sp, p) =>
       let ps := part_split m sp in

@@ -90,6 +90,7 @@ Proof.
   assert (Hv0 : validate (rmesh ff) (rtype ff src) (rtype ff dst) p0 = Some r0).
   { rewrite <- (validator_valid_spec _ _ _ _ (problem_error_none _ _ _ Hvf)). apply Hr. reflexivity. }
   cbv zeta.
+  destruct (forallb _ ff); [exists ff, p0, r0; auto|].
   destruct (coarsen ff p0 (S (length m)) []) as [[sp p]|].
   - rewrite ?rtype_fast_eq, (validator_valid_spec _ _ _ _ (Hrv _)).
     destruct (list_eqb (part_split m sp) ff && plan_eqb p p0); [exists ff, p0, r0; auto|].
