@@ -3,7 +3,10 @@
     partial refinement that carries it, and validate it there. The
     re-expression is translation-validated: what is returned has passed
     [validate] over its own mesh (computed by [Validate.validator_valid]), and the fully refined plan, which always
-    passes ([Searchproof.synthesize_best_prime]), is the fallback. The end-to-end
+    passes ([Searchproof.synthesize_best_prime]), is the fallback. A plan
+    is validated once over a refinement: where the plan returned is the
+    synthesizer's over the full refinement (always so when no axis splits),
+    so is the report, from the synthesizer's validation. The end-to-end
     guarantee is [plan_spec] in [Pipelineproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
 From VS Require Import Prelude Mesh Types Rules Checker Validate Synth Search Factor Refine.
