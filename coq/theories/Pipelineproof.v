@@ -79,20 +79,26 @@ Proof.
   assert (Hrv : forall sp, problem_error (rmesh (part_split m sp)) (rtype (part_split m sp) src)
                              (rtype (part_split m sp) dst) = None).
   { intros sp. apply problem_error_none, (refine_valid_problem m); auto. apply part_split_splits. }
-  rewrite (synthesize_best_valid _ _ _ (problem_error_none _ _ _ Hvf)).
-  rewrite (validator_valid_spec _ _ _ _ (problem_error_none _ _ _ Hvf)).
-  assert (Hg : exists rf, validate (rmesh ff) (rtype ff src) (rtype ff dst)
-                  (snd (synthesize_best (rmesh ff) (rtype ff src) (rtype ff dst))) = Some rf).
+  set (vf := validator_valid (rmesh ff) (rtype ff src) (rtype ff dst)).
+  destruct (synthesize_best_r_spec vf (rmesh ff) (rtype ff src) (rtype ff dst)) as [Ew Hr].
+  assert (Hg : fst (synthesize_best (rmesh ff) (rtype ff src) (rtype ff dst)) = true).
   { apply synthesize_best_prime; auto. intros a Ha. apply prime_split_prime; auto.
     destruct Hv as [[Hm _] _]. exact Hm. }
-  destruct Hg as [rf Hrf].
-  set (pf := snd (synthesize_best (rmesh ff) (rtype ff src) (rtype ff dst))) in *.
-  destruct (coarsen ff pf (S (length m)) []) as [[sp p]|]; cbv zeta; rewrite ?rtype_fast_eq, ?(validator_valid_spec _ _ _ _ (Hrv _)).
-  - destruct (validate (rmesh (part_split m sp)) (rtype (part_split m sp) src) (rtype (part_split m sp) dst) p)
-      as [r|] eqn:Hr.
-    + exists (part_split m sp), p, r. split; [reflexivity|]. split; [apply part_split_splits|exact Hr].
-    + rewrite Hrf. exists ff, pf, rf. auto.
-  - rewrite Hrf. exists ff, pf, rf. auto.
+  rewrite <- (synthesize_best_valid _ _ _ (problem_error_none _ _ _ Hvf)) in Hg. fold vf in Hg.
+  rewrite Ew in Hg.
+  destruct (synthesize_best_r vf (rmesh ff) (rtype ff src) (rtype ff dst)) as [[p0 r0]|] eqn:Eb; [|discriminate].
+  assert (Hv0 : validate (rmesh ff) (rtype ff src) (rtype ff dst) p0 = Some r0).
+  { rewrite <- (validator_valid_spec _ _ _ _ (problem_error_none _ _ _ Hvf)). apply Hr. reflexivity. }
+  cbv zeta.
+  destruct (forallb _ ff); [exists ff, p0, r0; auto|].
+  destruct (coarsen ff p0 (S (length m)) []) as [[sp p]|].
+  - rewrite ?rtype_fast_eq, (validator_valid_spec _ _ _ _ (Hrv _)).
+    destruct (list_eqb (part_split m sp) ff && plan_eqb p p0); [exists ff, p0, r0; auto|].
+    destruct (validate (rmesh (part_split m sp)) (rtype (part_split m sp) src) (rtype (part_split m sp) dst) p)
+      as [r|] eqn:Hr'.
+    + exists (part_split m sp), p, r. split; [reflexivity|]. split; [apply part_split_splits|exact Hr'].
+    + exists ff, p0, r0. auto.
+  - exists ff, p0, r0. auto.
 Qed.
 
 Lemma plan_problem_valid : forall m src dst, valid_problem m src dst -> plan_problem m src dst = plan_valid m src dst.

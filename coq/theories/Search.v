@@ -393,3 +393,8 @@ Definition synthesize_best_with (v : plan -> option report) (m : mesh) (src dst 
 
 Definition synthesize_best (m : mesh) (src dst : atype) : bool * plan :=
   synthesize_best_with (validator m src dst) m src dst.
+
+(** The plan [synthesize_best_with v] keeps, with the report [v] gave it
+    ([Searchproof.synthesize_best_r_spec]). *)
+Definition synthesize_best_r (v : plan -> option report) (m : mesh) (src dst : atype) : option (plan * report) :=
+  pick_with_r v (glue m src dst) (candidates m src dst ++ searched m src dst).

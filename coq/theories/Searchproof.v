@@ -147,3 +147,45 @@ Proof.
   intros m src dst q rq Hq Hvq. destruct (pick_min m src dst _ _ _ Hq Hvq) as [p [r [Ep [Hv Hle]]]].
   rewrite synthesize_best_pick, Ep. simpl. eauto.
 Qed.
+
+(** [pick_with_r] keeps the plan [pick_with] keeps, with the report the
+    validator gave it. *)
+Lemma pick_with_r_spec : forall v G ps,
+  option_map fst (pick_with_r v G ps) = pick_with v G ps /\
+  (forall p r, pick_with_r v G ps = Some (p, r) -> v p = Some r).
+Proof.
+  intros v G ps. unfold pick_with_r, pick_with.
+  set (R := fun (acc : list plan * option (plan * list nat)) (acc' : list plan * option (plan * report * list nat)) =>
+    fst acc' = fst acc /\ snd acc = option_map (fun x => (fst (fst x), snd x)) (snd acc') /\
+    (forall p r k, snd acc' = Some (p, r, k) -> v p = Some r)).
+  assert (Hstep : forall acc acc' x, R acc acc' -> R (pick_step v G acc x) (pick_step_r v G acc' x)).
+  { intros [seen b] [seen' b'] x [E1 [E2 E3]]. cbn [fst snd] in *. subst seen'.
+    unfold pick_step, pick_step_r. cbn [fst snd].
+    destruct (existsb (plan_eqb x) seen); [split; [|split]; auto|].
+    cbn [fst snd]. split; [reflexivity|].
+    destruct (v x) as [rx|] eqn:Ev; [|split; auto].
+    destruct b' as [[[p0 r0] k0]|]; cbn [option_map] in E2; subst b; cbn [fst snd].
+    - destruct (better (cost G x rx) k0).
+      + split; [reflexivity|]. intros p r k H. inversion H; subst; congruence.
+      + split; [reflexivity|]. exact E3.
+    - split; [reflexivity|]. intros p r k H. inversion H; subst; congruence. }
+  assert (Hfold : forall l acc acc', R acc acc' -> R (fold_left (pick_step v G) l acc) (fold_left (pick_step_r v G) l acc')).
+  { induction l as [|x l IH]; intros acc acc' H; simpl; auto. }
+  destruct (Hfold ps ([], None) ([], None)) as [_ [E2 E3]].
+  { split; [reflexivity|]. split; [reflexivity|]. intros; discriminate. }
+  split.
+  - rewrite E2. destruct (snd (fold_left (pick_step_r v G) ps ([], None))) as [[[p r] k]|]; reflexivity.
+  - intros p r H. destruct (snd (fold_left (pick_step_r v G) ps ([], None))) as [[[p0 r0] k0]|] eqn:E; [|discriminate].
+    cbn [option_map fst] in H. inversion H; subst. eapply E3; eauto.
+Qed.
+
+Lemma synthesize_best_r_spec : forall v m src dst,
+  synthesize_best_with v m src dst =
+    match synthesize_best_r v m src dst with Some (p, _) => (true, p) | None => (false, naive m src dst) end /\
+  (forall p r, synthesize_best_r v m src dst = Some (p, r) -> v p = Some r).
+Proof.
+  intros v m src dst. unfold synthesize_best_with, synthesize_best_r.
+  destruct (pick_with_r_spec v (glue m src dst) (candidates m src dst ++ searched m src dst)) as [E H].
+  split; [|exact H]. rewrite <- E.
+  destruct (pick_with_r v (glue m src dst) (candidates m src dst ++ searched m src dst)) as [[p r]|]; reflexivity.
+Qed.

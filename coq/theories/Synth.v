@@ -643,6 +643,25 @@ Definition pick_step (v : plan -> option report) (G : list nat)
 Definition pick_with (v : plan -> option report) (G : list nat) (ps : list plan) : option plan :=
   option_map fst (snd (fold_left (pick_step v G) ps ([], None))).
 
+(** [pick_with], also returning the report the validator gave the plan
+    kept ([Searchproof.pick_with_r_spec]). *)
+Definition pick_step_r (v : plan -> option report) (G : list nat)
+    (acc : list plan * option (plan * report * list nat)) (p : plan) : list plan * option (plan * report * list nat) :=
+  if existsb (plan_eqb p) (fst acc) then acc else
+  (p :: fst acc,
+   match v p with
+   | None => snd acc
+   | Some r =>
+       let k := cost G p r in
+       match snd acc with
+       | Some (_, _, k0) => if better k k0 then Some (p, r, k) else snd acc
+       | None => Some (p, r, k)
+       end
+   end).
+
+Definition pick_with_r (v : plan -> option report) (G : list nat) (ps : list plan) : option (plan * report) :=
+  option_map fst (snd (fold_left (pick_step_r v G) ps ([], None))).
+
 Definition pick (m : mesh) (src dst : atype) (ps : list plan) : option plan :=
   pick_with (validator m src dst) (glue m src dst) ps.
 
