@@ -201,12 +201,6 @@ Proof.
     + right. split; [apply (rtype_unmoved m); auto|]. cbn [recv]. rewrite Hmv. reflexivity.
 Qed.
 
-Lemma trace_wf : forall m t p ts rs, wf m t -> trace m t p ts rs -> Forall (wf m) ts.
-Proof.
-  intros m t p ts rs Ht Htr. induction Htr as [t|t c t1 p ts rs Hst Htr IH]; constructor; auto.
-  apply IH. eapply step_wf; eauto.
-Qed.
-
 (** A trace carried to the split: from the refined type, to the refinement of
     where it ends, through refinements of its types, receiving no more. *)
 Lemma refine_trace : forall m fs t p ts rs, splits m fs -> no_unit_axes (rmesh fs) = true -> wf m t ->
@@ -250,7 +244,7 @@ Proof.
     + split; [apply (refine_wf m); auto|split; [apply (refine_wf m); auto|]].
       rewrite !refine_gsizes. exact Hg.
     + rewrite Hl', Hl. reflexivity.
-  - cbn [peak]. rewrite Hp. pose proof (trace_wf m src p _ _ Hsrc Htr) as Hw. rewrite Forall_forall in Hw.
+  - cbn [peak]. rewrite Hp. pose proof (trace_wf_all m src p _ _ Htr Hsrc) as Hw. rewrite Forall_forall in Hw.
     clear -Hin Hw Hs. induction ts' as [|u ts' IH]; cbn [peak_of fold_right]; [lia|].
     fold (peak_of (rmesh fs) ts'). apply Nat.max_lub.
     + destruct (Hin u (or_introl eq_refl)) as [v [Hv ->]]. rewrite (refine_size m) by auto.

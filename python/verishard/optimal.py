@@ -372,15 +372,12 @@ def lift(plan: tuple[Collective, ...], fine: Mesh, groups: tuple[tuple[int, ...]
     >>> lift((AllGather(0, ("x",)),), fine, groups, s, d)
     [AllPermute(target=[2{x.1,x.2}8]), AllGather(dim=0, axes=('x.1', 'x.2'))]
     """
-    mesh = src.mesh
-    refined = mesh.refined()
-    where = {}
-    for p, qs in enumerate(groups):
-        rs = [r for r in mesh.refinement()[p] if refined.part_sizes[r] > 1]
-        where.update(zip(qs, rs))
+    refined = src.mesh.refined()
+    # fine's parts are refined's parts of size 2 or more, in order (Mesh.prime_parts)
+    kept = tuple(r for r, n in enumerate(refined.part_sizes) if n > 1)
 
     def parts(ps) -> tuple[int, ...]:
-        return tuple(where[q] for q in ps)
+        return tuple(kept[q] for q in ps)
 
     def lifted(t: ArrayType) -> ArrayType:
         return ArrayType.from_parts(refined, t.global_shape, [parts(d.parts) for d in t.dims])

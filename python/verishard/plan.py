@@ -16,7 +16,7 @@ second Python computation.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -463,9 +463,7 @@ def _minimal(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
                                 f"{found.certified} within {p.bound} it claimed")
         if not core.certify(src, dst, p.bound, found.entries, p.traffic, over=fine):
             raise PlanError(f"the verified checker refused the certificate that {p.traffic} is the least traffic")
-    certified = object.__new__(Plan)
-    certified.__dict__.update({k: v for k, v in p.__dict__.items() if k != "_verified"}, minimal=True)
-    return _made(certified)
+    return _made(replace(p, minimal=True))
 
 
 @lru_cache(maxsize=4096)
