@@ -123,19 +123,24 @@ let put_sized buf put x =
   buf.Buffer.data.(at) <- buf.Buffer.len - at - 1
 
 (* A pipeline's answer, plain or partial: [0; k; (len; sizes..) for each of
-   the k parts (the split); peak; s; s steps; s+1 types; s received counts],
-   each step and each type preceded by the length of its encoding. *)
+   the k parts (the split); peak; s; the source type; then each of the s
+   steps as one record: its collective, the type after it and what it
+   receives], the source type and each record preceded by the length of its
+   encoding (a record is the unit Python reads back, and caches). *)
 let put_planned buf put_step put_t fs peak p ts rs =
   Buffer.add_int buf 0;
   Buffer.add_int buf (List.length fs);
   let rec axes_each = function [] -> () | xs :: l -> put_axes buf xs; axes_each l in
-  let rec sized_each put = function [] -> () | x :: l -> put_sized buf put x; sized_each put l in
   axes_each fs;
   Buffer.add_int buf peak;
   Buffer.add_int buf (List.length p);
-  sized_each put_step p;
-  sized_each put_t ts;
-  put_ints buf rs
+  let put_record buf (c, (t, n)) = put_step buf c; put_t buf t; Buffer.add_int buf n in
+  let rec records = function
+    | c :: p', t :: ts', n :: rs' -> put_sized buf put_record (c, (t, n)); records (p', ts', rs')
+    | _ -> () in
+  match ts with
+  | t0 :: ts' -> put_sized buf put_t t0; records (p, ts', rs)
+  | [] -> ()
 
 let check_fn a =
   let next = reader a in
@@ -174,8 +179,7 @@ let movement_fn a =
   Array.of_list (movement m t op t')
 
 (* The one planning call, [Pipeline.plan_problem]. Answer: [1; step; reason;
-   detail] on error, else [0; k; (len; sizes..) for each of the k parts (the
-   split); peak; s; s collectives; s+1 types; s received counts]. *)
+   detail] on error, else the plan as [put_planned] writes it. *)
 let plan_fn a =
   let next = reader a in
   let m = read_mesh next in let src = read_type next in let dst = read_type next in

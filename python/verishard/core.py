@@ -158,24 +158,67 @@ def _raise_rejection(mesh: Mesh, out: Sequence[int], plan: Sequence[Collective])
     raise PlanError(f"{where}: {why}", step=step, reason=key)
 
 
+@dataclass(frozen=True)
+class Step:
+    """One collective, the type after it, and the elements each device receives (at most).
+
+    >>> from verishard import plan
+    >>> s = plan("x=2", "[2{x}4]", "[4]").steps[0]
+    >>> s
+    Step(collective=AllGather(dim=0, axes=('x',)), type=[4], received=2)
+    """
+
+    collective: Collective
+    type: ArrayType
+    received: int
+
+    @property
+    def local_size(self) -> int:
+        """Elements each device holds after this step.
+
+        >>> from verishard import plan
+        >>> plan("x=2", "[2{x}4]", "[4]").steps[0].local_size
+        4
+        """
+        return self.type.size
+
+
 class PlanReport(NamedTuple):
     """What ``Ppipeline.pplan_problem`` returns in one call: the plan over the
-    partial refinement ``mesh`` of the user's mesh it runs on, the types
-    along it (source first), the checker's per-step received elements and
-    peak. (A named tuple: built once per planning call, read once.)
+    partial refinement ``mesh`` of the user's mesh it runs on, its source
+    type, its steps (each with the type after it and the checker's received
+    elements) and peak. (A named tuple: built once per planning call, read once.)
 
     >>> from verishard import Mesh, ArrayType
     >>> m = Mesh.parse("x=2,y=4")
     >>> r = plan(m, ArrayType.parse("[2{x}4]", m), ArrayType.parse("[1{y}4]", m))
     >>> r.mesh, r.collectives, r.peak
     ({x:2, y:2*2}, (DynSlice(dim=0, axes=('y.0',)), AllPermute(target=[1{y}4])), 2)
+    >>> r.types, r.received
+    (([2{x}4], [1{x,y.0}4], [1{y}4]), (0, 1))
     """
 
     mesh: Mesh
-    collectives: tuple[Collective, ...]
-    types: tuple[ArrayType, ...]
-    received: tuple[int, ...]
+    src: ArrayType
+    steps: tuple[Step, ...]
     peak: int
+
+    @property
+    def collectives(self) -> tuple[Collective, ...]:
+        return tuple(s.collective for s in self.steps)
+
+    @property
+    def types(self) -> tuple[ArrayType, ...]:
+        return (self.src,) + tuple(s.type for s in self.steps)
+
+    @property
+    def received(self) -> tuple[int, ...]:
+        return tuple(s.received for s in self.steps)
+
+
+def _step(collective: Collective, type_: ArrayType, received: int) -> Step:
+    """``Step(collective, type_, received)`` from a verified report, without the dataclass ``__init__``."""
+    return raw(Step, collective=collective, type=type_, received=received)
 
 
 def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
@@ -204,54 +247,54 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
 
 def _planned(mesh: Mesh, out: Sequence[int], decode_type) -> PlanReport:
     """The report of a planning call (``put_planned`` in bindings/glue.ml): the split of the
-    mesh's parts, the peak, the plan over the split mesh, its types (read by
-    ``decode_type(mesh, ints, pos) -> (type, pos)``) and per-step received;
-    each step and type comes with the length of its encoding.
+    mesh's parts, the peak, the source type over the split mesh, then each
+    step as one record (its collective, the type after it, what it
+    receives), read by ``Collective.decode`` and ``decode_type(mesh, ints,
+    pos) -> (type, pos)``; the source type and each record come with the
+    length of their encoding.
 
-    Steps and types are looked up by their encoding in caches of the mesh
-    they are over (plans repeat the same steps and types); only what is not
-    there yet is decoded, by ``Collective.decode`` and ``decode_type``."""
+    Source types and records are looked up by their encoding in caches of
+    the mesh they are over (plans repeat the same steps); only what is not
+    there yet is decoded."""
     out = tuple(out)   # (the core answers a tuple: its slices are the cache keys themselves)
     pos = 2
     for _ in range(out[1]):
         pos += 1 + out[pos]
-    coarse, steps, plain, partial = _report_mesh(mesh, out[2:pos])
-    # (another decoder's reading depends on more than the encoding: its types are kept for this call only)
-    known = partial if decode_type == ArrayType.pdecode else plain if decode_type == ArrayType.decode else {}
+    coarse, caches = _report_mesh(mesh, out[2:pos])
+    # (another decoder's reading depends on more than the encoding: what it reads is kept for this call only)
+    types, records = caches.get(decode_type) or ({}, {})
     peak, s = out[pos], out[pos + 1]
-    pos += 2
-    # the encodings of the s steps, then the s + 1 types, each after its length
-    plan_ = []
-    get = steps.get   # (collectives and types are always true: neither has a length)
+    end = pos + 3 + out[pos + 2]
+    k = out[pos + 3:end]
+    src = types.get(k) or _new_decoded(coarse, types, k, decode_type)
+    steps = []
+    get = records.get   # (a Step is always true)
     for _ in range(s):
+        pos = end
         end = pos + 1 + out[pos]
         k = out[pos + 1:end]
-        plan_.append(get(k) or _new_decoded(coarse, steps, k, Collective.decode))
-        pos = end
-    types = []
-    get = known.get
-    for _ in range(s + 1):
-        end = pos + 1 + out[pos]
-        k = out[pos + 1:end]
-        types.append(get(k) or _new_decoded(coarse, known, k, decode_type))
-        pos = end
-    if pos + s != len(out):
-        raise ParseError(f"plan report of {len(out)} integers, {pos + s} expected")
+        steps.append(get(k) or _remember(records, k, _decoded_record(coarse, k, decode_type)))
+    if end != len(out):
+        raise ParseError(f"plan report of {len(out)} integers, {end} expected")
     # the core's report, well formed by construction
-    return _new_report((coarse, tuple(plan_), tuple(types), out[pos:], peak))
+    return _new_report((coarse, src, tuple(steps), peak))
 
 
 def _new_decoded(mesh: Mesh, cache: dict, code: tuple[int, ...], decode):
-    """The step or type ``decode(mesh, code, 0)`` reads from the whole of ``code``, remembered in ``cache``."""
-    return _remember(cache, code, _whole(code, decode(mesh, code, 0)))
-
-
-def _whole(code: tuple[int, ...], decoded: tuple):
-    """What ``decoded = (value, end)`` read from ``code``, which it must read whole."""
-    value, end = decoded
+    """The type ``decode(mesh, code, 0)`` reads from the whole of ``code``, remembered in ``cache``."""
+    value, end = decode(mesh, code, 0)
     if end != len(code):
         raise ParseError(f"an encoding of {len(code)} integers read as {end}")
-    return value
+    return _remember(cache, code, value)
+
+
+def _decoded_record(mesh: Mesh, code: tuple[int, ...], decode_type) -> Step:
+    """The step a report's record encodes: its collective, the type after it (read by ``decode_type``), what it receives."""
+    c, pos = Collective.decode(mesh, code, 0)
+    t, pos = decode_type(mesh, code, pos)
+    if pos + 1 != len(code):
+        raise ParseError(f"a step record of {len(code)} integers read as {pos + 1}")
+    return _step(c, t, code[pos])
 
 
 def _new_report(fields: tuple, new=tuple.__new__) -> PlanReport:
@@ -261,13 +304,13 @@ def _new_report(fields: tuple, new=tuple.__new__) -> PlanReport:
 
 _DECODED_MAX = 4096   # entries per cache before it is cleared
 
-def _report_mesh(mesh: Mesh, split_code: tuple[int, ...]) -> tuple[Mesh, dict, dict, dict]:
+def _report_mesh(mesh: Mesh, split_code: tuple[int, ...]) -> tuple[Mesh, dict]:
     """The refinement of ``mesh`` a report's split encodes (``[len, sizes...]``
-    per part) and the caches of decoded steps and types over it, kept in
-    ``mesh``'s ``__dict__`` by the encoding (``Mesh.__getstate__`` leaves
-    them out). Types are cached only for the two decoders of plain and
-    partial types (with the sum pending), whose reading of an encoding never
-    changes."""
+    per part) and the caches of decoded source types and step records over
+    it, by decoder, kept in ``mesh``'s ``__dict__`` by the encoding
+    (``Mesh.__getstate__`` leaves them out). There are caches only for the
+    two decoders of plain and partial types (with the sum pending), whose
+    reading of an encoding never changes."""
     known = mesh.__dict__.get("_reports")
     if known is None:
         known = {}
@@ -280,14 +323,14 @@ def _report_mesh(mesh: Mesh, split_code: tuple[int, ...]) -> tuple[Mesh, dict, d
             split.append(split_code[pos + 1:end])
             pos = end
         coarse = _refinement(mesh, tuple(split))
-        hit = (coarse,) + _caches(coarse)
+        hit = (coarse, _caches(coarse))
         _remember(known, split_code, hit)
     return hit
 
 
 @lru_cache(maxsize=256)
-def _caches(mesh: Mesh) -> tuple[dict, dict, dict]:
-    return {}, {}, {}
+def _caches(mesh: Mesh) -> dict:
+    return {ArrayType.decode: ({}, {}), ArrayType.pdecode: ({}, {})}
 
 
 def _remember(cache: dict, key, value):
@@ -348,7 +391,7 @@ def eplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
         _raise_rejection(mesh, out, [])
     if out[0] == 2:   # [2, free dimension + 1 (0: none), peak, received]
         dim = out[1] - 1 if out[1] else None
-        return PlanReport(mesh, (Exchange(dst, dim),), (src, dst), tuple(out[3:]), out[2])
+        return PlanReport(mesh, src, (Step(Exchange(dst, dim), dst, out[3]),), out[2])
     return _planned(mesh, out, ArrayType.decode)
 
 
@@ -420,7 +463,7 @@ def _puplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     s = out[pos]
     if len(steps) != s:  # pragma: no cover - the glue and this reading disagree
         raise PlanError(f"the verified planner answered {s} steps, {len(steps)} expected")
-    return PlanReport(mesh, tuple(steps), tuple(types), tuple(out[pos + 1:pos + 1 + s]), peak)
+    return PlanReport(mesh, src, tuple(map(Step, steps, types[1:], out[pos + 1:pos + 1 + s])), peak)
 
 
 def _pucheck(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]) -> CheckOk:

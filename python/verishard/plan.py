@@ -21,6 +21,7 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 from . import core
+from .core import Step
 from .collectives import AllGather, AllPermute, AllToAll, Collective, DynSlice, Exchange
 from .errors import ParseError, PlanError, ShardingError
 from .mesh import Mesh
@@ -50,29 +51,6 @@ def is_verified(p: object) -> bool:
     (False, False)
     """
     return isinstance(p, Plan) and p.__dict__.get("_verified") is _VERIFIED
-
-
-@dataclass(frozen=True)
-class Step:
-    """One collective, the type after it, and the elements each device receives (at most).
-
-    >>> s = plan("x=2", "[2{x}4]", "[4]").steps[0]
-    >>> s
-    Step(collective=AllGather(dim=0, axes=('x',)), type=[4], received=2)
-    """
-
-    collective: Collective
-    type: ArrayType
-    received: int
-
-    @property
-    def local_size(self) -> int:
-        """Elements each device holds after this step.
-
-        >>> plan("x=2", "[2{x}4]", "[4]").steps[0].local_size
-        4
-        """
-        return self.type.size
 
 
 @dataclass(frozen=True)
@@ -468,26 +446,19 @@ def _minimal(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
 
 @lru_cache(maxsize=4096)
 def _eplanned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
-    r = core.eplan(mesh, src, dst)
-    steps = tuple(Step(c, t, n) for c, t, n in zip(r.collectives, r.types[1:], r.received))
-    return _made(Plan(r.mesh, r.types[0], r.types[-1], steps, r.peak, True))
+    return _from_report(core.eplan(mesh, src, dst))
 
 
 @lru_cache(maxsize=4096)  # plans are immutable; a hit skips the core call and the decoding
 def _planned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
-    r = core.plan(mesh, src, dst)
-    # from the verified report (well formed by construction): without the dataclass __init__
-    steps, new = [], object.__new__
-    for c, t, n in zip(r.collectives, r.types[1:], r.received):
-        st = new(Step)
-        d = st.__dict__
-        d["collective"], d["type"], d["received"] = c, t, n
-        steps.append(st)
-    types = r.types
-    p = new(Plan)
-    p.__dict__.update(mesh=r.mesh, src=types[0], dst=types[-1], steps=tuple(steps), peak=r.peak,
-                      guaranteed=True)
-    return _made(p)
+    return _from_report(core.plan(mesh, src, dst))
+
+
+def _from_report(r: core.PlanReport) -> Plan:
+    """The Plan of a verified planner's report (well formed by construction): without the dataclass ``__init__``."""
+    steps = r.steps
+    return _made(raw(Plan, mesh=r.mesh, src=r.src, dst=steps[-1].type if steps else r.src, steps=steps,
+                     peak=r.peak, guaranteed=True))
 
 
 def express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine: Mesh,
