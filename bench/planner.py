@@ -17,6 +17,12 @@ source/target pairs are planned by:
             cost, well under a microsecond, is included). The same problem is
             planned REPEAT times, so its types are already decoded and the
             CPU's caches are warm: the figure for planning a problem again;
+  plan() cold  the same, with every answer of the core Python holds
+            forgotten before each call (`clear_decoding`: the plan cache and
+            the caches of decoded meshes, types, collectives and steps):
+            every type and step of the report is decoded anew, as for a
+            problem whose steps were never seen; CPU caches warm (headline
+            cell only in the text; every cell is timed);
   plan()1st the first call on each fresh problem (a new mesh and new types:
             the package's caches of decoded types and meshes and the CPU's
             caches cold; one sample per case): the figure for a problem never
@@ -34,6 +40,16 @@ source/target pairs are planned by:
             (Dijkstra over placements). Where the shard order forces the graph
             search, greedy and min-cost are the same call with the same
             arguments: it is measured once and reported in both columns.
+
+TWO_PASSES: per cell, the verishard columns are timed in a first pass over
+the cell's problems and DTensor's in a second. Interleaved (DTensor's calls
+of up to 0.3 s of busy CPU right before ours), ours read about 2 us slower on
+this shared 2-core machine: on the headline cell plan() median 20.6-21.2 us
+against 18.0-18.7 us in a separate pass, the synthesizer alone 12.5-12.7
+against 10.0-10.3 us; 0.3 s of a busy Python loop instead of DTensor slowed
+the synthesizer alone to 14.1 us. The effect is the machine's state after a
+busy spell, not the planner's, so neither planner is timed right after the
+other's long calls.
 
 Each case is timed as the median of REPEAT calls (DTensor: calls over 1 ms are
 repeated only while they fit in DT_BUDGET_US, at least once; calls under 1 ms
@@ -67,6 +83,7 @@ from typing import NamedTuple
 
 import verishard as vs
 from verishard import AllGather, DynSlice, _core
+from verishard import collectives as vs_collectives, core as vs_core, sharding as vs_sharding  # noqa: E402
 from verishard.plan import _planned
 
 REPEAT = 15
@@ -226,13 +243,25 @@ def ratio(a: Stat, b: Stat) -> str:
     return ">" + num if a.bound else num
 
 
+def clear_decoding(mesh: vs.Mesh) -> None:
+    """Forget every answer of the core Python holds: the plan cache and the
+    caches of decoded meshes, types, collectives and steps."""
+    _planned.cache_clear()
+    mesh.__dict__.pop("_reports", None)
+    for f in (vs_core._caches, vs_core._refinement, vs_sharding._raw_dim,
+              vs_sharding._raw_type, vs_collectives._decoded_step):
+        f.cache_clear()
+
+
 def run_cell(rng, rank, k, cases, dt: DTensor, cap_s):
-    t = {m: [] for m in METHODS + ("hit",)}
+    """Time a cell's problems: verishard's planners in a first pass over them,
+    DTensor's in a second (see TWO_PASSES)."""
+    t = {m: [] for m in METHODS + ("hit", "cold")}
     n = {"forced": 0, "unexpressible": 0, "refused_g": 0, "refused_m": 0, "timeout_g": 0, "timeout_m": 0,
          "skipped_g": 0, "skipped_m": 0, "core_rejected": 0}
     inf = math.inf
-    for _ in range(cases):
-        mesh, src, dst = random_problem(rng, rank, k)
+    problems = [random_problem(rng, rank, k) for _ in range(cases)]
+    for mesh, src, dst in problems:
         t["plan1"].append(once(lambda: vs.plan(mesh, src, dst)))   # first call on this problem
         fine = mesh.refined()
         synth_in = fine.encode() + src.refined().encode() + dst.refined().encode()
@@ -241,8 +270,10 @@ def run_cell(rng, rank, k, cases, dt: DTensor, cap_s):
         t["synth"].append(timed(lambda: _core.synthesize(synth_in)))
         t["core"].append(timed(lambda: _core.pplan(plan_in)))
         t["plan"].append(timed(lambda: (_planned.cache_clear(), vs.plan(mesh, src, dst))))
+        t["cold"].append(timed(lambda: (clear_decoding(mesh), vs.plan(mesh, src, dst))))
         t["hit"].append(timed(lambda: vs.plan(mesh, src, dst)))
         t["naive"].append(timed(lambda: naive_plan(src, dst)))
+    for mesh, src, dst in problems:
         try:
             s, d, forced = dt.specs(mesh, src, dst)
         except Exception:
@@ -350,7 +381,7 @@ def main() -> None:
     tot = {"cases": 0}
     for rank, k in CELLS:
         t, n = run_cell(rng, rank, k, cases, dt, cap_s)
-        s = {m: (stat(t[m], median, cap_us), stat(t[m], p99, cap_us)) for m in METHODS}
+        s = {m: (stat(t[m], median, cap_us), stat(t[m], p99, cap_us)) for m in METHODS + ("cold",)}
         stats[(rank, k)] = (s, n)
         hits[(rank, k)] = t["hit"]
         tot["cases"] += cases
@@ -389,6 +420,8 @@ def main() -> None:
             f"cleared (the same problem planned again) median {pm:.1f} us "
             f"(target <= {TARGET_MEDIAN_US:.0f} us: {verdict(pm <= TARGET_MEDIAN_US)}), p99 {pq:.1f} us "
             f"(target <= {TARGET_P99_US:.0f} us: {verdict(pq <= TARGET_P99_US)}). "
+            f"With every decoded answer forgotten before each call (plan() cold): median {fmt(s['cold'][0])} us, "
+            f"p99 {fmt(s['cold'][1])} us. "
             f"First call on a problem never seen (new mesh and types, caches cold): median {fmt(s['plan1'][0])} "
             f"us, p99 {fmt(s['plan1'][1])} us (targets there: median {verdict(s['plan1'][0].v <= TARGET_MEDIAN_US)}, "
             f"p99 {verdict(s['plan1'][1].v <= TARGET_P99_US)}). "
@@ -428,7 +461,8 @@ def main() -> None:
     out.write_text(
         "# Planner benchmark\n\n"
         f"Command: {cmd}; {cases} random cases per (rank, axes) cell, the same problems for every "
-        f"planner; each case timed as the median of {REPEAT} calls (DTensor calls over 1 ms: as many as fit "
+        f"planner, verishard's timed in a first pass over a cell's problems and DTensor's in a second (see TWO_PASSES "
+        f"in the script: interleaved, DTensor's long calls slowed the timings that followed them by about 2 us); each case timed as the median of {REPEAT} calls (DTensor calls over 1 ms: as many as fit "
         f"in {DT_BUDGET_US / 1000:.0f} ms, at least one; each DTensor call capped at {cap_s:g} s wall time, a median or p99 "
         "that depends on a timeout prints as `>x`, x being its value with timeouts counted at the cap; once more than half of a cell's cases timed out for a DTensor planner, "
         "its median and p99 are known to be > cap and its remaining cases are skipped, counted as such); per cell the median / p99 over cases (with this many cases the "

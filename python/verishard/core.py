@@ -520,7 +520,7 @@ def _refinement(mesh: Mesh, split: tuple[tuple[int, ...], ...]) -> Mesh:
             sizes += split[u]
             u += 1
         axes.append((name, tuple(sizes)))
-    return Mesh(tuple(axes))
+    return raw(Mesh, axes=tuple(axes))   # (the core's split of each part: its names and sizes are valid)
 
 
 def lower_bound(src: ArrayType, dst: ArrayType) -> int:

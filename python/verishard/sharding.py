@@ -564,20 +564,26 @@ class ArrayType:
         """
         # Only the verified core's answers are decoded, and every type it
         # reports is well formed (Checker.check_ok_iff, Rules.step_wf), so the
-        # objects are built without re-running the validation above.
-        # Read the extent first, then build from the encoding itself (cached:
-        # the same types come back again and again).
-        n, start = len(ints), pos
+        # objects are built without re-running the validation above. (Callers
+        # that see the same encodings again cache what this returns: the
+        # reports' caches in core.py.)
+        if type(ints) is not tuple:
+            ints = tuple(ints)
+        n, start, dims = len(ints), pos, []
         try:
             r = ints[pos]
             pos += 1
             for _ in range(r):
-                pos += 2 + ints[pos + 1]
+                end = pos + 2 + ints[pos + 1]
+                if end > n:
+                    raise IndexError
+                dims.append(_raw_dim(ints[pos], ints[pos + 2:end]))
+                pos = end
         except IndexError:
-            pos = n + 1
-        if pos > n:
-            raise ParseError(f"truncated type encoding at position {start}")
-        return _decoded_type(mesh, tuple(ints[start:pos])), pos
+            raise ParseError(f"truncated type encoding at position {start}") from None
+        t = object.__new__(ArrayType)   # as raw(ArrayType, mesh=mesh, dims=...): partial and reduce the defaults
+        t.__dict__.update(mesh=mesh, dims=tuple(dims))
+        return t, pos
 
     def __hash__(self) -> int:
         # immutable, and a key of the planning caches: hash once
@@ -616,20 +622,6 @@ def _raw_dim(global_size: int, parts: tuple[int, ...]) -> DimType:
 @lru_cache(maxsize=16384)
 def _raw_type(mesh: Mesh, dims: tuple[DimType, ...]) -> ArrayType:
     return raw(ArrayType, mesh=mesh, dims=dims)
-
-
-@lru_cache(maxsize=16384)
-def _decoded_type(mesh: Mesh, code: tuple[int, ...]) -> ArrayType:
-    """The type of the core's encoding ``code`` (``[r, g, m, parts..., ...]``, its
-    extent already read by :meth:`ArrayType.decode`), not re-validated."""
-    pos, dims = 1, []
-    for _ in range(code[0]):
-        end = pos + 2 + code[pos + 1]
-        dims.append(_raw_dim(code[pos], code[pos + 2:end]))
-        pos = end
-    t = object.__new__(ArrayType)  # as raw(ArrayType, mesh=mesh, dims=...): partial and reduce the defaults
-    t.__dict__.update(mesh=mesh, dims=tuple(dims))
-    return t
 
 
 # Values an ArrayType caches in its __dict__ (see __hash__, uneven, encode, global_shape, pcode)
