@@ -123,9 +123,41 @@ Proof.
   apply atype_eqb_spec in Eq. subst. rewrite H in E by reflexivity. discriminate.
 Qed.
 
-Lemma pot_at_least_spec : forall m dst cert t R, pot_at_least m dst cert t R = true -> R <= pot m dst cert t.
+(** The table finds what the certificate does. *)
+Lemma tkey_axes_lt : forall xs k, k < nbuckets -> fold_left tkey_axis xs k < nbuckets.
 Proof.
-  intros m dst cert t R H. unfold pot_at_least, pot in *. destruct (lookup cert t).
+  induction xs as [|a xs IH]; intros k Hk; simpl; auto.
+  apply IH. unfold tkey_axis, nbuckets. apply Nat.mod_upper_bound. discriminate.
+Qed.
+
+Lemma tkey_lt : forall t, tkey t < nbuckets.
+Proof.
+  intros t. unfold tkey. assert (H0 : 0 < nbuckets) by (unfold nbuckets; lia). revert H0. generalize 0.
+  induction t as [|D t IH]; intros k Hk; simpl; auto.
+  apply IH. unfold tkey_dim. apply tkey_axes_lt. unfold nbuckets. apply Nat.mod_upper_bound. discriminate.
+Qed.
+
+Lemma table_nth : forall cert k, k < nbuckets ->
+  nth k (table cert) [] = filter (fun e => tkey (fst e) =? k) cert.
+Proof.
+  intros cert k Hk. unfold table.
+  set (g := fun k => map snd (filter (fun ke => fst ke =? k) (map (fun e => (tkey (fst e), e)) cert))).
+  rewrite (nth_indep _ [] (g 0)) by (rewrite map_length, seq_length; exact Hk).
+  rewrite map_nth, seq_nth by exact Hk. cbn [Nat.add]. unfold g. clear g.
+  induction cert as [|e cert IH]; simpl; auto.
+  destruct (tkey (fst e) =? k); simpl; rewrite IH; reflexivity.
+Qed.
+
+Lemma blookup_table : forall cert t, blookup (table cert) t = lookup cert t.
+Proof.
+  intros cert t. unfold blookup. rewrite table_nth by apply tkey_lt.
+  apply lookup_filter. intros e E. rewrite E. apply Nat.eqb_refl.
+Qed.
+
+Lemma pot_at_least_spec : forall m dst cert look t R, look t = lookup cert t ->
+  pot_at_least m dst look t R = true -> R <= pot m dst cert t.
+Proof.
+  intros m dst cert look t R Hl H. unfold pot_at_least, pot in *. rewrite Hl in H. destruct (lookup cert t).
   - apply Nat.leb_le, H.
   - apply existsb_exists in H as [r [Hr HR]]. apply Nat.leb_le in HR.
     eapply Nat.le_trans; [exact HR|]. unfold lower_bound. apply fold_max_ge, in_map_iff. eauto.
@@ -158,21 +190,22 @@ Proof.
 Qed.
 
 Lemma certify_entries : forall m dst cap cert u d, certify m dst cap cert = true -> In (u, d) cert ->
-  entry_ok m dst cert cap (u, d) = true.
+  entry_ok m dst (blookup (table cert)) cap (u, d) = true.
 Proof.
-  intros m dst cap cert u d H Hin. unfold certify in H. apply andb_true_iff in H as [_ H].
+  intros m dst cap cert u d H Hin. unfold certify in H. cbv zeta in H. apply andb_true_iff in H as [_ H].
   rewrite forallb_forall in H. apply H, Hin.
 Qed.
 
-Lemma edge_ok_spec : forall m dst cert cap u du c v, wf m u -> step m u c v -> size m v <= cap ->
-  edge_ok m dst cert cap u du c = true -> du <= recv m u c v + pot m dst cert v.
+Lemma edge_ok_spec : forall m dst cert look cap u du c v, (forall t, look t = lookup cert t) ->
+  wf m u -> step m u c v -> size m v <= cap ->
+  edge_ok m dst look cap u du c = true -> du <= recv m u c v + pot m dst cert v.
 Proof.
-  intros m dst cert cap u du c v Hu Hs Hv H. unfold edge_ok in H.
+  intros m dst cert look cap u du c v Hl Hu Hs Hv H. unfold edge_ok in H.
   rewrite (proj2 (apply_spec m u c v Hu) Hs) in H.
   replace (size m v <=? cap) with true in H by (symmetry; apply Nat.leb_le; exact Hv).
   cbn [negb orb] in H. apply orb_true_iff in H as [H|H].
   - apply Nat.leb_le in H. lia.
-  - apply pot_at_least_spec in H. lia.
+  - apply (pot_at_least_spec m dst cert look _ _ (Hl v)) in H. lia.
 Qed.
 
 Lemma trace_pot : forall m dst cap cert t p ts rs,
@@ -182,7 +215,7 @@ Lemma trace_pot : forall m dst cap cert t p ts rs,
 Proof.
   intros m dst cap cert t p ts rs Hc Ht Hd Hg Htr. revert Ht Hg.
   induction Htr as [t|t c t1 p ts rs Hs Htr IH]; intros Ht Hg Hl Hcap.
-  - simpl in Hl. subst. unfold certify in Hc. apply andb_true_iff in Hc as [Hc _].
+  - simpl in Hl. subst. unfold certify in Hc. cbv zeta in Hc. apply andb_true_iff in Hc as [Hc _].
     apply andb_true_iff in Hc as [_ Hc]. apply Nat.eqb_eq in Hc. cbn [traffic fold_right]. lia.
   - assert (Hne := trace_nonempty _ _ _ _ _ Htr).
     assert (Hl1 : last ts t1 = dst).
@@ -203,23 +236,18 @@ Proof.
     apply Forall_cons_iff in Hcap as [Hcap1 _].
     destruct c as [d' xs|d' xs|d' e xs|t'].
     1-3: assert (Hin : In _ (cands m t)) by (apply (cands_complete m t _ t1 Ht Hs); intros t'' E; discriminate E);
-         apply (edge_ok_spec m dst cert cap t d _ t1 Ht Hs Hcap1) in He; [lia|exact Hin].
-    (* a permute: to a target looked up among the entries of [t]'s shape when
-       the figure exceeds the block; else it receives the whole block, or
-       moves nothing and stays at [t] *)
-    assert (Hsame : same_shape m t t1 = true).
-    { inversion Hs as [| | |t'' Hw Hgs Hls]; subst. apply same_shape_spec. auto. }
+         apply (edge_ok_spec m dst cert _ cap t d _ t1 (blookup_table cert) Ht Hs Hcap1) in He; [lia|exact Hin].
+    (* a permute: to a target, when the figure exceeds the block; else it
+       receives the whole block, or moves nothing and stays at [t] *)
     destruct (size m t <? d) eqn:Hsd.
     + cbn [negb orb] in Hperm. rewrite forallb_forall in Hperm.
       assert (Ht' : t' = t1) by (inversion Hs; reflexivity). subst t'.
       pose proof (Hperm t1 (permute_targets_complete m t t1 Ht Hs)) as Hok.
-      apply (edge_ok_spec m dst _ cap t d _ t1 Ht Hs Hcap1) in Hok.
-      unfold pot in Hok at 1. rewrite lookup_filter in Hok.
-      2: { intros [u e] E. cbn [fst] in E |- *. subst. exact Hsame. }
-      unfold pot in IH. lia.
+      apply (edge_ok_spec m dst cert _ cap t d _ t1 (blookup_table cert) Ht Hs Hcap1) in Hok.
+      lia.
     + apply Nat.ltb_ge in Hsd. cbn [recv]. destruct (Checker.moves m t t1) eqn:Hmv; [lia|].
       inversion Hs as [| | |t'' Hw Hgs Hls]; subst.
-      unfold certify in Hc. apply andb_true_iff in Hc as [Hc _]. apply andb_true_iff in Hc as [Hu _].
+      unfold certify in Hc. cbv zeta in Hc. apply andb_true_iff in Hc as [Hc _]. apply andb_true_iff in Hc as [Hu _].
       pose proof (unmoved_same m t t1 Hu Ht Hw Hgs Hmv) as ->.
       unfold pot in IH. rewrite L in IH. lia.
 Qed.
@@ -262,7 +290,7 @@ Proof.
   intros m fs src dst cap T cert H. unfold certify_split in H.
   apply andb_true_iff in H as [Hs Hc]. apply nat_list_eqb_spec in Hs.
   assert (Hu : no_unit_axes (rmesh fs) = true).
-  { unfold certify_traffic, certify in Hc. apply andb_true_iff in Hc as [Hc _].
+  { unfold certify_traffic, certify in Hc. cbv zeta in Hc. apply andb_true_iff in Hc as [Hc _].
     apply andb_true_iff in Hc as [Hc _]. apply andb_true_iff in Hc as [Hc _]. exact Hc. }
   split.
   - intros p r Hchk Hpk.
