@@ -34,7 +34,7 @@ from verishard import ArrayType, Mesh  # noqa: E402
 from verishard.jax_sharding import jax_mesh, to_named_sharding  # noqa: E402
 from verishard.runtime import chunked_jax as cj  # noqa: E402
 
-from runtime import CASES, MiB, symbolic  # noqa: E402
+from runtime import CASES, MiB, case_types, symbolic  # noqa: E402
 from report import emit_report  # noqa: E402  (bench/: this script's directory)
 
 
@@ -66,13 +66,8 @@ def main(argv=None) -> int:
     for name, mesh_text, src_t, dst_t in CASES:
         mesh = Mesh.parse(mesh_text)
         for mib in sizes:
-            n = mib * MiB // 4
-            R = C = int(round(n ** 0.5))
-            while R * C < n:
-                R *= 2
-            fill = dict(R=R, C=C, R2=R // 2, R4=R // 4, R8=R // 8, C2=C // 2, C4=C // 4, C8=C // 8)
-            plan = verishard.plan(mesh, ArrayType.parse(src_t.format(**fill), mesh),
-                                  ArrayType.parse(dst_t.format(**fill), mesh))
+            R, C, src, dst = case_types(mesh, src_t, dst_t, mib)
+            plan = verishard.plan(mesh, src, dst)
             bound = plan.peak * 4
             sh = to_named_sharding(plan.src, jax_mesh(plan.mesh))
             spec = jax.ShapeDtypeStruct((R, C), jnp.float32, sharding=sh)

@@ -60,6 +60,18 @@ CASES = [
 ]
 
 
+def case_types(mesh, src_t: str, dst_t: str, mib: int) -> tuple:
+    """A case's float32 array of ``mib`` MiB global as R x C (R = C, R doubled until it holds
+    the size): R, C and the source and target types over ``mesh``."""
+    from verishard import ArrayType
+    n = mib * MiB // 4
+    R = C = int(round(n ** 0.5))
+    while R * C < n:
+        R *= 2
+    fill = dict(R=R, C=C, R2=R // 2, R4=R // 4, R8=R // 8, C2=C // 2, C4=C // 4, C8=C // 8)
+    return R, C, ArrayType.parse(src_t.format(**fill), mesh), ArrayType.parse(dst_t.format(**fill), mesh)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="1,4,16,64,256", help="global array sizes in MiB (default 1,4,16,64,256)")
@@ -256,13 +268,7 @@ def worker(args) -> None:
         if mesh.num_devices != size:
             raise SystemExit(f"bench needs {mesh.num_devices} ranks")
         for mib in sizes:
-            n = mib * MiB // 4
-            R = C = int(round(n ** 0.5))
-            while R * C < n:
-                R *= 2
-            fill = dict(R=R, C=C, R2=R // 2, R4=R // 4, R8=R // 8, C2=C // 2, C4=C // 4, C8=C // 8)
-            src = ArrayType.parse(src_t.format(**fill), mesh)
-            dst = ArrayType.parse(dst_t.format(**fill), mesh)
+            R, C, src, dst = case_types(mesh, src_t, dst_t, mib)
             ours = verishard.plan(mesh, src, dst)
             naive = naive_plan(mesh, src, dst)
             direct = Direct(src, dst, rank, comm)
