@@ -60,7 +60,9 @@ counted at the cap (a lower bound). Once more
 than half of a cell's cases timed out for a DTensor planner, its median and
 p99 there are known to be > cap, and its remaining cases in that cell are
 skipped (counted). Tables report, per cell, the median and p99 over cases
-(with few cases the p99 is the maximum), and ratios of medians. Writes
+(with few cases the p99 is the maximum), and ratios of medians. Python's
+cyclic garbage collector is off during every timed call, ours and DTensor's
+(as `timeit` does). Writes
 bench/results/planner.md and, with matplotlib, bench/results/planner_growth.png.
 
 Usage: python bench/planner.py [--cases N] [--cap SECONDS] [--quick] [--no-plot]
@@ -69,6 +71,8 @@ Usage: python bench/planner.py [--cases N] [--cap SECONDS] [--quick] [--no-plot]
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import logging
 import math
 import os
@@ -130,17 +134,33 @@ def naive_plan(src: vs.ArrayType, dst: vs.ArrayType):
 
 def timed(fn) -> float:
     samples = []
-    for _ in range(REPEAT):
-        t0 = time.perf_counter_ns()
-        fn()
-        samples.append(time.perf_counter_ns() - t0)
+    with gc_off():
+        for _ in range(REPEAT):
+            t0 = time.perf_counter_ns()
+            fn()
+            samples.append(time.perf_counter_ns() - t0)
     return statistics.median(samples) / 1000.0   # microseconds
 
 
 def once(fn) -> float:
-    t0 = time.perf_counter_ns()
-    fn()
-    return (time.perf_counter_ns() - t0) / 1000.0
+    with gc_off():
+        t0 = time.perf_counter_ns()
+        fn()
+        return (time.perf_counter_ns() - t0) / 1000.0
+
+
+@contextlib.contextmanager
+def gc_off():
+    """Python's cyclic collector off while timing, as `timeit` does: a full
+    collection over the process's objects (torch's among them) costs up to
+    about 0.1 s, whichever call it happens to fall in."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class _Timeout(Exception):
@@ -156,13 +176,14 @@ def capped(fn, cap_s: float) -> float | None:
     seconds of wall time (the unit of every figure here, so a finite figure is
     never above the cap; on a loaded machine more calls time out)."""
     try:
-        signal.setitimer(signal.ITIMER_REAL, cap_s)
-        try:
-            t0 = time.perf_counter_ns()
-            fn()
-            t = time.perf_counter_ns() - t0
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+        with gc_off():
+            signal.setitimer(signal.ITIMER_REAL, cap_s)
+            try:
+                t0 = time.perf_counter_ns()
+                fn()
+                t = time.perf_counter_ns() - t0
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
     except _Timeout:
         return None
     return t / 1000.0
@@ -462,7 +483,8 @@ def main() -> None:
         "# Planner benchmark\n\n"
         f"Command: {cmd}; {cases} random cases per (rank, axes) cell, the same problems for every "
         f"planner, verishard's timed in a first pass over a cell's problems and DTensor's in a second (see TWO_PASSES "
-        f"in the script: interleaved, DTensor's long calls slowed the timings that followed them by about 2 us); each case timed as the median of {REPEAT} calls (DTensor calls over 1 ms: as many as fit "
+        f"in the script: interleaved, DTensor's long calls slowed the timings that followed them by about 2 us), "
+        f"Python's garbage collector off during every timed call (as `timeit` does); each case timed as the median of {REPEAT} calls (DTensor calls over 1 ms: as many as fit "
         f"in {DT_BUDGET_US / 1000:.0f} ms, at least one; each DTensor call capped at {cap_s:g} s wall time, a median or p99 "
         "that depends on a timeout prints as `>x`, x being its value with timeouts counted at the cap; once more than half of a cell's cases timed out for a DTensor planner, "
         "its median and p99 are known to be > cap and its remaining cases are skipped, counted as such); per cell the median / p99 over cases (with this many cases the "
