@@ -286,6 +286,13 @@ def test_tampered_certificates_fail(i):
     assert _agreed(p.mesh, p.dst, p.bound, raised, opt + 1, p.src) is not None
     src_up = ((p.src, opt + 1),) + ents
     assert _agreed(p.mesh, p.dst, p.bound, src_up, opt + 1, p.src) is not None
+    # a later entry for a listed type does not change its potential (the first
+    # entry's, as the checker's table by type key finds it): a higher one is refused
+    if ents:
+        again_up = ents + ((ents[0][0], ents[0][1] + 1),)
+        assert _agreed(p.mesh, p.dst, p.bound, again_up, opt, p.src) is not None
+        again_down = ents + ((ents[0][0], ents[0][1] - 1),)
+        assert _agreed(p.mesh, p.dst, p.bound, again_down, opt, p.src) is None
 
 
 @pytest.mark.parametrize("i", range(1, len(PROBLEMS), 4))
