@@ -28,11 +28,12 @@ Lemma first_cost : forall G p r, first (cost G p r) = traffic (received r).
 Proof. reflexivity. Qed.
 
 (** The invariant of [pick]'s fold: the kept plan validated with the kept
-    cost, and it receives no more than any validated plan seen so far. *)
-Definition pick_inv (m : mesh) (src dst : atype) (G : list nat) (acc : list plan * option (plan * list nat)) : Prop :=
-  (forall p0 k0, snd acc = Some (p0, k0) -> exists r0, validate m src dst p0 = Some r0 /\ k0 = cost G p0 r0) /\
+    report and cost, and it receives no more than any validated plan seen so far. *)
+Definition pick_inv (m : mesh) (src dst : atype) (G : list nat)
+    (acc : list plan * option (plan * report * list nat)) : Prop :=
+  (forall p0 r0 k0, snd acc = Some (p0, r0, k0) -> validate m src dst p0 = Some r0 /\ k0 = cost G p0 r0) /\
   (forall q rq, In q (fst acc) -> validate m src dst q = Some rq ->
-     exists p0 k0, snd acc = Some (p0, k0) /\ first k0 <= traffic (received rq)).
+     exists p0 r0 k0, snd acc = Some (p0, r0, k0) /\ first k0 <= traffic (received rq)).
 
 Lemma pick_step_inv : forall m src dst G acc x, pick_inv m src dst G acc ->
   pick_inv m src dst G (pick_step (validator m src dst) G acc x) /\
@@ -46,30 +47,30 @@ Proof.
   - cbn [fst snd]. split; [|split; [left; reflexivity|intros q Hq; right; exact Hq]].
     destruct (validate m src dst x) as [rx|] eqn:Ev.
     + set (k := cost G x rx).
-      destruct best as [[p0 k0]|] eqn:Eb.
-      * destruct (Hk p0 k0 eq_refl) as [r0 [Hv0 Ek0]].
+      destruct best as [[[p0 r0] k0]|] eqn:Eb.
+      * destruct (Hk p0 r0 k0 eq_refl) as [Hv0 Ek0].
         destruct (better k k0) eqn:Ebt.
         -- split.
-           ++ intros p1 k1 E. inversion E; subst. eauto.
+           ++ intros p1 r1 k1 E. inversion E; subst. auto.
            ++ intros q rq [<-|Hq] Hvq.
-              ** rewrite Ev in Hvq. inversion Hvq; subst rq. exists x, k. split; [reflexivity|].
+              ** rewrite Ev in Hvq. inversion Hvq; subst rq. exists x, rx, k. split; [reflexivity|].
                  subst k. rewrite first_cost. lia.
-              ** destruct (Hs q rq Hq Hvq) as [p2 [k2 [E2 Hle]]]. inversion E2; subst p2 k2.
-                 exists x, k. split; [reflexivity|]. subst k. unfold cost in Ebt |- *. rewrite Ek0 in Ebt, Hle.
+              ** destruct (Hs q rq Hq Hvq) as [p2 [r2 [k2 [E2 Hle]]]]. inversion E2; subst p2 r2 k2.
+                 exists x, rx, k. split; [reflexivity|]. subst k. unfold cost in Ebt |- *. rewrite Ek0 in Ebt, Hle.
                  unfold cost in Ebt, Hle. apply better_true_le in Ebt. simpl in Hle |- *. lia.
         -- split.
-           ++ intros p1 k1 E. inversion E; subst. eauto.
+           ++ intros p1 r1 k1 E. inversion E; subst. auto.
            ++ intros q rq [<-|Hq] Hvq.
-              ** rewrite Ev in Hvq. inversion Hvq; subst rq. exists p0, k0. split; [reflexivity|].
+              ** rewrite Ev in Hvq. inversion Hvq; subst rq. exists p0, r0, k0. split; [reflexivity|].
                  subst k. rewrite Ek0 in Ebt |- *. unfold cost in Ebt |- *.
                  apply better_false_ge in Ebt. simpl. unfold traffic. lia.
               ** exact (Hs q rq Hq Hvq).
       * split.
-        -- intros p1 k1 E. inversion E; subst. eauto.
+        -- intros p1 r1 k1 E. inversion E; subst. auto.
         -- intros q rq [<-|Hq] Hvq.
-           ++ rewrite Ev in Hvq. inversion Hvq; subst rq. exists x, k. split; [reflexivity|].
+           ++ rewrite Ev in Hvq. inversion Hvq; subst rq. exists x, rx, k. split; [reflexivity|].
               subst k. rewrite first_cost. lia.
-           ++ destruct (Hs q rq Hq Hvq) as [p2 [k2 [E2 _]]]. discriminate.
+           ++ destruct (Hs q rq Hq Hvq) as [p2 [r2 [k2 [E2 _]]]]. discriminate.
     + split; [exact Hk|]. intros q rq [<-|Hq] Hvq; [congruence|]. exact (Hs q rq Hq Hvq).
 Qed.
 
@@ -89,12 +90,12 @@ Theorem pick_min : forall m src dst ps q rq, In q ps -> validate m src dst q = S
   exists p r, pick m src dst ps = Some p /\ validate m src dst p = Some r /\
     traffic (received r) <= traffic (received rq).
 Proof.
-  intros m src dst ps q rq Hq Hvq. unfold pick, pick_with. set (G := glue m src dst).
+  intros m src dst ps q rq Hq Hvq. unfold pick, pick_with, pick_with_r. set (G := glue m src dst).
   assert (H0 : pick_inv m src dst G ([], None)).
   { split; [intros; discriminate|intros ? ? []]. }
   destruct (pick_fold_inv m src dst G ps _ H0) as [[Hk Hs] Hin].
-  destruct (Hs q rq (Hin q (or_introl Hq)) Hvq) as [p0 [k0 [E Hle]]].
-  rewrite E. destruct (Hk p0 k0 E) as [r0 [Hv0 Ek]]. exists p0, r0. simpl.
+  destruct (Hs q rq (Hin q (or_introl Hq)) Hvq) as [p0 [r0 [k0 [E Hle]]]].
+  rewrite E. destruct (Hk p0 r0 k0 E) as [Hv0 Ek]. exists p0, r0. simpl.
   split; [reflexivity|]. split; [exact Hv0|]. subst k0. rewrite first_cost in Hle. exact Hle.
 Qed.
 
@@ -107,7 +108,8 @@ Proof. reflexivity. Qed.
 
 Lemma pick_with_ext : forall v v' G ps, (forall p, v p = v' p) -> pick_with v G ps = pick_with v' G ps.
 Proof.
-  intros v v' G ps H. unfold pick_with. f_equal. f_equal. generalize (@nil plan, @None (plan * list nat)).
+  intros v v' G ps H. unfold pick_with, pick_with_r. f_equal. f_equal. f_equal.
+  generalize (@nil plan, @None (plan * report * list nat)).
   induction ps as [|x ps IH]; intros acc; simpl; auto. rewrite <- IH. f_equal.
   unfold pick_step. rewrite H. reflexivity.
 Qed.
@@ -153,31 +155,7 @@ Qed.
 Lemma pick_with_r_spec : forall v G ps,
   option_map fst (pick_with_r v G ps) = pick_with v G ps /\
   (forall p r, pick_with_r v G ps = Some (p, r) -> v p = Some r).
-Proof.
-  intros v G ps. unfold pick_with_r, pick_with.
-  set (R := fun (acc : list plan * option (plan * list nat)) (acc' : list plan * option (plan * report * list nat)) =>
-    fst acc' = fst acc /\ snd acc = option_map (fun x => (fst (fst x), snd x)) (snd acc') /\
-    (forall p r k, snd acc' = Some (p, r, k) -> v p = Some r)).
-  assert (Hstep : forall acc acc' x, R acc acc' -> R (pick_step v G acc x) (pick_step_r v G acc' x)).
-  { intros [seen b] [seen' b'] x [E1 [E2 E3]]. cbn [fst snd] in *. subst seen'.
-    unfold pick_step, pick_step_r. cbn [fst snd].
-    destruct (existsb (plan_eqb x) seen); [split; [|split]; auto|].
-    cbn [fst snd]. split; [reflexivity|].
-    destruct (v x) as [rx|] eqn:Ev; [|split; auto].
-    destruct b' as [[[p0 r0] k0]|]; cbn [option_map] in E2; subst b; cbn [fst snd].
-    - destruct (better (cost G x rx) k0).
-      + split; [reflexivity|]. intros p r k H. inversion H; subst; congruence.
-      + split; [reflexivity|]. exact E3.
-    - split; [reflexivity|]. intros p r k H. inversion H; subst; congruence. }
-  assert (Hfold : forall l acc acc', R acc acc' -> R (fold_left (pick_step v G) l acc) (fold_left (pick_step_r v G) l acc')).
-  { induction l as [|x l IH]; intros acc acc' H; simpl; auto. }
-  destruct (Hfold ps ([], None) ([], None)) as [_ [E2 E3]].
-  { split; [reflexivity|]. split; [reflexivity|]. intros; discriminate. }
-  split.
-  - rewrite E2. destruct (snd (fold_left (pick_step_r v G) ps ([], None))) as [[[p r] k]|]; reflexivity.
-  - intros p r H. destruct (snd (fold_left (pick_step_r v G) ps ([], None))) as [[[p0 r0] k0]|] eqn:E; [|discriminate].
-    cbn [option_map fst] in H. inversion H; subst. eapply E3; eauto.
-Qed.
+Proof. intros v G ps. split; [reflexivity|apply pick_with_r_valid]. Qed.
 
 Lemma synthesize_best_r_spec : forall v m src dst,
   synthesize_best_with v m src dst =

@@ -625,27 +625,9 @@ Definition plan_eqb (p q : plan) : bool := if list_eq_dec coll_eq_dec p q then t
 
 (** Validate each distinct candidate once (a repeated candidate cannot be
     strictly better than itself), by [v] ([Validate.validator], which is
-    [validate]); keep the first of the least cost. *)
+    [validate]); keep the first of the least cost, with the report [v]
+    gave it. *)
 Definition pick_step (v : plan -> option report) (G : list nat)
-    (acc : list plan * option (plan * list nat)) (p : plan) : list plan * option (plan * list nat) :=
-  if existsb (plan_eqb p) (fst acc) then acc else
-  (p :: fst acc,
-   match v p with
-   | None => snd acc
-   | Some r =>
-       let k := cost G p r in
-       match snd acc with
-       | Some (_, k0) => if better k k0 then Some (p, k) else snd acc
-       | None => Some (p, k)
-       end
-   end).
-
-Definition pick_with (v : plan -> option report) (G : list nat) (ps : list plan) : option plan :=
-  option_map fst (snd (fold_left (pick_step v G) ps ([], None))).
-
-(** [pick_with], also returning the report the validator gave the plan
-    kept ([Searchproof.pick_with_r_spec]). *)
-Definition pick_step_r (v : plan -> option report) (G : list nat)
     (acc : list plan * option (plan * report * list nat)) (p : plan) : list plan * option (plan * report * list nat) :=
   if existsb (plan_eqb p) (fst acc) then acc else
   (p :: fst acc,
@@ -660,7 +642,10 @@ Definition pick_step_r (v : plan -> option report) (G : list nat)
    end).
 
 Definition pick_with_r (v : plan -> option report) (G : list nat) (ps : list plan) : option (plan * report) :=
-  option_map fst (snd (fold_left (pick_step_r v G) ps ([], None))).
+  option_map fst (snd (fold_left (pick_step v G) ps ([], None))).
+
+Definition pick_with (v : plan -> option report) (G : list nat) (ps : list plan) : option plan :=
+  option_map fst (pick_with_r v G ps).
 
 Definition pick (m : mesh) (src dst : atype) (ps : list plan) : option plan :=
   pick_with (validator m src dst) (glue m src dst) ps.

@@ -10,35 +10,43 @@ Import ListNotations.
 
 (** * [pick] keeps a validated candidate *)
 
+(** The report [pick_with_r] returns is the validator's for the plan it keeps. *)
+Lemma pick_with_r_valid : forall v G ps p r, pick_with_r v G ps = Some (p, r) -> v p = Some r.
+Proof.
+  intros v G ps p r. unfold pick_with_r.
+  assert (H : forall ps acc, (forall q rq k, snd acc = Some (q, rq, k) -> v q = Some rq) ->
+    forall q rq k, snd (fold_left (pick_step v G) ps acc) = Some (q, rq, k) -> v q = Some rq).
+  { induction ps0 as [|x ps0 IH]; simpl; intros acc Hacc q rq k Hf; [eapply Hacc; eauto|].
+    eapply IH; [|exact Hf]. intros q' rq' k' E. unfold pick_step in E.
+    destruct (existsb (plan_eqb x) (fst acc)); [eapply Hacc; eauto|]. cbn [snd] in E.
+    destruct (v x) as [rx|] eqn:Ev; [|eapply Hacc; eauto].
+    destruct (snd acc) as [[[q0 r0] k0]|] eqn:Ea.
+    - destruct (better (cost G x rx) k0).
+      + inversion E; subst. exact Ev.
+      + eapply Hacc; eauto.
+    - inversion E; subst. exact Ev. }
+  destruct (snd (fold_left _ ps ([], None))) as [[[q rq] k]|] eqn:E; simpl; intros Hp; inversion Hp; subst.
+  eapply H; [|exact E]. intros; discriminate.
+Qed.
+
 Lemma pick_some : forall m src dst ps p,
   pick m src dst ps = Some p -> exists r, validate m src dst p = Some r.
 Proof.
-  intros m src dst ps p. unfold pick, pick_with. set (G := glue m src dst).
-  assert (H : forall acc, (forall q k, snd acc = Some (q, k) -> exists r, validate m src dst q = Some r) ->
-    forall q k, snd (fold_left (pick_step (validator m src dst) G) ps acc) = Some (q, k) ->
-    exists r, validate m src dst q = Some r).
-  { induction ps as [|x ps IH]; simpl; intros acc Hacc q k Hf; [eapply Hacc; eauto|].
-    eapply IH; [|exact Hf]. intros q' k' E. unfold pick_step in E.
-    destruct (existsb (plan_eqb x) (fst acc)); [eapply Hacc; eauto|]. cbn [snd] in E.
-    rewrite validator_spec in E. destruct (validate m src dst x) eqn:Ev; [|eapply Hacc; eauto].
-    destruct (snd acc) as [[q0 k0]|] eqn:Ea.
-    - destruct (better (cost G x r) k0).
-      + inversion E; subst. eauto.
-      + eapply Hacc; eauto.
-    - inversion E; subst. eauto. }
-  destruct (snd (fold_left _ ps ([], None))) as [[q k]|] eqn:E; simpl; intros Hp; inversion Hp; subst.
-  eapply H; [|exact E]. intros; discriminate.
+  intros m src dst ps p. unfold pick, pick_with.
+  destruct (pick_with_r _ _ ps) as [[q r]|] eqn:E; simpl; intros Hp; inversion Hp; subst.
+  apply pick_with_r_valid in E. rewrite validator_spec in E. eauto.
 Qed.
 
 Lemma pick_validated : forall m src dst p ps r, validate m src dst p = Some r ->
   pick m src dst (p :: ps) <> None.
 Proof.
-  intros m src dst p ps r Hp. unfold pick, pick_with. simpl. set (G := glue m src dst).
+  intros m src dst p ps r Hp. unfold pick, pick_with, pick_with_r. simpl. set (G := glue m src dst).
   assert (H : forall ps acc, snd acc <> None -> snd (fold_left (pick_step (validator m src dst) G) ps acc) <> None).
   { induction ps0 as [|q ps0 IH]; simpl; intros acc Hacc; auto. apply IH.
     unfold pick_step. destruct (existsb (plan_eqb q) (fst acc)); auto. cbn [snd].
-    rewrite validator_spec. destruct (validate m src dst q); auto. destruct (snd acc) as [[q0 k0]|]; [|congruence].
-    destruct (better (cost G q r0) k0); congruence. }
+    rewrite validator_spec. destruct (validate m src dst q) as [rq|]; auto.
+    destruct (snd acc) as [[[q0 r0] k0]|]; [|congruence].
+    destruct (better (cost G q rq) k0); congruence. }
   assert (Hs : snd (pick_step (validator m src dst) G ([], None) p) <> None)
     by (unfold pick_step; simpl; rewrite validator_spec, Hp; discriminate).
   specialize (H ps _ Hs).
