@@ -235,14 +235,21 @@ def plan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     ((ReduceScatter(dim=0, axes=('x',)),), ([4, 4] partial{x}, [2{x}4, 4]), (8,))
     """
     _same_mesh(mesh, src, dst)
+    return plan_checked(mesh, src, dst)
+
+
+def plan_checked(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
+    """:func:`plan` for types already known to be over ``mesh`` (``verishard.plan`` checked them)."""
     if src.uneven or dst.uneven:
         return _puplan(mesh, src, dst) if src.partial or dst.partial else _uplan(mesh, src, dst)
-    op = reduction(src, dst)
-    out = _call(_core.pplan, mesh.encoded + src.pcode() + dst.pcode())
+    op = reduction(src, dst) if src.partial or dst.partial else "sum"
+    try:
+        out = _core.pplan(mesh.encoded + src.pcode() + dst.pcode())
+    except ValueError as e:  # (as _call: the core refused the input)
+        raise LimitError(str(e)) from None
     if out[0] == 1:
         _raise_rejection(mesh, out, [])
-    return _planned(mesh, out, ArrayType.pdecode if op == "sum" else
-                    lambda m, o, pos: ArrayType.pdecode(m, o, pos, op))
+    return _planned(mesh, out, _PDECODE if op == "sum" else lambda m, o, pos: ArrayType.pdecode(m, o, pos, op))
 
 
 def _planned(mesh: Mesh, out: Sequence[int], decode_type) -> PlanReport:
@@ -330,7 +337,10 @@ def _report_mesh(mesh: Mesh, split_code: tuple[int, ...]) -> tuple[Mesh, dict]:
 
 @lru_cache(maxsize=256)
 def _caches(mesh: Mesh) -> dict:
-    return {ArrayType.decode: ({}, {}), ArrayType.pdecode: ({}, {})}
+    return {_DECODE: ({}, {}), _PDECODE: ({}, {})}
+
+
+_DECODE, _PDECODE = ArrayType.decode, ArrayType.pdecode   # the two decoders whose answers are cached
 
 
 def _remember(cache: dict, key, value):
@@ -392,7 +402,7 @@ def eplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     if out[0] == 2:   # [2, free dimension + 1 (0: none), peak, received]
         dim = out[1] - 1 if out[1] else None
         return PlanReport(mesh, src, (Step(Exchange(dst, dim), dst, out[3]),), out[2])
-    return _planned(mesh, out, ArrayType.decode)
+    return _planned(mesh, out, _DECODE)
 
 
 # --- uneven types (Uchecker.v, Upipeline.v) ---------------------------------
@@ -491,7 +501,7 @@ def _uplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     out = _call(_core.uplan, mesh.encode() + src.encode() + dst.encode())
     if out[0] == 1:
         _raise_rejection(mesh, out, [])
-    return _planned(mesh, out, ArrayType.decode)
+    return _planned(mesh, out, _DECODE)
 
 
 def umovement(t: ArrayType, op: Collective, t2: ArrayType) -> np.ndarray:

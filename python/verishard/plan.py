@@ -451,7 +451,7 @@ def _eplanned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
 
 @lru_cache(maxsize=4096)  # plans are immutable; a hit skips the core call and the decoding
 def _planned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
-    return _from_report(core.plan(mesh, src, dst))
+    return _from_report(core.plan_checked(mesh, src, dst))   # (plan() checked the types are over mesh)
 
 
 def _from_report(r: core.PlanReport) -> Plan:
