@@ -31,7 +31,7 @@ that cannot be judged is recorded with the reason):
   exactly the layouts that differ.
 - ``grad``: gradients through ours and through DTensor's (``pgrad``: through
   Partial -> Shard and Replicate -> Partial; ``ugrad``: uneven shapes).
-- ``cache``: calls of the verified planner (``verishard.core.plan``) on a
+- ``cache``: calls of the verified planner (``verishard.core.plan_checked``) on a
   first and a second call, forward and backward.
 - ``errors``: bad input on every rank or on one rank, ranks that disagree,
   Partial("avg"), mixed or changed reductions, an uneven layout DTensor
@@ -548,7 +548,7 @@ def cache_case(job: Job, dm) -> None:
     # Count calls of the planner verishard.torch uses (verishard.plan) and of
     # the verified core's planning call underneath (a shape planned nowhere
     # else in this job, so verishard.plan's own memo does not answer it).
-    real_plan, real_core = vt._verified_plan, core.plan
+    real_plan, real_core = vt._verified_plan, core.plan_checked
     calls = {"plan": 0, "core": 0}
 
     def counting_plan(*a, **k):
@@ -559,7 +559,7 @@ def cache_case(job: Job, dm) -> None:
         calls["core"] += 1
         return real_core(*a, **k)
 
-    vt._verified_plan, core.plan = counting_plan, counting_core
+    vt._verified_plan, core.plan_checked = counting_plan, counting_core
     try:
         vt.cache_clear()
         G = global_tensor((40, 24), torch.float32, seed=5)
@@ -576,7 +576,7 @@ def cache_case(job: Job, dm) -> None:
         vt.redistribute(distribute_tensor(G.double(), dm, src, src_data_rank=None), dst)
         counts.append(dict(calls))
     finally:
-        vt._verified_plan, core.plan = real_plan, real_core
+        vt._verified_plan, core.plan_checked = real_plan, real_core
     job.add(case="cache", counts=counts, info=info)
 
 
