@@ -21,8 +21,7 @@ source/target pairs are planned by:
             forgotten before each call (`clear_decoding`: the plan cache and
             the caches of decoded meshes, types, collectives and steps):
             every type and step of the report is decoded anew, as for a
-            problem whose steps were never seen; CPU caches warm (headline
-            cell only in the text; every cell is timed);
+            problem whose steps were never seen; CPU caches warm;
   plan()1st the first call on each fresh problem (a new mesh and new types:
             the package's caches of decoded types and meshes and the CPU's
             caches cold; one sample per case): the figure for a problem never
@@ -99,7 +98,7 @@ GROWTH_AXES = [(4, k) for k in range(1, 9)]
 GROWTH_RANK = [(r, 4) for r in range(1, 7)]
 CELLS = GRID + [c for c in GROWTH_AXES + GROWTH_RANK if c not in GRID]
 METHODS = ("synth", "core", "plan", "plan1", "naive", "dtg", "dtm")
-LABEL = {"synth": "synth", "core": "core (_core.pplan)", "plan": "plan()", "plan1": "plan() 1st",
+LABEL = {"synth": "synth", "core": "core (_core.pplan)", "plan": "plan()", "cold": "plan() cold", "plan1": "plan() 1st",
          "naive": "naive", "dtg": "DT greedy", "dtm": "DT min-cost"}
 
 
@@ -389,7 +388,7 @@ def main() -> None:
     dt = DTensor()
     rng = random.Random(20261202)
 
-    cols = ["synth", "core", "plan", "plan1", "naive", "dtg", "dtm"]
+    cols = ["synth", "core", "plan", "cold", "plan1", "naive", "dtg", "dtm"]
     header = ("| rank | axes | " + " | ".join(f"{LABEL[m]} med / p99" for m in cols)
               + " | plan()/core | plan()/naive | DT greedy/plan() | DT min-cost/plan() "
               + "| DT forced graph | DT timeouts g / mc | DT skipped g / mc | DT refused | not expressible |")
@@ -492,7 +491,8 @@ def main() -> None:
         "Columns: `synth` = `_core.synthesize` on pre-encoded refined inputs; `core` = `_core.pplan` (what `plan()` calls) on the "
         "pre-encoded user-mesh problem (the one call into the verified pipeline); `plan()` = "
         "`verishard.plan(mesh, src, dst)` with the plan cache cleared, the same problem planned again (types decoded, "
-        "CPU caches warm); `plan() 1st` = its first call on each fresh problem, new mesh and types (one sample); "
+        "CPU caches warm); `plan() cold` = the same with every decoded answer forgotten before each call "
+        "(the problem's types and steps decoded anew); `plan() 1st` = its first call on each fresh problem, new mesh and types (one sample); "
         "`naive` = gather-all-then-slice in Python; `DT greedy` / `DT min-cost` = torch's "
         "`_gen_transform_infos_non_cached` on the `DTensorSpec`s of the problem, under "
         "`use_min_cost_redistribution_plan(False/True)`, setup excluded; on a non-default shard order torch "
