@@ -42,7 +42,7 @@ def drive(mode: str, rep: int) -> None:
     probs = problems()
     synth_in = [m.refined().encode() + s.refined().encode() + d.refined().encode() for m, s, d in probs]
     plan_in = [m.encode() + s.pencode() + d.pencode() for m, s, d in probs]
-    for m, s, d in probs:   # warm the decoding caches, as the benchmark's repeated calls are
+    for m, s, d in probs:   # warm the decoding caches, as in the benchmark's plan() column
         vs.plan(m, s, d)
     for _ in range(rep):
         if mode == "plan":
