@@ -112,15 +112,14 @@ LABEL = {"synth": "synth", "core": "core (_core.pplan)", "plan": "plan()", "cold
 
 
 def random_problem(rng: random.Random, rank: int, k: int, pool=(2, 2, 3, 4), mesh: vs.Mesh | None = None):
-    """A random problem: ``k`` axes of sizes drawn from ``pool`` (or those of
-    ``mesh``, named a0, a1, ...), each axis given to a random dimension (or
+    """A random problem: ``k`` axes a0, a1, ... of sizes drawn from ``pool``
+    (or the ``k`` axes of ``mesh``), each axis given to a random dimension (or
     none) of the source and of the target, in a random order; every global
     size divisible by both."""
     if mesh is None:
-        sizes = [rng.choice(pool) for _ in range(k)]
-        mesh = vs.Mesh(tuple((f"a{i}", n) for i, n in enumerate(sizes)))
+        mesh = vs.Mesh(tuple((f"a{i}", rng.choice(pool)) for i in range(k)))
+    names = [name for name, _ in mesh.axes]
     sizes = [prod(fs) for _, fs in mesh.axes]
-    names = [f"a{i}" for i in range(k)]
 
     def axes():
         assign = [rng.randrange(rank + 1) for _ in range(k)]
@@ -450,13 +449,13 @@ def main() -> None:
     print(sep, flush=True)
     lines = [header, sep]
     stats = {}
-    hits = {}
+    timings = {}
     tot = {"cases": 0}
     for rank, k in CELLS:
         t, n = run_cell(rng, rank, k, cases, dt, cap_s)
         s = {m: (stat(t[m], median, cap_us), stat(t[m], p99, cap_us)) for m in METHODS + ("cold",)}
         stats[(rank, k)] = (s, n)
-        hits[(rank, k)] = t["hit"], t.get("repeated"), t.get("repeated_core")
+        timings[(rank, k)] = t
         tot["cases"] += cases
         for key in n:
             tot[key] = tot.get(key, 0) + n[key]
@@ -486,7 +485,8 @@ def main() -> None:
     print("\n".join(growth))
 
     s, n = stats[HEAD]
-    s_hit, s_rep, s_repc = hits[HEAD]
+    th = timings[HEAD]
+    s_hit, s_rep, s_repc = th["hit"], th["repeated"], th["repeated_core"]
     s_new = new_problems(random.Random(20261203), *HEAD)
     pm, pq = s["plan"][0].v, s["plan"][1].v
     verdict = lambda ok: "met" if ok else "NOT met"
@@ -494,8 +494,8 @@ def main() -> None:
             f"cleared (the problem planned again, in rounds over the cell's problems) median {pm:.1f} us "
             f"(target <= {TARGET_MEDIAN_US:.0f} us: {verdict(pm <= TARGET_MEDIAN_US)}), p99 {pq:.1f} us "
             f"(target <= {TARGET_P99_US:.0f} us: {verdict(pq <= TARGET_P99_US)}). "
-            f"The same problem planned {REPEAT} times in a row (the earlier protocol, branch predictor trained "
-            f"on it): median {median(s_rep):.1f} us, p99 {p99(s_rep):.1f} us; the core call so: median "
+            f"The same problem planned {REPEAT} times in a row (the earlier protocol; most likely the branch "
+            f"predictor learns it): median {median(s_rep):.1f} us, p99 {p99(s_rep):.1f} us; the core call so: median "
             f"{median(s_repc):.1f} us. "
             f"With every decoded answer forgotten before each call (plan() cold): median {fmt(s['cold'][0])} us, "
             f"p99 {fmt(s['cold'][1])} us. "
@@ -546,7 +546,7 @@ def main() -> None:
         f"in the script: interleaved, DTensor's long calls slowed the timings that followed them by about 2 us), "
         f"Python's garbage collector off during every timed call (as `timeit` does); each case timed as the median of {REPEAT} calls, "
         f"verishard's made in rounds over the cell's cases so that each call follows calls on other problems (see ROUNDS in the script: "
-        f"one problem repeated in a row trains the branch predictor on it, and reads about half the time), "
+        f"one problem repeated in a row most likely trains the branch predictor on it, and reads 50-60% of the time), "
         f"DTensor's in a row (calls over 1 ms: as many as fit "
         f"in {DT_BUDGET_US / 1000:.0f} ms, at least one; each DTensor call capped at {cap_s:g} s wall time, a median or p99 "
         "that depends on a timeout prints as `>x`, x being its value with timeouts counted at the cap; once more than half of a cell's cases timed out for a DTensor planner, "
