@@ -196,7 +196,8 @@ Proof.
 Qed.
 
 (** Where the plan the user gets meets the lower bound (94% of random
-    problems, bench/results/traffic.md), it is traffic-minimal: no plan
+    problems on meshes of 1-3 axes, bench/results/traffic.md; fewer on
+    larger meshes, bench/results/optimality.md), it is traffic-minimal: no plan
     the checker accepts receives less, on the user's mesh or on any
     refinement of it, since the lower bound is the same on all of them. *)
 Theorem plan_traffic_optimal : forall m src dst fs p r, valid_problem m src dst ->
