@@ -309,7 +309,7 @@ def new_problems(rng: random.Random, rank: int, k: int) -> tuple[list[float], li
 
 
 def fixed_work(n: int = 2000) -> int:
-    """NOISE: the same deterministic Python work every call (about 50 us
+    """NOISE: the same deterministic Python work every call (about 70 us
     here, near a new problem's plan()), timed as single samples beside the
     first calls: its spread is the machine's, since the work never varies."""
     x = 0
