@@ -150,13 +150,8 @@ def naive_plan(src: vs.ArrayType, dst: vs.ArrayType):
 
 
 def timed(fn) -> float:
-    samples = []
-    with gc_off():
-        for _ in range(REPEAT):
-            t0 = time.perf_counter_ns()
-            fn()
-            samples.append(time.perf_counter_ns() - t0)
-    return statistics.median(samples) / 1000.0   # microseconds
+    """Median microseconds of REPEAT calls of ``fn`` in a row (in rounds over one call)."""
+    return in_rounds([fn])[0]
 
 
 def once(fn) -> float:
