@@ -34,18 +34,27 @@ let reader (a : int array) =
 
 let list_of next n = let rec go k acc = if k = 0 then List.rev acc else go (k - 1) (next () :: acc) in go n []
 
+(* Whether the product of the nonzero numbers of [xs] is at most [limit]
+   (zeros are left to the core, which refuses them). Each step is checked
+   before it multiplies, so the product never wraps: two sizes of 2^40
+   would wrap a 63-bit int to 0. Under the limit, every product of some of
+   [xs] is under it too. *)
+let within limit xs =
+  List.fold_left (fun acc n -> if n = 0 then acc else if acc > limit / n then limit + 1 else acc * n) 1 xs
+  <= limit
+
+let check_devices sizes = if not (within max_devices sizes) then raise (Bad_input "more than 2^20 devices")
+
 let read_mesh next : mesh =
   let m = list_of next (next ()) in
-  if List.fold_left (fun acc n -> if n > max_devices then max_devices + 1 else min (acc * n) (max_devices + 1)) 1 m
-     > max_devices then raise (Bad_input "more than 2^20 devices");
+  check_devices m;
   m
 
 let read_dim next = let g = next () in let axes = list_of next (next ()) in { axes; gsize = g }
 
 let read_type next : atype =
   let t = list_of (fun () -> read_dim next) (next ()) in
-  if List.fold_left (fun acc d -> if d.gsize > max_elements then max_elements + 1 else min (acc * d.gsize) (max_elements + 1)) 1 t
-     > max_elements then raise (Bad_input "more than 2^50 elements");
+  if not (within max_elements (List.map (fun d -> d.gsize) t)) then raise (Bad_input "more than 2^50 elements");
   t
 
 let read_coll next =
@@ -259,6 +268,7 @@ let certify_fn a =
   let next = reader a in
   let m = read_mesh next in
   let fs = list_of (fun () -> list_of next (next ())) (next ()) in
+  check_devices (List.concat fs);   (* the split is a mesh too: [map prod fs] must not wrap *)
   let cap = next () in let t = next () in
   let src = read_type next in let dst = read_type next in
   let cert = list_of (fun () -> let d = next () in let u = read_type next in (u, d)) (next ()) in
@@ -296,6 +306,8 @@ let xplan_fn a =
 let xrounds_fn a =
   let next = reader a in
   let budget = next () in
+  (* a round's load stays below budget + one cut: under 2^51 within this bound *)
+  if budget > max_elements then raise (Bad_input "a budget of more than 2^50 elements");
   let (sched, r2) = read_xplan next in
   let buf = Buffer.create () in
   (match sched with
@@ -382,11 +394,16 @@ let puplan_fn a =
       Buffer.add_int buf (List.length rs); List.iter (Buffer.add_int buf) rs;
       finish buf
 
-(* Exceptions become a message for the C side, never a crash. *)
+(* Exceptions become a message for the C side, never a crash: [Core_error]
+   carries the message itself (stubs.c reads it by the name "vs_error"). *)
+exception Core_error of string
+
+let () = Callback.register_exception "vs_error" (Core_error "")
+
 let guard f a = try f a with
-  | Bad_input msg -> failwith ("bad input to the verified core: " ^ msg)
-  | Stack_overflow -> failwith "input too large for the verified core"
-  | Out_of_memory -> failwith "out of memory in the verified core"
+  | Bad_input msg -> raise (Core_error ("bad input to the verified core: " ^ msg))
+  | Stack_overflow -> raise (Core_error "input too large for the verified core")
+  | Out_of_memory -> raise (Core_error "out of memory in the verified core")
 
 let () =
   Callback.register "vs_check" (guard check_fn);

@@ -1,5 +1,6 @@
 /* C ABI over the OCaml runtime that holds the extracted core.
-   The runtime is started once; OCaml exceptions come back as messages. */
+   The runtime is started once; OCaml exceptions come back as messages
+   (the glue's Core_error as its bare message). */
 #define CAML_NAME_SPACE
 #include <caml/alloc.h>
 #include <caml/callback.h>
@@ -40,9 +41,14 @@ int vs_call(const char *fname, const long *in, size_t n, long **out, size_t *out
   res = caml_callback_exn(*f, arr);
   if (Is_exception_result(res)) {
     exn = Extract_exception(res);
-    char *msg = caml_format_exception(exn);
-    snprintf(err, err_cap, "%s", msg ? msg : "exception in the verified core");
-    free(msg);
+    const value *core_error = caml_named_value("vs_error");
+    if (core_error != NULL && Tag_val(exn) == 0 && Wosize_val(exn) == 2 && Field(exn, 0) == *core_error) {
+      snprintf(err, err_cap, "%s", String_val(Field(exn, 1)));   /* the glue's own message */
+    } else {
+      char *msg = caml_format_exception(exn);
+      snprintf(err, err_cap, "%s", msg ? msg : "exception in the verified core");
+      free(msg);
+    }
     CAMLreturnT(int, 1);
   }
   size_t m = Wosize_val(res);

@@ -220,6 +220,38 @@ def test_core_largest_int_passes_the_binding():
     assert "out of range" not in str(e.value) and "2^20 devices" in str(e.value)
 
 
+# Products that wrap a 63-bit int: the glue's own guard must catch them
+# even when every factor is in range (2^40 * 2^40 wraps to 0; 2 * 3 * h,
+# h = (2^63 + 1) / 3, wraps to 2, the size of the axis the split claims to refine).
+_WRAP = (2**63 + 1) // 3
+
+
+def test_glue_refuses_element_products_that_wrap():
+    wide = [2, 2**40, 0, 2**40, 0]   # [2^40, 2^40]: 2^80 elements
+    for fn in ("check", "plan", "pplan", "lower_bound", "uplan"):
+        ints = [1, 2] + ([0] + wide + [0] + wide if fn == "pplan" else wide + wide) + ([0] if fn == "check" else [])
+        with pytest.raises(ValueError, match=r"^bad input to the verified core: more than 2\^50 elements$"):
+            getattr(_core, fn)(ints)
+
+
+def test_glue_refuses_a_split_whose_product_wraps():
+    t = [1, 6, 0]
+    assert (2 * 3 * _WRAP) % 2**63 == 2 and _WRAP < 2**62
+    ok = [1, 2] + [1, 1, 2] + [100, 0] + t + t + [0]
+    assert _core.certify(ok) == (1,)
+    bad = [1, 2] + [1, 3, 2, 3, _WRAP] + [100, 0] + t + t + [0]
+    with pytest.raises(ValueError, match=r"more than 2\^20 devices"):
+        _core.certify(bad)
+
+
+def test_glue_refuses_a_budget_beyond_the_bound():
+    s = ArrayType.parse("[3{x}6]", Mesh.parse("x=2"))
+    d = ArrayType.parse("[2{u}6]", Mesh.parse("u=3"))
+    assert core.xrounds(s, [0, 1], d, [2, 3, 4], 2**50) is not None
+    with pytest.raises(LimitError, match=r"budget of more than 2\^50 elements"):
+        core.xrounds(s, [0, 1], d, [2, 3, 4], 2**50 + 1)
+
+
 def test_core_accepts_any_integer_sequence():
     import numpy as np
 

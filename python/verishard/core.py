@@ -733,7 +733,8 @@ def xrounds(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks:
     every piece a target receives from another rank cut into slices that fit
     ``budget`` elements, packed first fit into rounds where each rank sends at
     most ``budget`` and receives at most ``budget`` elements, or moves a single
-    cut; None when the core refuses the problem.
+    cut; None when the core refuses the problem. A budget above 2**50 elements
+    raises :class:`LimitError` (the core's integers stay below 2**51).
 
     >>> from verishard import Mesh, ArrayType
     >>> s = ArrayType.parse("[3{x}6]", Mesh.parse("x=2"))

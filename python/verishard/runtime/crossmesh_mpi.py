@@ -31,6 +31,7 @@ import numpy as np
 from .. import core
 from ..crossmesh import CrossMeshPlan
 from ..errors import ShardingError
+from ..limits import MAX_ELEMENTS
 
 __all__ = ["reshard", "rounds"]
 
@@ -44,7 +45,9 @@ def rounds(plan: CrossMeshPlan, itemsize: int, budget: int = DEFAULT_BUDGET):
     ``budget`` bytes and receives at most ``budget`` bytes, or moves a single
     cut (a slice of its piece larger than the budget); every element a target
     does not hold arrives in exactly one cut, inside a piece of its schedule."""
-    rs = core.xrounds(plan.src, plan.src_ranks, plan.dst, plan.dst_ranks, max(1, budget // itemsize))
+    # (the core takes budgets up to 2**50 elements; rounds within a smaller budget keep the larger)
+    per_round = min(max(1, budget // itemsize), MAX_ELEMENTS)
+    rs = core.xrounds(plan.src, plan.src_ranks, plan.dst, plan.dst_ranks, per_round)
     if rs is None:  # a CrossMeshPlan comes from the same builder: never refused
         raise ShardingError(f"the verified core refuses the cross-mesh problem {plan.src} -> {plan.dst}")
     return [[(c.src, c.dst, c.target, c.box) for c in rd] for rd in rs]
