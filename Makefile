@@ -86,6 +86,7 @@ bench: deps all
 	$(PY) bench/planner.py
 	$(PY) bench/traffic.py
 	$(PY) bench/exchange.py
+	$(PY) bench/scaling.py
 	$(PY) bench/optimality.py
 	$(PY) bench/certify.py --core --normal-form
 	$(PY) bench/jax_reshard.py

@@ -43,9 +43,17 @@ Definition isect (c k : nat) (iv : interval) : interval :=
   (lo, Nat.min (S k * c) (fst iv + snd iv) - lo).
 
 (** One dimension: the source blocks [(k, intersection)] meeting [iv]
-    ([cn = (c, n)]: block size, number of blocks). *)
-Definition cells1 (cn : nat * nat) (iv : interval) : list (nat * interval) :=
+    ([cn = (c, n)]: block size, number of blocks), read off every block. *)
+Definition cells1_all (cn : nat * nat) (iv : interval) : list (nat * interval) :=
   filter (fun kv => 0 <? snd (snd kv)) (map (fun k => (k, isect (fst cn) k iv)) (seq 0 (snd cn))).
+
+(** The same ([Crossmeshproof.cells1_window]), reading only the blocks from
+    the one holding the start of [iv] to the one past its end: a target
+    then costs its own cells, not every block of the source. *)
+Definition cells1 (cn : nat * nat) (iv : interval) : list (nat * interval) :=
+  let lo := Nat.min (fst iv / fst cn) (snd cn) in
+  filter (fun kv => 0 <? snd (snd kv))
+    (map (fun k => (k, isect (fst cn) k iv)) (seq lo (Nat.min (snd cn) (S ((fst iv + snd iv) / fst cn)) - lo))).
 
 Fixpoint cellsl (sd : list (nat * nat)) (T : box) : list (list (nat * interval)) :=
   match sd, T with
@@ -84,9 +92,10 @@ Definition holders (SR : list src) (ks : list nat) : list nat :=
   map fst (filter (fun s => nat_list_eqb (snd s) ks) SR).
 
 (** The sender of cell [ks] to the target of rank [self] and index [j]. *)
-Definition pick (SR : list src) (self j : nat) (ks : list nat) : option nat :=
-  let h := holders SR ks in
+Definition pick_from (h : list nat) (self j : nat) : option nat :=
   if memb self h then Some self else nth_error h (j mod length h).
+
+Definition pick (SR : list src) (self j : nat) (ks : list nat) : option nat := pick_from (holders SR ks) self j.
 
 Record piece := mkpiece { psrc : nat; pcell : list nat; pbox : box }.
 
@@ -132,11 +141,57 @@ Fixpoint sched_from (sd : list (nat * nat)) (SR : list src) (j : nat) (tgs : lis
       end
   end.
 
+(** * The same schedule, with each cell's holders looked up
+
+    [holders SR ks] reads every source: once per cell of every target, so
+    [sched_from] takes time cubic in the devices when every target reads
+    every cell (a gather onto every device of another mesh). [sched_in]
+    builds the same schedule ([Crossmeshproof.sched_in_eq]) from a table of
+    the sources by their cell's key, built once, reading only the sources
+    of a cell's key. *)
+
+(** A cell's key: its block numbers in mixed radix over the numbers of
+    blocks (distinct cells of a placement have distinct keys; a shared key
+    would only cost time, since the sources of a key are filtered by cell). *)
+Fixpoint ckey (sd : list (nat * nat)) (ks : list nat) : nat :=
+  match sd, ks with
+  | cn :: sd', k :: ks' => k + snd cn * ckey sd' ks'
+  | _, _ => 0
+  end.
+
+(** The sources of each key, in their order in [SR]. *)
+Definition holder_table (sd : list (nat * nat)) (SR : list src) : NatMap.t (list src) :=
+  fold_right (fun s tab => let k := ckey sd (snd s) in NatMap.add k (s :: find_or [] k tab) tab)
+             (NatMap.empty (list src)) SR.
+
+Fixpoint pick_all_in (sd : list (nat * nat)) (tab : NatMap.t (list src)) (self j : nat)
+    (cl : list (list nat * box)) : option (list piece) :=
+  match cl with
+  | [] => Some []
+  | kb :: cl' =>
+      match pick_from (holders (find_or [] (ckey sd (fst kb)) tab) (fst kb)) self j, pick_all_in sd tab self j cl' with
+      | Some r, Some ps => Some (mkpiece r (fst kb) (snd kb) :: ps)
+      | _, _ => None
+      end
+  end.
+
+Fixpoint sched_in (sd : list (nat * nat)) (tab : NatMap.t (list src)) (j : nat) (tgs : list (nat * box))
+  : option (list (list piece)) :=
+  match tgs with
+  | [] => Some []
+  | tg :: tgs' =>
+      match (if box_okb sd (snd tg) then pick_all_in sd tab (fst tg) j (cells sd (snd tg)) else None),
+            sched_in sd tab (S j) tgs' with
+      | Some ps, Some pss => Some (ps :: pss)
+      | _, _ => None
+      end
+  end.
+
 (** The schedule of every target, in target order. *)
 Definition xsched (sd : list (nat * nat)) (SR : list src) (tgs : list (nat * box))
   : option (list (list piece)) :=
-  if nodupb (map fst SR) && forallb (fun s => cell_okb sd (snd s)) SR
-  then sched_from sd SR 0 tgs else None.
+  if nodup_fast (map fst SR) && forallb (fun s => cell_okb sd (snd s)) SR
+  then sched_in sd (holder_table sd SR) 0 tgs else None.
 
 (** What a target of rank [self] already holds of its box [T]: the part of
     its own source cell, when it is a source. *)
@@ -189,16 +244,18 @@ Definition assemble {V} (L : nat -> list nat -> V) (sd : list (nat * nat)) (T : 
 Definition sdims (m : mesh) (t : atype) : list (nat * nat) :=
   map (fun D => (ucsize m D, nprod m (axes D))) t.
 
-(** The source ranks: device [i] of [m] is world rank [nth i r 0]. *)
+(** The source ranks: device [i] of [m] is world rank [nth i r 0]
+    ([Crossmeshproof.srcs_nth]), read along [r]. *)
 Definition srcs (m : mesh) (r : list nat) (t : atype) : list src :=
-  map (fun i => (nth i r 0, blocks m t (coords_of_rank m i))) (seq 0 (ndevices m)).
+  map_along 0 (fun ri i => (ri, blocks m t (coords_of_rank m i))) r 0 (ndevices m).
 
 (** The block of device [c] under [t]: the valid part of its block per dimension. *)
 Definition tbox (m : mesh) (t : atype) (c : coords) : box :=
   map (fun D => (ugidx m D c 0, uvlen m D c)) t.
 
+(** The targets: device [j] of [m] is world rank [nth j r 0] ([Crossmeshproof.tgts_nth_map]). *)
 Definition tgts (m : mesh) (r : list nat) (t : atype) : list (nat * box) :=
-  map (fun j => (nth j r 0, tbox m t (coords_of_rank m j))) (seq 0 (ndevices m)).
+  map_along 0 (fun rj j => (rj, tbox m t (coords_of_rank m j))) r 0 (ndevices m).
 
 (** The cross-mesh schedule builder (what [verishard.crossmesh] runs): both
     types well formed (uneven allowed), one world rank per device, target
@@ -206,5 +263,5 @@ Definition tgts (m : mesh) (r : list nat) (t : atype) : list (nat * box) :=
 Definition xplan (m1 : mesh) (r1 : list nat) (t1 : atype) (m2 : mesh) (r2 : list nat) (t2 : atype)
   : option (list (list piece)) :=
   if wf_unevenb m1 t1 && wf_unevenb m2 t2 && (length r1 =? ndevices m1) && (length r2 =? ndevices m2)
-     && nodupb r2 && nat_list_eqb (map gsize t1) (map gsize t2)
+     && nodup_fast r2 && nat_list_eqb (map gsize t1) (map gsize t2)
   then xsched (sdims m1 t1) (srcs m1 r1 t1) (tgts m2 r2 t2) else None.

@@ -120,10 +120,43 @@ Proof.
   lia.
 Qed.
 
+Lemma filter_none : forall A (P : A -> bool) l, (forall x, In x l -> P x = false) -> filter P l = [].
+Proof.
+  intros A P l H. induction l as [|x l IH]; [reflexivity|]. simpl. rewrite H by (left; auto).
+  apply IH. intros y Hy. apply H. right. exact Hy.
+Qed.
+
+(** A filter over [seq 0 n] where the test fails below [lo] and from [hi] on
+    reads the same off the window [[lo, min n hi)]. *)
+Lemma filter_seq_window : forall A (P : A -> bool) (f : nat -> A) lo hi n, lo <= n ->
+  (forall k, k < lo -> P (f k) = false) -> (forall k, hi <= k -> P (f k) = false) ->
+  filter P (map f (seq 0 n)) = filter P (map f (seq lo (Nat.min n hi - lo))).
+Proof.
+  intros A P f lo hi n Hlo Hb Ha. set (w := Nat.min n hi - lo).
+  replace n with (lo + (w + (n - lo - w))) at 1 by lia.
+  rewrite !seq_app, !map_app, !filter_app, Nat.add_0_l.
+  rewrite (filter_none _ _ (map f (seq 0 lo))), (filter_none _ _ (map f (seq (lo + w) (n - lo - w)))).
+  - rewrite app_nil_r. reflexivity.
+  - intros x Hx. apply in_map_iff in Hx. destruct Hx as [k [<- Hk]]. apply in_seq in Hk. apply Ha. lia.
+  - intros x Hx. apply in_map_iff in Hx. destruct Hx as [k [<- Hk]]. apply in_seq in Hk. apply Hb. lia.
+Qed.
+
+Lemma cells1_window : forall cn iv, cells1 cn iv = cells1_all cn iv.
+Proof.
+  intros [c n] [t L]. unfold cells1, cells1_all. cbn [fst snd]. symmetry.
+  apply filter_seq_window; [lia| |]; intros k Hk; cbn [snd]; apply Nat.ltb_ge; unfold isect; cbn [fst snd].
+  - destruct (Nat.eq_dec c 0) as [->|Hc]; [lia|].
+    assert (S k * c <= t / c * c) by (apply Nat.mul_le_mono_r; lia).
+    pose proof (Nat.mul_div_le t c). lia.
+  - destruct (Nat.eq_dec c 0) as [->|Hc]; [lia|].
+    assert (S ((t + L) / c) * c <= k * c) by (apply Nat.mul_le_mono_r; lia).
+    pose proof (Nat.div_mod (t + L) c Hc). pose proof (Nat.mod_upper_bound (t + L) c Hc). simpl in *. nia.
+Qed.
+
 Lemma in_cells1 : forall c n iv k iv',
   In (k, iv') (cells1 (c, n) iv) -> k < n /\ iv' = isect c k iv /\ 0 < snd iv'.
 Proof.
-  intros c n iv k iv' H. unfold cells1 in H. apply filter_In in H. destruct H as [H Hp].
+  intros c n iv k iv' H. rewrite cells1_window in H. unfold cells1_all in H. apply filter_In in H. destruct H as [H Hp].
   apply in_map_iff in H. destruct H as [k' [Heq Hk]]. injection Heq as <- <-.
   apply in_seq in Hk. simpl in Hp. apply Nat.ltb_lt in Hp. simpl in *. repeat split; auto; lia.
 Qed.
@@ -138,7 +171,7 @@ Qed.
 Lemma cells1_vol : forall c n t L, 0 < c -> L = 0 \/ t + L <= n * c ->
   lsum (fun kv => snd (snd kv)) (cells1 (c, n) (t, L)) = L.
 Proof.
-  intros c n t L Hc Hn. unfold cells1. rewrite lsum_filter.
+  intros c n t L Hc Hn. rewrite cells1_window. unfold cells1_all. rewrite lsum_filter.
   - rewrite lsum_map. cbn [fst snd]. rewrite lsum_isect. lia.
   - intros [k iv] E. simpl in *. apply Nat.ltb_ge in E. lia.
 Qed.
@@ -155,7 +188,7 @@ Lemma cells1_pick : forall c n iv (f : interval -> nat) b, b < n ->
   (forall iv', snd iv' = 0 -> f iv' = 0) ->
   lsum (fun kv => if fst kv =? b then f (snd kv) else 0) (cells1 (c, n) iv) = f (isect c b iv).
 Proof.
-  intros c n iv f b Hb Hf. unfold cells1. rewrite lsum_filter.
+  intros c n iv f b Hb Hf. rewrite cells1_window. unfold cells1_all. rewrite lsum_filter.
   - rewrite lsum_map. cbn [fst snd].
     apply (lsum_pick_seq (fun k => f (isect c k iv)) b n Hb).
   - intros [k iv'] E. simpl in *. apply Nat.ltb_ge in E.
@@ -344,14 +377,14 @@ Qed.
 
 Lemma pick_in : forall SR self j ks r, pick SR self j ks = Some r -> In (r, ks) SR.
 Proof.
-  unfold pick. intros SR self j ks r H. destruct (memb self (holders SR ks)) eqn:E.
+  unfold pick, pick_from. intros SR self j ks r H. destruct (memb self (holders SR ks)) eqn:E.
   - injection H as <-. apply memb_spec in E. apply in_holders; auto.
   - apply nth_error_In in H. apply in_holders; auto.
 Qed.
 
 Lemma pick_self : forall SR self j ks, In (self, ks) SR -> pick SR self j ks = Some self.
 Proof.
-  intros SR self j ks H. unfold pick.
+  intros SR self j ks H. unfold pick, pick_from.
   assert (Hm : memb self (holders SR ks) = true).
   { apply memb_spec. unfold holders. apply in_map_iff. exists (self, ks). split; auto.
     apply filter_In. split; auto. simpl. apply nat_list_eqb_spec. auto. }
@@ -482,6 +515,43 @@ Proof.
   rewrite (HL _ _ Hin). rewrite shift_unshift; auto.
 Qed.
 
+(** * The holders table *)
+
+(** The sources of key [k] in the table are those of [SR] whose cell has key [k], in order. *)
+Lemma bucket_table : forall sd SR k, find_or [] k (holder_table sd SR) = filter (fun s => ckey sd (snd s) =? k) SR.
+Proof.
+  intros sd SR k. induction SR as [|s SR IH]; [reflexivity|].
+  change (holder_table sd (s :: SR)) with
+    (NatMap.add (ckey sd (snd s)) (s :: find_or [] (ckey sd (snd s)) (holder_table sd SR)) (holder_table sd SR)).
+  cbn [filter]. rewrite find_or_add.
+  destruct (Nat.eqb_spec (ckey sd (snd s)) k) as [<-|E]; rewrite IH; reflexivity.
+Qed.
+
+Lemma holders_table : forall sd SR ks, holders (find_or [] (ckey sd ks) (holder_table sd SR)) ks = holders SR ks.
+Proof.
+  intros sd SR ks. rewrite bucket_table. unfold holders. f_equal.
+  induction SR as [|s SR IH]; [reflexivity|]. cbn [filter].
+  destruct (nat_list_eqb (snd s) ks) eqn:Ee.
+  - assert (Ek : (ckey sd (snd s) =? ckey sd ks) = true)
+      by (apply nat_list_eqb_spec in Ee; rewrite Ee; apply Nat.eqb_refl).
+    rewrite Ek. cbn [filter]. rewrite Ee, IH. reflexivity.
+  - destruct (ckey sd (snd s) =? ckey sd ks); cbn [filter]; [rewrite Ee|]; exact IH.
+Qed.
+
+Lemma pick_all_in_eq : forall sd SR self j cl,
+  pick_all_in sd (holder_table sd SR) self j cl = pick_all SR self j cl.
+Proof.
+  intros sd SR self j cl. induction cl as [|kb cl IH]; [reflexivity|]. cbn [pick_all_in pick_all].
+  rewrite holders_table, IH. reflexivity.
+Qed.
+
+(** [sched_in] over the table of [SR] is [sched_from] over [SR]. *)
+Lemma sched_in_eq : forall sd SR tgs j, sched_in sd (holder_table sd SR) j tgs = sched_from sd SR j tgs.
+Proof.
+  intros sd SR tgs. induction tgs as [|tg tgs IH]; intros j; [reflexivity|]. cbn [sched_in sched_from].
+  rewrite IH. unfold sched1. destruct (box_okb sd (snd tg)); [rewrite pick_all_in_eq|]; reflexivity.
+Qed.
+
 (** * All targets *)
 
 Lemma sched_from_nth : forall sd SR tgs j0 pss, sched_from sd SR j0 tgs = Some pss ->
@@ -503,9 +573,9 @@ Lemma xsched_spec : forall sd SR tgs pss, xsched sd SR tgs = Some pss ->
   length pss = length tgs /\
   forall j tg, nth_error tgs j = Some tg -> exists ps, nth_error pss j = Some ps /\ sched1 sd SR j tg = Some ps.
 Proof.
-  intros sd SR tgs pss H. unfold xsched in H.
-  destruct (nodupb (map fst SR) && forallb (fun s => cell_okb sd (snd s)) SR) eqn:E; [|discriminate].
-  apply andb_true_iff in E. destruct E as [E1 E2]. apply nodupb_spec in E1.
+  intros sd SR tgs pss H. unfold xsched in H. rewrite sched_in_eq in H.
+  destruct (nodup_fast (map fst SR) && forallb (fun s => cell_okb sd (snd s)) SR) eqn:E; [|discriminate].
+  apply andb_true_iff in E. destruct E as [E1 E2]. apply nodup_fast_spec in E1.
   rewrite forallb_forall in E2. destruct (sched_from_nth _ _ _ _ _ H) as [Hl Hn].
   repeat split; auto.
 Qed.
@@ -567,10 +637,18 @@ Proof.
   rewrite IH, andb_true_r. unfold insideb. simpl. rewrite andb_true_iff, Nat.leb_le, Nat.ltb_lt. lia.
 Qed.
 
+Lemma srcs_nth : forall m r t,
+  srcs m r t = map (fun i => (nth i r 0, blocks m t (coords_of_rank m i))) (seq 0 (ndevices m)).
+Proof. intros. unfold srcs. apply map_along_nth. Qed.
+
+Lemma tgts_nth_map : forall m r t,
+  tgts m r t = map (fun j => (nth j r 0, tbox m t (coords_of_rank m j))) (seq 0 (ndevices m)).
+Proof. intros. unfold tgts. apply map_along_nth. Qed.
+
 Lemma in_srcs : forall m r t s, In s (srcs m r t) ->
   exists i, i < ndevices m /\ s = (nth i r 0, blocks m t (coords_of_rank m i)).
 Proof.
-  intros m r t s H. unfold srcs in H. apply in_map_iff in H. destruct H as [i [<- H]].
+  intros m r t s H. rewrite srcs_nth in H. apply in_map_iff in H. destruct H as [i [<- H]].
   apply in_seq in H. exists i. split; auto. lia.
 Qed.
 
@@ -605,10 +683,10 @@ Proof.
   intros m1 r1 t1 m2 r2 t2 pss H. unfold xplan in H.
   match type of H with (if ?b then _ else _) = _ => destruct b; [|discriminate] end.
   destruct (xsched_correct _ _ _ _ H) as [Hl Hn].
-  assert (Hlen : length (tgts m2 r2 t2) = ndevices m2) by (unfold tgts; rewrite map_length, seq_length; auto).
+  assert (Hlen : length (tgts m2 r2 t2) = ndevices m2) by (rewrite tgts_nth_map, map_length, seq_length; auto).
   split; [lia|]. intros j Hj.
   assert (E : nth_error (tgts m2 r2 t2) j = Some (nth j r2 0, tbox m2 t2 (coords_of_rank m2 j))).
-  { unfold tgts. rewrite nth_error_map, nth_error_seq0 by auto. reflexivity. }
+  { rewrite tgts_nth_map, nth_error_map, nth_error_seq0 by auto. reflexivity. }
   destruct (Hn _ _ _ E) as [ps [H1 [H2 [H3 [H4 H5]]]]]. exists ps. split; auto.
   split; [|split; [|split; [|split]]]; auto.
   intros V A L HL i Hi.

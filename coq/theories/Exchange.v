@@ -25,9 +25,11 @@ Definition ranks (m : mesh) : list nat := seq 0 (ndevices m).
 Definition exchange (m : mesh) (t t' : atype) : option (list (list piece)) :=
   xplan m (ranks m) t m (ranks m) t'.
 
-(** Elements the worst device receives from others. *)
+(** Elements the worst device receives from others: the largest
+    [Crossmesh.traffic j (nth j pss [])] over [ranks m]
+    ([Exchangeproof.exchange_recv_nth]), read along [pss]. *)
 Definition exchange_recv (m : mesh) (pss : list (list piece)) : nat :=
-  fold_right Nat.max 0 (map (fun j => Crossmesh.traffic j (nth j pss [])) (ranks m)).
+  fold_right Nat.max 0 (map_along [] (fun ps j => Crossmesh.traffic j ps) pss 0 (ndevices m)).
 
 (** The first dimension (from index [d]) that neither type shards and that
     has at least two indices to cut. *)

@@ -16,10 +16,14 @@ Import ListNotations.
 Lemma nth_ranks : forall m i, i < ndevices m -> nth i (ranks m) 0 = i.
 Proof. intros. unfold ranks. rewrite seq_nth; auto. Qed.
 
+Lemma exchange_recv_nth : forall m pss,
+  exchange_recv m pss = fold_right Nat.max 0 (map (fun j => Crossmesh.traffic j (nth j pss [])) (ranks m)).
+Proof. intros. unfold exchange_recv, ranks. rewrite map_along_nth. reflexivity. Qed.
+
 Lemma srcs_ranks : forall m t,
   srcs m (ranks m) t = map (fun i => (i, blocks m t (coords_of_rank m i))) (ranks m).
 Proof.
-  intros m t. unfold srcs, ranks. apply map_ext_in. intros i Hi. apply in_seq in Hi.
+  intros m t. rewrite srcs_nth. unfold ranks. apply map_ext_in. intros i Hi. apply in_seq in Hi.
   rewrite seq_nth by lia. reflexivity.
 Qed.
 
@@ -129,7 +133,7 @@ Theorem exchange_lower_bound : forall m t t' pss, exchange m t t' = Some pss -> 
 Proof.
   intros m t t' pss H Hv. destruct (exchange_device _ _ _ _ H Hv) as [_ Hd].
   split.
-  - unfold exchange_recv, lower_bound, ranks. f_equal. apply map_ext_in. intros j Hj.
+  - rewrite exchange_recv_nth. unfold lower_bound, ranks. f_equal. apply map_ext_in. intros j Hj.
     apply in_seq in Hj. apply Hd. lia.
   - intros j Hj. apply Hd; auto.
 Qed.
@@ -477,7 +481,7 @@ Qed.
 
 Lemma pick_total : forall SR self j ks r, In (r, ks) SR -> exists r', pick SR self j ks = Some r'.
 Proof.
-  intros SR self j ks r H. unfold pick.
+  intros SR self j ks r H. unfold pick, pick_from.
   assert (Hh : In r (holders SR ks)).
   { unfold holders. apply in_map_iff. exists (r, ks). split; auto. apply filter_In. split; auto.
     apply nat_list_eqb_spec. reflexivity. }
@@ -518,17 +522,17 @@ Proof.
   replace (wf_unevenb m t) with true by (symmetry; apply wf_unevenb_spec; auto).
   replace (wf_unevenb m t') with true by (symmetry; apply wf_unevenb_spec; auto).
   replace (length (ranks m) =? ndevices m) with true by (symmetry; apply Nat.eqb_eq; unfold ranks; apply seq_length).
-  replace (nodupb (ranks m)) with true by (symmetry; apply nodupb_spec, seq_NoDup).
+  replace (nodup_fast (ranks m)) with true by (symmetry; apply nodup_fast_spec, seq_NoDup).
   replace (nat_list_eqb (map gsize t) (map gsize t')) with true by (symmetry; apply nat_list_eqb_spec; auto).
-  cbn [andb]. unfold xsched.
-  replace (nodupb (map fst (srcs m (ranks m) t))) with true.
-  2:{ symmetry. apply nodupb_spec. rewrite srcs_ranks, map_map. cbn [fst]. rewrite map_id. apply seq_NoDup. }
+  cbn [andb]. unfold xsched. rewrite sched_in_eq.
+  replace (nodup_fast (map fst (srcs m (ranks m) t))) with true.
+  2:{ symmetry. apply nodup_fast_spec. rewrite srcs_ranks, map_map. cbn [fst]. rewrite map_id. apply seq_NoDup. }
   replace (forallb (fun s => cell_okb (sdims m t) (snd s)) (srcs m (ranks m) t)) with true.
   2:{ symmetry. apply forallb_forall. intros s Hs. rewrite srcs_ranks in Hs. apply in_map_iff in Hs.
       destruct Hs as [i [<- _]]. apply cell_okb_blocks; auto. apply coords_of_rank_valid; auto. }
   cbn [andb].
   assert (Hall : forall tg, In tg (tgts m (ranks m) t') -> forall j, exists ps, sched1 (sdims m t) (srcs m (ranks m) t) j tg = Some ps).
-  { intros [self T] Htg j. unfold tgts in Htg. apply in_map_iff in Htg. destruct Htg as [i [Ei _]].
+  { intros [self T] Htg j. rewrite tgts_nth_map in Htg. apply in_map_iff in Htg. destruct Htg as [i [Ei _]].
     injection Ei as _ ET. subst T. unfold sched1. cbn [snd fst]. rewrite box_okb_tbox by auto.
     apply pick_all_total. intros kb Hkb. apply in_cart in Hkb.
     destruct (incart_cells _ _ _ _ Hkb (box_okb_tbox m t t' _ Ht Hg)) as [Hl Hn].
@@ -614,6 +618,6 @@ Proof.
     rewrite (find_ranked (fun i => blocks m t (coords_of_rank m i))) by lia. cbn [snd].
     rewrite uowned_ukept by auto. unfold uneed, usize, vol, tbox. rewrite map_map. reflexivity. }
   split; auto.
-  unfold exchange_recv, ulower_bound, ranks. f_equal. apply map_ext_in. intros j Hin.
+  rewrite exchange_recv_nth. unfold ulower_bound, ranks. f_equal. apply map_ext_in. intros j Hin.
   apply in_seq in Hin. apply Hj. lia.
 Qed.

@@ -1,6 +1,7 @@
 (** Small list and arithmetic helpers shared by every other file: products,
     point updates, [set_nth], duplicate freedom, sums, folds, primes. *)
-From Coq Require Import List Arith Lia Bool Permutation.
+From Coq Require Import List Arith Lia Bool Permutation Sorted.
+From Coq Require Orders Mergesort FMapAVL OrderedTypeEx FMapFacts.
 Import ListNotations.
 
 (** Product of a list of naturals. *)
@@ -93,6 +94,93 @@ Proof.
     + intros [H1 H2]. constructor; auto. intro Hin. apply memb_spec in Hin. congruence.
     + intros H. inversion H; subst. split; auto.
       destruct (memb a l) eqn:E; auto. apply memb_spec in E. contradiction.
+Qed.
+
+(** [nodupb] in [O(n log n)]: sort, then compare neighbours. [nodupb]
+    reads the rest of the list for every element, which for the ranks of
+    a mesh of [2^16] devices is [2^31] comparisons. *)
+Module NatLeb <: Orders.TotalLeBool.
+  Definition t := nat.
+  Definition leb := Nat.leb.
+  Theorem leb_total : forall a1 a2, leb a1 a2 = true \/ leb a2 a1 = true.
+  Proof. intros a b. unfold leb. destruct (Nat.le_ge_cases a b); [left|right]; apply Nat.leb_le; auto. Qed.
+End NatLeb.
+
+Module NatLebSort := Mergesort.Sort NatLeb.
+
+Fixpoint adj_distinct (l : list nat) : bool :=
+  match l with
+  | x :: ((y :: _) as t) => negb (x =? y) && adj_distinct t
+  | _ => true
+  end.
+
+Definition nodup_fast (l : list nat) : bool := adj_distinct (NatLebSort.sort l).
+
+Lemma adj_distinct_spec : forall l, StronglySorted (fun x y => Nat.leb x y = true) l ->
+  adj_distinct l = true <-> NoDup l.
+Proof.
+  induction l as [|x t IH]; intros Hs; [split; auto; constructor|].
+  inversion Hs as [|? ? Ht Hx]; subst. specialize (IH Ht).
+  destruct t as [|y t'].
+  - simpl. split; auto. intros _. constructor; [auto|constructor].
+  - cbn [adj_distinct]. rewrite andb_true_iff, negb_true_iff, IH, Nat.eqb_neq. split.
+    + intros [Hxy Hnd]. constructor; auto. intros [E|Hin]; [congruence|].
+      inversion Ht as [|? ? _ Hy]; subst. rewrite Forall_forall in Hx, Hy.
+      apply Hxy. apply Nat.le_antisymm; apply Nat.leb_le; [apply Hx; left; auto|apply Hy; auto].
+    + intros Hnd. inversion Hnd as [|? ? Hni Hnd']; subst. split; auto. intros <-. apply Hni. left; auto.
+Qed.
+
+Lemma nodup_fast_spec : forall l, nodup_fast l = true <-> NoDup l.
+Proof.
+  intros l. unfold nodup_fast. rewrite adj_distinct_spec.
+  - pose proof (NatLebSort.Permuted_sort l) as P.
+    split; intros H; [exact (Permutation_NoDup (Permutation_sym P) H)|exact (Permutation_NoDup P H)].
+  - apply NatLebSort.StronglySorted_sort. intros a b c Hab Hbc. unfold is_true, NatLeb.leb in *.
+    apply Nat.leb_le. apply Nat.leb_le in Hab, Hbc. lia.
+Qed.
+
+(** [map (fun k => f (nth k l d) k) (seq i n)] with [i = 0]
+    ([map_along_nth]) in one pass over [l]: [nth] per index reads [l]
+    from its head each time, quadratic in its length. *)
+Fixpoint map_along {A B} (d : A) (f : A -> nat -> B) (l : list A) (i n : nat) : list B :=
+  match n with
+  | 0 => []
+  | S n' => f (hd d l) i :: map_along d f (tl l) (S i) n'
+  end.
+
+Lemma map_along_from : forall A B d (f : A -> nat -> B) n l i,
+  map_along d f l i n = map (fun k => f (nth (k - i) l d) k) (seq i n).
+Proof.
+  intros A B d f n. induction n as [|n IH]; intros l i; [reflexivity|]. cbn [map_along seq map].
+  rewrite Nat.sub_diag, IH. f_equal; [destruct l; reflexivity|].
+  apply map_ext_in. intros k Hk. apply in_seq in Hk. replace (k - i) with (S (k - S i)) by lia.
+  destruct l; [destruct (k - S i); reflexivity|reflexivity].
+Qed.
+
+Lemma map_along_nth : forall A B d (f : A -> nat -> B) l n,
+  map_along d f l 0 n = map (fun k => f (nth k l d) k) (seq 0 n).
+Proof.
+  intros. rewrite map_along_from. apply map_ext. intros k. rewrite Nat.sub_0_r. reflexivity.
+Qed.
+
+(** Tables keyed by naturals (AVL trees): what an executable function
+    looks up per device or per cell, where a list would be read from its
+    head at every lookup. [find_or d k t]: the value at [k], else [d]. *)
+Module NatMap := FMapAVL.Make (OrderedTypeEx.Nat_as_OT).
+Module NatMapFacts := FMapFacts.WFacts_fun OrderedTypeEx.Nat_as_OT NatMap.
+
+Definition find_or {A} (d : A) (k : nat) (t : NatMap.t A) : A :=
+  match NatMap.find k t with Some v => v | None => d end.
+
+Lemma find_or_empty : forall A (d : A) k, find_or d k (NatMap.empty A) = d.
+Proof. reflexivity. Qed.
+
+Lemma find_or_add : forall A (d : A) k k' v t,
+  find_or d k (NatMap.add k' v t) = if k' =? k then v else find_or d k t.
+Proof.
+  intros A d k k' v t. unfold find_or. destruct (Nat.eqb_spec k' k) as [E|E].
+  - rewrite NatMapFacts.add_eq_o by exact E. reflexivity.
+  - rewrite NatMapFacts.add_neq_o by exact E. reflexivity.
 Qed.
 
 (** Results of executable functions that can fail with a reason. *)

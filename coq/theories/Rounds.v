@@ -54,9 +54,16 @@ Definition tcuts (budget j self : nat) (ps : list piece) : list cut :=
   flat_map (fun q => if psrc q =? self then []
                      else map (fun C => mkcut (psrc q) self j C) (cut_box budget (pbox q))) ps.
 
-(** The cuts of every target of a schedule ([tr]: the targets' ranks). *)
-Definition xcuts (budget : nat) (tr : list nat) (pss : list (list piece)) : list cut :=
-  flat_map (fun j => tcuts budget j (nth j tr 0) (nth j pss [])) (seq 0 (length pss)).
+(** The cuts of every target of a schedule ([tr]: the targets' ranks):
+    [tcuts budget j (nth j tr 0) (nth j pss [])] for each [j] in turn
+    ([Roundsproof.xcuts_nth]), read along both lists. *)
+Fixpoint xcuts_from (budget j : nat) (tr : list nat) (pss : list (list piece)) : list cut :=
+  match pss with
+  | [] => []
+  | ps :: pss' => tcuts budget j (hd 0 tr) ps ++ xcuts_from budget (S j) (tl tr) pss'
+  end.
+
+Definition xcuts (budget : nat) (tr : list nat) (pss : list (list piece)) : list cut := xcuts_from budget 0 tr pss.
 
 (** Elements rank [r] sends ([who = csrc]) or receives ([who = cdst]) in a round. *)
 Definition load (who : cut -> nat) (r : nat) (rd : list cut) : nat :=
@@ -73,8 +80,30 @@ Fixpoint place (budget : nat) (c : cut) (rs : list (list cut)) : list (list cut)
   | rd :: rs' => if fits budget c rd then (rd ++ [c]) :: rs' else rd :: place budget c rs'
   end.
 
+(** [place] over rounds as they are packed: a round's cuts (last first)
+    and what each rank sends and receives in it, in tables, so that a fit
+    is two lookups instead of two sums over the round (quadratic in the
+    cuts of a round). *)
+Definition rstate := (list cut * NatMap.t nat * NatMap.t nat)%type.
+
+Definition fits_in (budget : nat) (c : cut) (st : rstate) : bool :=
+  let '(_, sends, recvs) := st in
+  (find_or 0 (csrc c) sends + vol (cbox c) <=? budget) && (find_or 0 (cdst c) recvs + vol (cbox c) <=? budget).
+
+Definition add_in (c : cut) (st : rstate) : rstate :=
+  let '(rv, sends, recvs) := st in
+  (c :: rv, NatMap.add (csrc c) (find_or 0 (csrc c) sends + vol (cbox c)) sends,
+   NatMap.add (cdst c) (find_or 0 (cdst c) recvs + vol (cbox c)) recvs).
+
+Fixpoint place_in (budget : nat) (c : cut) (rs : list rstate) : list rstate :=
+  match rs with
+  | [] => [add_in c ([], NatMap.empty nat, NatMap.empty nat)]
+  | st :: rs' => if fits_in budget c st then add_in c st :: rs' else st :: place_in budget c rs'
+  end.
+
+(** First fit of [cs] in turn ([Roundsproof.pack_place]: [fold_left] of [place]). *)
 Definition pack (budget : nat) (cs : list cut) : list (list cut) :=
-  fold_left (fun rs c => place budget c rs) cs [].
+  map (fun st => rev' (fst (fst st))) (fold_left (fun rs c => place_in budget c rs) cs []).
 
 (** The rounds of a cross-mesh schedule (what [verishard.runtime.crossmesh_mpi] runs). *)
 Definition xrounds (budget : nat) (tr : list nat) (pss : list (list piece)) : list (list cut) :=

@@ -110,10 +110,27 @@ Proof.
   exists q. repeat split; auto. intros p Hp. eapply cut_box_inside; eauto.
 Qed.
 
+Lemma xcuts_from_seq : forall budget pss tr i,
+  xcuts_from budget i tr pss = flat_map (fun j => tcuts budget j (nth (j - i) tr 0) (nth (j - i) pss [])) (seq i (length pss)).
+Proof.
+  intros budget pss. induction pss as [|ps pss IH]; intros tr i; [reflexivity|].
+  cbn [xcuts_from length seq flat_map]. rewrite Nat.sub_diag, IH. f_equal; [destruct tr; reflexivity|].
+  rewrite !flat_map_concat_map. f_equal. apply map_ext_in. intros k Hk. apply in_seq in Hk.
+  replace (k - i) with (S (k - S i)) by lia.
+  destruct tr; [destruct (k - S i); reflexivity|reflexivity].
+Qed.
+
+Lemma xcuts_nth : forall budget tr pss,
+  xcuts budget tr pss = flat_map (fun j => tcuts budget j (nth j tr 0) (nth j pss [])) (seq 0 (length pss)).
+Proof.
+  intros. unfold xcuts. rewrite xcuts_from_seq, !flat_map_concat_map. f_equal. apply map_ext. intros k.
+  rewrite Nat.sub_0_r. reflexivity.
+Qed.
+
 Lemma xcuts_in : forall budget tr pss c, In c (xcuts budget tr pss) ->
   ctgt c < length pss /\ In c (tcuts budget (ctgt c) (nth (ctgt c) tr 0) (nth (ctgt c) pss [])).
 Proof.
-  intros budget tr pss c H. unfold xcuts in H. apply in_flat_map in H. destruct H as [k [Hk Hc]].
+  intros budget tr pss c H. rewrite xcuts_nth in H. apply in_flat_map in H. destruct H as [k [Hk Hc]].
   apply in_seq in Hk. pose proof (tcuts_in _ _ _ _ _ Hc) as [_ [Ht _]]. rewrite Ht. split; [lia|auto].
 Qed.
 
@@ -122,7 +139,7 @@ Lemma xcuts_tgt : forall budget tr pss j (g : cut -> nat), j < length pss ->
   lsum (fun c => if ctgt c =? j then g c else 0) (xcuts budget tr pss)
   = lsum g (tcuts budget j (nth j tr 0) (nth j pss [])).
 Proof.
-  intros budget tr pss j g Hj. unfold xcuts. rewrite lsum_flat_map.
+  intros budget tr pss j g Hj. rewrite xcuts_nth, lsum_flat_map.
   transitivity (lsum (fun k => if k =? j then lsum g (tcuts budget k (nth k tr 0) (nth k pss [])) else 0)
                      (seq 0 (length pss))).
   - apply lsum_ext. intros k _. destruct (Nat.eqb_spec k j) as [->|Hne].
@@ -152,9 +169,49 @@ Proof.
   apply Permutation_sym, Permutation_middle.
 Qed.
 
+Lemma load_snoc : forall who r rd c,
+  load who r (rd ++ [c]) = load who r rd + (if who c =? r then vol (cbox c) else 0).
+Proof. intros. unfold load. rewrite lsum_app. simpl. lia. Qed.
+
+(** A packed round stands for the round [rd] it holds: its cuts, last
+    first, and each rank's load sent and received. *)
+Definition holds_round (st : rstate) (rd : list cut) : Prop :=
+  fst (fst st) = rev rd /\ (forall r, find_or 0 r (snd (fst st)) = load csrc r rd) /\
+  (forall r, find_or 0 r (snd st) = load cdst r rd).
+
+Lemma add_in_holds : forall c st rd, holds_round st rd -> holds_round (add_in c st) (rd ++ [c]).
+Proof.
+  intros c [[rv S] D] rd [Hr [HS HD]]. cbn [fst snd] in Hr, HS, HD. unfold holds_round, add_in. cbn [fst snd].
+  split; [rewrite rev_unit, Hr; reflexivity|]. split; intros r; rewrite find_or_add, load_snoc.
+  - rewrite !HS. destruct (csrc c =? r) eqn:E; [apply Nat.eqb_eq in E; subst|]; lia.
+  - rewrite !HD. destruct (cdst c =? r) eqn:E; [apply Nat.eqb_eq in E; subst|]; lia.
+Qed.
+
+Lemma fits_in_holds : forall budget c st rd, holds_round st rd -> fits_in budget c st = fits budget c rd.
+Proof. intros budget c [[rv S] D] rd [_ [HS HD]]. cbn [fst snd] in *. unfold fits_in, fits. rewrite HS, HD. reflexivity. Qed.
+
+Lemma place_in_holds : forall budget c sts rds, Forall2 holds_round sts rds ->
+  Forall2 holds_round (place_in budget c sts) (place budget c rds).
+Proof.
+  intros budget c sts rds H. induction H as [|st rd sts rds Hh H IH]; cbn [place_in place].
+  - constructor; [|constructor]. apply (add_in_holds c _ [] ). repeat split; reflexivity.
+  - rewrite (fits_in_holds _ _ _ _ Hh). destruct (fits budget c rd); constructor; auto. apply add_in_holds; auto.
+Qed.
+
+(** [pack] is first fit by [place]. *)
+Lemma pack_place : forall budget cs, pack budget cs = fold_left (fun rs c => place budget c rs) cs [].
+Proof.
+  intros budget cs. unfold pack.
+  assert (G : forall sts rds, Forall2 holds_round sts rds ->
+    Forall2 holds_round (fold_left (fun rs c => place_in budget c rs) cs sts) (fold_left (fun rs c => place budget c rs) cs rds)).
+  { induction cs as [|c cs IH]; intros sts rds H; [exact H|]. apply IH, place_in_holds, H. }
+  specialize (G [] [] (Forall2_nil _)). induction G as [|st rd sts rds [Hr _] _ IH]; [reflexivity|].
+  cbn [map]. rewrite IH. unfold rev'. rewrite <- rev_alt, Hr, rev_involutive. reflexivity.
+Qed.
+
 (** Every cut is in exactly one round. *)
 Theorem pack_perm : forall budget cs, Permutation (concat (pack budget cs)) cs.
-Proof. intros. unfold pack. rewrite <- (app_nil_r cs) at 2. apply pack_perm_from. Qed.
+Proof. intros. rewrite pack_place. rewrite <- (app_nil_r cs) at 2. apply pack_perm_from. Qed.
 
 (** A round is within the budget: every rank sends at most [budget]
     elements or sends exactly one cut, and receives at most [budget]
@@ -162,10 +219,6 @@ Proof. intros. unfold pack. rewrite <- (app_nil_r cs) at 2. apply pack_perm_from
 Definition bounded (budget : nat) (rd : list cut) : Prop :=
   forall r, (load csrc r rd <= budget \/ length (filter (fun c => csrc c =? r) rd) = 1) /\
             (load cdst r rd <= budget \/ length (filter (fun c => cdst c =? r) rd) = 1).
-
-Lemma load_snoc : forall who r rd c,
-  load who r (rd ++ [c]) = load who r rd + (if who c =? r then vol (cbox c) else 0).
-Proof. intros. unfold load. rewrite lsum_app. simpl. lia. Qed.
 
 Lemma count_snoc : forall (who : cut -> nat) r (rd : list cut) c,
   length (filter (fun c => who c =? r) (rd ++ [c])) = length (filter (fun c => who c =? r) rd) + (if who c =? r then 1 else 0).
@@ -200,7 +253,7 @@ Qed.
 
 Theorem pack_bounded : forall budget cs rd, In rd (pack budget cs) -> bounded budget rd.
 Proof.
-  intros budget cs. unfold pack.
+  intros budget cs. rewrite pack_place.
   assert (forall rs, (forall rd, In rd rs -> bounded budget rd) ->
           forall rd, In rd (fold_left (fun rs c => place budget c rs) cs rs) -> bounded budget rd) as G.
   { induction cs as [|c cs IH]; simpl; intros rs H; auto. apply IH. apply place_bounded. exact H. }
@@ -211,7 +264,7 @@ Qed.
 
 Lemma tgts_nth : forall m r t j self T, nth_error (tgts m r t) j = Some (self, T) -> self = nth j r 0.
 Proof.
-  intros m r t j self T H. unfold tgts in H. rewrite nth_error_map in H.
+  intros m r t j self T H. rewrite tgts_nth_map in H. rewrite nth_error_map in H.
   destruct (nth_error (seq 0 (ndevices m)) j) eqn:E; [|discriminate].
   assert (Hj : j < ndevices m).
   { rewrite <- (seq_length (ndevices m) 0). apply nth_error_Some. congruence. }
