@@ -43,7 +43,9 @@ let within limit xs =
   List.fold_left (fun acc n -> if n = 0 then acc else if acc > limit / n then limit + 1 else acc * n) 1 xs
   <= limit
 
-let check_devices sizes = if not (within max_devices sizes) then raise (Bad_input "more than 2^20 devices")
+let check_within limit what xs = if not (within limit xs) then raise (Bad_input ("more than " ^ what))
+
+let check_devices = check_within max_devices "2^20 devices"
 
 let read_mesh next : mesh =
   let m = list_of next (next ()) in
@@ -54,7 +56,7 @@ let read_dim next = let g = next () in let axes = list_of next (next ()) in { ax
 
 let read_type next : atype =
   let t = list_of (fun () -> read_dim next) (next ()) in
-  if not (within max_elements (List.map (fun d -> d.gsize) t)) then raise (Bad_input "more than 2^50 elements");
+  check_within max_elements "2^50 elements" (List.map (fun d -> d.gsize) t);
   t
 
 let read_coll next =
