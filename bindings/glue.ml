@@ -355,26 +355,26 @@ let opt_dim = function Some d -> d + 1 | None -> 0
    (uneven types: [ueplan_problem]). Answer: as [plan_fn] when it keeps the
    plan of collectives; when it takes the exchange, [2; ch; peak; received]
    ([ch]: [opt_dim] of the free dimension it runs in pieces along; peak and
-   received: the exchange checker's report on the one-step plan, which
-   [Exchangeproof.eplan_spec] / [ueplan_spec] prove accepted). *)
-let eplan_with planner checker (peak, types, received) a =
+   received: [bound m src dst] (uneven: [ubound]) and the planner's [rx],
+   which [Exchangeproof.eplan_spec] / [ueplan_spec] prove to be the exchange
+   checker's report on the one-step plan; running that checker here would
+   build the exchange's schedule, a piece per source block each target
+   meets). *)
+let eplan_with planner bound_of peak_fields a =
   let next = reader a in
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
   let buf = Buffer.create () in
-  let error (i, e) = let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x] in
+  let (peak, types, received) = peak_fields in
   (match planner m src dst with
-   | Err x -> error x
+   | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
    | Ok (Collectives (fs, p, r)) -> put_planned buf put_coll put_type fs (peak r) p (types r) (received r)
-   | Ok (Exchanged (ch, _)) ->
-       (match checker m src dst [Exch dst] with
-        | Ok r -> List.iter (Buffer.add_int buf) (2 :: opt_dim ch :: peak r :: received r)
-        | Err x -> error x));
+   | Ok (Exchanged (ch, rx)) -> List.iter (Buffer.add_int buf) [2; opt_dim ch; bound_of m src dst; rx]);
   finish buf
 
 let echeck_fn = echeck_with echeck report_fields
 let uecheck_fn = echeck_with uecheck ureport_fields
-let eplan_fn = eplan_with eplan_problem echeck report_fields
-let ueplan_fn = eplan_with ueplan_problem uecheck ureport_fields
+let eplan_fn = eplan_with eplan_problem bound report_fields
+let ueplan_fn = eplan_with ueplan_problem ubound ureport_fields
 
 (* [Puexchange.puplan_problem]: partial types over uneven dimensions. Answer:
    [1] for an invalid problem, else [0; peak ([Uchecker.ubound] of the array

@@ -101,4 +101,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("blocks", [](py::object a) { return forward("vs_blocks", a); });
   m.def("permute", [](py::object a) { return forward("vs_permute", a); });
   m.def("movement", [](py::object a) { return forward("vs_movement", a); });
+  // The core's own stack (bindings/stubs.c): bytes reserved, and a bound on
+  // the deepest a call has gone (0 while none went below its top 8 MiB).
+  m.def("stack_reserved", []() { return vs_stack_reserved(); });
+  m.def("stack_peak", []() { return vs_stack_peak(); });
 }

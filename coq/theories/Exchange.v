@@ -13,7 +13,7 @@
 
     Definitions only; proofs in [Exchangeproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Prelude Mesh Types Rules Checker Traffic Validate Refine Pipeline Uneven Uchecker Upipeline
+From VS Require Import Prelude Mesh Types Rules Checker Traffic Validate Refine Pipeline Uneven Uchecker Upipeline Utraffic
   Crossmesh.
 Import ListNotations.
 
@@ -109,11 +109,16 @@ Definition eplan_problem (m : mesh) (src dst : atype) : result (nat * error) (pl
   match plan_problem m src dst with
   | Err e => Err e
   | Ok (fs, p, r) =>
-      match free_dim src dst, exchange m src dst with
-      | Some ch, Some pss =>
-          let rx := exchange_recv m pss in
+      match free_dim src dst with
+      | Some ch =>
+          (* what the exchange's worst device receives, from the types: the
+             schedule always exists and reaches the lower bound
+             ([Exchangeproof.exchange_total], [exchange_lower_bound]);
+             building it here would take a piece per source block each
+             target meets, devices times fan-in *)
+          let rx := Traffic.lower_bound m src dst in
           if rx <? Traffic.traffic (received r) then Ok (Exchanged (Some ch) rx) else Ok (Collectives fs p r)
-      | _, _ => Ok (Collectives fs p r)
+      | None => Ok (Collectives fs p r)
       end
   end.
 
@@ -135,16 +140,13 @@ Definition ueplan_problem (m : mesh) (src dst : atype) : result (nat * error) (p
   match uplan_problem m src dst with
   | Err e => Err e
   | Ok (fs, p, r) =>
-      match exchange m src dst with
-      | None => Ok (Collectives fs p r)   (* never: [Exchangeproof.exchange_total] *)
-      | Some pss =>
-          let rx := exchange_recv m pss in
-          let above := ubound m src dst <? upeak r in
-          match free_dim src dst with
-          | Some ch =>
-              if (rx <? Traffic.traffic (ureceived r)) || above
-              then Ok (Exchanged (Some ch) rx) else Ok (Collectives fs p r)
-          | None => if above then Ok (Exchanged None rx) else Ok (Collectives fs p r)
-          end
+      (* from the types, as in [eplan_problem] ([Exchangeproof.uexchange_lower_bound]) *)
+      let rx := ulower_bound m src dst in
+      let above := ubound m src dst <? upeak r in
+      match free_dim src dst with
+      | Some ch =>
+          if (rx <? Traffic.traffic (ureceived r)) || above
+          then Ok (Exchanged (Some ch) rx) else Ok (Collectives fs p r)
+      | None => if above then Ok (Exchanged None rx) else Ok (Collectives fs p r)
       end
   end.

@@ -243,41 +243,6 @@ Qed.
 
 (** * The planner *)
 
-(** **End to end**: on every valid problem the planner answers; either with
-    [Pipeline.plan_problem]'s plan (so [Pipelineproof.plan_spec] holds of
-    it), or with the exchange, taken only when it receives strictly less than
-    that plan and a free dimension [ch] lets it run in pieces; then the
-    checker accepts it with the peak [bound src dst] and the lower bound as
-    what the worst device receives, and every device assembles its target
-    block of any global array. *)
-Theorem eplan_spec : forall m src dst, valid_problem m src dst ->
-  exists out, eplan_problem m src dst = Ok out /\
-  match out with
-  | Collectives fs p r => plan_problem m src dst = Ok (fs, p, r)
-  | Exchanged och rx =>
-      exists ch fs p r pss, och = Some ch /\ plan_problem m src dst = Ok (fs, p, r) /\ exchange m src dst = Some pss /\
-      rx = lower_bound m src dst /\ rx < Traffic.traffic (received r) /\
-      echeck m src dst [Exch dst] = Ok (mkreport [src; dst] (bound m src dst) [rx]) /\
-      (exists D D', nth_error src ch = Some D /\ nth_error dst ch = Some D' /\
-         axes D = [] /\ axes D' = [] /\ 2 <= gsize D) /\
-      (forall V (A : list nat -> V) j i, j < ndevices m -> in_range m dst i ->
-         assemble (fun r => local A m src (coords_of_rank m r)) (sdims m src)
-           (tbox m dst (coords_of_rank m j)) (nth j pss []) i = Some (local A m dst (coords_of_rank m j) i))
-  end.
-Proof.
-  intros m src dst Hv. destruct (plan_spec m src dst Hv) as [fs [p [r [Hpp _]]]].
-  unfold eplan_problem. rewrite Hpp.
-  destruct (free_dim src dst) as [ch|] eqn:Ef; [|eexists; split; [reflexivity|reflexivity]].
-  destruct (exchange m src dst) as [pss|] eqn:Ex; [|eexists; split; [reflexivity|reflexivity]].
-  destruct (exchange_recv m pss <? Traffic.traffic (received r)) eqn:Elt;
-    [|eexists; split; [reflexivity|reflexivity]].
-  eexists. split; [reflexivity|]. cbn beta iota.
-  destruct (exchange_lower_bound _ _ _ _ Ex Hv) as [Hlb _].
-  exists ch, fs, p, r, pss. split; [reflexivity|]. apply Nat.ltb_lt in Elt.
-  split; auto. split; auto. split; auto. split; [lia|]. split.
-  - rewrite Hlb. apply echeck_exchange with pss; auto.
-  - split; [apply free_dim_spec; auto|]. intros. apply exchange_correct; auto.
-Qed.
 
 (** * Uneven types *)
 
@@ -378,49 +343,6 @@ Proof.
   - intros. apply uexchange_correct; auto.
 Qed.
 
-(** **End to end, uneven**: on every valid uneven problem the planner
-    answers, either with [Upipeline.uplan_problem]'s plan (so
-    [Upipelineproof.uplan_spec] holds of it), or with the exchange: along a
-    free dimension (run in pieces) when it receives strictly less than that
-    plan or that plan's peak exceeds [ubound]; without one, only when that
-    plan's peak exceeds [ubound]. Then the uneven checker accepts it with
-    the peak [ubound] (the least any plan reaches), every device receives
-    exactly the valid elements of its target block that it does not hold,
-    and every valid position gets its element of any global array, whatever
-    the padding holds. *)
-Theorem ueplan_spec : forall m src dst, uvalid_problem m src dst ->
-  exists out, ueplan_problem m src dst = Ok out /\
-  match out with
-  | Collectives fs p r => uplan_problem m src dst = Ok (fs, p, r)
-  | Exchanged och rx =>
-      exists fs p r pss, uplan_problem m src dst = Ok (fs, p, r) /\ exchange m src dst = Some pss /\
-      rx = exchange_recv m pss /\
-      uecheck m src dst [Exch dst] = Ok (mkureport [src; dst] (ubound m src dst) [rx]) /\
-      match och with
-      | Some ch => (rx < Traffic.traffic (ureceived r) \/ ubound m src dst < upeak r) /\
-          exists D D', nth_error src ch = Some D /\ nth_error dst ch = Some D' /\
-            axes D = [] /\ axes D' = [] /\ 2 <= gsize D
-      | None => ubound m src dst < upeak r
-      end /\
-      uexchange_spec m src dst pss
-  end.
-Proof.
-  intros m src dst Hv. destruct (uplan_spec m src dst Hv) as [fs [p [r [Hpp _]]]].
-  unfold ueplan_problem. rewrite Hpp.
-  destruct (exchange m src dst) as [pss|] eqn:Ex; [|eexists; split; [reflexivity|reflexivity]].
-  assert (Hc := uecheck_exchange m src dst pss Hv Ex).
-  assert (Hd := uexchange_spec_holds m src dst pss Ex Hv).
-  destruct (free_dim src dst) as [ch|] eqn:Ef.
-  - destruct ((exchange_recv m pss <? Traffic.traffic (ureceived r)) || (ubound m src dst <? upeak r)) eqn:Elt;
-      [|eexists; split; [reflexivity|reflexivity]].
-    eexists. split; [reflexivity|]. cbn beta iota.
-    exists fs, p, r, pss. split; auto. split; auto. split; auto. split; auto. split; [|auto].
-    split; [apply orb_true_iff in Elt as [E|E]; apply Nat.ltb_lt in E; auto|]. apply free_dim_spec; auto.
-  - destruct (ubound m src dst <? upeak r) eqn:Elt; [|eexists; split; [reflexivity|reflexivity]].
-    eexists. split; [reflexivity|]. cbn beta iota.
-    exists fs, p, r, pss. split; auto. split; auto. split; auto. split; auto. split; [|auto].
-    apply Nat.ltb_lt; auto.
-Qed.
 
 (** * The schedule builder answers every valid problem *)
 
@@ -562,32 +484,6 @@ Proof.
   unfold ubound. rewrite !H; auto.
 Qed.
 
-(** **The padded bound, always**: with the exchange allowed, every valid
-    uneven problem gets a plan whose peak is exactly [ubound], the larger
-    padded buffer of the two ends, which no plan goes below
-    ([Ucheckerproof.ucheck_peak_ge]): the plan of collectives where it
-    stays within it, else the exchange ([exchange_total]: its schedule
-    always exists), whose peak the uneven checker reports as [ubound]. *)
-Theorem ueplan_peak : forall m src dst, uvalid_problem m src dst ->
-  exists out, ueplan_problem m src dst = Ok out /\
-  match out with
-  | Collectives fs p r => upeak r = ubound m src dst
-  | Exchanged _ rx => uecheck m src dst [Exch dst] = Ok (mkureport [src; dst] (ubound m src dst) [rx])
-  end.
-Proof.
-  intros m src dst Hv. destruct (uplan_spec m src dst Hv) as [fs [p [r [Hpp [Hs [_ [Hc _]]]]]]].
-  destruct (exchange_total m src dst Hv) as [pss Ex].
-  assert (Hge : ubound m src dst <= upeak r).
-  { rewrite <- (urefine_ubound m fs) by auto. apply (ucheck_peak_ge _ _ _ _ _ Hc). }
-  destruct (ueplan_spec m src dst Hv) as [out [Hout Hcase]]. exists out. split; auto.
-  destruct out as [fs' p' r'|och rx].
-  - rewrite Hpp in Hcase. injection Hcase as <- <- <-.
-    unfold ueplan_problem in Hout. rewrite Hpp, Ex in Hout.
-    destruct (ubound m src dst <? upeak r) eqn:E.
-    + destruct (free_dim src dst); [rewrite orb_true_r in Hout|]; discriminate.
-    + apply Nat.ltb_ge in E. lia.
-  - destruct Hcase as [fs' [p' [r' [pss' [_ [_ [_ [Hc' _]]]]]]]]. exact Hc'.
-Qed.
 
 (** What a device holds of its target block, valid parts only, is [Utraffic.ukept]. *)
 Lemma uowned_ukept : forall m t t' c, map gsize t = map gsize t' ->
@@ -620,4 +516,122 @@ Proof.
   split; auto.
   rewrite exchange_recv_nth. unfold ulower_bound, ranks. f_equal. apply map_ext_in. intros j Hin.
   apply in_seq in Hin. apply Hj. lia.
+Qed.
+
+(** A valid problem is a valid uneven problem. *)
+Lemma valid_uvalid_problem : forall m src dst, valid_problem m src dst -> uvalid_problem m src dst.
+Proof. intros m src dst [Hs [Hd Hg]]. split; [apply wf_uneven_of_wf; auto|split; [apply wf_uneven_of_wf; auto|exact Hg]]. Qed.
+
+(** * The planners
+
+    They read what the exchange's worst device receives from the types (the
+    lower bound), not from a schedule: [exchange_total] and
+    [exchange_lower_bound] / [uexchange_lower_bound] give the schedule and
+    say it receives exactly that. *)
+
+(** **End to end**: on every valid problem the planner answers; either with
+    [Pipeline.plan_problem]'s plan (so [Pipelineproof.plan_spec] holds of
+    it), or with the exchange, taken only when it receives strictly less than
+    that plan and a free dimension [ch] lets it run in pieces; then the
+    checker accepts it with the peak [bound src dst] and the lower bound as
+    what the worst device receives, and every device assembles its target
+    block of any global array. *)
+Theorem eplan_spec : forall m src dst, valid_problem m src dst ->
+  exists out, eplan_problem m src dst = Ok out /\
+  match out with
+  | Collectives fs p r => plan_problem m src dst = Ok (fs, p, r)
+  | Exchanged och rx =>
+      exists ch fs p r pss, och = Some ch /\ plan_problem m src dst = Ok (fs, p, r) /\ exchange m src dst = Some pss /\
+      rx = lower_bound m src dst /\ rx < Traffic.traffic (received r) /\
+      echeck m src dst [Exch dst] = Ok (mkreport [src; dst] (bound m src dst) [rx]) /\
+      (exists D D', nth_error src ch = Some D /\ nth_error dst ch = Some D' /\
+         axes D = [] /\ axes D' = [] /\ 2 <= gsize D) /\
+      (forall V (A : list nat -> V) j i, j < ndevices m -> in_range m dst i ->
+         assemble (fun r => local A m src (coords_of_rank m r)) (sdims m src)
+           (tbox m dst (coords_of_rank m j)) (nth j pss []) i = Some (local A m dst (coords_of_rank m j) i))
+  end.
+Proof.
+  intros m src dst Hv. destruct (plan_spec m src dst Hv) as [fs [p [r [Hpp _]]]].
+  unfold eplan_problem. rewrite Hpp.
+  destruct (free_dim src dst) as [ch|] eqn:Ef; [|eexists; split; [reflexivity|reflexivity]].
+  destruct (exchange_total m src dst (valid_uvalid_problem m src dst Hv)) as [pss Ex].
+  destruct (Traffic.lower_bound m src dst <? Traffic.traffic (received r)) eqn:Elt;
+    [|eexists; split; [reflexivity|reflexivity]].
+  eexists. split; [reflexivity|]. cbn beta iota.
+  exists ch, fs, p, r, pss. split; [reflexivity|]. apply Nat.ltb_lt in Elt.
+  split; auto. split; auto. split; auto. split; [lia|]. split.
+  - apply echeck_exchange with pss; auto.
+  - split; [apply free_dim_spec; auto|]. intros. apply exchange_correct; auto.
+Qed.
+
+(** **End to end, uneven**: on every valid uneven problem the planner
+    answers, either with [Upipeline.uplan_problem]'s plan (so
+    [Upipelineproof.uplan_spec] holds of it), or with the exchange: along a
+    free dimension (run in pieces) when it receives strictly less than that
+    plan or that plan's peak exceeds [ubound]; without one, only when that
+    plan's peak exceeds [ubound]. Then the uneven checker accepts it with
+    the peak [ubound] (the least any plan reaches), every device receives
+    exactly the valid elements of its target block that it does not hold,
+    and every valid position gets its element of any global array, whatever
+    the padding holds. *)
+Theorem ueplan_spec : forall m src dst, uvalid_problem m src dst ->
+  exists out, ueplan_problem m src dst = Ok out /\
+  match out with
+  | Collectives fs p r => uplan_problem m src dst = Ok (fs, p, r)
+  | Exchanged och rx =>
+      exists fs p r pss, uplan_problem m src dst = Ok (fs, p, r) /\ exchange m src dst = Some pss /\
+      rx = exchange_recv m pss /\
+      uecheck m src dst [Exch dst] = Ok (mkureport [src; dst] (ubound m src dst) [rx]) /\
+      match och with
+      | Some ch => (rx < Traffic.traffic (ureceived r) \/ ubound m src dst < upeak r) /\
+          exists D D', nth_error src ch = Some D /\ nth_error dst ch = Some D' /\
+            axes D = [] /\ axes D' = [] /\ 2 <= gsize D
+      | None => ubound m src dst < upeak r
+      end /\
+      uexchange_spec m src dst pss
+  end.
+Proof.
+  intros m src dst Hv. destruct (uplan_spec m src dst Hv) as [fs [p [r [Hpp _]]]].
+  unfold ueplan_problem. rewrite Hpp.
+  destruct (exchange_total m src dst Hv) as [pss Ex].
+  destruct (uexchange_lower_bound m src dst pss Ex Hv) as [Hlb _].
+  assert (Hc := uecheck_exchange m src dst pss Hv Ex). rewrite Hlb in Hc.
+  assert (Hd := uexchange_spec_holds m src dst pss Ex Hv).
+  destruct (free_dim src dst) as [ch|] eqn:Ef.
+  - destruct ((ulower_bound m src dst <? Traffic.traffic (ureceived r)) || (ubound m src dst <? upeak r)) eqn:Elt;
+      [|eexists; split; [reflexivity|reflexivity]].
+    eexists. split; [reflexivity|]. cbn beta iota.
+    exists fs, p, r, pss. split; auto. split; auto. split; auto. split; auto. split; [|auto].
+    split; [apply orb_true_iff in Elt as [E|E]; apply Nat.ltb_lt in E; auto|]. apply free_dim_spec; auto.
+  - destruct (ubound m src dst <? upeak r) eqn:Elt; [|eexists; split; [reflexivity|reflexivity]].
+    eexists. split; [reflexivity|]. cbn beta iota.
+    exists fs, p, r, pss. split; auto. split; auto. split; auto. split; auto. split; [|auto].
+    apply Nat.ltb_lt; auto.
+Qed.
+
+(** **The padded bound, always**: with the exchange allowed, every valid
+    uneven problem gets a plan whose peak is exactly [ubound], the larger
+    padded buffer of the two ends, which no plan goes below
+    ([Ucheckerproof.ucheck_peak_ge]): the plan of collectives where it
+    stays within it, else the exchange ([exchange_total]: its schedule
+    always exists), whose peak the uneven checker reports as [ubound]. *)
+Theorem ueplan_peak : forall m src dst, uvalid_problem m src dst ->
+  exists out, ueplan_problem m src dst = Ok out /\
+  match out with
+  | Collectives fs p r => upeak r = ubound m src dst
+  | Exchanged _ rx => uecheck m src dst [Exch dst] = Ok (mkureport [src; dst] (ubound m src dst) [rx])
+  end.
+Proof.
+  intros m src dst Hv. destruct (uplan_spec m src dst Hv) as [fs [p [r [Hpp [Hs [_ [Hc _]]]]]]].
+  destruct (exchange_total m src dst Hv) as [pss Ex].
+  assert (Hge : ubound m src dst <= upeak r).
+  { rewrite <- (urefine_ubound m fs) by auto. apply (ucheck_peak_ge _ _ _ _ _ Hc). }
+  destruct (ueplan_spec m src dst Hv) as [out [Hout Hcase]]. exists out. split; auto.
+  destruct out as [fs' p' r'|och rx].
+  - rewrite Hpp in Hcase. injection Hcase as <- <- <-.
+    unfold ueplan_problem in Hout. rewrite Hpp in Hout.
+    destruct (ubound m src dst <? upeak r) eqn:E.
+    + destruct (free_dim src dst); [rewrite orb_true_r in Hout|]; discriminate.
+    + apply Nat.ltb_ge in E. lia.
+  - destruct Hcase as [fs' [p' [r' [pss' [_ [_ [_ [Hc' _]]]]]]]]. exact Hc'.
 Qed.
