@@ -1,0 +1,9 @@
+"""Structured linear layers: butterfly, block butterfly, Monarch and
+Pixelfly, pure torch (:mod:`.modules`) and JAX (:mod:`.jax`), and sharded
+over a torch ``DeviceMesh`` with their permutations moved by verified plans
+(:mod:`.sharded`). See docs/butterfly.md.
+"""
+from .forms import LayerError
+from .modules import BlockButterfly, Butterfly, Monarch, Pixelfly
+
+__all__ = ["Butterfly", "BlockButterfly", "Monarch", "Pixelfly", "LayerError"]
