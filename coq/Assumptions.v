@@ -179,3 +179,8 @@ Print Assumptions certify_traffic_minimal.
 From VS Require Import Refineplan.
 Print Assumptions refine_check.
 Print Assumptions certify_split_minimal.
+
+From VS Require Import Commute Commuteproof.
+Print Assumptions along_commutes.
+Print Assumptions along_then_step.
+Print Assumptions along_then_plan.
