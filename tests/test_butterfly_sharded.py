@@ -113,6 +113,17 @@ def _cases(rank: int) -> list[dict]:
             ShardedButterfly)
     compare("fft 64", "tp=4", Butterfly(64, 64, bias=False, init="fft", **f64), ShardedButterfly)
 
+    # bad input: one LayerError naming the problem, on every rank, before any data moves
+    from verishard.butterfly import LayerError
+    for make in (lambda: ShardedMonarch(64, 64, nblocks=2, device_mesh=meshes["tp=4"], features="tp"),
+                 lambda: ShardedButterfly(8, 8, device_mesh=meshes["tp=4"], features="tp"),
+                 lambda: ShardedMonarch(64, 64, nblocks=8, device_mesh=meshes["tp=4"], features="model")):
+        try:
+            make()
+            out.append(dict(case="refused", message=None))
+        except LayerError as e:
+            out.append(dict(case="refused", message=str(e)))
+
     # the exact transforms at n = 1024, sharded over 4: the sharded layer applied to the identity
     mesh = meshes["tp=4"]
     eye = distribute_tensor(torch.eye(1024, dtype=torch.float64), mesh, [Shard(1)]).to_local()
@@ -186,6 +197,15 @@ def test_counted_bytes_are_the_plans_traffic_at_the_lower_bound(job):
         if rec["case"].startswith("monarch") and rec["mesh"] != "dp=4,tp=1":
             assert rec["plans"] == ["AllToAll(1->2, tp)"], rec      # one all-to-all
     assert moved > 0
+
+
+def test_bad_input_refused(job):
+    for r, recs in job.items():
+        got = [rec["message"] for rec in recs if rec["case"] == "refused"]
+        assert len(got) == 3 and all(got), (r, got)
+        assert "nblocks (2) and q (32) divisible by 4" in got[0]
+        assert "P * P <= n / block (8)" in got[1]
+        assert "features='model' is not a dimension" in got[2]
 
 
 def test_exact_transforms_sharded(job):
