@@ -158,3 +158,11 @@ def test_jax_equals_torch():
     close(bj.pixelfly(xj, *(jnp.asarray(t.detach().numpy()) for t in (p.blocks, p.U, p.V)), p.shape), p(x.float()))
     f = Butterfly(16, 16, bias=False, init="fft", dtype=F64)
     close(bj.butterfly(xj[:, :16], jnp.asarray(f.twiddle.detach().numpy()), f.shape, True), f(x[:, :16]))
+
+
+def test_docs_page_runs():
+    import doctest
+    import os
+    result = doctest.testfile(os.path.join(os.path.dirname(__file__), "..", "docs", "butterfly.md"),
+                              module_relative=False, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 10 and result.failed == 0

@@ -24,6 +24,24 @@ TOL = 1e-12
 # the job (runs in each of the 4 processes)
 
 
+def install_byte_counter() -> list[int]:
+    """Count, in the returned cell, the bytes this rank receives from other
+    ranks in every ``all_to_all_single`` (what the torch runtime's all-to-all
+    and exchange steps call): the output less this rank's own slot."""
+    import torch.distributed as dist
+    received = [0]
+    real = dist.all_to_all_single
+
+    def counting(output, input, output_split_sizes=None, input_split_sizes=None, group=None, **kw):
+        n, me = dist.get_world_size(group), dist.get_rank(group)
+        row = output.numel() // max(output.shape[0], 1) if output.ndim else 1
+        own = output.numel() // n if output_split_sizes is None else output_split_sizes[me] * row
+        received[0] += (output.numel() - own) * output.element_size()
+        return real(output, input, output_split_sizes, input_split_sizes, group=group, **kw)
+    dist.all_to_all_single = counting
+    return received
+
+
 def _cases(rank: int) -> list[dict]:
     import numpy as np
     import scipy.linalg
@@ -35,16 +53,7 @@ def _cases(rank: int) -> list[dict]:
     from verishard.butterfly import BlockButterfly, Butterfly, Monarch
     from verishard.butterfly.sharded import ShardedButterfly, ShardedMonarch
 
-    received = [0]
-    real = dist.all_to_all_single
-
-    def counting(output, input, output_split_sizes=None, input_split_sizes=None, group=None, **kw):
-        n, me = dist.get_world_size(group), dist.get_rank(group)
-        row = output.numel() // max(output.shape[0], 1) if output.ndim else 1
-        own = output.numel() // n if output_split_sizes is None else output_split_sizes[me] * row
-        received[0] += (output.numel() - own) * output.element_size()
-        return real(output, input, output_split_sizes, input_split_sizes, group=group, **kw)
-    dist.all_to_all_single = counting
+    received = install_byte_counter()
 
     meshes = {"tp=4": init_device_mesh("cpu", (4,), mesh_dim_names=("tp",)),
               "dp=2,tp=2": init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")),
@@ -212,6 +221,20 @@ def test_exact_transforms_sharded(job):
     for r, recs in job.items():
         got = {rec["case"]: rec["error"] for rec in recs if "error" in rec}
         assert got.keys() == {"fft 1024", "hadamard 1024"} and max(got.values()) < 1e-6, (r, got)
+
+
+def test_docs_mesh_example_runs(tmp_path):
+    """docs/butterfly.md's mesh example, run as the page says, prints what the page shows."""
+    page = open(os.path.join(os.path.dirname(__file__), "..", "docs", "butterfly.md")).read()
+    blocks = page.split("```")
+    code = next(b for b in blocks if b.startswith("python\n") and "ShardedMonarch.from_module" in b)
+    shown = blocks[blocks.index(code) + 2]
+    script = tmp_path / "sharded_monarch.py"
+    script.write_text(code[len("python\n"):])
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert proc.stdout.strip() == shown.strip(), proc.stdout
 
 
 if __name__ == "__main__":

@@ -24,10 +24,12 @@ class _Structured(nn.Module):
     in_features: int
     out_features: int
 
-    def _init_bias(self, bias: bool, dtype: torch.dtype, device: Any) -> None:
+    def _init_bias(self, bias: bool, dtype: torch.dtype, device: Any, rng: np.random.Generator) -> None:
+        # from the layer's own generator: the same seed gives the same layer on every rank
         if bias:
             bound = 1 / math.sqrt(self.in_features)
-            self.bias = nn.Parameter(torch.empty(self.out_features, dtype=dtype, device=device).uniform_(-bound, bound))
+            b = rng.uniform(-bound, bound, self.out_features)
+            self.bias = nn.Parameter(torch.as_tensor(b, device=device).to(dtype))
         else:
             self.register_parameter("bias", None)
 
@@ -92,7 +94,7 @@ class Butterfly(_Structured):
         rng = np.random.default_rng(seed if seed is not None else torch.randint(2 ** 31, ()).item())
         tw = _tensor(forms.butterfly_init(self.shape, init, rng), dtype, device)
         self.twiddle = nn.Parameter(tw)
-        self._init_bias(bias and init not in ("fft", "hadamard"), tw.dtype, device)
+        self._init_bias(bias and init not in ("fft", "hadamard"), tw.dtype, device, rng)
 
     def _apply_form(self, x: torch.Tensor) -> torch.Tensor:
         if self.twiddle.is_complex() and not x.is_complex():
@@ -136,7 +138,7 @@ class Monarch(_Structured):
         R, L = forms.monarch_init(self.shape, init, rng)
         self.R = nn.Parameter(_tensor(R, dtype, device))
         self.L = nn.Parameter(_tensor(L, dtype, device))
-        self._init_bias(bias, self.R.dtype, device)
+        self._init_bias(bias, self.R.dtype, device, rng)
 
     def _apply_form(self, x: torch.Tensor) -> torch.Tensor:
         return forms.monarch_apply(TORCH, x, self.R, self.L, self.shape)
@@ -183,7 +185,7 @@ class Pixelfly(_Structured):
         self.U = nn.Parameter(_tensor(U, dtype, device))
         self.V = nn.Parameter(_tensor(V, dtype, device))
         self.register_buffer("columns", torch.as_tensor(self.shape.columns(), device=device), persistent=False)
-        self._init_bias(bias, self.blocks.dtype, device)
+        self._init_bias(bias, self.blocks.dtype, device, rng)
 
     def _apply_form(self, x: torch.Tensor) -> torch.Tensor:
         return forms.pixelfly_apply(TORCH, x, self.blocks, self.U, self.V, self.shape, self.columns)
