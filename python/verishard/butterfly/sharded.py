@@ -73,6 +73,17 @@ def _type(mesh: Mesh, dims: list[tuple[int, tuple[str, ...]]]) -> str:
 class _Sharded(nn.Module):
     """The mesh bookkeeping the sharded layers share."""
 
+    def _take(self, layer: Any, device_mesh: Any, features: str, batch: str | None) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    @classmethod
+    def from_module(cls, layer: Any, device_mesh: Any, *, features: str, batch: str | None = None) -> Any:
+        """This rank's share of ``layer`` (the same ``layer`` on every rank)."""
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self._take(layer, device_mesh, features, batch)
+        return self
+
     def _setup(self, device_mesh: Any, features: str, batch: str | None) -> None:
         names = tuple(device_mesh.mesh_dim_names or ())
         for what, name in (("features", features), ("batch", batch)):
@@ -129,15 +140,6 @@ class ShardedMonarch(_Sharded):
         self._take(Monarch(in_features, out_features, bias, nblocks=nblocks, seed=seed, dtype=dtype),
                    device_mesh, features, batch)
 
-    @classmethod
-    def from_module(cls, layer: Monarch, device_mesh: Any, *, features: str, batch: str | None = None
-                    ) -> "ShardedMonarch":
-        """This rank's share of ``layer`` (the same ``layer`` on every rank)."""
-        self = cls.__new__(cls)
-        nn.Module.__init__(self)
-        self._take(layer, device_mesh, features, batch)
-        return self
-
     def _take(self, layer: Monarch, device_mesh: Any, features: str, batch: str | None) -> None:
         self._setup(device_mesh, features, batch)
         sh, P = layer.shape, self.P
@@ -184,15 +186,6 @@ class ShardedButterfly(_Sharded):
                  features: str, batch: str | None = None, **kw: Any):
         super().__init__()
         self._take(Butterfly(in_features, out_features, bias, **kw), device_mesh, features, batch)
-
-    @classmethod
-    def from_module(cls, layer: Butterfly, device_mesh: Any, *, features: str, batch: str | None = None
-                    ) -> "ShardedButterfly":
-        """This rank's share of ``layer`` (the same ``layer`` on every rank)."""
-        self = cls.__new__(cls)
-        nn.Module.__init__(self)
-        self._take(layer, device_mesh, features, batch)
-        return self
 
     def _take(self, layer: Butterfly, device_mesh: Any, features: str, batch: str | None) -> None:
         self._setup(device_mesh, features, batch)
