@@ -122,6 +122,9 @@ def test_from_dense_keeps_bias_and_refuses_bad_input():
         Butterfly(8, 8, init="dct")
     with pytest.raises(LayerError, match="takes 8 features"):
         Monarch(8, 8)(torch.randn(2, 9))
+    from verishard.butterfly import ShardedMonarch
+    with pytest.raises(LayerError, match="init_process_group first"):
+        ShardedMonarch(8, 8, nblocks=2, device_mesh=None, features="tp")
 
 
 @pytest.mark.parametrize("make", LAYERS)

@@ -85,6 +85,9 @@ class _Sharded(nn.Module):
         return self
 
     def _setup(self, device_mesh: Any, features: str, batch: str | None) -> None:
+        if not dist.is_initialized():
+            raise LayerError(f"{type(self).__name__} runs over torch.distributed: call dist.init_process_group "
+                             f"first (and build the DeviceMesh over it)")
         names = tuple(device_mesh.mesh_dim_names or ())
         for what, name in (("features", features), ("batch", batch)):
             if name is not None and name not in names:
@@ -100,7 +103,7 @@ class _Sharded(nn.Module):
         self.P = int(device_mesh.size(names.index(features)))
         self.index = int(device_mesh.get_local_rank(features))    # this rank's feature block
         self.groups = mesh_groups(device_mesh)
-        self.plans: list[Plan] = []                                  # every plan run, for inspection
+        self.plans: list[Plan] = []          # the plans the last forward ran, in order (for inspection)
 
     def _batch_dim(self, b: int) -> tuple[int, tuple[str, ...]]:
         if self.batch is None:
@@ -110,8 +113,7 @@ class _Sharded(nn.Module):
     def _move(self, y: torch.Tensor, mesh: Mesh, src: list, dst: list, exchange: bool = False) -> torch.Tensor:
         fwd = plan(mesh, _type(mesh, src), _type(mesh, dst), exchange=exchange)
         back = plan(mesh, _type(mesh, dst), _type(mesh, src), exchange=exchange)
-        if not self.plans or self.plans[-1] is not fwd:
-            self.plans.append(fwd)
+        self.plans.append(fwd)
         return _Move.apply(y, fwd, back, self.groups)
 
     def _flat_batch(self, x: torch.Tensor, width: int) -> tuple[torch.Tensor, tuple[int, ...]]:
@@ -161,6 +163,7 @@ class ShardedMonarch(_Sharded):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         sh, P = self.shape, self.P
         kb = sh.nblocks // P
+        self.plans = []
         x, batch_shape = self._flat_batch(x, kb * sh.p)
         b = x.shape[0]
         y = torch.einsum("kcp,bkp->bkc", self.R, x.reshape(b, kb, sh.p))      # this rank's rows of [nblocks, q]
@@ -246,6 +249,7 @@ class ShardedButterfly(_Sharded):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         sh, P = self.shape, self.P
         w = sh.n // P
+        self.plans = []
         x, batch_shape = self._flat_batch(x, w)
         bsz = x.shape[0]
         if self.twiddle.is_complex() and not x.is_complex():
