@@ -81,6 +81,7 @@ test: deps all proofs
 demo: deps all
 	$(VENV)/bin/verishard demo
 	$(PY) -m verishard.runtime.torch_demo
+	$(PY) -m verishard.butterfly.demo
 
 bench: deps all
 	$(PY) bench/planner.py
@@ -95,6 +96,7 @@ bench: deps all
 	$(PY) bench/partial.py
 	$(PY) bench/partition.py
 	$(PY) bench/checkpoint.py
+	$(PY) bench/butterfly.py
 
 clean:
 	rm -rf build coq/extract $(CORE_SO)

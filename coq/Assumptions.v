@@ -179,3 +179,8 @@ Print Assumptions VS.Certifyproof.certify_traffic_minimal.
 From VS Require Import Refineplan.
 Print Assumptions VS.Refineplan.refine_check.
 Print Assumptions VS.Certifyproof.certify_split_minimal.
+
+From VS Require Import Commute Commuteproof.
+Print Assumptions VS.Commuteproof.along_commutes.
+Print Assumptions VS.Commuteproof.along_then_step.
+Print Assumptions VS.Commuteproof.along_then_plan.

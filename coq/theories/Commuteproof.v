@@ -1,0 +1,76 @@
+(** A function applied along a dimension that no axis shards commutes with
+    distribution, and composes with the data theorems of the redistributions
+    around it ([Semantics.movement_correct], [Exec.check_exec]). *)
+From Coq Require Import List Arith Lia.
+From VS Require Import Prelude Mesh Types Rules Checker Semantics Exec Commute.
+Import ListNotations.
+
+Lemma gidx_unsharded : forall m D c k, axes D = [] -> gidx m D c k = k.
+Proof. intros m D c k H. unfold gidx, block, mr. rewrite H. reflexivity. Qed.
+
+Lemma lsize_unsharded : forall m D, axes D = [] -> lsize m D = gsize D.
+Proof. intros m D H. unfold lsize. rewrite H. simpl. apply Nat.div_1_r. Qed.
+
+(** Device [c]'s global index of its local index [i] with position [d] set
+    to [k] is the global index of [i] with position [d] set to [k]. *)
+Lemma gindex_set_unsharded : forall m t t' d c i k, along_ok t t' d -> length i = length t' ->
+  set_nth (gindex m t' c i) d k = gindex m t c (set_nth i d k).
+Proof.
+  intros m t t' d c i k [Hlen [Hd [Ht [Ht' Hj]]]] Hi.
+  apply nth_ext with (d := 0) (d' := 0).
+  - rewrite set_nth_length, !gindex_length; rewrite ?set_nth_length; lia.
+  - intros j Hjl. rewrite set_nth_length, gindex_length in Hjl by lia.
+    rewrite (gindex_nth m t) by (rewrite ?set_nth_length; lia).
+    destruct (Nat.eq_dec j d) as [->|Hne].
+    + rewrite !nth_set_nth_eq by (rewrite ?gindex_length; lia).
+      symmetry. apply gidx_unsharded; auto.
+    + rewrite !nth_set_nth_neq by auto. rewrite gindex_nth by lia. rewrite Hj by auto. reflexivity.
+Qed.
+
+(** The commuting theorem: every device applying [f] along [d] to its local
+    array computes its block of [f] applied to the global array. *)
+Theorem along_commutes : forall V W (f : list nat -> list V -> nat -> W) (A : list nat -> V) m t t' d c i,
+  along_ok t t' d -> in_range m t' i ->
+  along_local f d m t t' c (local A m t c) i = local (along f d (gsize (nth d t dflt)) A) m t' c i.
+Proof.
+  intros V W f A m t t' d c i Hok Hi.
+  assert (Hli : length i = length t') by (clear Hok; unfold in_range in Hi; induction Hi; simpl; lia).
+  pose proof Hok as [Hlen [Hd [Ht [Ht' _]]]].
+  unfold along_local, along, local. rewrite lsize_unsharded by auto.
+  rewrite gindex_nth by lia. rewrite gidx_unsharded by auto.
+  f_equal. unfold fiber. apply map_ext. intros k.
+  now rewrite (gindex_set_unsharded m t t' d c i k Hok Hli).
+Qed.
+
+(** Composed with one redistribution step ([movement_correct]): devices that
+    apply [f] locally and then move the result by any well-typed step hold
+    the step's target distribution of [f] applied to the global array. *)
+Theorem along_then_step : forall V W (f : list nat -> list V -> nat -> W) (A : list nat -> V) m t t1 op t2 d c i,
+  along_ok t t1 d -> wf m t1 -> step m t1 op t2 -> valid m c -> in_range m t2 i ->
+  let (c', i') := source m t1 op t2 c i in
+  along_local f d m t t1 c' (local A m t c') i' = local (along f d (gsize (nth d t dflt)) A) m t2 c i.
+Proof.
+  intros V W f A m t t1 op t2 d c i Hok Hwf Hs Hc Hi.
+  pose proof (source_sound m t1 op t2 c i Hwf Hs Hc Hi) as Hsrc.
+  pose proof (movement_correct W (along f d (gsize (nth d t dflt)) A) m t1 op t2 c i Hwf Hs Hc Hi) as Hmv.
+  destruct (source m t1 op t2 c i) as [c' i']. destruct Hsrc as [_ [Hi' _]].
+  rewrite along_commutes by auto. exact Hmv.
+Qed.
+
+(** Composed with a whole plan ([check_exec]): for every plan the checker
+    accepts from the output type [src] of the local step to [dst] (every plan
+    [verishard.plan] returns is one, [Pipelineproof.plan_spec]), running it
+    on what the devices computed locally gives every device its [dst] block
+    of [f] applied to the global array. *)
+Theorem along_then_plan : forall V W (f : list nat -> list V -> nat -> W) (A : list nat -> V) m t src dst p r d,
+  along_ok t src d -> check m src dst p = Ok r ->
+  forall c i, valid m c -> in_range m dst i ->
+  exec m src p (fun c' => along_local f d m t src c' (local A m t c')) c i
+  = local (along f d (gsize (nth d t dflt)) A) m dst c i.
+Proof.
+  intros V W f A m t src dst p r d Hok Hck c i Hc Hi.
+  assert (Hacc : exists r, check m src dst p = Ok r) by (exists r; exact Hck).
+  apply check_accepts_iff_chain in Hacc as [[Hsrc _] Hch].
+  apply (exec_agree W (along f d (gsize (nth d t dflt)) A) m src p dst Hsrc Hch); auto.
+  intros c' i' _ Hi'. apply along_commutes; auto.
+Qed.
