@@ -12,8 +12,8 @@ A checkpoint directory holds:
 * ``<id>-p00003.bin``: the blocks process 3 saved under save id ``<id>``.
   Each block is a header (JSON: format, save id, name, rank, dtype, global
   shape, block start and shape), a digest table, then the block's valid
-  part in C order. The digest table holds a 64-bit blake2b digest per
-  *tile* (:func:`tiles`), segment-major.
+  part in C order. The digest table holds the 2-D prefix sums (mod 2**64)
+  of a 64-bit blake2b digest per *tile* (:func:`tiles`, :func:`table_of`).
 * while a save runs: ``.tmp-*`` files, ``.writer-*`` markers (a live writer
   holds an ``flock`` on its marker) and, for ranks saving without a
   communicator, ``<id>-p00003.json`` notes; ``.lock`` serialises commits.
@@ -22,14 +22,16 @@ Tiles: a block is viewed as rows (every dimension but the last; a 1-D block
 as rows of one element) by columns (the last dimension). Columns are cut at
 the block boundaries ``k * ceil(g / n)`` of every split into ``n <= 16``
 blocks (the uneven blocks of our types and ``torch.chunk``), rows at those
-of the first dimension and every ``G`` rows, so that a tile has about
-64 KiB. A reader whose box starts and ends on such boundaries (any target
-that splits a dimension into at most 16 blocks) reads and checks exactly
-its bytes plus 8 bytes per tile; otherwise it reads the tiles around its
-box.
+of the first dimension and every ``G`` rows (tiles of about 64 KiB on
+average); blocks under 256 KiB are cut every ``G`` rows only. A reader
+checks any rectangle of tiles with four table entries (32 bytes): one whose
+box starts and ends on cuts (any target that splits a dimension into at
+most 16 blocks) reads exactly its bytes plus 32 per rectangle; otherwise it
+reads the tiles around its box.
 
->>> tiles((64, 256), (0, 0), (32, 256), 4)[1]   # where 2 and 4 blocks of 256 start (others too close)
-(0, 64, 128, 192, 256)
+>>> cols = tiles((4096, 64), (0, 0), (2048, 64), 4)[1]   # columns: where 2..16 blocks of 64 start
+>>> cols[:5], 22 in cols, 11 in cols                       # 3 blocks of 22, 6 of 11, ...
+((0, 4, 5, 6, 7), True, True)
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import json
 import math
 import os
 import re
+import struct
 from functools import lru_cache
 from typing import Any
 
@@ -66,7 +69,7 @@ DIGEST_BYTES = 8
 SPLITS = 16
 TILE_BYTES = 64 << 10
 MAX_TILE_BYTES = 4 << 20
-MIN_SEGMENT_BYTES = 256
+SMALL_BLOCK = 256 << 10       # smaller blocks are read whole: no cuts at block boundaries
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 FILE_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]{0,63})-p(\d{5,7})\.(bin|json)")
 # the dtypes a block may hold: numbers and booleans, never objects, strings or raw bytes
@@ -84,12 +87,8 @@ def data_name(save_id: str, process: int, ext: str = "bin") -> str:
 # --- tiles ----------------------------------------------------------------------
 
 def _cuts(g: int) -> list[int]:
-    """Where the blocks of a split of ``g`` into 2..SPLITS blocks start, fewest blocks first."""
-    out = []
-    for n in range(2, SPLITS + 1):
-        b = -(-g // n)
-        out.extend(k * b for k in range(1, n) if k * b < g)
-    return out
+    """Where the blocks of a split of ``g`` into 2..SPLITS blocks start."""
+    return sorted({k * -(-g // n) for n in range(2, SPLITS + 1) for k in range(1, n) if k * -(-g // n) < g})
 
 
 @lru_cache(maxsize=4096)
@@ -100,23 +99,20 @@ def tiles(global_shape: tuple[int, ...], start: tuple[int, ...], shape: tuple[in
         rows, cols, lead = shape[0], 1, 1
     else:
         rows, cols, lead = math.prod(shape[:-1]), shape[-1], math.prod(shape[1:-1])
-    kept = [0, cols]
-    if len(shape) > 1:
-        least = max(1, MIN_SEGMENT_BYTES // itemsize)
-        for b in _cuts(global_shape[-1]):
-            c = b - start[-1]
-            if 0 < c < cols and all(abs(c - x) >= least for x in kept):
-                kept.append(c)
-    col_cuts = tuple(sorted(set(kept)))
-    narrowest = min((b - a for a, b in zip(col_cuts, col_cuts[1:])), default=1) * itemsize
-    per = max(1, min(-(-TILE_BYTES // max(1, narrowest)), MAX_TILE_BYTES // max(1, cols * itemsize)))
+    small = rows * cols * itemsize < SMALL_BLOCK
+    col_cuts = {0, cols}
+    if len(shape) > 1 and not small:
+        col_cuts |= {b - start[-1] for b in _cuts(global_shape[-1]) if start[-1] < b < start[-1] + cols}
+    row_bytes = max(1, cols * itemsize)
+    per = max(1, min(-(-TILE_BYTES * (len(col_cuts) - 1) // row_bytes), MAX_TILE_BYTES // row_bytes))
     row_cuts = set(range(0, rows, per)) | {rows}
-    row_cuts |= {(b - start[0]) * lead for b in _cuts(global_shape[0]) if start[0] < b < start[0] + shape[0]}
-    return tuple(sorted(row_cuts)), col_cuts
+    if not small:
+        row_cuts |= {(b - start[0]) * lead for b in _cuts(global_shape[0]) if start[0] < b < start[0] + shape[0]}
+    return tuple(sorted(row_cuts)), tuple(sorted(col_cuts))
 
 
-def tile_count(row_cuts, col_cuts) -> int:
-    return (len(row_cuts) - 1) * (len(col_cuts) - 1)
+def table_entries(row_cuts, col_cuts) -> int:
+    return len(row_cuts) * len(col_cuts)
 
 
 def as_rows(block: np.ndarray) -> np.ndarray:
@@ -126,15 +122,39 @@ def as_rows(block: np.ndarray) -> np.ndarray:
     return block.reshape(math.prod(block.shape[:-1]), block.shape[-1]).view(np.uint8)
 
 
+def tile_hash(i: int, j: int, data) -> int:
+    """The 64-bit digest of tile (i, j): blake2b keyed by the tile's position
+    (so that moved tiles do not add up the same)."""
+    h = hashlib.blake2b(digest_size=DIGEST_BYTES, person=struct.pack("<QQ", i, j))
+    h.update(data)
+    return int.from_bytes(h.digest(), "little")
+
+
+def tile_sum(raw: np.ndarray, row_cuts, col_cuts, g: int, h: int, s: int, e: int, r0: int, c0: int,
+             itemsize: int) -> int:
+    """The sum (mod 2**64) of the digests of tiles [g, h) x [s, e), whose bytes
+    ``raw`` holds from row ``r0`` and column ``c0`` on."""
+    total = 0
+    for j in range(s, e):
+        x0, x1 = (col_cuts[j] - c0) * itemsize, (col_cuts[j + 1] - c0) * itemsize
+        for i in range(g, h):
+            total += tile_hash(i, j, np.ascontiguousarray(raw[row_cuts[i] - r0:row_cuts[i + 1] - r0, x0:x1]))
+    return total % (1 << 64)
+
+
 def table_of(block: np.ndarray, row_cuts, col_cuts) -> bytes:
-    """The digest table of a C-contiguous block: segment-major, one digest per tile."""
+    """The digest table of a C-contiguous block: the 2-D prefix sums (mod
+    2**64) of its tiles' digests, ``(len(row_cuts), len(col_cuts))`` little-
+    endian uint64, so that a reader checks any rectangle of tiles with four
+    entries."""
     raw = as_rows(block)
     isz = block.dtype.itemsize
-    out = []
-    for c0, c1 in zip(col_cuts, col_cuts[1:]):
-        for r0, r1 in zip(row_cuts, row_cuts[1:]):
-            out.append(digest(np.ascontiguousarray(raw[r0:r1, c0 * isz:c1 * isz])))
-    return b"".join(out)
+    sums = np.zeros((len(row_cuts), len(col_cuts)), dtype=np.uint64)
+    for i in range(len(row_cuts) - 1):
+        for j in range(len(col_cuts) - 1):
+            sums[i + 1, j + 1] = tile_sum(raw, row_cuts, col_cuts, i, i + 1, j, j + 1, 0, 0, isz)
+    sums = sums.cumsum(axis=0, dtype=np.uint64).cumsum(axis=1, dtype=np.uint64)   # wraps: mod 2**64
+    return sums.astype("<u8").tobytes()
 
 
 def span(cuts, lo: int, hi: int) -> tuple[int, int]:
@@ -306,9 +326,9 @@ class Block:
         if self.table != self.header + self.header_bytes:
             raise CheckpointError(f"{where}: digest table at byte {self.table}, its header ends at "
                                   f"{self.header + self.header_bytes}")
-        if self.data != self.table + DIGEST_BYTES * tile_count(self.row_cuts, self.col_cuts):
-            raise CheckpointError(f"{where}: data at byte {self.data}, the digest table ends at "
-                                  f"{self.table + DIGEST_BYTES * tile_count(self.row_cuts, self.col_cuts)}")
+        end = self.table + DIGEST_BYTES * table_entries(self.row_cuts, self.col_cuts)
+        if self.data != end:
+            raise CheckpointError(f"{where}: data at byte {self.data}, the digest table ends at {end}")
         if self.data + self.nbytes > files[self.file]:
             raise CheckpointError(f"{where}: the block ends at byte {self.data + self.nbytes}, past the end of "
                                   f"{self.file} ({files[self.file]} bytes)")
