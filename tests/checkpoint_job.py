@@ -8,8 +8,8 @@ block; a second save replaces the first.
 ``python tests/checkpoint_job.py torch DIR SAVERS LOADERS``: SAVERS gloo
 processes save a state dict of DTensors (``Shard(0)`` on a 1-D mesh, an
 uneven ``[Shard(1), Shard(0)]`` on a 2-D one), a plain tensor and values,
-with no commit call; then LOADERS gloo processes load it as DTensors with
-other placements. Each rank prints ``OK`` or what was wrong.
+with no commit call, and the same state with ``dcp.save`` into ``DIR-dcp``;
+then LOADERS gloo processes load both as DTensors with other placements. Each rank prints ``OK`` or what was wrong.
 """
 
 from __future__ import annotations
@@ -80,18 +80,22 @@ def torch_rank(rank: int, world: int, phase: str, path: str, port: str) -> None:
                      "bias": torch.arange(5, dtype=torch.float32), "step": 11, "lr": 0.5}
             out = checkpoint.save(state, path)
             print(f"[rank {rank}] saved {out is not None}", flush=True)
+            import torch.distributed.checkpoint as dcp
+            dcp.save(state, checkpoint_id=path + "-dcp")   # the same state in PyTorch's own format
         else:
             m = init_device_mesh("cpu", (world,), mesh_dim_names=("u",))
-            got = checkpoint.load(path, {"model": {"w": (m, [Shard(1)]), "e": (m, [Shard(0)])},
-                                         "bias": (m, [Replicate()]), "step": None, "lr": None})
             ref_w = distribute_tensor(torch.from_numpy(W), m, [Shard(1)]).to_local()
             ref_e = distribute_tensor(torch.from_numpy(E), m, [Shard(0)]).to_local()
-            w, e = got["model"]["w"], got["model"]["e"]
-            ok = (type(w).__name__ == "DTensor" and tuple(w.placements) == (Shard(1),)
-                  and torch.equal(w.to_local(), ref_w) and torch.equal(e.to_local(), ref_e)
-                  and torch.equal(got["bias"].to_local(), torch.arange(5, dtype=torch.float32))
-                  and got["step"] == 11 and got["lr"] == 0.5)
-            print(f"[rank {rank}] {'OK' if ok else 'WRONG'}", flush=True)
+            for where in (path, path + "-dcp"):   # ours, then DCP's directory of the same state
+                got = checkpoint.load(where, {"model": {"w": (m, [Shard(1)]), "e": (m, [Shard(0)])},
+                                              "bias": (m, [Replicate()]), "step": None, "lr": None})
+                w, e = got["model"]["w"], got["model"]["e"]
+                ok = (type(w).__name__ == "DTensor" and tuple(w.placements) == (Shard(1),)
+                      and torch.equal(w.to_local(), ref_w) and torch.equal(e.to_local(), ref_e)
+                      and torch.equal(got["bias"].to_local(), torch.arange(5, dtype=torch.float32))
+                      and got["step"] == 11 and got["lr"] == 0.5)
+                print(f"[rank {rank}] {'dcp' if where.endswith('-dcp') else 'ours'} {'OK' if ok else 'WRONG'}",
+                      flush=True)
     finally:
         dist.destroy_process_group()
 

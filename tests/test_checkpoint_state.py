@@ -134,4 +134,4 @@ def test_dtensor_state_over_gloo(tmp_path, savers, loaders):
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     assert out.count("saved True") == savers, out[-4000:]   # every rank returns once committed
-    assert out.count("] OK") == loaders, out[-4000:]
+    assert out.count("] ours OK") == loaders and out.count("] dcp OK") == loaders, out[-4000:]
