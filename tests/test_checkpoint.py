@@ -59,9 +59,9 @@ def test_ranks_saving_independently_then_commit(tmp_path):
 
 
 def test_reads_only_its_pieces(tmp_path):
-    A = np.arange(256 * 1024, dtype=np.float32).reshape(1024, 256)   # 1 MiB, rows of 1 KiB
-    checkpoint.save(A, "x=8", "[128{x}1024, 256]", str(tmp_path))
-    t = ArrayType.parse("[171{u}1024, 256]", "u=6")
+    A = np.arange(256 * 2048, dtype=np.float32).reshape(2048, 256)   # 2 MiB, rows of 1 KiB
+    checkpoint.save(A, "x=8", "[256{x}2048, 256]", str(tmp_path))
+    t = ArrayType.parse("[342{u}2048, 256]", "u=6")
     for r in range(6):
         stats = {}
         got = checkpoint.load(str(tmp_path), "u=6", t, r, stats=stats, read_buffer=1 << 16)

@@ -135,3 +135,48 @@ def test_dtensor_state_over_gloo(tmp_path, savers, loaders):
     assert res.returncode == 0, out[-4000:]
     assert out.count("saved True") == savers, out[-4000:]   # every rank returns once committed
     assert out.count("] ours OK") == loaders and out.count("] dcp OK") == loaders, out[-4000:]
+
+
+def _types(n: int) -> list[tuple[str, str]]:
+    """Row, column and (on composite meshes) nested and grid types over n devices, for a 12 x 10 array."""
+    out = [(f"u={n}", f"[{-(-12 // n)}{{u}}12, 10]"), (f"u={n}", f"[12, {-(-10 // n)}{{u}}10]")]
+    if n in (4, 6, 8):
+        a, b = 2, n // 2
+        out += [(f"u={a},v={b}", f"[{-(-12 // n)}{{v,u}}12, 10]"),
+                (f"u={a},v={b}", f"[{-(-12 // a)}{{u}}12, {-(-10 // b)}{{v}}10]")]
+    return out
+
+
+def test_any_saving_ranks_to_any_loading_ranks(tmp_path):
+    """Saved from 1, 2, 4 and 8 ranks; loaded on every count from 1 to 8 in
+    row, column, nested (two axes on one dimension, uneven) and grid types."""
+    A = (np.arange(120, dtype=np.int32).reshape(12, 10) * 37) % 101
+    for s in (1, 2, 4, 8):
+        for k, (sm, st) in enumerate(_types(s)):
+            d = str(tmp_path / f"{s}-{k}")
+            checkpoint.save({"a": A}, d, {"a": (sm, st)})
+            for n in range(1, 9):
+                for dm, dt in _types(n):
+                    t = ArrayType.parse(dt, dm)
+                    for r in range(n):
+                        got = checkpoint.load(d, {"a": (dm, dt)}, rank=r)["a"]
+                        assert np.array_equal(got, block(t, A, r)), (sm, st, dm, dt, r)
+
+
+def test_nested_uneven_dtensor_target(tmp_path):
+    """A DTensor layout with two mesh dimensions on one uneven tensor
+    dimension ([Shard(0), Shard(0)], 7 rows over 2 x 2: DTensor's chunks of
+    chunks), loaded as a DTensor, against DTensor's own local shape and offset."""
+    pytest.importorskip("torch")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
+    from verishard.dtensor import fake_process_group
+    A = np.arange(28, dtype=np.float32).reshape(7, 4)
+    checkpoint.save({"a": A}, str(tmp_path), {"a": ("x=3", "[3{x}7, 4]")})
+    with fake_process_group(4):
+        dm = init_device_mesh("cpu", (2, 2), mesh_dim_names=("a", "b"))
+        got = checkpoint.load(str(tmp_path), {"a": (dm, [Shard(0), Shard(0)])})["a"]
+        shape, offset = _compute_local_shape_and_global_offset((7, 4), (2, 2), [0, 0], [Shard(0), Shard(0)])
+        assert tuple(got.to_local().shape) == tuple(shape)
+        assert np.array_equal(got.to_local().numpy(), A[offset[0]:offset[0] + shape[0]])

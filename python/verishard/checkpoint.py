@@ -55,7 +55,7 @@ from .sharding import ArrayType
 
 __all__ = ["save", "commit", "load", "verify", "reshard", "read_manifest", "DEFAULT_READ_BUFFER"]
 
-DEFAULT_READ_BUFFER = 8 << 20
+DEFAULT_READ_BUFFER = 2 << 20
 RETRIES = 5
 
 
