@@ -20,18 +20,19 @@ A checkpoint directory holds:
 
 Tiles: a block is viewed as rows (every dimension but the last; a 1-D block
 as rows of one element) by columns (the last dimension). Columns are cut at
-the block boundaries ``k * ceil(g / n)`` of every split into ``n <= 16``
+the block boundaries ``k * ceil(g / n)`` of every split into ``n <= 8``
 blocks (the uneven blocks of our types and ``torch.chunk``), rows at those
 of the first dimension and every ``G`` rows (tiles of about 64 KiB on
-average); blocks under 256 KiB are cut every ``G`` rows only. A reader
+average); blocks under 16 KiB are cut every ``G`` rows only. A reader
 checks any rectangle of tiles with four table entries (32 bytes): one whose
 box starts and ends on cuts (any target that splits a dimension into at
-most 16 blocks) reads exactly its bytes plus 32 per rectangle; otherwise it
-reads the tiles around its box.
+most 8 blocks) reads exactly its bytes plus 32 per rectangle; otherwise it
+reads the tiles around its box. The table costs 8 bytes per tile (at most
+about 23 x 23 tiles plus the row groups per block).
 
->>> cols = tiles((4096, 64), (0, 0), (2048, 64), 4)[1]   # columns: where 2..16 blocks of 64 start
+>>> cols = tiles((4096, 64), (0, 0), (2048, 64), 4)[1]   # columns: where 2..8 blocks of 64 start
 >>> cols[:5], 22 in cols, 11 in cols                       # 3 blocks of 22, 6 of 11, ...
-((0, 4, 5, 6, 7), True, True)
+((0, 8, 10, 11, 13), True, True)
 """
 
 from __future__ import annotations
@@ -66,10 +67,10 @@ MAX_DEPTH = 32                     # nesting of a state dict
 MAX_ENTRIES = 1 << 20
 MAX_OFFSET = 1 << 50
 DIGEST_BYTES = 8
-SPLITS = 16
+SPLITS = 8
 TILE_BYTES = 64 << 10
 MAX_TILE_BYTES = 1 << 20
-SMALL_BLOCK = 256 << 10       # smaller blocks are read whole: no cuts at block boundaries
+SMALL_BLOCK = 16 << 10        # smaller blocks are cut every G rows only
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 FILE_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]{0,63})-p(\d{5,7})\.(bin|json)")
 # the dtypes a block may hold: numbers and booleans, never objects, strings or raw bytes
