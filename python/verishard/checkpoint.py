@@ -357,6 +357,15 @@ def _layout(lay: Any, where: str) -> ArrayType:
                           f"not {type(lay).__name__}")
 
 
+def _mesh_rank(dm: Any) -> int:
+    """This process's index in a DeviceMesh."""
+    import torch.distributed as dist
+    ranks, me = dm.mesh.flatten().tolist(), dist.get_rank()
+    if me not in ranks:
+        raise CheckpointError(f"process {me} is not in the DeviceMesh of ranks {ranks[:16]}")
+    return ranks.index(me)
+
+
 def _blocks(obj: Any, lay: Any, rank: int | None, where: str):
     """(type, {rank: local block}, like, scalar) of one array to save."""
     kind = _kind(obj)
@@ -372,7 +381,7 @@ def _blocks(obj: Any, lay: Any, rank: int | None, where: str):
         from .torch import planning_mesh
         dm = obj.device_mesh
         t = from_spec(planning_mesh(dm), obj._spec)
-        r = dm.mesh.flatten().tolist().index(dist.get_rank())
+        r = _mesh_rank(dm)
         return t, {r: _torch_numpy(obj.to_local())}, "dtensor", False
     a = _torch_numpy(obj) if kind == "torch" else np.asarray(obj)
     scalar = a.ndim == 0
@@ -757,7 +766,7 @@ def _target(spec: Any, e: F.Entry, rank: int | None, where: str):
         from .torch import planning_mesh
         dm, placements = spec
         t = from_placements(planning_mesh(dm), g, placements)
-        r = dm.mesh.flatten().tolist().index(dist.get_rank()) if rank is None else int(rank)
+        r = _mesh_rank(dm) if rank is None else int(rank)
         stride = tuple(math.prod(g[d + 1:]) for d in range(len(g)))
 
         def finish(blocks):
@@ -770,6 +779,18 @@ def _target(spec: Any, e: F.Entry, rank: int | None, where: str):
     if not 0 <= int(rank) < t.mesh.num_devices:
         raise CheckpointError(f"{where}: rank {rank} is not a device of {t.mesh}")
     return t, [int(rank)], lambda blocks: blocks[0]
+
+
+def _finish(finish, blocks: list[np.ndarray], where: str) -> Any:
+    """The loaded blocks as the target's kind; what JAX or torch refuse (an
+    indivisible NamedSharding, a DeviceMesh this process is not in) is one error."""
+    try:
+        return finish(blocks)
+    except VerishardError:
+        raise
+    except (ValueError, TypeError, RuntimeError, IndexError) as err:
+        raise CheckpointError(f"{where}: the loaded blocks do not make the target ({type(err).__name__}: "
+                              f"{str(err)[:200]})") from None
 
 
 def _nest(flat: dict[tuple[str, ...], Any]) -> dict:
@@ -841,7 +862,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
             needed += sum(x.nbytes for x in blocks)
             if e.scalar and spec is None:
                 blocks = [blocks[0].reshape(())]
-            out[key] = finish(blocks)
+            out[key] = _finish(finish, blocks, where)
         if stats is not None:
             stats["bytes_read"] = stats.get("bytes_read", 0) + ck.bytes_read
             stats["bytes_needed"] = stats.get("bytes_needed", 0) + needed

@@ -342,7 +342,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
          read_buffer: int = 0, stats: dict | None = None) -> Any:
     """:func:`verishard.checkpoint.load` on a DCP directory (same targets and
     results; names are DCP's flattened names, nested at ``.``)."""
-    from .checkpoint import _flatten, _nest, _target
+    from .checkpoint import _finish, _flatten, _nest, _target
     ck = DCPCheckpoint(path)
     try:
         legacy = targets is not None and not isinstance(targets, Mapping)
@@ -377,7 +377,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
             needed += sum(b.nbytes for b in blocks)
             if spec is None and not ck.md.state_dict_metadata[fqn].size:   # a 0-d tensor
                 blocks = [blocks[0].reshape(())]
-            out[key] = finish(blocks)
+            out[key] = _finish(finish, blocks, f"{path}: {fqn!r}")
         if stats is not None:
             stats["bytes_read"] = stats.get("bytes_read", 0) + ck.counter[0]
             stats["bytes_needed"] = stats.get("bytes_needed", 0) + needed

@@ -232,13 +232,6 @@ def need_list(obj: Any, key: str, where: str, limit: int) -> list:
     return v
 
 
-def need_ints(obj: Any, key: str, where: str, n: int, hi: int = MAX_OFFSET) -> tuple[int, ...]:
-    v = need_list(obj, key, where, n)
-    if len(v) != n or any(isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= hi for x in v):
-        raise CheckpointError(f"{where}: field {key!r} is not {n} integers in [0, {hi}]")
-    return tuple(v)
-
-
 def need_path(obj: Any, where: str) -> tuple[str, ...]:
     v = need_list(obj, "path", where, MAX_DEPTH)
     if not v or any(not isinstance(k, str) or not 0 < len(k) <= MAX_NAME for k in v):
