@@ -49,6 +49,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 from verishard import ArrayType, checkpoint  # noqa: E402
+from verishard.checkpoint import nest  # noqa: E402
 from procmem import reset_hwm, rss_kib  # noqa: E402  (bench/: this script's directory)
 
 LAYERS, VOCAB = 4, 8192
@@ -113,16 +114,6 @@ def target(n: int, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...], l
         return (f"u={n}", f"[{c(g[0], n)}{{u}}{g[0]}]", (n,), [("S", 0)]) if n == 3 else \
             (f"u={n}", f"[{g[0]}]", (n,), [("R",)])
     return f"u={n}", f"[{g[0]}, {c(g[1], n)}{{u}}{g[1]}]", (n,), [("S", 1)]
-
-
-def nest(flat: dict) -> dict:
-    out: dict = {}
-    for key, v in flat.items():
-        d = out
-        for k in key[:-1]:
-            d = d.setdefault(k, {})
-        d[key[-1]] = v
-    return out
 
 
 def get(tree: dict, key: tuple[str, ...]):

@@ -793,7 +793,8 @@ def _finish(finish, blocks: list[np.ndarray], where: str) -> Any:
                               f"{str(err)[:200]})") from None
 
 
-def _nest(flat: dict[tuple[str, ...], Any]) -> dict:
+def nest(flat: dict[tuple[str, ...], Any]) -> dict:
+    """A nested dict from one keyed by tuples of names."""
     out: dict = {}
     for key, v in flat.items():
         d = out
@@ -868,7 +869,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
             stats["bytes_needed"] = stats.get("bytes_needed", 0) + needed
     if legacy:
         return next(iter(out.values()))
-    return _nest(out)
+    return nest(out)
 
 
 def read_manifest(path: str) -> F.Manifest:

@@ -342,7 +342,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
          read_buffer: int = 0, stats: dict | None = None) -> Any:
     """:func:`verishard.checkpoint.load` on a DCP directory (same targets and
     results; names are DCP's flattened names, nested at ``.``)."""
-    from .checkpoint import _finish, _flatten, _nest, _target
+    from .checkpoint import _finish, _flatten, _target, nest
     ck = DCPCheckpoint(path)
     try:
         legacy = targets is not None and not isinstance(targets, Mapping)
@@ -385,7 +385,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
         ck.close()
     if legacy:
         return next(iter(out.values()))
-    return _nest(out)
+    return nest(out)
 
 
 def _is_bytes(ck: DCPCheckpoint, fqn: str) -> bool:
