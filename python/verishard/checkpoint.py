@@ -620,6 +620,7 @@ class _Checkpoint:
             self.close()
             raise
         self.bytes_read = 0
+        self.pieces = 0
         self.headers_checked: set[tuple[str, int]] = set()
 
     def close(self) -> None:
@@ -737,6 +738,7 @@ def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType, j: int, read_buffer: 
     n1 = st.mesh.num_devices
     plan = crossmesh_plan(st, t, range(n1), range(n1, n1 + t.mesh.num_devices))
     out = np.empty(t.valid_shape(j), dtype=e.dtype)
+    ck.pieces += len(plan.pieces[j])
     for p in plan.pieces[j]:
         _read_box(ck, e, e.blocks[p.src], plan.src_local(p), out[plan.dst_local(j, p)], read_buffer)
     return out
@@ -815,8 +817,8 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
     ``NamedSharding`` (a jax.Array of this process's devices). ``targets``
     None loads every name whole. Each rank reads only the pieces of its
     blocks that the verified schedule assigns it, and checks each tile it
-    reads. ``stats`` receives ``bytes_read`` (data, digests and headers) and
-    ``bytes_needed``.
+    reads. ``stats`` receives ``bytes_read`` (data, digests and headers),
+    ``bytes_needed`` and ``pieces`` (of the schedule).
 
     ``load(path, mesh, type, rank)`` loads the one array of a one-array
     checkpoint as before."""
@@ -867,6 +869,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
         if stats is not None:
             stats["bytes_read"] = stats.get("bytes_read", 0) + ck.bytes_read
             stats["bytes_needed"] = stats.get("bytes_needed", 0) + needed
+            stats["pieces"] = stats.get("pieces", 0) + ck.pieces
     if legacy:
         return next(iter(out.values()))
     return nest(out)
@@ -923,4 +926,5 @@ def reshard(src: str, dst: str, mesh: Mesh | str, type: ArrayType | str, *,
             _commit_manifest(dirfd, _merge(parts, [], save_id))
         if stats is not None:
             stats["bytes_read"] = stats.get("bytes_read", 0) + ck.bytes_read
+            stats["pieces"] = stats.get("pieces", 0) + ck.pieces
     return os.path.join(dst, F.MANIFEST)
