@@ -1,442 +1,930 @@
-"""Sharded checkpoints: save from N ranks, load onto M ranks with another
-mesh and type, each rank reading only what the verified cross-mesh schedule
-(``Crossmesh.xplan``, ``Crossmeshproof.xplan_correct``) assigns it.
+"""Sharded checkpoints of whole training states: save a nested dict of arrays
+(numpy, JAX arrays, torch tensors and DTensors, each with its own mesh and
+layout) and plain values from N ranks, load any of it onto M ranks with
+other meshes and layouts, each rank reading only what the verified
+cross-mesh schedule (``Crossmesh.xplan``, ``Crossmeshproof.xplan_correct``)
+assigns it, and checking exactly what it reads.
 
-Layout of a checkpoint directory:
-
-* one file per source rank, ``rank-00003-<id>.bin``: the valid part of its
-  block, C order, raw bytes;
-* ``manifest.json``: format and version, the mesh and type (our notation),
-  dtype, global shape, and per file its rank, name, byte offset and length,
-  block shape and start, the sha256 of the whole file and a blake2b digest
-  of every 16 KiB chunk (what a partial read checks).
-
-Atomicity: every file is written under a temporary name, flushed and
-renamed (``os.replace``); the manifest is written last, the same way, so a
-crash at any point leaves either the previous manifest (whose files, named
-by another save id, are untouched) or no manifest, never one pointing at
-partial data.
-
-Loading (:func:`load`) checks the manifest against the files (present, the
-recorded size, the recorded dtype) before reading anything, then reads, for
-each piece of the schedule, the 16 KiB chunks its bytes lie in, through one
-reusable read buffer, and checks every chunk's digest: peak memory is the
-target block plus the read buffer. Any problem is one
-:class:`~verishard.errors.CheckpointError`.
+The format and its defensive reading are :mod:`verishard.checkpoint_format`;
+PyTorch DCP directories are read by :mod:`verishard.checkpoint_dcp`.
 
 >>> import numpy as np, tempfile
 >>> from verishard import checkpoint
 >>> A = np.arange(48, dtype=np.float32).reshape(6, 8)
 >>> d = tempfile.mkdtemp()
->>> _ = checkpoint.save(A, "x=2,y=2", "[3{x}6, 4{y}8]", d)      # a global array: every rank's file
->>> B = checkpoint.load(d, "u=3", "[6, 3{u}8]", rank=2)         # uneven: rank 2 holds columns 6-7
->>> B.shape, bool((B == A[:, 6:]).all())
-((6, 2), True)
+>>> _ = checkpoint.save({"w": A, "step": 7}, d, {"w": ("x=2,y=2", "[3{x}6, 4{y}8]")})
+>>> out = checkpoint.load(d, {"w": ("u=3", "[6, 3{u}8]"), "step": None}, rank=2)   # rank 2: columns 6-7
+>>> out["step"], out["w"].shape, bool((out["w"] == A[:, 6:]).all())
+(7, (6, 2), True)
+
+The one-array calls of earlier versions stay:
+``save(A, mesh, type, path)`` and ``load(path, mesh, type, rank)``.
+
+Saving: every file is written under a temporary name, flushed, and linked
+to its final name (never over an existing file: every save has a fresh id);
+the manifest is written last the same way and renamed over the previous
+one under a lock, then the files of other saves are removed (except those
+of a save still running, whose writer holds a lock on its marker). A crash
+at any point leaves the previous complete checkpoint or none; leftovers of
+killed writers are removed by the next save. Loading opens every file
+first (a load racing a re-save reads the old or the new checkpoint, or
+says the checkpoint changed), checks the manifest's digest and schema, each
+block's header against the manifest, and every tile it reads against its
+digest; every failure is one :class:`~verishard.errors.CheckpointError`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import contextlib
+import fcntl
+import itertools
+import math
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from .crossmesh import CrossMeshPlan, as_type, crossmesh_plan
-from .errors import CheckpointError, VerishardError
+from . import checkpoint_format as F
+from .checkpoint_format import CheckpointError
+from .crossmesh import as_type, crossmesh_plan
+from .errors import VerishardError
 from .mesh import Mesh
 from .sharding import ArrayType
 
-__all__ = ["save", "commit", "load", "verify", "reshard", "read_manifest", "CHUNK"]
+__all__ = ["save", "commit", "load", "verify", "reshard", "read_manifest", "DEFAULT_READ_BUFFER"]
 
-FORMAT = "verishard-checkpoint"
-VERSION = 1
-CHUNK = 16 << 10
-MANIFEST = "manifest.json"
-DEFAULT_READ_BUFFER = 8 << 20
+DEFAULT_READ_BUFFER = 2 << 20
+RETRIES = 5
 
 
-# --- writing -------------------------------------------------------------------
+# --- the directory --------------------------------------------------------------
 
-def _fsync_dir(path: str) -> None:
+def _fsync_dir(dirfd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.fsync(dirfd)
+
+
+@contextlib.contextmanager
+def _directory(path: str, create: bool = False):
+    if create:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise CheckpointError(f"{path}: cannot create the checkpoint directory ({e.strerror})") from None
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such directory") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot open the checkpoint directory ({e.strerror})") from None
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        yield fd
     finally:
         os.close(fd)
 
 
-def _atomic_write(path: str, data_iter) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+@contextlib.contextmanager
+def _flock(dirfd: int, name: str, mode: int):
+    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=dirfd)
     try:
-        with open(tmp, "wb") as f:
-            for chunk in data_iter:
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        fcntl.flock(fd, mode)
+        yield fd
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        os.close(fd)
 
 
-def _shard_name(rank: int, save_id: str) -> str:
-    return f"rank-{rank:05d}-{save_id}.bin"
-
-
-def _write_shard(path: str, rank: int, block: np.ndarray, t: ArrayType, save_id: str,
-                 chunk: int = CHUNK) -> dict:
-    """Write one rank's valid block; its manifest entry."""
-    valid = t.valid_shape(rank)
-    if block.ndim != len(valid) or any(a < v for a, v in zip(block.shape, valid)):
-        raise CheckpointError(f"rank {rank}: local block of shape {block.shape}, expected {valid} for {t}")
-    data = np.ascontiguousarray(block[tuple(slice(0, v) for v in valid)])
-    raw = memoryview(data.reshape(-1).view(np.uint8))
-    whole = hashlib.sha256()
-    chunks = []
-
-    def gen():
-        for a in range(0, len(raw), chunk):
-            piece = raw[a:a + chunk]
-            whole.update(piece)
-            chunks.append(hashlib.blake2b(piece, digest_size=16).hexdigest())
-            yield piece
-
-    name = _shard_name(rank, save_id)
-    _atomic_write(os.path.join(path, name), gen())
-    return {"rank": rank, "file": name, "offset": 0, "nbytes": len(raw), "shape": list(valid),
-            "start": list(t.block_starts(rank)), "dtype": data.dtype.str, "sha256": whole.hexdigest(),
-            "chunk_bytes": chunk, "chunks": chunks}
-
-
-def _manifest(mesh: Mesh, t: ArrayType, dtype: np.dtype, entries: Sequence[dict], save_id: str) -> dict:
-    return {"format": FORMAT, "version": VERSION, "save_id": save_id, "mesh": str(mesh), "type": str(t),
-            "dtype": np.dtype(dtype).str, "global_shape": list(t.global_shape),
-            "files": sorted(entries, key=lambda e: e["rank"])}
-
-
-def _write_manifest(path: str, man: dict) -> None:
-    _atomic_write(os.path.join(path, MANIFEST), [json.dumps(man, indent=1).encode()])
-    _fsync_dir(path)
-    keep = {e["file"] for e in man["files"]} | {MANIFEST}
-    for f in os.listdir(path):  # older generations and per-rank notes
-        if f.startswith("rank-") and f not in keep and ".tmp-" not in f:
-            try:
-                os.remove(os.path.join(path, f))
-            except OSError:
-                pass
-
-
-def _source_of(obj: Any, mesh, t, rank):
-    """(mesh, type, {rank: local block}) from a numpy global or local array, a
-    JAX array or a torch DTensor."""
-    mod = type(obj).__module__
-    if mod.startswith("jax") and hasattr(obj, "sharding"):
-        from .jax_sharding import from_named_sharding, mesh_from_jax
-        sh = obj.sharding
-        m = mesh_from_jax(sh.mesh)
-        at = from_named_sharding(sh, obj.shape)
-        if t is not None and as_type(t, mesh or m, "saved") != at:
-            raise CheckpointError(f"the array's sharding is {at}, not {t}")
-        devices = list(sh.mesh.devices.flat)
-        blocks = {}
-        for s in obj.addressable_shards:
-            r = devices.index(s.device)
-            blocks[r] = np.asarray(s.data)
-        return m, at, blocks
-    if mod.startswith("torch") and hasattr(obj, "to_local") and hasattr(obj, "device_mesh"):
-        from .dtensor import from_spec
-        dm = obj.device_mesh
-        names = dm.mesh_dim_names or tuple(f"d{i}" for i in range(dm.ndim))
-        m = Mesh.from_dict(dict(zip(names, dm.mesh.shape)))
-        at = from_spec(m, obj._spec)
-        import torch.distributed as dist
-        r = dm.mesh.flatten().tolist().index(dist.get_rank())
-        return m, at, {r: obj.to_local().detach().cpu().numpy()}
-    if mesh is None or t is None:
-        raise CheckpointError("save needs mesh= and type= for a numpy array")
-    m = Mesh.coerce(mesh)
-    at = as_type(t, m, "saved")
-    a = np.asarray(obj)
-    if rank is None:
-        if tuple(a.shape) != at.global_shape:
-            raise CheckpointError(f"a global array of shape {a.shape} for {at} of shape {at.global_shape}; "
-                                  f"pass rank= to save one local block")
-        return m, at, {r: a[tuple(slice(s, s + l) for s, l in zip(at.block_starts(r), at.valid_shape(r)))]
-                       for r in range(m.num_devices)}
-    return m, at, {int(rank): a}
-
-
-def save(obj: Any, mesh: Mesh | str | None = None, type: ArrayType | str | None = None, path: str = ".", *,
-         rank: int | None = None, comm: Any = None, save_id: str | None = None) -> str | None:
-    """Save a sharded array into the directory ``path``.
-
-    ``obj`` is a numpy global array (every rank's file is written, then the
-    manifest), a numpy local block with ``rank=`` (that rank's file), a JAX
-    array (the shards this process holds; the mesh and type are read from its
-    sharding) or a torch DTensor (this rank's shard; placements read from it).
-    With ``comm`` (an mpi4py communicator over the saving ranks) the ranks
-    agree on the save id, rank 0 gathers the entries and writes the manifest,
-    and every rank returns once it is written. Without one, a rank saving
-    only its own block leaves a note next to its file and :func:`commit`
-    writes the manifest once every rank has saved (pass the same ``save_id``
-    on every rank). Returns the manifest's path when this call wrote it."""
-    os.makedirs(path, exist_ok=True)
-    m, t, blocks = _source_of(obj, mesh, type, rank)
-    if t.partial:
-        raise CheckpointError(f"{t} has pending axes; reduce before saving")
-    if comm is not None:
-        save_id = comm.bcast(save_id or uuid.uuid4().hex[:12], root=0)
-    elif save_id is None:
-        save_id = uuid.uuid4().hex[:12] if len(blocks) == m.num_devices else "shared"
-    entries = [_write_shard(path, r, np.asarray(b), t, save_id) for r, b in sorted(blocks.items())]
-    dtypes = {e["dtype"] for e in entries}
-    if comm is not None:
-        everything = comm.gather(entries, root=0)
-        out = None
-        if comm.Get_rank() == 0:
-            flat = [e for es in everything for e in es]
-            out = _commit_entries(path, m, t, flat, save_id)
-        comm.Barrier()
-        return out
-    if len(blocks) == m.num_devices:
-        return _commit_entries(path, m, t, entries, save_id)
-    if len(dtypes) != 1:
-        raise CheckpointError(f"blocks of several dtypes: {sorted(dtypes)}")
-    for e in entries:
-        note = {"mesh": str(m), "type": str(t), "save_id": save_id, "entry": e}
-        _atomic_write(os.path.join(path, f"rank-{e['rank']:05d}-{save_id}.json"),
-                      [json.dumps(note).encode()])
-    return None
-
-
-def _commit_entries(path, m, t, entries, save_id):
-    ranks = sorted(e["rank"] for e in entries)
-    if ranks != list(range(m.num_devices)):
-        missing = sorted(set(range(m.num_devices)) - set(ranks))
-        raise CheckpointError(f"no file for ranks {missing}" if missing else f"ranks saved twice: {ranks}")
-    dtypes = {e["dtype"] for e in entries}
-    if len(dtypes) != 1:
-        raise CheckpointError(f"ranks saved blocks of several dtypes: {sorted(dtypes)}")
-    man = _manifest(m, t, np.dtype(dtypes.pop()), entries, save_id)
-    _write_manifest(path, man)
-    return os.path.join(path, MANIFEST)
-
-
-def commit(path: str, save_id: str = "shared") -> str:
-    """Write the manifest of a save whose ranks saved independently (their
-    notes must all be there, of one mesh and type)."""
-    notes = [f for f in os.listdir(path) if f.startswith("rank-") and f.endswith(f"-{save_id}.json")]
-    if not notes:
-        raise CheckpointError(f"{path}: no rank has saved under id {save_id!r}")
-    loaded = []
-    for f in notes:
-        with open(os.path.join(path, f)) as fh:
-            loaded.append(json.load(fh))
-    kinds = {(n["mesh"], n["type"]) for n in loaded}
-    if len(kinds) != 1:
-        raise CheckpointError(f"{path}: ranks saved different meshes or types: {sorted(kinds)}")
-    mtext, ttext = kinds.pop()
-    m = Mesh.parse(mtext)
-    return _commit_entries(path, m, ArrayType.parse(ttext, m), [n["entry"] for n in loaded], save_id)
-
-
-# --- reading -------------------------------------------------------------------
-
-def read_manifest(path: str) -> dict:
-    """The manifest, checked against the files (present, of the recorded
-    size and dtype) without reading them."""
-    mp = os.path.join(path, MANIFEST)
+def _is_dead(dirfd: int, marker: str) -> bool:
+    """True when no live process holds the writer marker (its writer ended or was killed)."""
     try:
-        with open(mp) as f:
-            man = json.load(f)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no {MANIFEST} (not a checkpoint, or its save did not finish)") from None
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{mp}: unreadable manifest ({e})") from None
+        fd = os.open(marker, os.O_RDWR | os.O_NOFOLLOW, dir_fd=dirfd)
+    except OSError:
+        return True
     try:
-        if man.get("format") != FORMAT or man.get("version") != VERSION:
-            raise CheckpointError(f"{mp}: not a {FORMAT} version {VERSION} manifest")
-        dtype = np.dtype(man["dtype"])
-        m = Mesh.parse(man["mesh"])
-        t = ArrayType.parse(man["type"], m)
-        if list(t.global_shape) != list(man["global_shape"]):
-            raise CheckpointError(f"{mp}: type {t} does not have the recorded global shape {man['global_shape']}")
-        files = man["files"]
-        if [e["rank"] for e in files] != list(range(m.num_devices)):
-            raise CheckpointError(f"{mp}: files for ranks {[e['rank'] for e in files]}, "
-                                  f"the mesh has {m.num_devices}")
-        for e in files:
-            fp = os.path.join(path, e["file"])
-            if os.path.basename(e["file"]) != e["file"]:
-                raise CheckpointError(f"{mp}: file name {e['file']!r} is not inside the checkpoint")
-            if np.dtype(e["dtype"]) != dtype:
-                raise CheckpointError(f"{e['file']}: dtype {np.dtype(e['dtype'])}, the manifest says {dtype}")
-            shape = tuple(t.valid_shape(e["rank"]))
-            if tuple(e["shape"]) != shape or tuple(e["start"]) != t.block_starts(e["rank"]):
-                raise CheckpointError(f"{e['file']}: block {e['shape']} at {e['start']} is not rank "
-                                      f"{e['rank']}'s block of {t}")
-            want = int(np.prod(shape)) * dtype.itemsize
-            if e["nbytes"] != want:
-                raise CheckpointError(f"{e['file']}: {e['nbytes']} bytes recorded, a {shape} block of "
-                                      f"{dtype} has {want}")
-            cb = e["chunk_bytes"]
-            if not isinstance(cb, int) or cb < 1 or len(e["chunks"]) != -(-want // cb):
-                raise CheckpointError(f"{e['file']}: chunk digests do not cover the file")
-            try:
-                size = os.stat(fp).st_size
-            except FileNotFoundError:
-                raise CheckpointError(f"{e['file']}: missing (rank {e['rank']}'s block)") from None
-            if size != e["offset"] + e["nbytes"]:
-                raise CheckpointError(f"{e['file']}: {size} bytes, the manifest says "
-                                      f"{e['offset'] + e['nbytes']} (truncated or overwritten)")
-    except CheckpointError:
-        raise
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{mp}: malformed manifest ({type(e).__name__}: {e})") from None
-    man["_mesh"], man["_type"], man["_dtype"] = m, t, dtype
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _sweep(dirfd: int, committed: str | None) -> None:
+    """Remove what killed writers left (temporary files, markers) and, once a
+    save is committed (``committed``: its id), every other save's files
+    whose writers are gone. Called under the commit lock."""
+    names = os.listdir(dirfd)
+    live_ids, live_tokens = set(), set()
+    for n in names:
+        if n.startswith(".writer-"):
+            token = n[len(".writer-"):]
+            if _is_dead(dirfd, n):
+                with contextlib.suppress(OSError):
+                    os.unlink(n, dir_fd=dirfd)
+            else:
+                live_tokens.add(token)
+                live_ids.add(token.rsplit("~", 1)[0])
+    for n in names:
+        stale = False
+        if n.startswith(".tmp-"):
+            stale = n[len(".tmp-"):].split("+", 1)[0] not in live_tokens
+        elif committed is not None:
+            m = F.FILE_RE.fullmatch(n)
+            stale = (m is not None and (m.group(1) != committed or m.group(3) == "json")   # notes once committed
+                     and m.group(1) not in live_ids)
+        if stale:
+            with contextlib.suppress(OSError):
+                os.unlink(n, dir_fd=dirfd)
+
+
+def _committed_id(dirfd: int) -> str | None:
+    """The id of the committed manifest, or None (none, or unreadable)."""
+    try:
+        fd = F.open_in(dirfd, F.MANIFEST, F.MANIFEST)
+    except (OSError, CheckpointError):
+        return None
+    try:
+        raw = os.read(fd, F.MAX_MANIFEST_BYTES + 1)
+        man = F.parse_json(raw, F.MANIFEST)
+    except (OSError, CheckpointError):
+        return None
+    finally:
+        os.close(fd)
+    return man.get("id") if isinstance(man, dict) and isinstance(man.get("id"), str) else None
+
+
+class _Writer:
+    """One process's part of a save: its marker (held locked while it writes),
+    its data file (temporary until finished) and the entries of its blocks."""
+
+    def __init__(self, dirfd: int, save_id: str, process: int):
+        self.dirfd, self.id, self.process = dirfd, save_id, process
+        self.token = f"{save_id}~{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.marker = os.open(f".writer-{self.token}", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                              0o644, dir_fd=dirfd)
+        fcntl.flock(self.marker, fcntl.LOCK_EX)
+        with _flock(dirfd, F.LOCK, fcntl.LOCK_EX):
+            _sweep(dirfd, None)
+            if _committed_id(dirfd) == save_id:
+                self.release()
+                raise CheckpointError(f"save id {save_id!r} is the committed checkpoint's; every save needs a "
+                                      f"fresh id (its files are never overwritten)")
+        self.name = F.data_name(save_id, process)
+        self.tmp = f".tmp-{self.token}+{self.name}"
+        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dirfd)
+        self.offset = 0
+        self.entries: list[dict] = []
+
+    def _write(self, data) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+        self.offset += len(memoryview(data).cast("B"))
+
+    def add(self, path: tuple[str, ...], rank: int, block: np.ndarray, t: ArrayType, like: str,
+            scalar: bool) -> None:
+        valid = t.valid_shape(rank)
+        if block.ndim != len(valid) or any(a < v for a, v in zip(block.shape, valid)):
+            raise CheckpointError(f"{'/'.join(path)!r}, rank {rank}: local block of shape {block.shape}, "
+                                  f"expected {valid} for {t}")
+        data = np.ascontiguousarray(block[tuple(slice(0, v) for v in valid)])
+        F.parse_dtype(data.dtype.str, f"{'/'.join(path)!r}")
+        header = F.canonical(F.header_fields(self.id, path, rank, data.dtype, t))
+        header += b" " * (-len(header) % 8)
+        rc, cc = F.tiles(t.global_shape, t.block_starts(rank), valid, data.dtype.itemsize)
+        table = F.table_of(data, rc, cc)
+        entry = {"rank": rank, "file": self.name, "header": self.offset, "header_bytes": len(header),
+                 "table": self.offset + len(header), "data": self.offset + len(header) + len(table)}
+        self._write(header)
+        self._write(table)
+        if data.nbytes:
+            self._write(data.reshape(-1).view(np.uint8))
+        self.entries.append({"path": list(path), "kind": "array", "mesh": str(t.mesh), "type": str(t),
+                             "dtype": data.dtype.str, "like": like, "scalar": scalar, "blocks": [entry]})
+
+    def finish(self) -> dict:
+        """Flush, fsync and link the data file to its final name; what the
+        committer needs: the file, its size and the entries."""
+        os.fsync(self.fd)
+        os.close(self.fd)
+        self.fd = None
+        try:
+            os.link(self.tmp, self.name, src_dir_fd=self.dirfd, dst_dir_fd=self.dirfd)
+        except FileExistsError:
+            raise CheckpointError(f"{self.name} exists already: save id {self.id!r} was used before; pass a "
+                                  f"fresh one") from None
+        os.unlink(self.tmp, dir_fd=self.dirfd)
+        _fsync_dir(self.dirfd)
+        return {"file": {"name": self.name, "bytes": self.offset}, "entries": self.entries}
+
+    def note(self, raw: bytes) -> None:
+        """Leave this process's part for :func:`commit` (its writer's marker still held)."""
+        name = F.data_name(self.id, self.process, "json")
+        tmp = f".tmp-{self.token}+{name}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=self.dirfd)
+        try:
+            os.write(fd, raw)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=self.dirfd, dst_dir_fd=self.dirfd)
+        _fsync_dir(self.dirfd)
+
+    def release(self) -> None:
+        if getattr(self, "fd", None) is not None:
+            os.close(self.fd)
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp, dir_fd=self.dirfd)
+            self.fd = None
+        if self.marker is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(f".writer-{self.token}", dir_fd=self.dirfd)
+            os.close(self.marker)
+            self.marker = None
+
+
+def _merge(parts: list[dict], values: list[dict], save_id: str) -> dict:
+    """The manifest of a save from its writers' parts (files and block entries) and its values."""
+    files, arrays = [], {}
+    for part in parts:
+        if part["file"]["bytes"]:
+            files.append(part["file"])
+        for e in part["entries"]:
+            key = tuple(e["path"])
+            have = arrays.get(key)
+            if have is None:
+                arrays[key] = dict(e, blocks=list(e["blocks"]))
+                continue
+            for field in ("mesh", "type", "dtype"):
+                if have[field] != e[field]:
+                    raise CheckpointError(f"{'/'.join(key)!r}: ranks saved different {field}s: "
+                                          f"{have[field]!r} and {e[field]!r}")
+            have["blocks"].extend(e["blocks"])
+    entries = []
+    for key, e in arrays.items():
+        t = F.parse_layout(e["mesh"], e["type"], "/".join(key))
+        ranks = sorted(b["rank"] for b in e["blocks"])
+        if ranks != list(range(t.mesh.num_devices)):
+            missing = sorted(set(range(t.mesh.num_devices)) - set(ranks))
+            raise CheckpointError(f"{'/'.join(key)!r}: no block saved for ranks {missing[:16]}" if missing else
+                                  f"{'/'.join(key)!r}: ranks saved twice: {ranks[:16]}")
+        e["blocks"].sort(key=lambda b: b["rank"])
+        entries.append(e)
+    for v in values:
+        if tuple(v["path"]) in arrays:
+            raise CheckpointError(f"{'/'.join(v['path'])!r} is both a value and an array")
+        entries.append(v)
+    man = {"format": F.FORMAT, "version": F.VERSION, "id": save_id,
+           "files": sorted(files, key=lambda f: f["name"]), "entries": entries}
+    man["digest"] = F.manifest_digest(man)
     return man
 
 
-def _touched_chunks(file_shape, box, rows, itemsize, CHUNK):
-    """Chunk indices holding bytes of rows ``rows`` (a range along dimension 0,
-    absolute) of the local box ``box`` (slices) of a C-order file."""
-    k = len(file_shape)
-    strides = [itemsize] * k
-    for d in range(k - 2, -1, -1):
-        strides[d] = strides[d + 1] * file_shape[d + 1]
-    ranges = [np.arange(rows.start, rows.stop)] + [np.arange(s.start, s.stop) for s in box[1:]]
-    if k == 1:
-        starts = np.array([rows.start * itemsize])
-        run = (rows.stop - rows.start) * itemsize
-    else:
-        grids = np.ix_(*ranges[:-1])
-        starts = sum(g * strides[d] for d, g in enumerate(grids)).reshape(-1) + box[-1].start * itemsize
-        run = (box[-1].stop - box[-1].start) * itemsize
-    if run == 0 or starts.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    a = starts // CHUNK
-    b = (starts + run - 1) // CHUNK
-    if (b - a).max() <= 1:
-        return np.unique(np.concatenate([a, b]))
-    return np.unique(np.concatenate([np.arange(x, y + 1) for x, y in zip(a, b)]))
-
-
-def load(path: str, mesh: Mesh | str, type: ArrayType | str, rank: int, *, dtype: Any = None,
-         read_buffer: int = DEFAULT_READ_BUFFER, stats: dict | None = None, man: dict | None = None) -> np.ndarray:
-    """Rank ``rank``'s block (its valid part) of the checkpoint in ``path``
-    under ``type`` on ``mesh``: reads only the chunks of the pieces the
-    verified schedule assigns it, checking each one's digest. ``stats``, if
-    given, receives ``bytes_read`` and ``pieces``."""
-    if man is None:
-        man = read_manifest(path)
-    sm, st, sdt = man["_mesh"], man["_type"], man["_dtype"]
-    m = Mesh.coerce(mesh)
-    t = as_type(type, m, "target")
-    if dtype is not None and np.dtype(dtype) != sdt:
-        raise CheckpointError(f"{path}: the checkpoint holds {sdt}, not {np.dtype(dtype)}")
-    if t.global_shape != st.global_shape:
-        raise CheckpointError(f"{path}: the checkpoint's global shape is {st.global_shape}, "
-                              f"the target type's {t.global_shape}")
-    if not 0 <= int(rank) < m.num_devices:
-        raise CheckpointError(f"rank {rank} is not a device of {m}")
-    n1 = sm.num_devices
-    plan = crossmesh_plan(st, t, range(n1), range(n1, n1 + m.num_devices))
-    j = int(rank)
-    out = np.empty(t.valid_shape(j), dtype=sdt)
-    buf = None
-    read = 0
-    fds: dict[int, int] = {}
-    try:
-        for p in plan.pieces[j]:
-            e = man["files"][p.src]
-            fshape = tuple(e["shape"])
-            sbox = plan.src_local(p)
-            dbox = plan.dst_local(j, p)
-            rowbytes = int(np.prod(fshape[1:], dtype=np.int64)) * sdt.itemsize if len(fshape) > 1 else sdt.itemsize
-            CHUNK = e["chunk_bytes"]
-            per = max(1, read_buffer // max(1, rowbytes))
-            need = per * rowbytes + 2 * CHUNK
-            if buf is None or len(buf) < need:
-                buf = bytearray(need)
-            mv = memoryview(buf)
-            if p.src not in fds:
-                fds[p.src] = os.open(os.path.join(path, e["file"]), os.O_RDONLY)
-            fd = fds[p.src]
-            r0, r1 = sbox[0].start, sbox[0].stop
-            for a in range(r0, r1, per):
-                rows = range(a, min(a + per, r1))
-                first = (a * rowbytes) // CHUNK
-                touched = _touched_chunks(fshape, sbox, rows, sdt.itemsize, CHUNK).tolist()
-                k0 = 0
-                while k0 < len(touched):  # runs of consecutive chunks: one read each
-                    k1 = k0
-                    while k1 + 1 < len(touched) and touched[k1 + 1] == touched[k1] + 1:
-                        k1 += 1
-                    lo = touched[k0] * CHUNK
-                    hi = min((touched[k1] + 1) * CHUNK, e["nbytes"])
-                    at = lo - first * CHUNK
-                    got = os.preadv(fd, [mv[at:at + hi - lo]], e["offset"] + lo)
-                    if got != hi - lo:
-                        raise CheckpointError(f"{e['file']}: short read at byte {lo} (truncated?)")
-                    read += got
-                    for c in touched[k0:k1 + 1]:
-                        c0 = c * CHUNK - first * CHUNK
-                        n = min(CHUNK, e["nbytes"] - c * CHUNK)
-                        if hashlib.blake2b(mv[c0:c0 + n], digest_size=16).hexdigest() != e["chunks"][c]:
-                            raise CheckpointError(f"{e['file']}: chunk {c} (bytes {c * CHUNK}-{c * CHUNK + n}) "
-                                                  f"fails its checksum")
-                    k0 = k1 + 1
-                off = a * rowbytes - first * CHUNK
-                k = len(rows)
-                slab = np.frombuffer(buf, dtype=sdt, count=k * (rowbytes // sdt.itemsize),
-                                     offset=off).reshape((k,) + fshape[1:])
-                dst = (slice(dbox[0].start + (a - r0), dbox[0].start + (a - r0) + k),) + dbox[1:]
-                out[dst] = slab[(slice(None),) + sbox[1:]]
-                del slab
-    finally:
-        for fd in fds.values():
+def _commit_manifest(dirfd: int, man: dict) -> None:
+    """Write the manifest atomically and make it the checkpoint, then sweep."""
+    raw = F.canonical(man)
+    if len(raw) > F.MAX_MANIFEST_BYTES:
+        raise CheckpointError(f"the manifest would have {len(raw)} bytes (at most {F.MAX_MANIFEST_BYTES})")
+    F.Manifest(F.parse_json(raw, F.MANIFEST), F.MANIFEST)   # what a reader will check, checked now
+    with _flock(dirfd, F.LOCK, fcntl.LOCK_EX):
+        for f in man["files"]:
+            try:
+                size = os.stat(f["name"], dir_fd=dirfd, follow_symlinks=False).st_size
+            except FileNotFoundError:
+                raise CheckpointError(f"{f['name']}: missing at commit (removed by another save's commit? "
+                                      f"commit before starting another save in the directory)") from None
+            if size != f["bytes"]:
+                raise CheckpointError(f"{f['name']}: {size} bytes at commit, written {f['bytes']}")
+        tmp = f".tmp-commit-{uuid.uuid4().hex[:8]}+{F.MANIFEST}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dirfd)
+        try:
+            os.write(fd, raw)
+            os.fsync(fd)
+        finally:
             os.close(fd)
-    if stats is not None:
-        stats["bytes_read"] = stats.get("bytes_read", 0) + read
-        stats["pieces"] = stats.get("pieces", 0) + len(plan.pieces[j])
+        os.replace(tmp, F.MANIFEST, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+        _fsync_dir(dirfd)
+        _sweep(dirfd, man["id"])
+
+
+# --- what is saved ---------------------------------------------------------------
+
+def _flatten(state: Mapping, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    if len(prefix) >= F.MAX_DEPTH:
+        raise CheckpointError(f"state nested deeper than {F.MAX_DEPTH} levels at {'/'.join(prefix)!r}")
+    out = []
+    for k, v in state.items():
+        if not isinstance(k, str) or not 0 < len(k) <= F.MAX_NAME:
+            raise CheckpointError(f"state key {k!r} under {'/'.join(prefix) or 'the top'!r} is not a string of "
+                                  f"1 to {F.MAX_NAME} characters")
+        if isinstance(v, Mapping):
+            out.extend(_flatten(v, prefix + (k,)))
+        else:
+            out.append((prefix + (k,), v))
     return out
 
 
+def _kind(obj: Any) -> str:
+    mod = type(obj).__module__
+    if mod.startswith("torch") and hasattr(obj, "to_local") and hasattr(obj, "device_mesh"):
+        return "dtensor"
+    if mod.startswith("torch") and hasattr(obj, "detach"):
+        return "torch"
+    if mod.startswith("jax") and hasattr(obj, "sharding"):
+        return "jax"
+    return "numpy" if isinstance(obj, np.ndarray) else "value"
+
+
+def _torch_numpy(x) -> np.ndarray:
+    try:
+        return x.detach().cpu().numpy()
+    except (TypeError, RuntimeError) as e:
+        raise CheckpointError(f"a torch tensor of dtype {x.dtype} has no numpy dtype ({e})") from None
+
+
+def _layout(lay: Any, where: str) -> ArrayType:
+    """A layout for a global numpy array: (mesh, type) or an ArrayType."""
+    if isinstance(lay, ArrayType):
+        return lay
+    if isinstance(lay, tuple) and len(lay) == 2:
+        try:
+            return as_type(lay[1], Mesh.coerce(lay[0]), where)
+        except VerishardError as e:
+            raise CheckpointError(f"{where}: {e}") from None
+    raise CheckpointError(f"{where}: a layout is (mesh, type) in verishard's notation or an ArrayType, "
+                          f"not {type(lay).__name__}")
+
+
+def _mesh_rank(dm: Any) -> int:
+    """This process's index in a DeviceMesh."""
+    import torch.distributed as dist
+    ranks, me = dm.mesh.flatten().tolist(), dist.get_rank()
+    if me not in ranks:
+        raise CheckpointError(f"process {me} is not in the DeviceMesh of ranks {ranks[:16]}")
+    return ranks.index(me)
+
+
+def _blocks(obj: Any, lay: Any, rank: int | None, where: str):
+    """(type, {rank: local block}, like, scalar) of one array to save."""
+    kind = _kind(obj)
+    if kind == "jax":
+        from .jax_sharding import from_named_sharding
+        sh = obj.sharding
+        t = from_named_sharding(sh, obj.shape)
+        devices = list(sh.mesh.devices.flat)
+        return t, {devices.index(s.device): np.asarray(s.data) for s in obj.addressable_shards}, "jax", False
+    if kind == "dtensor":
+        import torch.distributed as dist
+        from .dtensor import from_spec
+        from .torch import planning_mesh
+        dm = obj.device_mesh
+        t = from_spec(planning_mesh(dm), obj._spec)
+        r = _mesh_rank(dm)
+        return t, {r: _torch_numpy(obj.to_local())}, "dtensor", False
+    a = _torch_numpy(obj) if kind == "torch" else np.asarray(obj)
+    scalar = a.ndim == 0
+    if scalar:
+        a = a.reshape(1)
+    if lay is None:
+        t = ArrayType.parse(f"[{', '.join(map(str, a.shape))}]", "one=1")
+    else:
+        t = _layout(lay, where)
+    if rank is not None:
+        return t, {int(rank): a}, kind, scalar
+    if tuple(a.shape) != t.global_shape:
+        raise CheckpointError(f"{where}: a global array of shape {a.shape} for {t} of shape {t.global_shape}; "
+                              f"pass rank= to save one local block")
+    return t, {r: a[tuple(slice(s, s + n) for s, n in zip(t.block_starts(r), t.valid_shape(r)))]
+               for r in range(t.mesh.num_devices)}, kind, scalar
+
+
+class _Group:
+    """The saving processes: an mpi4py communicator, torch.distributed's default
+    group, or this process alone."""
+
+    def __init__(self, comm: Any):
+        self.comm, self.torch = comm, False
+        if comm is None:
+            try:
+                import sys
+                dist = sys.modules.get("torch.distributed")
+                self.torch = bool(dist and dist.is_available() and dist.is_initialized()
+                                  and dist.get_backend() != "fake")
+            except (RuntimeError, ValueError):
+                self.torch = False
+        if comm is not None:
+            self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        elif self.torch:
+            import torch.distributed as dist
+            self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        else:
+            self.rank, self.size = 0, 1
+
+    @property
+    def alone(self) -> bool:
+        return self.comm is None and not self.torch
+
+    def bcast(self, obj):
+        if self.comm is not None:
+            return self.comm.bcast(obj, root=0)
+        if self.torch:
+            import torch.distributed as dist
+            box = [obj]
+            dist.broadcast_object_list(box, src=0)
+            return box[0]
+        return obj
+
+    def gather(self, obj):
+        if self.comm is not None:
+            return self.comm.gather(obj, root=0)
+        if self.torch:
+            import torch.distributed as dist
+            out = [None] * self.size if self.rank == 0 else None
+            dist.gather_object(obj, out, dst=0)
+            return out
+        return [obj]
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def save(state: Any, path: Any = None, layouts: Any = None, legacy_path: str | None = None, *,
+         rank: int | None = None, comm: Any = None, save_id: str | None = None) -> str | None:
+    """Save ``state`` into the directory ``path``; the manifest's path once committed.
+
+    ``state`` maps names to arrays, plain values (None, bool, int, float,
+    str) or nested dicts of them. An array is a numpy array or a torch
+    tensor (global, split by its layout in ``layouts``, a dict of the same
+    names whose layouts are ``(mesh, type)`` in our notation; without one,
+    one block), a JAX array (the shards this process holds; its sharding
+    gives the layout) or a DTensor (this rank's shard; its placements give
+    the layout). With ``rank=``, numpy arrays are that rank's local blocks.
+
+    Every process of a job calls ``save`` with its part: with ``comm`` (an
+    mpi4py communicator) or an initialized ``torch.distributed``, rank 0
+    picks the save id, gathers the entries and commits, and every rank
+    returns once the checkpoint is committed. Ranks saving without either
+    pass the same fresh ``save_id`` and one of them calls :func:`commit`
+    afterwards.
+
+    ``save(array, mesh, type, path)`` saves one array as before."""
+    if not isinstance(state, Mapping):   # the one-array call: save(array, mesh, type, path)
+        if _kind(state) in ("jax", "dtensor") and layouts is None and legacy_path is None:
+            directory, lay = path, None
+        else:
+            if path is None or layouts is None:
+                raise CheckpointError("save(array, mesh, type, path): a numpy array needs its mesh and type")
+            directory, lay = (legacy_path if legacy_path is not None else "."), (path, layouts)
+        return save({"array": state}, directory, {"array": lay} if lay is not None else None, rank=rank,
+                    comm=comm, save_id=save_id)
+    if not isinstance(path, (str, os.PathLike)):
+        raise CheckpointError(f"save: path must be a directory name, not {type(path).__name__}")
+    path = os.fspath(path)
+    layouts = dict(layouts or {})
+    group = _Group(comm)
+    items = _flatten(state)
+    partial_save = rank is not None or any(_kind(v) == "dtensor" for _, v in items) or (
+        any(_kind(v) == "jax" and not v.is_fully_addressable for _, v in items))
+    if save_id is None:
+        if group.alone and partial_save:
+            raise CheckpointError("ranks saving their own blocks without a communicator must agree on a save id: "
+                                  "pass save_id= (the same fresh text on every rank, e.g. the step) and call "
+                                  "checkpoint.commit(path, save_id) once every rank has saved")
+        save_id = group.bcast(_new_id() if group.rank == 0 else None)
+    if not isinstance(save_id, str) or not F.ID_RE.fullmatch(save_id):
+        raise CheckpointError(f"save id {save_id!r}: 1 to 64 letters, digits, '_', '.', '-', not starting with "
+                              f"'.', '_' or '-'")
+    flat_layouts = dict(_flatten(layouts)) if layouts else {}
+    with _directory(path, create=True) as dirfd:
+        writer = None
+        try:
+            outcome, part, values = None, None, []
+            try:
+                writer = _Writer(dirfd, save_id, group.rank if not group.alone or rank is None else int(rank))
+                for key, obj in items:
+                    where = "/".join(key)
+                    kind = _kind(obj)
+                    if kind == "value":
+                        if group.rank == 0:
+                            values.append({"path": list(key), **F.value_to_json(obj, where)})
+                        continue
+                    if kind in ("numpy", "torch") and rank is None and group.rank != 0:
+                        continue   # a global array: rank 0 writes all of it
+                    t, blocks, like, scalar = _blocks(obj, flat_layouts.get(key), rank, where)
+                    if t.partial:
+                        raise CheckpointError(f"{where}: {t} has pending axes; reduce before saving")
+                    for r, b in sorted(blocks.items()):
+                        writer.add(key, r, np.asarray(b), t, like, scalar)
+                part = writer.finish()
+            except (VerishardError, OSError) as e:
+                outcome = f"rank {group.rank}: {e}" if isinstance(e, VerishardError) else \
+                    f"rank {group.rank}: {e.strerror or e} writing {path}"
+            if group.alone and partial_save:
+                if outcome:
+                    raise CheckpointError(outcome)
+                writer.note(F.canonical({"format": F.FORMAT, "id": save_id, "part": part, "values": values}))
+                return None
+            parts = group.gather((outcome, part, values))
+            result = None
+            if group.rank == 0:
+                errors = [p[0] for p in parts if p[0]]
+                if errors:
+                    result = ("error", "; ".join(errors))
+                else:
+                    try:
+                        man = _merge([p[1] for p in parts], [v for p in parts for v in p[2]], save_id)
+                        _commit_manifest(dirfd, man)
+                        result = ("ok", os.path.join(path, F.MANIFEST))
+                    except (VerishardError, OSError) as e:
+                        result = ("error", str(e))
+            result = group.bcast(result)
+            if result[0] == "error":
+                raise CheckpointError(result[1])
+            return result[1]
+        finally:
+            if writer is not None:
+                writer.release()
+
+
+def commit(path: str, save_id: str) -> str:
+    """Commit a save whose ranks saved independently (``save(..., rank=r,
+    save_id=...)`` on every rank, or DTensors without a process group that
+    verishard can use): writes the manifest once every rank's note is there."""
+    if not isinstance(save_id, str) or not F.ID_RE.fullmatch(save_id):
+        raise CheckpointError(f"save id {save_id!r} is not a save id")
+    with _directory(path) as dirfd:
+        notes = sorted(n for n in os.listdir(dirfd) if (m := F.FILE_RE.fullmatch(n))
+                       and m.group(1) == save_id and m.group(3) == "json")
+        if not notes:
+            raise CheckpointError(f"{path}: no rank has saved under id {save_id!r}")
+        parts, values = [], None
+        for n in notes:
+            fd = F.open_in(dirfd, n, n)
+            try:
+                raw = os.read(fd, F.MAX_MANIFEST_BYTES + 1)
+            finally:
+                os.close(fd)
+            note = F.parse_json(raw, n)
+            if not isinstance(note, dict) or note.get("id") != save_id or not isinstance(note.get("part"), dict):
+                raise CheckpointError(f"{n}: not a note of save {save_id!r}")
+            parts.append(note["part"])
+            if values is None and isinstance(note.get("values"), list):
+                values = note["values"]
+        try:
+            man = _merge(parts, values or [], save_id)
+        except (KeyError, TypeError, AttributeError):
+            raise CheckpointError(f"{path}: the notes of save {save_id!r} are malformed") from None
+        _commit_manifest(dirfd, man)
+        return os.path.join(path, F.MANIFEST)
+
+
+# --- reading ----------------------------------------------------------------------
+
+class _Checkpoint:
+    """A committed checkpoint opened for reading: the validated manifest and
+    an open descriptor per data file (so a re-save that removes them after
+    this point does not disturb the read)."""
+
+    def __init__(self, path: str, dirfd: int):
+        self.path = path
+        where = os.path.join(path, F.MANIFEST)
+        try:
+            fd = F.open_in(dirfd, F.MANIFEST, where)
+        except FileNotFoundError:
+            raise CheckpointError(f"{path}: no {F.MANIFEST} (not a checkpoint, or its save did not finish)") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size > F.MAX_MANIFEST_BYTES:
+                raise CheckpointError(f"{where}: {size} bytes, more than a manifest may have "
+                                      f"({F.MAX_MANIFEST_BYTES})")
+            raw = os.pread(fd, size + 1, 0)
+        finally:
+            os.close(fd)
+        self.man = F.Manifest(F.parse_json(raw, where), where)
+        self.fds: dict[str, int] = {}
+        try:
+            for name, size in self.man.files.items():
+                try:
+                    fd = F.open_in(dirfd, name, path)
+                except FileNotFoundError:
+                    raise _Missing(self.man.id, name) from None
+                self.fds[name] = fd
+                got = os.fstat(fd).st_size
+                if got != size:
+                    raise CheckpointError(f"{name}: {got} bytes, the manifest says {size} (truncated or "
+                                          f"overwritten)")
+        except BaseException:
+            self.close()
+            raise
+        self.bytes_read = 0
+        self.pieces = 0
+        self.headers_checked: set[tuple[str, int]] = set()
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds = {}
+
+    def pread(self, name: str, n: int, offset: int, into=None) -> memoryview:
+        buf = into if into is not None else bytearray(n)
+        got = os.preadv(self.fds[name], [memoryview(buf)[:n]], offset)
+        if got != n:
+            raise CheckpointError(f"{name}: short read at byte {offset} (truncated?)")
+        self.bytes_read += n
+        return memoryview(buf)[:n]
+
+    def check_header(self, e: F.Entry, b: F.Block) -> None:
+        if (b.file, b.header) in self.headers_checked:
+            return
+        raw = bytes(self.pread(b.file, b.header_bytes, b.header))
+        F.check_header(raw, F.header_fields(self.man.id, e.path, b.rank, e.dtype, e.t),
+                       f"{b.file} ({'/'.join(e.path)!r}, rank {b.rank})")
+        self.headers_checked.add((b.file, b.header))
+
+
+class _Missing(Exception):
+    """A data file the manifest names is not there (perhaps removed by a newer save's commit)."""
+
+    def __init__(self, save_id: str, name: str):
+        super().__init__(name)
+        self.id, self.name = save_id, name
+
+
+@contextlib.contextmanager
+def _opened(path: str):
+    """The committed checkpoint, its files open. A file missing because a
+    newer save was committed meanwhile (the manifest's id changed): read the
+    new manifest; missing otherwise: one error."""
+    with _directory(path) as dirfd:
+        for attempt in range(RETRIES):
+            try:
+                ck = _Checkpoint(path, dirfd)
+                break
+            except _Missing as m:
+                if _committed_id(dirfd) == m.id:
+                    raise CheckpointError(f"{m.name}: missing (a data file of the checkpoint in {path})") from None
+        else:
+            raise CheckpointError(f"{path}: the checkpoint was saved again {RETRIES} times while it was being "
+                                  f"opened; load again")
+        try:
+            yield ck
+        finally:
+            ck.close()
+
+
+def _read_box(ck: _Checkpoint, e: F.Entry, b: F.Block, sbox: tuple[slice, ...], out: np.ndarray,
+              read_buffer: int) -> None:
+    """Copy the local box ``sbox`` of block ``b`` into ``out`` (of its shape),
+    reading the tiles it covers (exactly the box when it lies on tile cuts),
+    each checked against its digest."""
+    ck.check_header(e, b)
+    shape, isz = b.shape, e.dtype.itemsize
+    if len(shape) == 1:
+        runs = [((sbox[0].start, sbox[0].stop), out.reshape(-1, 1))]
+        c0, c1, ncols = 0, 1, 1
+    else:
+        c0, c1, ncols = sbox[-1].start, sbox[-1].stop, shape[-1]
+        lead = [range(s.start, s.stop) for s in sbox[:-2]]
+        strides = [math.prod(shape[d + 1:-1]) for d in range(len(shape) - 1)]
+        runs = []
+        for idx in itertools.product(*lead):
+            base = sum(i * s for i, s in zip(idx, strides))
+            dst = out[tuple(i - s.start for i, s in zip(idx, sbox))] if idx else out
+            runs.append(((base + sbox[-2].start * strides[-1], base + sbox[-2].stop * strides[-1]), dst))
+    rc, cc = b.row_cuts, b.col_cuts
+    s_lo, s_hi = F.span(cc, c0, c1)
+    ca, cb = cc[s_lo], cc[s_hi]
+    width = (cb - ca) * isz
+    row_bytes = ncols * isz
+    buf = bytearray(0)
+    for (a, z), dst in runs:
+        if z <= a or c1 <= c0:
+            continue
+        g, g_end = F.span(rc, a, z)
+        while g < g_end:
+            h = g + 1   # row groups g..h-1 in this read: at least one, within the buffer otherwise
+            while h < g_end and (rc[h + 1] - rc[g]) * width <= read_buffer:
+                h += 1
+            ra, rb = rc[g], rc[h]
+            need = (rb - ra) * width
+            if len(buf) < need:
+                buf = bytearray(need)
+            if width == row_bytes:
+                ck.pread(b.file, need, b.data + ra * row_bytes, buf)
+            else:
+                mv = memoryview(buf)
+                for i in range(rb - ra):
+                    ck.pread(b.file, width, b.data + (ra + i) * row_bytes + ca * isz, mv[i * width:(i + 1) * width])
+            raw = np.frombuffer(buf, dtype=np.uint8, count=need).reshape(rb - ra, width)
+            corners = [int.from_bytes(ck.pread(b.file, F.DIGEST_BYTES, b.table + F.DIGEST_BYTES * (i * len(cc) + j)),
+                                      "little") for i in (g, h) for j in (s_lo, s_hi)]
+            want = (corners[3] - corners[1] - corners[2] + corners[0]) % (1 << 64)
+            if F.tile_sum(raw, rc, cc, g, h, s_lo, s_hi, ra, ca, isz) != want:
+                raise CheckpointError(f"{b.file}: {'/'.join(e.path)!r}, rank {b.rank}: rows {ra}-{rb}, columns "
+                                      f"{ca}-{cb} of the block fail their digest (corrupted)")
+            typed = raw.view(e.dtype)
+            lo, hi = max(a, ra), min(z, rb)
+            dst[lo - a:hi - a] = typed[lo - ra:hi - ra, c0 - ca:c1 - ca]
+            g = h
+
+
+def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType, j: int, read_buffer: int) -> np.ndarray:
+    """Target device ``j``'s block of entry ``e`` under ``t``, read piece by
+    piece along the verified schedule."""
+    st = e.t
+    n1 = st.mesh.num_devices
+    plan = crossmesh_plan(st, t, range(n1), range(n1, n1 + t.mesh.num_devices))
+    out = np.empty(t.valid_shape(j), dtype=e.dtype)
+    ck.pieces += len(plan.pieces[j])
+    for p in plan.pieces[j]:
+        _read_box(ck, e, e.blocks[p.src], plan.src_local(p), out[plan.dst_local(j, p)], read_buffer)
+    return out
+
+
+def _target(spec: Any, e: F.Entry, rank: int | None, where: str):
+    """(type, [(our rank, how to return it)] , finish) for one load target."""
+    g = e.t.global_shape
+    if spec is None:
+        return ArrayType.parse(f"[{', '.join(map(str, g))}]", "one=1"), [0], lambda blocks: blocks[0]
+    if type(spec).__module__.startswith("jax") and hasattr(spec, "spec") and hasattr(spec, "mesh"):
+        from .jax_sharding import from_named_sharding
+        import jax
+        t = from_named_sharding(spec, g)
+        devices = list(spec.mesh.devices.flat)
+        mine = [r for r, d in enumerate(devices) if d.process_index == jax.process_index()]
+
+        def finish(blocks):
+            arrays = [jax.device_put(blocks[k], devices[r]) for k, r in enumerate(mine)]
+            return jax.make_array_from_single_device_arrays(g, spec, arrays)
+        return t, mine, finish
+    if isinstance(spec, tuple) and len(spec) == 2 and hasattr(spec[0], "mesh_dim_names"):
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.tensor import DTensor
+        from .dtensor import from_placements
+        from .torch import planning_mesh
+        dm, placements = spec
+        t = from_placements(planning_mesh(dm), g, placements)
+        r = _mesh_rank(dm) if rank is None else int(rank)
+        stride = tuple(math.prod(g[d + 1:]) for d in range(len(g)))
+
+        def finish(blocks):
+            return DTensor.from_local(torch.from_numpy(blocks[0]), dm, list(placements), run_check=False,
+                                      shape=torch.Size(g), stride=stride)
+        return t, [r], finish
+    t = _layout(spec, where)
+    if rank is None:
+        raise CheckpointError(f"{where}: a target in verishard's notation needs rank= (which block to load)")
+    if not 0 <= int(rank) < t.mesh.num_devices:
+        raise CheckpointError(f"{where}: rank {rank} is not a device of {t.mesh}")
+    return t, [int(rank)], lambda blocks: blocks[0]
+
+
+def _finish(finish, blocks: list[np.ndarray], where: str) -> Any:
+    """The loaded blocks as the target's kind; what JAX or torch refuse (an
+    indivisible NamedSharding, a DeviceMesh this process is not in) is one error."""
+    try:
+        return finish(blocks)
+    except VerishardError:
+        raise
+    except (ValueError, TypeError, RuntimeError, IndexError) as err:
+        raise CheckpointError(f"{where}: the loaded blocks do not make the target ({type(err).__name__}: "
+                              f"{str(err)[:200]})") from None
+
+
+def nest(flat: dict[tuple[str, ...], Any]) -> dict:
+    """A nested dict from one keyed by tuples of names."""
+    out: dict = {}
+    for key, v in flat.items():
+        d = out
+        for k in key[:-1]:
+            d = d.setdefault(k, {})
+        d[key[-1]] = v
+    return out
+
+
+def load(path: str, targets: Any = None, type: Any = None, rank: int | None = None, *, dtype: Any = None,
+         read_buffer: int = DEFAULT_READ_BUFFER, stats: dict | None = None) -> Any:
+    """Load from the checkpoint directory ``path`` (ours, or a PyTorch DCP one).
+
+    ``targets`` maps names (nested like the saved state) to where each goes:
+    ``None`` (the whole array as numpy; a plain value as itself), ``(mesh,
+    type)`` in our notation or an ArrayType (rank ``rank``'s block, numpy),
+    ``(DeviceMesh, placements)`` (a DTensor of this process's block) or a JAX
+    ``NamedSharding`` (a jax.Array of this process's devices). ``targets``
+    None loads every name whole. Each rank reads only the pieces of its
+    blocks that the verified schedule assigns it, and checks each tile it
+    reads. ``stats`` receives ``bytes_read`` (data, digests and headers),
+    ``bytes_needed`` and ``pieces`` (of the schedule).
+
+    ``load(path, mesh, type, rank)`` loads the one array of a one-array
+    checkpoint as before."""
+    if read_buffer < 1:
+        raise CheckpointError(f"read_buffer {read_buffer} must be positive")
+    if os.path.isfile(os.path.join(path, ".metadata")) and not os.path.exists(os.path.join(path, F.MANIFEST)):
+        from . import checkpoint_dcp
+        return checkpoint_dcp.load(path, targets, type, rank, dtype=dtype, read_buffer=read_buffer, stats=stats)
+    legacy = targets is not None and not isinstance(targets, Mapping)
+    with _opened(path) as ck:
+        if legacy:
+            arrays = [k for k, e in ck.man.entries.items() if e.t is not None]
+            if len(ck.man.entries) != 1 or not arrays:
+                raise CheckpointError(f"{path}: holds {len(ck.man.entries)} entries; pass a dict of targets")
+            wanted = {arrays[0]: (targets, type)}
+        elif targets is None:
+            wanted = {k: None for k in ck.man.entries}
+        else:
+            wanted = dict(_flatten(targets))
+        missing = [k for k in wanted if k not in ck.man.entries]
+        if missing:
+            raise CheckpointError(f"{path}: no entry {'/'.join(missing[0])!r} (it holds "
+                                  f"{', '.join('/'.join(k) for k in list(ck.man.entries)[:8])}"
+                                  f"{', ...' if len(ck.man.entries) > 8 else ''})")
+        out, needed = {}, 0
+        for key, spec in wanted.items():
+            e = ck.man.entries[key]
+            where = f"{path}: {'/'.join(key)!r}"
+            if e.t is None:
+                out[key] = e.value
+                continue
+            if dtype is not None and np.dtype(dtype) != e.dtype:
+                raise CheckpointError(f"{where}: the checkpoint holds {e.dtype}, not {np.dtype(dtype)}")
+            try:
+                t, ranks, finish = _target(spec, e, rank, where)
+                if t.global_shape != e.t.global_shape:
+                    raise CheckpointError(f"{where}: the checkpoint's global shape is {e.t.global_shape}, the "
+                                          f"target's {t.global_shape}")
+                blocks = [_load_block(ck, e, t, j, read_buffer) for j in ranks]
+            except CheckpointError:
+                raise
+            except VerishardError as err:
+                raise CheckpointError(f"{where}: {err}") from None
+            needed += sum(x.nbytes for x in blocks)
+            if e.scalar and spec is None:
+                blocks = [blocks[0].reshape(())]
+            out[key] = _finish(finish, blocks, where)
+        if stats is not None:
+            stats["bytes_read"] = stats.get("bytes_read", 0) + ck.bytes_read
+            stats["bytes_needed"] = stats.get("bytes_needed", 0) + needed
+            stats["pieces"] = stats.get("pieces", 0) + ck.pieces
+    if legacy:
+        return next(iter(out.values()))
+    return nest(out)
+
+
+def read_manifest(path: str) -> F.Manifest:
+    """The validated manifest of the checkpoint in ``path`` (its files opened
+    and their sizes checked, nothing read): ``.id``, ``.entries`` (name
+    tuple to entry: ``.t``, ``.dtype``, ``.blocks`` or ``.value``), ``.raw``."""
+    with _opened(path) as ck:
+        return ck.man
+
+
 def verify(path: str) -> int:
-    """Check every file's sha256 (reads everything); the number of files."""
-    man = read_manifest(path)
-    for e in man["files"]:
-        h = hashlib.sha256()
-        with open(os.path.join(path, e["file"]), "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        if h.hexdigest() != e["sha256"]:
-            raise CheckpointError(f"{e['file']}: sha256 mismatch")
-    return len(man["files"])
+    """Read every block of every array whole, checking every header and tile;
+    the number of blocks checked."""
+    n = 0
+    with _opened(path) as ck:
+        for e in ck.man.entries.values():
+            if e.t is None:
+                continue
+            for b in e.blocks:
+                _read_box(ck, e, b, tuple(slice(0, s) for s in b.shape), np.empty(b.shape, e.dtype),
+                          DEFAULT_READ_BUFFER)
+                n += 1
+    return n
 
 
 def reshard(src: str, dst: str, mesh: Mesh | str, type: ArrayType | str, *,
             read_buffer: int = DEFAULT_READ_BUFFER, stats: dict | None = None) -> str:
-    """Offline: rewrite the checkpoint ``src`` as ``dst`` with ``type`` on
-    ``mesh``, one target block at a time (memory: the largest target block
-    plus the read buffer)."""
-    man = read_manifest(src)
+    """Offline: rewrite the one-array checkpoint ``src`` as ``dst`` with
+    ``type`` on ``mesh``, one target block at a time (memory: the largest
+    target block plus the read buffer)."""
     m = Mesh.coerce(mesh)
     t = as_type(type, m, "target")
-    os.makedirs(dst, exist_ok=True)
-    save_id = uuid.uuid4().hex[:12]
-    entries = []
-    for r in range(m.num_devices):
-        block = load(src, m, t, r, read_buffer=read_buffer, stats=stats, man=man)
-        entries.append(_write_shard(dst, r, block, t, save_id))
-        del block
-    return _commit_entries(dst, m, t, entries, save_id)
+    save_id = _new_id()
+    with _opened(src) as ck:
+        arrays = [k for k, e in ck.man.entries.items() if e.t is not None]
+        if len(ck.man.entries) != 1 or not arrays:
+            raise CheckpointError(f"{src}: holds {len(ck.man.entries)} entries, not one array")
+        e = ck.man.entries[arrays[0]]
+        if t.global_shape != e.t.global_shape:
+            raise CheckpointError(f"{src}: the checkpoint's global shape is {e.t.global_shape}, the target "
+                                  f"type's {t.global_shape}")
+        with _directory(dst, create=True) as dirfd:
+            parts = []
+            for r in range(m.num_devices):
+                w = _Writer(dirfd, save_id, r)
+                try:
+                    w.add(arrays[0], r, _load_block(ck, e, t, r, read_buffer), t, e.like, e.scalar)
+                    parts.append(w.finish())
+                finally:
+                    w.release()
+            _commit_manifest(dirfd, _merge(parts, [], save_id))
+        if stats is not None:
+            stats["bytes_read"] = stats.get("bytes_read", 0) + ck.bytes_read
+            stats["pieces"] = stats.get("pieces", 0) + ck.pieces
+    return os.path.join(dst, F.MANIFEST)
