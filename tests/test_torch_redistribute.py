@@ -370,6 +370,8 @@ ERRORS = {
         "are [0:1] [1:2] [2:3] [3:4] [4:5] [5:6] [] []"]),
     "one-rank-wrong-length": ("RedistributionRefused", ["\n  rank 5: placements (Shard(dim=0),) has 1 entries"]),
     "ranks-disagree": ("RedistributionRefused", ["the ranks disagree on the plan", "ranks 0-2,4-7:", "rank 3:"]),
+    "ranks-disagree-first-use": ("RedistributionRefused", ["the ranks disagree on the plan", "ranks 0-2,4-7:",
+                                                           "rank 3:"]),
     "wrong-local-shape": ("RedistributionRefused", ["the DTensor's local tensor has shape (3, 16)", "(4, 16)"]),
     "rank-count": ("RedistributionRefused", ["rank-count mismatch", "has 4 ranks but the default process group "
                                              "has 8"]),

@@ -626,10 +626,17 @@ def error_cases(job: Job, dm, dm_other) -> None:
                           src_data_rank=None)
     # 6 over 2 x 4: DTensor chunks each half of 3 into 1, 1, 1, 0; our blocks are 1 x 6, 0, 0
     expect_error(job, "uneven-nested", lambda: redistribute(u, [Shard(0), Shard(0)]), after)
+    # the good placements are cached and agreed on by now: ranks that disagree on a later call are
+    # caught by check_agreement="always" (the default agrees on a plan's first use only) ...
     expect_error(job, "one-rank-wrong-length",
-                 lambda: redistribute(x, [Shard(0)] if r == 5 else [Replicate(), Shard(1)]), after)
+                 lambda: redistribute(x, [Shard(0)] if r == 5 else [Replicate(), Shard(1)],
+                                      check_agreement="always"), after)
     expect_error(job, "ranks-disagree",
-                 lambda: redistribute(x, [Shard(1), Replicate()] if r == 3 else [Replicate(), Shard(1)]), after)
+                 lambda: redistribute(x, [Shard(1), Replicate()] if r == 3 else [Replicate(), Shard(1)],
+                                      check_agreement="always"), after)
+    # ... and by the default where the plan is new on every rank
+    expect_error(job, "ranks-disagree-first-use",
+                 lambda: redistribute(x, [Shard(1), Shard(0)] if r == 3 else [Shard(0), Shard(1)]), after)
     bad_local = DTensor.from_local(torch.ones(3, 16), dm, [Shard(0), Replicate()], run_check=False,
                                    shape=torch.Size((8, 16)), stride=(16, 1))
     expect_error(job, "wrong-local-shape", lambda: redistribute(bad_local, [Replicate(), Shard(1)]), after)

@@ -144,12 +144,6 @@ def _require_world(device_mesh: Any) -> None:
             f"has {world}; verishard.torch.redistribute needs a DeviceMesh over every rank of the default group")
 
 
-def _default_device() -> torch.device:
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 # ---------------------------------------------------------------------------
 # what the verified core cannot type: one place each
 
@@ -210,18 +204,20 @@ def _types(mesh: Mesh, src: DTensorSpec, dst: DTensorSpec,
 # the plan cache
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Entry:
     """Everything a cached call needs on this rank: the plan (None: nothing
     to do), the output's spec, the shape of this rank's input local tensor
     (DTensor's ``torch.chunk`` shard: on an uneven dimension it differs from
-    rank to rank), and the agreement record."""
+    rank to rank), the agreement record, and whether the ranks have agreed
+    on it (``check_agreement="first"`` agrees on an entry's first use only)."""
 
     plan: Plan | None
     target_spec: DTensorSpec
     local_shape: tuple[int, ...]
     fp: int
     record: dict
+    agreed: bool = False
 
 
 _CACHE: "OrderedDict[Any, _Entry]" = OrderedDict()
@@ -449,23 +445,45 @@ def _require_initialized() -> None:
                            "(torch.distributed.init_process_group, or launch with torchrun)")
 
 
-def _run(x: Any, entry: _Entry | None, problems: list, check: bool) -> torch.Tensor:
+CHECKS = ("first", "always", False)
+
+
+def _policy(check_agreement: Any, deadline_s: Any) -> tuple[str | bool, float | None]:
+    """``(mode, deadline)`` from :func:`redistribute`'s arguments: True is "first"."""
+    mode = "first" if check_agreement is True else check_agreement
+    if mode not in CHECKS or isinstance(mode, int) and mode is not False:
+        raise RedistributionRefused(f"check_agreement must be True or 'first' (agree when a plan is first used), "
+                                    f"'always', or False, not {check_agreement!r}")
+    if deadline_s is not None and not (isinstance(deadline_s, (int, float)) and deadline_s > 0):
+        raise RedistributionRefused(f"deadline_s must be a positive number of seconds, not {deadline_s!r}")
+    return mode, deadline_s
+
+
+def _agree_on(entry: _Entry | None, problems: list, policy: tuple) -> None:
+    """The agreement :func:`redistribute`'s ``check_agreement`` asks for:
+    on a problem (every mode but False), on an entry's first use ("first"),
+    on every call ("always"); a problem without agreement is raised here."""
+    mode, deadline = policy
+    if mode is False or (mode == "first" and entry is not None and entry.agreed):
+        if problems:
+            raise _local_error(problems)
+        return
+    if entry is not None:
+        agree(entry.fp, entry.record, deadline_s=deadline)
+        entry.agreed = True
+    else:
+        agree(0, {"errors": [t for _, t in problems], "unsupported": all(k == UNSUPPORTED for k, _ in problems)},
+              deadline_s=deadline)
+
+
+def _run(x: Any, entry: _Entry | None, problems: list, policy: tuple) -> torch.Tensor:
     """Agree (or raise), then move this rank's local tensor by the entry's plan."""
     local = x._local_tensor if isinstance(x, DTensor) else None
     if entry is not None and local is not None and tuple(local.shape) != entry.local_shape:
         problems = [(INVALID, f"the DTensor's local tensor has shape {tuple(local.shape)}, but its placements give "
                               f"local shape {entry.local_shape}")]
         entry = None
-    if check:
-        if entry is not None:
-            fp, record = entry.fp, entry.record
-        else:
-            fp = 0
-            record = {"errors": [t for _, t in problems],
-                      "unsupported": all(k == UNSUPPORTED for k, _ in problems)}
-        agree(fp, record, local.device if local is not None else _default_device())
-    elif problems:
-        raise _local_error(problems)
+    _agree_on(entry, problems, policy)
     assert entry is not None
     if entry.plan is None:
         return local
@@ -493,11 +511,10 @@ class _Redistribute(torch.autograd.Function):
     Backward: :class:`_Reverse` (the gradient back to the input's layout)."""
 
     @staticmethod
-    def forward(ctx, x, device_mesh, placements, check):  # type: ignore[override]
-        _require_initialized()
+    def forward(ctx, x, device_mesh, placements, policy):  # type: ignore[override]
         _, entry, problems = _forward_entry(x, device_mesh, placements)
-        out = _run(x, entry, problems, check)
-        ctx.src_spec, ctx.check, ctx.dtype = x._spec, check, x._local_tensor.dtype
+        out = _run(x, entry, problems, policy)
+        ctx.src_spec, ctx.policy, ctx.dtype = x._spec, policy, x._local_tensor.dtype
         if entry.plan is None:  # DTensor's short cut: the input's own spec
             return DTensor(out, x._spec, requires_grad=x.requires_grad)
         spec = _with_mesh(entry.target_spec, x.device_mesh if device_mesh is None else device_mesh)
@@ -505,7 +522,7 @@ class _Redistribute(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        return _Reverse.apply(grad, ctx.src_spec, ctx.check, ctx.dtype), None, None, None
+        return _Reverse.apply(grad, ctx.src_spec, ctx.policy, ctx.dtype), None, None, None
 
 
 class _Reverse(torch.autograd.Function):
@@ -513,11 +530,11 @@ class _Reverse(torch.autograd.Function):
     differentiable again (its backward is another :class:`_Reverse`)."""
 
     @staticmethod
-    def forward(ctx, grad, prev_spec, check, dtype):  # type: ignore[override]
+    def forward(ctx, grad, prev_spec, policy, dtype):  # type: ignore[override]
         _require_initialized()
         _, entry, problems = _backward_entry(grad, prev_spec)
-        out = _run(grad, entry, problems, check)
-        ctx.spec, ctx.check, ctx.dtype = grad._spec, check, grad._local_tensor.dtype
+        out = _run(grad, entry, problems, policy)
+        ctx.spec, ctx.policy, ctx.dtype = grad._spec, policy, grad._local_tensor.dtype
         spec = _with_mesh(entry.target_spec, prev_spec.mesh)
         if out.dtype != dtype:  # DTensor casts the gradient back to the input's dtype
             out = out.to(dtype)
@@ -528,13 +545,33 @@ class _Reverse(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad2):  # type: ignore[override]
-        return _Reverse.apply(grad2, ctx.spec, ctx.check, ctx.dtype), None, None, None
+        return _Reverse.apply(grad2, ctx.spec, ctx.policy, ctx.dtype), None, None, None
 
 
-def redistribute(dtensor: DTensor, placements: Sequence[Placement], *, device_mesh: DeviceMesh | None = None,
-                 check_agreement: bool = True) -> DTensor:
+def _arguments(args: tuple, placements: Any, device_mesh: Any) -> tuple[Any, Any]:
+    """``(placements, device_mesh)`` from ours ``(x, placements)`` or
+    DTensor's ``(x, device_mesh, placements)`` positional order."""
+    if len(args) > 2:
+        raise RedistributionRefused(f"redistribute takes a DTensor, then placements (or a DeviceMesh and "
+                                    f"placements, DTensor's order), not {len(args) + 1} positional arguments")
+    if args and isinstance(args[0], DeviceMesh):
+        if device_mesh is not None:
+            raise RedistributionRefused("device_mesh is given twice (positionally and as a keyword)")
+        device_mesh, args = args[0], args[1:]
+    if args:
+        if placements is not None:
+            raise RedistributionRefused("placements is given twice (positionally and as a keyword)")
+        placements = args[0]
+    return (tuple(placements) if isinstance(placements, list) else placements), device_mesh
+
+
+def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] | None = None,
+                 device_mesh: DeviceMesh | None = None, check_agreement: bool | str = True,
+                 deadline_s: float | None = None) -> DTensor:
     """``dtensor.redistribute(device_mesh, placements)``, moved by a verified plan.
 
+    Called as ``redistribute(x, placements)``, ``redistribute(x, placements,
+    device_mesh=m)`` or in DTensor's order ``redistribute(x, m, placements)``.
     Collective: every rank of the DTensor's mesh calls it with the same
     arguments. Returns a new DTensor with the same local shard on every rank,
     the same placements and the same device mesh as ``DTensor.redistribute``
@@ -544,6 +581,16 @@ def redistribute(dtensor: DTensor, placements: Sequence[Placement], *, device_me
     Partial placements (``"sum"``, ``"max"``, ``"min"``) may be in the source
     and the target; a Partial target gives a DTensor with those placements
     whose local tensors reduce to the value.
+
+    ``check_agreement``: True (or ``"first"``, the default) compares the
+    ranks' plans when this rank first uses a cached plan (and whenever a rank
+    finds a problem); ``"always"`` on every call (it also catches ranks whose
+    arguments differ on a later call, at the cost of one store round trip per
+    call); False never (a problem is then raised on the ranks that see it).
+    ``deadline_s``: how long the agreement waits for the other ranks
+    (default :data:`verishard.runtime.torch.DEADLINE_S`, 60 s) before it
+    fails with :class:`~verishard.runtime.torch.RanksMissing` naming those
+    that did not arrive.
 
     Raises, on every rank and before any data moves,
     :class:`~verishard.runtime.torch.RedistributionRefused` for bad input
@@ -555,6 +602,7 @@ def redistribute(dtensor: DTensor, placements: Sequence[Placement], *, device_me
     uneven blocks (module docstring). A DeviceMesh that does not span the default process group is
     refused on each rank without communicating.
     """
-    if isinstance(placements, list):
-        placements = tuple(placements)
-    return _Redistribute.apply(dtensor, device_mesh, placements, check_agreement)
+    _require_initialized()
+    placements, device_mesh = _arguments(args, placements, device_mesh)
+    policy = _policy(check_agreement, deadline_s)
+    return _Redistribute.apply(dtensor, device_mesh, placements, policy)
