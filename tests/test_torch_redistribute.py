@@ -344,6 +344,15 @@ def test_a_new_process_group_does_not_reuse_the_old_ones(job):
     assert len(recs) == NPROCS and all(rec["ok"] == [True, True] for _, rec in recs)
 
 
+def test_a_mesh_over_some_ranks_runs_among_them(job):
+    """A DeviceMesh over ranks 0-3 of 8 (DTensor's sub-mesh case): those
+    ranks get the result, ranks 4-7 DTensor's empty local tensor."""
+    recs = list(records(job, "submesh"))
+    assert len(recs) == NPROCS and all(rec["ok"] for _, rec in recs), recs
+    recs = list(records(job, "other-mesh"))  # device_mesh= another mesh over the same ranks
+    assert len(recs) == NPROCS and all(rec["ok"] for _, rec in recs), recs
+
+
 def test_no_op_keeps_the_local_tensor_like_dtensor(job):
     for r, rec in records(job, "identity"):
         assert rec["ours_keeps"] and rec["dtensor_keeps"], r
@@ -356,7 +365,6 @@ ERRORS = {
     "negative-dim-out-of-range": ("RedistributionRefused", ["S(-3) on mesh dimension 0 ('x') names no dimension"]),
     "not-a-placement": ("RedistributionRefused", ["placement 'R' is not a Placement"]),
     "not-a-dtensor": ("RedistributionRefused", ["expects a DTensor, not Tensor"]),
-    "mismatched-mesh": ("NotSupportedYet", ["mismatched mesh", "is not the DTensor's mesh"]),
     "partial-avg": ("NotSupportedYet", ["the source: Partial(avg) on mesh dimension 0 ('x') is not supported",
                                         "sum, max and min"]),
     "partial-mixed": ("RedistributionRefused", ["the target: placements (Partial(sum), Partial(max)) mix "
@@ -373,8 +381,6 @@ ERRORS = {
     "ranks-disagree-first-use": ("RedistributionRefused", ["the ranks disagree on the plan", "ranks 0-2,4-7:",
                                                            "rank 3:"]),
     "wrong-local-shape": ("RedistributionRefused", ["the DTensor's local tensor has shape (3, 16)", "(4, 16)"]),
-    "rank-count": ("RedistributionRefused", ["rank-count mismatch", "has 4 ranks but the default process group "
-                                             "has 8"]),
 }
 
 

@@ -615,8 +615,11 @@ def error_cases(job: Job, dm, dm_other) -> None:
     expect_error(job, "negative-dim-out-of-range", lambda: redistribute(x, [Shard(-3), Replicate()]), after)
     expect_error(job, "not-a-placement", lambda: redistribute(x, [Shard(0), "R"]), after)
     expect_error(job, "not-a-dtensor", lambda: redistribute(G, [Shard(0), Replicate()]), after)
-    expect_error(job, "mismatched-mesh",
-                 lambda: redistribute(x, [Replicate(), Replicate()], device_mesh=dm_other), after)
+    # another DeviceMesh over the same ranks: the cross-mesh schedule, point to point
+    other = redistribute(x, [Replicate(), Shard(0)], device_mesh=dm_other)
+    job.add(case="other-mesh", ok=same(other.to_local(), distribute_tensor(G, dm_other, (Replicate(), Shard(0)),
+                                                                           src_data_rank=None).to_local())
+            and other.device_mesh is dm_other)
     avg = DTensor.from_local(torch.ones(8, 16), dm, [Partial("avg"), Replicate()])
     expect_error(job, "partial-avg", lambda: redistribute(avg, [Replicate(), Replicate()]), after)
     expect_error(job, "partial-mixed", lambda: redistribute(x, [Partial("sum"), Partial("max")]), after)
@@ -641,8 +644,12 @@ def error_cases(job: Job, dm, dm_other) -> None:
                                    shape=torch.Size((8, 16)), stride=(16, 1))
     expect_error(job, "wrong-local-shape", lambda: redistribute(bad_local, [Replicate(), Shard(1)]), after)
     small = DeviceMesh("cpu", torch.arange(4).reshape(2, 2), mesh_dim_names=("a", "b"))
-    s = DTensor.from_local(torch.ones(4, 4), small, [Shard(0), Replicate()])
-    expect_error(job, "rank-count", lambda: redistribute(s, [Replicate(), Replicate()]), after)
+    s = DTensor.from_local(torch.full((4, 4), float(r // 2)), small, [Shard(0), Replicate()], run_check=False)
+    # a mesh over ranks 0-3 of 8: they run it point to point among themselves; ranks 4-7 get DTensor's
+    # empty local tensor (they are not in the mesh)
+    y = redistribute(s, [Replicate(), Replicate()])
+    want = torch.tensor([0.0] * 4 + [1.0] * 4).reshape(8, 1).expand(8, 4) if r < 4 else torch.empty(0)
+    job.add(case="submesh", ok=same(y.to_local(), want) and y.placements == (Replicate(), Replicate()))
     # a no-op keeps the local tensor, as DTensor does
     keep = (Shard(0), Replicate())
     ours, ref = redistribute(x, keep), x.redistribute(dm, keep)

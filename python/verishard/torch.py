@@ -95,11 +95,11 @@ from .errors import VerishardError
 from .mesh import Mesh
 from .plan import Plan
 from .plan import plan as _verified_plan
-from .runtime.torch import (NotSupportedYet, RedistributionRefused, agree, fingerprint, mesh_groups, run_chunked,
-                            run_plan, world)
+from .runtime.torch import (NotSupportedYet, RanksMissing, RedistributionRefused, agree, fingerprint, mesh_groups,
+                            run_chunked, run_plan, world)
 
-__all__ = ["redistribute", "planning_mesh", "plan_for", "cache_info", "cache_clear",
-           "RedistributionRefused", "NotSupportedYet"]
+__all__ = ["redistribute", "transfer", "plan_transfer", "planning_mesh", "plan_for", "cache_info", "cache_clear",
+           "RedistributionRefused", "NotSupportedYet", "RanksMissing"]
 
 INVALID, UNSUPPORTED = "invalid", "unsupported"
 
@@ -176,9 +176,10 @@ def _partial_problems(src: DTensorSpec, dst: DTensorSpec, device_mesh: DeviceMes
     return out
 
 
-def _types(mesh: Mesh, src: DTensorSpec, dst: DTensorSpec,
+def _types(mesh: Mesh | tuple[Mesh, Mesh], src: DTensorSpec, dst: DTensorSpec,
            what: tuple[str, str] = ("source", "target")) -> tuple[Any, Any, list[tuple[str, str]]]:
-    """Our types for the two specs, and the problems: layouts our types do
+    """Our types for the two specs (on one mesh, or on the source's and the
+    target's), and the problems: layouts our types do
     not describe (:class:`verishard.dtensor.UnsupportedLayout`: an uneven
     dimension DTensor splits otherwise than our blocks, checked shard by
     shard against DTensor's own offsets; Partial with an uneven dimension)
@@ -187,9 +188,10 @@ def _types(mesh: Mesh, src: DTensorSpec, dst: DTensorSpec,
     the conversion refuses: invalid (unsupported for ``_StridedShard``
     placements DTensor cannot order)."""
     types, out = [], []
-    for spec, w in zip((src, dst), what):
+    meshes = mesh if isinstance(mesh, tuple) else (mesh, mesh)
+    for m, spec, w in zip(meshes, (src, dst), what):
         try:
-            types.append(_conv.from_spec(mesh, spec))
+            types.append(_conv.from_spec(m, spec))
         except (_conv.UnsupportedLayout, _conv.UnsupportedReduction) as e:
             out.append((UNSUPPORTED, f"the {w}: {e}"))
         except VerishardError as e:
@@ -605,4 +607,19 @@ def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] |
     _require_initialized()
     placements, device_mesh = _arguments(args, placements, device_mesh)
     policy = _policy(check_agreement, deadline_s)
+    if isinstance(dtensor, DTensor) and _point_to_point(dtensor.device_mesh, device_mesh):
+        from .torch_transfer import crossmesh_redistribute
+        return crossmesh_redistribute(dtensor, device_mesh or dtensor.device_mesh, placements, policy)
     return _Redistribute.apply(dtensor, device_mesh, placements, policy)
+
+
+def _point_to_point(src: DeviceMesh, dst: Any) -> bool:
+    """Whether a call runs the cross-mesh schedule: another target mesh, or a
+    source mesh that does not span the default group (a sub-mesh, whose
+    collectives the plan's process groups cannot be made for)."""
+    if isinstance(dst, DeviceMesh) and dst != src:
+        return True
+    return dst in (None, src) and src.size() != dist.get_world_size()
+
+
+from .torch_transfer import plan_transfer, transfer  # noqa: E402  (it uses this module's checks)

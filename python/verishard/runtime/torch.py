@@ -576,54 +576,60 @@ class RanksMissing(RedistributionRefused):
         self.missing = tuple(missing)
 
 
-_SEQ: dict[Any, list] = {}   # default group -> [its prefix store, the next agreement's number]
+_SEQ: dict[Any, dict] = {}   # default group -> {rank set: [its prefix store, the next agreement's number]}
 
 
-def _agreement_store() -> list:
+def _agreement_store(ranks: tuple[int, ...] | None) -> list:
     w = world()
-    entry = _SEQ.get(w)
-    if entry is None:
+    per_set = _SEQ.get(w)
+    if per_set is None:
         _SEQ.clear()   # stores of process groups destroyed since
+        per_set = _SEQ[w] = {}
+    entry = per_set.get(ranks)
+    if entry is None:
         from torch.distributed.distributed_c10d import _get_default_store
-        entry = _SEQ[w] = [dist.PrefixStore("verishard/agree/", _get_default_store()), 0]
+        label = "all" if ranks is None else hashlib.sha256(repr(ranks).encode()).hexdigest()[:16]
+        entry = per_set[ranks] = [dist.PrefixStore(f"verishard/agree/{label}/", _get_default_store()), 0]
     return entry
 
 
 def agree(fp: int, record: dict, device: torch.device | str | None = None, *,
-          deadline_s: float | None = None) -> None:
-    """Collective over every process of the default group: return when every
-    rank has the same fingerprint ``fp`` and no rank's ``record["errors"]`` is
-    non-empty; else raise the same :class:`RedistributionRefused` (or
-    :class:`NotSupportedYet` when every problem is of that kind) on every rank.
-    A rank that does not arrive within ``deadline_s`` (default
-    :data:`DEADLINE_S`, 60 s) fails every rank that did with
-    :class:`RanksMissing` naming it.
+          deadline_s: float | None = None, ranks: tuple[int, ...] | None = None) -> None:
+    """Collective over every process of the default group (or the world
+    ranks ``ranks``): return when every rank has the same fingerprint ``fp``
+    and no rank's ``record["errors"]`` is non-empty; else raise the same
+    :class:`RedistributionRefused` (or :class:`NotSupportedYet` when every
+    problem is of that kind) on every rank. A rank that does not arrive
+    within ``deadline_s`` (default :data:`DEADLINE_S`, 60 s) fails every
+    rank that did with :class:`RanksMissing` naming it.
 
     It runs over the default group's key-value store (the one
     ``init_process_group`` made), not a collective: each rank writes its
     record under this agreement's number, waits for the others' keys with the
     deadline, and reads them (``device`` is not used). Agreements are
-    numbered in call order, so every rank must make the same sequence of them
-    (as it makes the same sequence of collectives).
+    numbered in call order per rank set, so the ranks of a set must make the
+    same sequence of them (as they make the same sequence of collectives).
 
     ``record`` is the MPI backend's validation record: ``errors`` (strings),
     and where known ``plan`` (a fingerprint in hex), ``desc``, ``dtype`` and
     ``dtype_name``; ``unsupported`` (bool): every error is a feature not
     supported yet.
     """
-    store, seq = entry = _agreement_store()
+    members = tuple(range(dist.get_world_size())) if ranks is None else tuple(ranks)
+    store, seq = entry = _agreement_store(ranks)
     entry[1] += 1
-    n, me = dist.get_world_size(), dist.get_rank()
+    n, me = len(members), dist.get_rank()
     timeout = DEADLINE_S if deadline_s is None else float(deadline_s)
-    keys = [f"{seq}/{r}" for r in range(n)]
-    store.set(keys[me], json.dumps({**record, "fp": int(fp)}))
+    keys = [f"{seq}/{r}" for r in members]
+    store.set(f"{seq}/{me}", json.dumps({**record, "fp": int(fp)}))
     try:
         store.wait(keys, timedelta(seconds=timeout))
     except Exception as e:  # noqa: BLE001 - the store's timeout (DistStoreError, RuntimeError by release)
-        missing = tuple(r for r, k in enumerate(keys) if not store.check([k]))
-        if not missing:  # pragma: no cover - the store failed otherwise
-            raise
-        who = _ranks(list(missing))
+        try:
+            missing = tuple(r for r, k in zip(members, keys) if not store.check([k]))
+        except Exception:  # noqa: BLE001 - the store itself is gone (its host rank exited)
+            missing = ()
+        who = _ranks(list(missing)) if missing else "a rank (the store could not say which: its host is gone)"
         raise RanksMissing(
             f"redistribution refused before any data moved: {who} did not arrive within {timeout:g} s "
             f"(rank {me} waited; {n - len(missing)} of {n} ranks arrived). A rank that fails before "
@@ -635,7 +641,10 @@ def agree(fp: int, record: dict, device: torch.device | str | None = None, *,
     fps = [int(rec["fp"]) for rec in records]
     if all(f == fp for f in fps) and not any(rec.get("errors") for rec in records):
         return
-    verdict = _verdict(records)
+    by_rank: list[dict] = [{} for _ in range(max(members) + 1)]   # the message names world ranks
+    for r, rec in zip(members, records):
+        by_rank[r] = rec
+    verdict = _verdict(by_rank)
     if verdict is None:  # fingerprints differ while the records agree: report both
         verdict = ("redistribution refused before any data moved:\n  the ranks disagree on the plan "
                    f"(fingerprints {', '.join(f'{f:x}' for f in sorted(set(fps)))})")
@@ -645,3 +654,46 @@ def agree(fp: int, record: dict, device: torch.device | str | None = None, *,
     raise (NotSupportedYet if only_unsupported else RedistributionRefused)(verdict)
 
 
+
+
+# ---------------------------------------------------------------------------
+# point to point: cross-mesh schedules and transfers
+
+
+def _box_slices(box, starts) -> tuple[slice, ...]:
+    return tuple(slice(s - o, s - o + length) for (s, length), o in zip(box, starts))
+
+
+def run_rounds(rounds: list[list[tuple[Any, int, int, tuple]]], sources: dict[Any, tuple[torch.Tensor, tuple]],
+               targets: dict[Any, tuple[torch.Tensor, tuple]]) -> None:
+    """Run staged point-to-point rounds on this rank; collective over the
+    ranks the rounds name (world ranks of the default group).
+
+    A round is a list of cuts ``(key, sender, receiver, global box)``;
+    ``sources[key]`` is this rank's source block of tensor ``key`` and its
+    global start, ``targets[key]`` its target block (written in place) and
+    start. Per round every cut this rank sends is copied out of its block
+    (``contiguous``: the cut's bytes, never the whole block), every cut it
+    receives lands in a buffer of its size, all of them posted in one
+    ``batch_isend_irecv`` and waited for, then copied into place: a rank
+    holds at most one round's send and receive buffers at a time. Cuts are
+    tagged by their position in the round, which every rank computes alike,
+    so no message can be matched with another."""
+    me = dist.get_rank()
+    for cuts in rounds:
+        ops, landed = [], []
+        for tag, (key, a, b, box) in enumerate(cuts):
+            if b == me and a != me:
+                out, starts = targets[key]
+                buf = out.new_empty(tuple(length for _, length in box))
+                ops.append(dist.P2POp(dist.irecv, buf, a, tag=tag))
+                landed.append((out, _box_slices(box, starts), buf))
+            elif a == me and b != me:
+                local, starts = sources[key]
+                ops.append(dist.P2POp(dist.isend, local[_box_slices(box, starts)].contiguous(), b, tag=tag))
+        if ops:
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+        for out, where, buf in landed:
+            out[where] = buf
+        del ops, landed

@@ -1,0 +1,101 @@
+"""verishard.torch across meshes, whole state dicts and ranks that do not
+arrive, on 4 gloo processes (one launch of tests/torch_world_job.py; every
+rank reports through a JSON file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from torch_world_job import DEADLINE_S, NPROCS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    out = tmp_path_factory.mktemp("torch_world_job")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "torch_world_job.py"), str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    ranks = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(NPROCS)
+             if (out / f"rank{r}.json").exists()}
+    tail = (proc.stdout + proc.stderr)[-4000:]
+    assert proc.returncode == 0, f"torch_world_job.py exited with {proc.returncode}:\n{tail}"
+    assert sorted(ranks) == list(range(NPROCS)), tail
+    crashes = [rec["traceback"] for d in ranks.values() for rec in d["records"] if rec["case"] == "crash"]
+    assert not crashes, crashes[0]
+    return ranks
+
+
+def records(job, case):
+    return [(r, rec) for r, d in sorted(job.items()) for rec in d["records"] if rec["case"] == case]
+
+
+def test_crossmesh_matches_distribute_tensor_on_the_target(job):
+    """Disjoint, overlapping and equal rank sets (sub-meshes among them):
+    every target rank holds distribute_tensor's shard of the global tensor,
+    every other rank an empty local tensor; placements and mesh are the
+    target's."""
+    recs = records(job, "crossmesh")
+    assert len(recs) == NPROCS * 6
+    for r, rec in recs:
+        assert "error" not in rec, (r, rec["label"], rec.get("traceback"))
+        assert rec["ok"] and rec["placements_ok"], (r, rec)
+    members = {rec["label"]: sum(x["member"] for _, x in recs if x["label"] == rec["label"]) for _, rec in recs}
+    assert members["disjoint 0,1 -> 2,3"] == 2 and members["overlapping (2,2) -> 3,1,2"] == 3
+
+
+CROSS_ERRORS = {
+    "partial source": ("NotSupportedYet", "a cross-mesh move takes plain layouts; reduce the source first"),
+    "ranks disagree": ("RedistributionRefused", "the ranks disagree on the plan: ranks 0-2: "),
+    "dim out of range": ("RedistributionRefused", "S(2) on mesh dimension 0 ('b') names no dimension"),
+}
+
+
+@pytest.mark.parametrize("label", sorted(CROSS_ERRORS))
+def test_crossmesh_refusals_are_the_same_on_every_rank(job, label):
+    cls, part = CROSS_ERRORS[label]
+    got = [rec for _, rec in records(job, "crossmesh_error") if rec["label"] == label]
+    assert len(got) == NPROCS
+    assert {rec["error"]["type"] for rec in got} == {cls} and len({rec["error"]["message"] for rec in got}) == 1
+    assert part in got[0]["error"]["message"] and all(rec["ok_after"] for rec in got)
+
+
+def test_transfer_moves_a_state_dict_exactly(job):
+    """8 tensors (bf16, fp16, fp32, fp64; rank 1 to 4; uneven; a plain tensor
+    held by rank 0) from 2 FSDP ranks to 2 tensor-parallel ranks in rounds of
+    512 bytes: every tensor bit for bit with distribute_tensor's shard, the
+    target's placements and mesh; every rank receives exactly the lower
+    bound; per round no rank sends or receives more than the budget, unless
+    the round is one cut."""
+    recs = records(job, "transfer")
+    assert len(recs) == NPROCS
+    for r, rec in recs:
+        assert "error" not in rec, (r, rec.get("traceback"))
+        assert rec["tensors"] == 8 and rec["rounds"] > 1
+        if r in (2, 3):
+            assert sorted(rec["same"]) == rec["names"] and len(rec["names"]) == 8
+            assert all(rec["same"].values()) and all(rec["specs"].values()), rec
+            assert rec["received"] == rec["lower_bound"] == rec["target_bytes"] > 0
+        else:
+            assert rec["names"] == [] and rec["received"] == 0 and rec["sent"] > 0
+        for (sent, received), single in zip(rec["loads"], rec["single_cut_rounds"]):
+            assert single or (sent <= rec["budget"] and received <= rec["budget"]), rec["loads"]
+    assert sum(rec["sent"] for _, rec in recs) == sum(rec["received"] for _, rec in recs)
+
+
+def test_a_rank_that_does_not_arrive_fails_the_others_within_the_deadline(job):
+    """Rank 3 does not call; ranks 0-2 raise RanksMissing naming rank 3
+    after the deadline (3 s) and well before gloo's own timeout."""
+    for r, rec in records(job, "deadline"):
+        if r == 3:
+            continue
+        err = rec["error"]
+        assert err is not None and err["type"] == "RanksMissing" and "RedistributionRefused" in err["mro"], rec
+        assert "rank 3 did not arrive within 3 s" in err["message"] and rec["missing"] == [3], err
+        assert DEADLINE_S - 0.1 <= rec["seconds"] <= DEADLINE_S + 5, rec["seconds"]
