@@ -99,3 +99,45 @@ def test_a_rank_that_does_not_arrive_fails_the_others_within_the_deadline(job):
         assert err is not None and err["type"] == "RanksMissing" and "RedistributionRefused" in err["mro"], rec
         assert "rank 3 did not arrive within 3 s" in err["message"] and rec["missing"] == [3], err
         assert DEADLINE_S - 0.1 <= rec["seconds"] <= DEADLINE_S + 5, rec["seconds"]
+
+
+def test_enable_routes_dtensor_redistributions_with_identical_results(job):
+    """A tensor-parallel MLP forward and backward under
+    verishard.torch.enabled() equals DTensor's own run bit for bit (output
+    and every gradient); redistributions were routed through verified plans,
+    the fallbacks counted with their reason; leaving the block restores
+    torch's function."""
+    recs = records(job, "enable")
+    assert len(recs) == NPROCS * 2
+    for r, rec in recs:
+        assert all(rec["same"]) and len(rec["same"]) == 5, (r, rec)
+        assert rec["info"]["routed"] >= 1 and rec["restored"], (r, rec)
+        assert sum(rec["info"]["reasons"].values()) == rec["info"]["fallbacks"]
+    assert any(rec["info"]["routed"] >= 2 for _, rec in recs)
+
+
+def test_the_entry_point_enable_patches_is_where_torch_keeps_it():
+    """Fails loudly when torch moves or changes redistribute_local_tensor
+    (then enable() would route nothing): every module DTensor calls it from
+    holds the same function, with the parameters enable() passes on."""
+    import torch
+    import verishard.torch as vt
+    fn = vt.check_entry_point()
+    assert fn.__name__ == "redistribute_local_tensor", fn
+    assert any(torch.__version__.startswith(v) for v in vt.TESTED_TORCH), (torch.__version__, vt.TESTED_TORCH)
+    vt.enable()
+    try:
+        import torch.distributed.tensor._dispatch as d
+        assert d.redistribute_local_tensor is not fn and vt.check_entry_point() is fn
+    finally:
+        vt.disable()
+    assert d.redistribute_local_tensor is fn
+
+
+def test_a_moved_entry_point_is_refused_before_anything_is_patched(monkeypatch):
+    import torch.distributed.tensor._api as api
+    import verishard.torch as vt
+    monkeypatch.delattr(api, "redistribute_local_tensor")
+    with pytest.raises(vt.EntryPointMoved, match="_api has no redistribute_local_tensor"):
+        vt.enable()
+    assert vt._ROUTING["depth"] == 0

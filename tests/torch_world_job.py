@@ -154,6 +154,37 @@ def transfer_case(add, rank) -> None:
     add(**rec)
 
 
+def enable_case(add, rank) -> None:
+    """A tensor-parallel MLP (column-wise then row-wise Linear; once with a
+    replicated output, once with a sequence-sharded one), forward and
+    backward, with DTensor's own redistributions and under
+    verishard.torch.enabled(): output and every gradient bit for bit."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    import verishard.torch as vt
+    mesh = init_device_mesh("cpu", (NPROCS,), mesh_dim_names=("tp",))
+
+    def run(row):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16))
+        m = parallelize_module(m, mesh, {"0": ColwiseParallel(), "2": row})
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+        y = m(x)
+        (y * y).sum().backward()
+        return [y.detach()] + [p.grad.to_local() for p in m.parameters()]
+
+    for label, row in (("replicated output", RowwiseParallel()),
+                       ("sequence-sharded output", RowwiseParallel(output_layouts=Shard(0)))):
+        ref = run(row)
+        vt.routing_info(reset=True)
+        with vt.enabled():
+            got = run(row)
+        add(case="enable", label=label, same=[same(a, b) for a, b in zip(ref, got)], info=vt.routing_info(),
+            restored=vt._ROUTING["depth"] == 0)
+
+
 def deadline_case(add, rank) -> None:
     import torch
     from torch.distributed.device_mesh import init_device_mesh
@@ -188,7 +219,8 @@ def worker(rank: int, port: int, outdir: str, only: str) -> None:
         records.append(rec)
     try:
         dist.init_process_group("gloo", rank=rank, world_size=NPROCS, timeout=timedelta(seconds=60))
-        for name, fn in (("crossmesh", crossmesh_cases), ("transfer", transfer_case), ("deadline", deadline_case)):
+        for name, fn in (("crossmesh", crossmesh_cases), ("transfer", transfer_case), ("enable", enable_case),
+                         ("deadline", deadline_case)):
             if not only or name in only.split(","):
                 fn(add, rank)
     except BaseException as e:  # noqa: BLE001 - reported through the file

@@ -98,7 +98,8 @@ from .plan import plan as _verified_plan
 from .runtime.torch import (NotSupportedYet, RanksMissing, RedistributionRefused, agree, fingerprint, mesh_groups,
                             run_chunked, run_plan, world)
 
-__all__ = ["redistribute", "transfer", "plan_transfer", "planning_mesh", "plan_for", "cache_info", "cache_clear",
+__all__ = ["redistribute", "transfer", "plan_transfer", "enable", "disable", "enabled", "routing_info",
+           "check_entry_point", "EntryPointMoved", "planning_mesh", "plan_for", "cache_info", "cache_clear",
            "RedistributionRefused", "NotSupportedYet", "RanksMissing"]
 
 INVALID, UNSUPPORTED = "invalid", "unsupported"
@@ -623,3 +624,181 @@ def _point_to_point(src: DeviceMesh, dst: Any) -> bool:
 
 
 from .torch_transfer import plan_transfer, transfer  # noqa: E402  (it uses this module's checks)
+
+
+# ---------------------------------------------------------------------------
+# DTensor's own redistributions: enable()
+
+# The torch releases whose internal entry point this was written against and tested on.
+TESTED_TORCH = ("2.13",)
+# Where DTensor looks the entry point up: each module imported it by name.
+_ENTRY_MODULES = ("torch.distributed.tensor._redistribute", "torch.distributed.tensor._dispatch",
+                  "torch.distributed.tensor._api")
+_ENTRY_PARAMS = ("local_tensor", "current_spec", "target_spec", "async_op")
+_ROUTING: dict[str, Any] = {"original": None, "depth": 0}
+_ROUTE_STATS: dict[str, Any] = {"routed": 0, "fallbacks": 0, "reasons": {}}
+
+
+class EntryPointMoved(VerishardError, RuntimeError):
+    """torch's internal redistribution entry point is not where
+    :func:`enable` expects it (another torch release): nothing was patched."""
+
+
+def check_entry_point() -> Any:
+    """DTensor's ``redistribute_local_tensor`` as every module that calls it
+    holds it, checked: the same function everywhere, with the parameters
+    :func:`enable` passes on. Raises :class:`EntryPointMoved` naming what
+    differs (then :func:`enable` would route nothing)."""
+    import importlib
+    import inspect
+    found = {}
+    for name in _ENTRY_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError as e:
+            raise EntryPointMoved(f"torch {torch.__version__}: cannot import {name} ({e}); verishard.torch.enable "
+                                  f"is written for torch {', '.join(TESTED_TORCH)}") from None
+        fn = getattr(mod, "redistribute_local_tensor", None)
+        if fn is None:
+            raise EntryPointMoved(f"torch {torch.__version__}: {name} has no redistribute_local_tensor; "
+                                  f"verishard.torch.enable is written for torch {', '.join(TESTED_TORCH)}")
+        found[name] = getattr(fn, "__wrapped_original__", fn)
+    originals = set(map(id, found.values()))
+    if len(originals) != 1:
+        raise EntryPointMoved(f"torch {torch.__version__}: the modules {', '.join(_ENTRY_MODULES)} hold different "
+                              "redistribute_local_tensor functions")
+    fn = next(iter(found.values()))
+    params = tuple(inspect.signature(fn).parameters)
+    if params[:3] != _ENTRY_PARAMS[:3] or _ENTRY_PARAMS[3] not in params:
+        raise EntryPointMoved(f"torch {torch.__version__}: redistribute_local_tensor takes {params}, verishard "
+                              f"routes {_ENTRY_PARAMS}")
+    return fn
+
+
+def enable(*, force: bool = False) -> None:
+    """Route DTensor's own redistributions (``DTensor.redistribute``, the
+    implicit ones inside ops and their backward) through verified plans:
+    every call of torch's ``redistribute_local_tensor`` on a mesh over every
+    rank of the default group is planned and run as :func:`redistribute`
+    runs it (agreeing on a plan's first use); what the verified planner
+    refuses, or what DTensor computes differently by design (a target
+    Partial where the source is not: DTensor divides the value; tracing;
+    another or a partial mesh), goes to DTensor's own path and is counted
+    (:func:`routing_info`). Nested calls stack; :func:`disable` undoes one.
+
+    Checked against torch's internals first (:func:`check_entry_point`);
+    on a torch release other than :data:`TESTED_TORCH` it refuses unless
+    ``force=True``."""
+    import importlib
+    if _ROUTING["depth"]:
+        _ROUTING["depth"] += 1
+        return
+    if not force and not any(torch.__version__.startswith(v) for v in TESTED_TORCH):
+        raise EntryPointMoved(f"verishard.torch.enable is tested on torch {', '.join(TESTED_TORCH)}, this is "
+                              f"{torch.__version__}; enable(force=True) routes anyway (check_entry_point passed)"
+                              if _safe_check() else f"torch {torch.__version__} is not tested")
+    original = check_entry_point()
+
+    def routed(local_tensor, current_spec, target_spec, **kwargs):
+        return _route(original, local_tensor, current_spec, target_spec, kwargs)
+    routed.__wrapped_original__ = original
+    for name in _ENTRY_MODULES:
+        setattr(importlib.import_module(name), "redistribute_local_tensor", routed)
+    _ROUTING.update(original=original, depth=1)
+
+
+def _safe_check() -> bool:
+    try:
+        check_entry_point()
+        return True
+    except EntryPointMoved:
+        return False
+
+
+def disable() -> None:
+    """Undo one :func:`enable` (the last one restores torch's function)."""
+    import importlib
+    if not _ROUTING["depth"]:
+        return
+    _ROUTING["depth"] -= 1
+    if not _ROUTING["depth"]:
+        for name in _ENTRY_MODULES:
+            setattr(importlib.import_module(name), "redistribute_local_tensor", _ROUTING["original"])
+        _ROUTING["original"] = None
+
+
+class enabled:
+    """``with verishard.torch.enabled(): ...``: :func:`enable` for the block."""
+
+    def __init__(self, *, force: bool = False):
+        self.force = force
+
+    def __enter__(self):
+        enable(force=self.force)
+        return self
+
+    def __exit__(self, *exc):
+        disable()
+        return False
+
+
+def routing_info(reset: bool = False) -> dict[str, Any]:
+    """Redistributions routed through verified plans and fallbacks to
+    DTensor's path (with their reasons) since the last reset."""
+    out = {"routed": _ROUTE_STATS["routed"], "fallbacks": _ROUTE_STATS["fallbacks"],
+           "reasons": dict(_ROUTE_STATS["reasons"])}
+    if reset:
+        _ROUTE_STATS.update(routed=0, fallbacks=0, reasons={})
+    return out
+
+
+def _fallback(original: Any, reason: str, args: tuple, kwargs: dict) -> torch.Tensor:
+    _ROUTE_STATS["fallbacks"] += 1
+    _ROUTE_STATS["reasons"][reason] = _ROUTE_STATS["reasons"].get(reason, 0) + 1
+    return original(*args, **kwargs)
+
+
+def _route(original: Any, local: torch.Tensor, cur: DTensorSpec, target: DTensorSpec, kwargs: dict) -> torch.Tensor:
+    args = (local, cur, target)
+    from torch.distributed.tensor._redistribute import _are_we_tracing
+    if cur.placements == target.placements:  # nothing moves: DTensor's own short cut, not counted
+        return original(*args, **kwargs)
+    if _are_we_tracing():
+        return _fallback(original, "tracing", args, kwargs)
+    if cur.mesh != target.mesh or cur.mesh.size() != dist.get_world_size():
+        return _fallback(original, "mesh not over every rank", args, kwargs)
+    if any(t.is_partial() and not c.is_partial() for c, t in zip(cur.placements, target.placements)):
+        return _fallback(original, "to Partial (DTensor divides the value)", args, kwargs)
+    key = (world(), dist.get_rank(), "spec", cur, target)
+    entry = _lookup(key)
+    if entry is None:
+        entry, problems = _spec_entry(cur, target)
+        if problems:
+            return _fallback(original, "refused: " + problems[0][1].split(":")[0], args, kwargs)
+        _store(key, entry)
+    if tuple(local.shape) != entry.local_shape:
+        return _fallback(original, "local shape", args, kwargs)
+    _agree_on(entry, [], ("first", None))
+    _ROUTE_STATS["routed"] += 1
+    if entry.plan is None:
+        return local
+    groups = mesh_groups(cur.mesh)
+    if entry.plan.src.uneven or entry.plan.dst.uneven:
+        return run_chunked(entry.plan, local, groups)
+    return run_plan(entry.plan, local, groups)
+
+
+def _spec_entry(cur: DTensorSpec, target: DTensorSpec) -> tuple[_Entry | None, list]:
+    """The entry for DTensor's (current spec, target spec), or the problems."""
+    mesh_obj = cur.mesh
+    mesh = planning_mesh(mesh_obj)
+    problems = _partial_problems(cur, target, mesh_obj)
+    if problems:
+        return None, problems
+    s, d, problems = _types(mesh, cur, target)
+    if problems:
+        return None, problems
+    try:
+        return _make_entry(mesh, s, d, cur, target, target, mesh_groups(mesh_obj).rank), []
+    except VerishardError as err:
+        return None, [(INVALID, str(err))]
