@@ -298,13 +298,13 @@ def test_uneven_refusals_are_exactly_the_layouts_that_differ(job):
         if err is None:
             continue
         assert err["type"] == "NotSupportedYet" and "NotImplementedError" in err["mro"], where + f": {err}"
-        for part in ("is split into", "which does not divide it: DTensor's shards (", "verishard's uneven blocks "
-                     "of ceil(", "only where the two agree", "mesh dimension "):
+        for part in (" shards by '", "DTensor's ", "are not verishard's blocks of ceil(", "make it divisible by ",
+                     "or Replicate() on '"):
             assert part in err["message"], (where, part, err["message"])
         messages.setdefault((rec["mesh"], str(rec["shape"]), rec["src"], rec["dst"]), set()).add(err["message"])
     assert messages and all(len(m) == 1 for m in messages.values())
     strided = [k for k in messages if "_StridedShard" in k[2] + k[3]]
-    assert strided and any("its _StridedShard layout" in next(iter(messages[k])) for k in strided)
+    assert strided and any("DTensor's _StridedShard" in next(iter(messages[k])) for k in strided)
 
 
 def test_uneven_gradients_equal_dtensors(job):
@@ -372,10 +372,8 @@ ERRORS = {
     "partial-change-reduction": ("NotSupportedYet", ["the source is pending a sum (on mesh dimension 0 ('x')) and "
                                                      "the target a max"]),
     "uneven-nested": ("NotSupportedYet", [
-        "ranks 0-7: the target: dimension 0 of size 6 is split into 8 shards by mesh dimension 0 ('x') and mesh "
-        "dimension 1 ('y'), which does not divide it: DTensor's shards (torch.chunk of each chunk, mesh dimension by "
-        "mesh dimension) are [0:1] [1:2] [2:3] [] [3:4] [4:5] [5:6] [], verishard's uneven blocks of ceil(6 / 8) = 1 "
-        "are [0:1] [1:2] [2:3] [3:4] [4:5] [5:6] [] []"]),
+        "ranks 0-7: the target: dim 0 of size 6 in 8 shards by 'x','y': DTensor's torch.chunk of each chunk [0:1] "
+        "[1:2] [2:3] [] ... are not verishard's blocks of ceil(6/8)=1; make it divisible by 8 or Replicate() on 'y'"]),
     "one-rank-wrong-length": ("RedistributionRefused", ["\n  rank 5: placements (Shard(dim=0),) has 1 entries"]),
     "ranks-disagree": ("RedistributionRefused", ["the ranks disagree on the plan", "ranks 0-2,4-7:", "rank 3:"]),
     "ranks-disagree-first-use": ("RedistributionRefused", ["the ranks disagree on the plan", "ranks 0-2,4-7:",

@@ -67,23 +67,27 @@ def test_crossmesh_refusals_are_the_same_on_every_rank(job, label):
 
 
 def test_transfer_moves_a_state_dict_exactly(job):
-    """8 tensors (bf16, fp16, fp32, fp64; rank 1 to 4; uneven; a plain tensor
-    held by rank 0) from 2 FSDP ranks to 2 tensor-parallel ranks in rounds of
-    512 bytes: every tensor bit for bit with distribute_tensor's shard, the
-    target's placements and mesh; every rank receives exactly the lower
-    bound; per round no rank sends or receives more than the budget, unless
-    the round is one cut."""
+    """9 tensors (bf16, fp16, fp32, fp64; rank 1 to 4; uneven; replicated
+    targets; a plain tensor held by rank 0) from 2 FSDP ranks to 2
+    tensor-parallel ranks, and one with two shard axes to a (2, 2) mesh over
+    all 4 ranks, in rounds of 512 bytes: every tensor bit for bit with
+    distribute_tensor's shard, the target's placements and mesh; every rank
+    receives exactly the lower bound (its target blocks less what it holds);
+    per round no rank sends or receives more than the budget, unless the
+    round is one cut."""
     recs = records(job, "transfer")
     assert len(recs) == NPROCS
     for r, rec in recs:
         assert "error" not in rec, (r, rec.get("traceback"))
-        assert rec["tensors"] == 8 and rec["rounds"] > 1
+        assert rec["tensors"] == 9 and rec["rounds"] > 1
+        assert sorted(rec["same"]) == rec["names"] and len(rec["names"]) == (9 if r in (2, 3) else 1)
+        assert all(rec["same"].values()) and all(rec["specs"].values()), rec
+        assert rec["received"] == rec["lower_bound"], rec
         if r in (2, 3):
-            assert sorted(rec["same"]) == rec["names"] and len(rec["names"]) == 8
-            assert all(rec["same"].values()) and all(rec["specs"].values()), rec
-            assert rec["received"] == rec["lower_bound"] == rec["target_bytes"] > 0
-        else:
-            assert rec["names"] == [] and rec["received"] == 0 and rec["sent"] > 0
+            assert rec["target_bytes"] == rec["lower_bound"] > 0   # nothing of theirs is there before
+        else:  # source and target of moe.w2: rank 0 holds its target block (rows 0-3), rank 1 does not
+            assert rec["names"] == ["moe.w2"] and rec["sent"] > 0
+            assert rec["lower_bound"] == (0 if r == 0 else rec["target_bytes"]), rec
         for (sent, received), single in zip(rec["loads"], rec["single_cut_rounds"]):
             assert single or (sent <= rec["budget"] and received <= rec["budget"]), rec["loads"]
     assert sum(rec["sent"] for _, rec in recs) == sum(rec["received"] for _, rec in recs)

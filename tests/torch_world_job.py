@@ -114,6 +114,7 @@ def transfer_case(add, rank) -> None:
     train = DeviceMesh("cpu", torch.tensor([0, 1]), mesh_dim_names=("fsdp",))
     infer = DeviceMesh("cpu", torch.tensor([2, 3]), mesh_dim_names=("tp",))
     infer2 = DeviceMesh("cpu", torch.tensor([[3], [2]]), mesh_dim_names=("dp", "tp"))
+    both = DeviceMesh("cpu", torch.tensor([[0, 1], [2, 3]]), mesh_dim_names=("dp", "tp"))
     layouts = {  # name: (shape, dtype, target mesh, target placements)
         "embed.weight": ((33, 16), torch.bfloat16, infer, (S(0),)),
         "layers.0.attn.qkv.weight": ((48, 16), torch.float32, infer, (S(0),)),
@@ -122,6 +123,8 @@ def transfer_case(add, rank) -> None:
         "layers.0.norm.weight": ((16,), torch.float32, infer, (R(),)),
         "conv.kernel": ((5, 3, 3, 4), torch.float32, infer, (S(3),)),
         "experts.w": ((3, 7, 6), torch.float64, infer2, (S(1), R())),
+        # two shard axes, uneven, onto a mesh over every rank (ranks 0 and 1 are source and target)
+        "moe.w2": ((7, 10), torch.float32, both, (S(0), S(1))),
     }
     tensors, targets, want = {}, {}, {}
     for k, (name, (shape, dtype, mesh, pl)) in enumerate(layouts.items()):
