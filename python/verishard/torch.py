@@ -65,13 +65,21 @@ dtype, source placements and shard order, target placements): a second call
 with the same layouts does no planning work (:func:`cache_info`).
 
 Before any data moves, every rank checks its input and plan and the ranks
-compare a fingerprint of the plan in one small ``all_gather``; bad input or
-ranks that disagree raise the same
-:class:`~verishard.runtime.torch.RedistributionRefused` (a ``ValueError``)
-on every rank, naming every failing rank. ``check_agreement=False`` skips
-that exchange (one collective less per call; safe only when every rank is
-known to pass the same arguments), and then a problem is raised on the
-ranks that see it.
+compare a fingerprint of the plan through the default group's store
+(:func:`verishard.runtime.torch.agree`); bad input or ranks that disagree
+raise the same :class:`~verishard.runtime.torch.RedistributionRefused` (a
+``ValueError``) on every rank, naming every failing rank, and a rank that
+does not arrive within the deadline (60 s by default) fails the others with
+:class:`~verishard.runtime.torch.RanksMissing` naming it. By default the
+ranks agree when a rank first uses a cached plan (``check_agreement=True``
+or ``"first"``); ``"always"`` agrees on every call, ``False`` never (a
+problem is then raised on the ranks that see it).
+
+Another ``device_mesh`` than the DTensor's, or a DeviceMesh over some ranks
+of the world only, runs the verified cross-mesh schedule point to point
+(:mod:`verishard.torch_transfer`, which also holds :func:`transfer`, a whole
+state dict in one schedule). :func:`enable` routes DTensor's own
+redistributions through verified plans.
 
 Importing this module imports torch; see ``docs/torch.md``.
 """

@@ -148,11 +148,11 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
     above the budget (one slice larger than it, as ``Rounds.xrounds`` allows)
     gets a round of its own. Rounds keep their cuts' order.
 
-    >>> r = [[(0, 2, 0, ((0, 4),))], [(1, 3, 1, ((4, 4),))]]
+    >>> r = [[(0, 2, 0, ((0, 4),))], [(1, 3, 1, ((4, 4),))]]    # 16 bytes from rank 0, then from rank 1
     >>> [len(rd) for rd in pack([("a", 4, r), ("b", 4, r)], 32)]
-    [2, 2]
+    [4]
     >>> [len(rd) for rd in pack([("a", 4, r), ("b", 4, r)], 16)]
-    [1, 1, 1, 1]
+    [2, 2]
     """
     packed: list[list] = []
     loads: list[tuple[dict, dict]] = []

@@ -42,14 +42,18 @@ own. Every group's rank order is read back from the process group and compared
 with the verified group index; where they differ (a backend that sorts the
 ranks), the backend reorders the blocks by that table.
 
-Validation (:func:`agree`): before any data moves, every rank contributes a
-fingerprint of its plan (mesh, types, collectives, dtype) and the number of
-problems it found to one small ``all_gather`` on CPU tensors (over a gloo
-group when the default backend is NCCL, so that it does not wait for the
-GPU). If the ranks disagree or any
-rank found a problem, they exchange their records with ``all_gather_object``
-and every rank raises the same :class:`RedistributionRefused`, naming every
-failing rank (the MPI backend's message, :mod:`verishard.runtime.mpi`).
+Validation (:func:`agree`): before any data moves, every rank writes its
+record (a fingerprint of its plan: mesh, types, collectives, dtype; and the
+problems it found) into the default group's key-value store under the
+agreement's number, waits for the other ranks' records under a deadline
+(:data:`DEADLINE_S`, 60 s by default) and reads them. If the ranks disagree
+or any rank found a problem, every rank raises the same
+:class:`RedistributionRefused`, naming every failing rank (the MPI backend's
+message, :mod:`verishard.runtime.mpi`); if a rank does not arrive, every rank
+that did raises :class:`RanksMissing` naming it.
+
+Point to point (:func:`run_rounds`): cross-mesh schedules and transfers run
+in rounds of ``batch_isend_irecv`` over the default group.
 
 The DTensor front end is :func:`verishard.torch.redistribute`.
 
