@@ -58,7 +58,8 @@ from datetime import timedelta
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MiB = 1 << 20
-from procmem import reset_hwm, rss_kib  # noqa: E402  (bench/: this script's directory)
+from procmem import reset_hwm, return_freed_memory, rss_kib  # noqa: E402
+from report import emit_report  # noqa: E402  (bench/: this script's directory)
 NPROCS = 8
 METHODS = ("ours", "greedy", "mincost")
 OVERHEAD_ROUNDS = 5  # per-call overhead: median over rounds of --calls back-to-back calls
@@ -491,9 +492,7 @@ def write_csv(results: list[dict], path: str) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:  # freed tensors must go back to the OS
-        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(1 << 16))
-        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    return_freed_memory()
     if args.overhead_only:
         args.big_mib, args.pairs_2d, args.pairs_3d = "", 0, 0
         if args.out == os.path.join(HERE, "results", "torch.md"):
@@ -533,14 +532,9 @@ def main(argv=None) -> int:
                 json.dump({"command": command, "seconds": time.time() - start, "sweep_mib": args.sweep_mib,
                            "calls": args.calls, "device": args.device, "nprocs": args.nprocs}, f)
         text = report(results, args, time.time() - start, command)
-    if args.out == "-":
-        sys.stdout.write(text)
-    else:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit_report(text, args.out)
+    if args.out != "-":
         write_csv(results, os.path.join(os.path.dirname(args.out), "torch_pairs.csv"))
-        print(text)
-        print(f"wrote {args.out}")
     return 0
 
 

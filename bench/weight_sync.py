@@ -48,7 +48,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MiB = 1 << 20
 sys.path.insert(0, HERE)
-from procmem import reset_hwm, rss_kib  # noqa: E402
+from procmem import reset_hwm, return_freed_memory, rss_kib  # noqa: E402
+from report import emit_report  # noqa: E402
 
 METHODS = ("verishard", "gather+broadcast", "full_tensor+distribute_tensor")
 
@@ -294,9 +295,7 @@ def _split_table(split, recs, args) -> list[str]:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:  # freed tensors must go back to the OS
-        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(1 << 16))
-        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    return_freed_memory()
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import torch.multiprocessing as mp
     import torch.distributed.tensor  # noqa: F401  (import once, then fork)
@@ -315,13 +314,7 @@ def main(argv=None) -> int:
             runs.append((split, [json.load(open(os.path.join(outdir, f"rank{r}.json")))
                                  for r in range(train + infer)]))
     text = report(runs, args, time.time() - start, command)
-    if args.out == "-":
-        sys.stdout.write(text)
-    else:
-        with open(args.out, "w") as f:
-            f.write(text)
-        print(text)
-        print(f"wrote {args.out}")
+    emit_report(text, args.out)
     return 0
 
 

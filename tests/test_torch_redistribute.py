@@ -14,7 +14,6 @@ uneven blocks.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -23,6 +22,9 @@ from collections import Counter
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from torch_job import launch  # noqa: E402
+
 NPROCS = 8
 STANDARD = ("(2,4) x,y", "(2,2,2) x,y,z", "(2,4) x,y in rounds")
 PERMUTED = ("(2,4) permuted ranks", "(2,4) permuted ranks in rounds")
@@ -30,20 +32,7 @@ PERMUTED = ("(2,4) permuted ranks", "(2,4) permuted ranks in rounds")
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    out = tmp_path_factory.mktemp("torch_job")
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "torch_job.py"), str(out)], env=env,
-                          capture_output=True, text=True, timeout=400)
-    ranks = {}
-    for r in range(NPROCS):
-        path = out / f"rank{r}.json"
-        if path.exists():
-            ranks[r] = json.loads(path.read_text())
-    tail = (proc.stdout + proc.stderr)[-4000:]
-    assert proc.returncode == 0, f"torch_job.py exited with {proc.returncode}:\n{tail}"
-    assert sorted(ranks) == list(range(NPROCS)), f"ranks that reported: {sorted(ranks)}\n{tail}"
-    crashes = [(r, rec["traceback"]) for r, d in ranks.items() for rec in d["records"] if rec["case"] == "crash"]
-    assert not crashes, crashes[0]
+    ranks = launch("torch_job.py", tmp_path_factory.mktemp("torch_job"), NPROCS, timeout=400)
     print(f"\ntorch job: {ranks[0]['timing']}")
     return ranks
 

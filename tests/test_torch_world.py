@@ -4,7 +4,6 @@ rank reports through a JSON file)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -13,23 +12,13 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from torch_job import launch  # noqa: E402
 from torch_world_job import DEADLINE_S, NPROCS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    out = tmp_path_factory.mktemp("torch_world_job")
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "torch_world_job.py"), str(out)], env=env,
-                          capture_output=True, text=True, timeout=300)
-    ranks = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(NPROCS)
-             if (out / f"rank{r}.json").exists()}
-    tail = (proc.stdout + proc.stderr)[-4000:]
-    assert proc.returncode == 0, f"torch_world_job.py exited with {proc.returncode}:\n{tail}"
-    assert sorted(ranks) == list(range(NPROCS)), tail
-    crashes = [rec["traceback"] for d in ranks.values() for rec in d["records"] if rec["case"] == "crash"]
-    assert not crashes, crashes[0]
-    return ranks
+    return launch("torch_world_job.py", tmp_path_factory.mktemp("torch_world_job"), NPROCS, timeout=300)
 
 
 def records(job, case):

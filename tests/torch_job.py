@@ -61,6 +61,29 @@ PARTIAL_RTOL = PARTIAL_ATOL = 1e-5  # float32 results of partial sums; integers 
 NPROCS = 8
 
 
+def launch(script: str, outdir, nprocs: int, timeout: int) -> dict:
+    """Run a job script (``python SCRIPT OUTDIR``) and return every rank's
+    JSON report, asserting that it exited cleanly, every rank reported and
+    none crashed (the tests' fixture)."""
+    import subprocess
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run([sys.executable, os.path.join(here, script), str(outdir)], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    ranks = {}
+    for r in range(nprocs):
+        path = os.path.join(str(outdir), f"rank{r}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                ranks[r] = json.load(f)
+    tail = (proc.stdout + proc.stderr)[-4000:]
+    assert proc.returncode == 0, f"{script} exited with {proc.returncode}:\n{tail}"
+    assert sorted(ranks) == list(range(nprocs)), f"ranks that reported: {sorted(ranks)}\n{tail}"
+    crashes = [(r, rec["traceback"]) for r, d in ranks.items() for rec in d["records"] if rec["case"] == "crash"]
+    assert not crashes, crashes[0]
+    return ranks
+
+
 def global_tensor(shape, dtype, seed: int):
     import torch
     n = 1

@@ -373,9 +373,9 @@ def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Ent
             return key, None, [(INVALID, f"device_mesh must be a DeviceMesh, not {type(device_mesh).__name__}")]
         _require_world(device_mesh)
         if device_mesh != x.device_mesh:
-            return key, None, [(UNSUPPORTED, f"mismatched mesh: device_mesh {device_mesh} is not the DTensor's mesh "
-                                             f"{x.device_mesh}; redistributing to another DeviceMesh is not supported "
-                                             "(DTensor: Cross device mesh comm not supported yet!)")]
+            return key, None, [(UNSUPPORTED, f"device_mesh {device_mesh} is not the DTensor's mesh {x.device_mesh}: "
+                                             "redistribute runs it point to point (verishard.torch_transfer); its "
+                                             "schedule is verishard.torch.plan_transfer's, not a plan of collectives")]
     src = x._spec
     pl, problems = _normalise(placements, x, mesh_obj)
     if problems:
