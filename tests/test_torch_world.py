@@ -82,6 +82,17 @@ def test_transfer_moves_a_state_dict_exactly(job):
     assert sum(rec["sent"] for _, rec in recs) == sum(rec["received"] for _, rec in recs)
 
 
+def test_cached_calls_agree_once(job):
+    """Per-call cost: a plan's first use agrees (one store round trip), the
+    cached calls after it make no agreement (DTensor's argument order
+    included, the same entry), "always" agrees on every call, False never;
+    one plan made in all."""
+    for r, rec in records(job, "overhead"):
+        assert rec["counts"] == {"first call": 1, "5 cached calls": 0, "5 cached calls, DTensor's order": 0,
+                                 "5 calls, always": 5, "5 calls, False": 0}, (r, rec)
+        assert rec["plans"] == 1 and rec["same_order"], (r, rec)
+
+
 def test_a_rank_that_does_not_arrive_fails_the_others_within_the_deadline(job):
     """Rank 3 does not call; ranks 0-2 raise RanksMissing naming rank 3
     after the deadline (3 s) and well before gloo's own timeout."""

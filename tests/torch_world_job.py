@@ -16,6 +16,8 @@ Cases:
   round's loads against the budget.
 - ``enable``: a tensor-parallel MLP forward and backward under
   ``verishard.torch.enabled()`` against DTensor's own.
+- ``overhead``: agreements made by a first call, cached calls (ours and
+  DTensor's argument order), ``check_agreement="always"`` and ``False``.
 - ``deadline`` (last: the agreement numbers are off by one afterwards):
   rank 3 does not call; ranks 0-2 must fail within the deadline naming it.
 """
@@ -188,6 +190,44 @@ def enable_case(add, rank) -> None:
             restored=vt._ROUTING["depth"] == 0)
 
 
+def overhead_case(add, rank) -> None:
+    """What a cached call costs beyond its collectives: agreements counted
+    (verishard.torch's calls of agree) over repeated calls with each
+    check_agreement, and DTensor's argument order giving the same result."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    import verishard.torch as vt
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("x", "y"))
+    x = distribute_tensor(global_tensor((16, 16), torch.float32, 4), mesh, (Shard(0), Replicate()),
+                          src_data_rank=None)
+    dst = (Shard(1), Replicate())
+    real, count = vt.agree, [0]
+
+    def counting(*a, **k):
+        count[0] += 1
+        return real(*a, **k)
+    vt.agree = counting
+    try:
+        vt.cache_clear()
+        counts = {}
+        for label, fn in (("first call", lambda: vt.redistribute(x, dst)),
+                          ("5 cached calls", lambda: [vt.redistribute(x, dst) for _ in range(5)]),
+                          ("5 cached calls, DTensor's order", lambda: [vt.redistribute(x, mesh, dst) for _ in range(5)]),
+                          ("5 calls, always", lambda: [vt.redistribute(x, dst, check_agreement="always")
+                                                       for _ in range(5)]),
+                          ("5 calls, False", lambda: [vt.redistribute(x, dst, check_agreement=False)
+                                                      for _ in range(5)])):
+            before = count[0]
+            fn()
+            counts[label] = count[0] - before
+        info = vt.cache_info()
+    finally:
+        vt.agree = real
+    same_order = same(vt.redistribute(x, mesh, dst).to_local(), x.redistribute(mesh, dst).to_local())
+    add(case="overhead", counts=counts, plans=info["plans"], same_order=same_order)
+
+
 def deadline_case(add, rank) -> None:
     import torch
     from torch.distributed.device_mesh import init_device_mesh
@@ -223,7 +263,7 @@ def worker(rank: int, port: int, outdir: str, only: str) -> None:
     try:
         dist.init_process_group("gloo", rank=rank, world_size=NPROCS, timeout=timedelta(seconds=60))
         for name, fn in (("crossmesh", crossmesh_cases), ("transfer", transfer_case), ("enable", enable_case),
-                         ("deadline", deadline_case)):
+                         ("overhead", overhead_case), ("deadline", deadline_case)):
             if not only or name in only.split(","):
                 fn(add, rank)
     except BaseException as e:  # noqa: BLE001 - reported through the file
