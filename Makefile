@@ -95,6 +95,8 @@ bench: deps all
 	$(PY) bench/partial.py
 	$(PY) bench/partition.py
 	$(PY) bench/checkpoint.py
+	$(PY) bench/torch_redistribute.py --overhead-only
+	$(PY) bench/weight_sync.py
 
 clean:
 	rm -rf build coq/extract $(CORE_SO)
