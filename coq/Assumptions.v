@@ -179,3 +179,7 @@ Print Assumptions certify_traffic_minimal.
 From VS Require Import Refineplan.
 Print Assumptions refine_check.
 Print Assumptions certify_split_minimal.
+
+From VS Require Import Boxes Boxesproof.
+Print Assumptions bsub_hits.
+Print Assumptions bsched_correct.
