@@ -97,6 +97,8 @@ bench: deps all
 	$(PY) bench/partition.py
 	$(PY) bench/checkpoint.py
 	$(PY) bench/butterfly.py
+	$(PY) bench/torch_redistribute.py --overhead-only
+	$(PY) bench/weight_sync.py
 
 clean:
 	rm -rf build coq/extract $(CORE_SO)

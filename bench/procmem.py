@@ -22,3 +22,13 @@ def reset_hwm() -> bool:
         return True
     except OSError:
         return False
+
+
+def return_freed_memory() -> None:
+    """Run this process again with ``MALLOC_MMAP_THRESHOLD_=65536`` unless it is
+    set, so that freed tensors go back to the OS and the high-water mark of a
+    later call means something (call it first in ``main``)."""
+    import os
+    import sys
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:
+        os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(1 << 16)))

@@ -4,6 +4,7 @@ one run of 8 processes.
 
     python bench/torch_redistribute.py                 # writes bench/results/torch.md (and torch_pairs.csv)
     python bench/torch_redistribute.py --quick --out - # small sizes, markdown to stdout
+    python bench/torch_redistribute.py --overhead-only --nprocs 4   # the per-call overhead only (torch_overhead.md)
 
 On CPU the processes use gloo (8 forked processes, MASTER_ADDR=127.0.0.1);
 with 8 or more CUDA devices they use NCCL, one device each, and memory is
@@ -57,9 +58,11 @@ from datetime import timedelta
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MiB = 1 << 20
-from procmem import reset_hwm, rss_kib  # noqa: E402  (bench/: this script's directory)
+from procmem import reset_hwm, return_freed_memory, rss_kib  # noqa: E402
+from report import emit_report  # noqa: E402  (bench/: this script's directory)
 NPROCS = 8
 METHODS = ("ours", "greedy", "mincost")
+OVERHEAD_ROUNDS = 5  # per-call overhead: median over rounds of --calls back-to-back calls
 LABEL = {"ours": "verishard", "greedy": "DTensor greedy", "mincost": "DTensor min-cost"}
 
 
@@ -71,6 +74,9 @@ def parse_args(argv):
     p.add_argument("--big-mib", default="256", help="global sizes of the S(0)R -> S(1)R case (default 256)")
     p.add_argument("--reps", type=int, default=3, help="timed calls per method and pair (default 3)")
     p.add_argument("--calls", type=int, default=100, help="calls per overhead measurement (default 100)")
+    p.add_argument("--nprocs", type=int, default=NPROCS, help="processes (default 8; the overhead mesh is (2, n/2))")
+    p.add_argument("--overhead-only", action="store_true",
+                   help="only the per-call overhead table, written to results/torch_overhead.md")
     p.add_argument("--quick", action="store_true", help="a small run: 1 MiB sweep of 30 pairs, 16 MiB big case")
     p.add_argument("--out", default=os.path.join(HERE, "results", "torch.md"), help="markdown file, or -")
     p.add_argument("--keep", default="", help="directory for the ranks' raw JSON results (default: a temporary one)")
@@ -230,24 +236,30 @@ class Worker:
         from verishard.runtime.torch import agree
         G = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(self.args["device_str"])
         x = distribute_tensor(G, dm, src, src_data_rank=None)
-        fns = {"ours": lambda: redistribute(x, dst),
+        fns = {"ours (default: agree on a plan's first use)": lambda: redistribute(x, dst),
+               "ours, DTensor's argument order (x, mesh, placements)": lambda: redistribute(x, dm, dst),
+               "ours, check_agreement='always'": lambda: redistribute(x, dst, check_agreement="always"),
                "ours, check_agreement=False": lambda: redistribute(x, dst, check_agreement=False),
                "DTensor greedy": lambda: x.redistribute(dm, dst)}
         if name == "agreement":
-            dev = torch.device(self.args["device_str"])
-            fns = {"verishard's agreement alone (one all_gather of 2 int64 per rank)":
-                   lambda: agree(1, {"errors": []}, dev)}
+            fns = {"verishard's agreement alone (one round trip through the store per rank)":
+                   lambda: agree(1, {"errors": []})}
         rec = {"kind": "overhead", "case": name, "src": short(src), "dst": short(dst), "shape": list(shape)}
-        for label, fn in fns.items():
+        for fn in fns.values():  # warm-up: plans made and agreed on
             fn()
             fn()
-            dist.barrier()
-            t = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            if self.cuda:
-                torch.cuda.synchronize()
-            rec[label] = (time.perf_counter() - t) / calls
+        per_round: dict[str, list[float]] = {label: [] for label in fns}
+        for _ in range(OVERHEAD_ROUNDS):  # the methods interleaved, so that a slow spell hits them alike
+            for label, fn in fns.items():
+                dist.barrier()
+                t = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                if self.cuda:
+                    torch.cuda.synchronize()
+                per_round[label].append((time.perf_counter() - t) / calls)
+        for label, ts in per_round.items():
+            rec[label] = statistics.median(ts)
         rec["wall"] = time.time() - self.t0
         self.records.append(rec)
 
@@ -273,12 +285,14 @@ def worker(rank: int, port: int, args: dict, outdir: str) -> None:
         args["device_str"] = f"cuda:{rank}"
     else:
         args["device_str"] = "cpu"
-    dist.init_process_group("nccl" if args["device"] == "cuda" else "gloo", rank=rank, world_size=NPROCS,
+    dist.init_process_group("nccl" if args["device"] == "cuda" else "gloo", rank=rank, world_size=args["nprocs"],
                             timeout=timedelta(seconds=600))
     w = Worker(rank, args, outdir)
-    m24 = init_device_mesh(args["device"], (2, 4), mesh_dim_names=("x", "y"))
-    m42 = init_device_mesh(args["device"], (4, 2), mesh_dim_names=("x", "y"))
-    m222 = init_device_mesh(args["device"], (2, 2, 2), mesh_dim_names=("x", "y", "z"))
+    small = init_device_mesh(args["device"], (2, args["nprocs"] // 2), mesh_dim_names=("x", "y"))
+    if not args["overhead_only"]:
+        m24 = init_device_mesh(args["device"], (2, 4), mesh_dim_names=("x", "y"))
+        m42 = init_device_mesh(args["device"], (4, 2), mesh_dim_names=("x", "y"))
+        m222 = init_device_mesh(args["device"], (2, 2, 2), mesh_dim_names=("x", "y", "z"))
     gc.collect()
     gc.freeze()  # everything so far is permanent: later collections only look at new objects
     try:
@@ -287,7 +301,9 @@ def worker(rank: int, port: int, args: dict, outdir: str) -> None:
                                 (Shard(0), Shard(1))),
                                ("S(0)R -> S(1)R (one collective)", (Shard(0), Replicate()), (Shard(1), Replicate())),
                                ("agreement", (Shard(0), Replicate()), (Shard(1), Replicate()))):
-            w.overhead(name, m24, (16, 16), src, dst, args["calls"])
+            w.overhead(name, small, (16, 16), src, dst, args["calls"])
+        if args["overhead_only"]:
+            return
         # the large S(0)R -> S(1)R case
         for mib in args["big_mib"]:
             side = int(math.sqrt(mib * MiB / 4))
@@ -316,8 +332,8 @@ def worker(rank: int, port: int, args: dict, outdir: str) -> None:
 # launcher side
 
 
-def merge(outdir: str) -> list[dict]:
-    per_rank = [json.load(open(os.path.join(outdir, f"rank{r}.json"))) for r in range(NPROCS)]
+def merge(outdir: str, nprocs: int = NPROCS) -> list[dict]:
+    per_rank = [json.load(open(os.path.join(outdir, f"rank{r}.json"))) for r in range(nprocs)]
     merged = []
     for recs in zip(*per_rank):
         m = dict(recs[0])
@@ -357,7 +373,7 @@ def report(results: list[dict], args, seconds: float, command: str, note: str = 
     sweep = [r for r in results if r["kind"] == "sweep"]
     over = [r for r in results if r["kind"] == "overhead"]
     L = [f"# verishard.torch.redistribute against DTensor.redistribute", "",
-         f"`{command}`{' ' + note if note else ''} ({NPROCS} {'NCCL processes, one GPU each' if args.device == 'cuda' else 'gloo processes'}, "
+         f"`{command}`{' ' + note if note else ''} ({args.nprocs} {'NCCL processes, one GPU each' if args.device == 'cuda' else 'gloo processes'}, "
          f"{os.cpu_count()} CPU cores, {platform.machine()}, torch {torch.__version__}, Python "
          f"{platform.python_version()}); {seconds:.0f} s in all. The machine is shared with other work: "
          "times vary between runs, memory figures are stable." + (
@@ -373,7 +389,7 @@ def report(results: list[dict], args, seconds: float, command: str, note: str = 
          "On gloo DTensor runs each `Shard(a) -> Shard(b)` transform as an all-gather and a chunk "
          "(\"CPU process group does not support alltoall yet\"), so its measured CPU peaks include that gather; "
          "its type-level peak assumes a real all-to-all, as on NCCL.", ""]
-    L += ["## S(0)R -> S(1)R", "",
+    L += [] if not big else ["## S(0)R -> S(1)R", "",
           "| mesh | global MiB | ours plan | time ms: ours / greedy / min-cost | DTensor / ours time | "
           "peak MiB: ours / greedy / min-cost | DTensor / ours peak | type-level peak MiB: ours / DTensor | "
           "bound MiB | src + dst MiB |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -387,7 +403,7 @@ def report(results: list[dict], args, seconds: float, command: str, note: str = 
                  f"{mib(r['ours_type_peak'])} / {mib(r['greedy_type_peak'])} | {mib(r['bound_bytes'])} | "
                  f"{mib(r['src_bytes'] + r['dst_bytes'])} |")
     ok_big = all(r["ours_same"] and r["mincost_same"] for r in big)
-    L += ["", f"Results identical to DTensor greedy on every rank: {'yes' if ok_big else 'NO'}.", ""]
+    L += ["", f"Results identical to DTensor greedy on every rank: {'yes' if ok_big else 'NO'}.", ""] if big else []
     if sweep:
         n = len(sweep)
         meshes = sorted({r["mesh"] for r in sweep})
@@ -439,8 +455,9 @@ def report(results: list[dict], args, seconds: float, command: str, note: str = 
                      "its input; the rest is send and receive buffers)"))
         L += ["", f"Per-pair figures: `bench/results/torch_pairs.csv`.", ""]
     if over:
-        L += ["## Per-call overhead on a small tensor (16 x 16 float32, (2,4) mesh, plans cached)", "",
-              f"Mean over {args.calls} back-to-back calls; rank 0 and the slowest rank.", "",
+        L += [f"## Per-call overhead on a small tensor (16 x 16 float32, (2,{args.nprocs // 2}) mesh, plans cached)", "",
+              f"Per method: the mean over {args.calls} back-to-back calls, median over {OVERHEAD_ROUNDS} rounds (the "
+              "methods interleaved); rank 0 and the slowest rank.", "",
               "| case | method | us/call (rank 0) | us/call (slowest rank) | / DTensor |", "|---|---|---:|---:|---:|"]
         for r in over:
             base = r.get("DTensor greedy")
@@ -449,9 +466,10 @@ def report(results: list[dict], args, seconds: float, command: str, note: str = 
                     rel = f"{v['rank0'] / base['rank0']:.2f}" if base else ""
                     L.append(f"| {r['case'] if r['case'] != 'agreement' else '(no redistribution)'} | {k} | "
                              f"{v['rank0'] * 1e6:.0f} | {v['max'] * 1e6:.0f} | {rel} |")
-        L += ["", "With 8 processes on this machine's cores a collective costs milliseconds of scheduling, so "
-              "the agreement (one small all_gather per call, which DTensor does not do) dominates our overhead "
-              "on small tensors; `check_agreement=False` leaves it out.", ""]
+        L += ["", "The default agrees once per cached plan (its first use on this rank), so a cached call costs "
+              "no communication beyond the plan's own; `check_agreement='always'` agrees on every call (one "
+              "round trip through the default group's store, which DTensor does not do), as every call did before "
+              "plans were agreed once.", ""]
     return "\n".join(L) + "\n"
 
 
@@ -474,9 +492,11 @@ def write_csv(results: list[dict], path: str) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:  # freed tensors must go back to the OS
-        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(1 << 16))
-        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    return_freed_memory()
+    if args.overhead_only:
+        args.big_mib, args.pairs_2d, args.pairs_3d = "", 0, 0
+        if args.out == os.path.join(HERE, "results", "torch.md"):
+            args.out = os.path.join(HERE, "results", "torch_overhead.md")
     if args.quick:
         args.sweep_mib, args.pairs_2d, args.pairs_3d, args.big_mib, args.reps, args.calls = 1, 20, 10, "16", 2, 30
     sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -487,15 +507,16 @@ def main(argv=None) -> int:
     args.device = "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= NPROCS else "cpu"
     wargs = {"sweep_mib": args.sweep_mib, "pairs_2d": args.pairs_2d, "pairs_3d": args.pairs_3d, "reps": args.reps, "calls": args.calls,
              "big_mib": [float(s) for s in str(args.big_mib).split(",") if s], "quick": args.quick,
-             "device": args.device}
+             "device": args.device, "nprocs": args.nprocs, "overhead_only": args.overhead_only}
     command = "python bench/torch_redistribute.py" + ("" if argv is None and len(sys.argv) == 1 else " " + " ".join(sys.argv[1:]))
     start = time.time()
     if args.from_dir:
         with open(os.path.join(args.from_dir, "meta.json")) as f:
             meta = json.load(f)
-        results = merge(args.from_dir)
         for k in ("sweep_mib", "calls", "device"):
             setattr(args, k, meta[k])
+        args.nprocs = meta.get("nprocs", NPROCS)
+        results = merge(args.from_dir, args.nprocs)
         text = report(results, args, meta["seconds"], meta["command"], meta.get("note", ""))
     else:
         with tempfile.TemporaryDirectory() as outdir:
@@ -504,21 +525,16 @@ def main(argv=None) -> int:
                 outdir = args.keep
             method = "spawn" if args.device == "cuda" else "fork"  # CUDA cannot be forked into
             from verishard.runtime.torch import free_port
-            mp.start_processes(worker, args=(free_port(), wargs, outdir), nprocs=NPROCS, join=True,
+            mp.start_processes(worker, args=(free_port(), wargs, outdir), nprocs=args.nprocs, join=True,
                                start_method=method)
-            results = merge(outdir)
+            results = merge(outdir, args.nprocs)
             with open(os.path.join(outdir, "meta.json"), "w") as f:
                 json.dump({"command": command, "seconds": time.time() - start, "sweep_mib": args.sweep_mib,
-                           "calls": args.calls, "device": args.device}, f)
+                           "calls": args.calls, "device": args.device, "nprocs": args.nprocs}, f)
         text = report(results, args, time.time() - start, command)
-    if args.out == "-":
-        sys.stdout.write(text)
-    else:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit_report(text, args.out)
+    if args.out != "-":
         write_csv(results, os.path.join(os.path.dirname(args.out), "torch_pairs.csv"))
-        print(text)
-        print(f"wrote {args.out}")
     return 0
 
 

@@ -184,3 +184,7 @@ From VS Require Import Commute Commuteproof.
 Print Assumptions VS.Commuteproof.along_commutes.
 Print Assumptions VS.Commuteproof.along_then_step.
 Print Assumptions VS.Commuteproof.along_then_plan.
+
+From VS Require Import Boxes Boxesproof.
+Print Assumptions VS.Boxesproof.bsub_hits.
+Print Assumptions VS.Boxesproof.bsched_correct.

@@ -61,6 +61,29 @@ PARTIAL_RTOL = PARTIAL_ATOL = 1e-5  # float32 results of partial sums; integers 
 NPROCS = 8
 
 
+def launch(script: str, outdir, nprocs: int, timeout: int) -> dict:
+    """Run a job script (``python SCRIPT OUTDIR``) and return every rank's
+    JSON report, asserting that it exited cleanly, every rank reported and
+    none crashed (the tests' fixture)."""
+    import subprocess
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run([sys.executable, os.path.join(here, script), str(outdir)], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    ranks = {}
+    for r in range(nprocs):
+        path = os.path.join(str(outdir), f"rank{r}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                ranks[r] = json.load(f)
+    tail = (proc.stdout + proc.stderr)[-4000:]
+    assert proc.returncode == 0, f"{script} exited with {proc.returncode}:\n{tail}"
+    assert sorted(ranks) == list(range(nprocs)), f"ranks that reported: {sorted(ranks)}\n{tail}"
+    crashes = [(r, rec["traceback"]) for r, d in ranks.items() for rec in d["records"] if rec["case"] == "crash"]
+    assert not crashes, crashes[0]
+    return ranks
+
+
 def global_tensor(shape, dtype, seed: int):
     import torch
     n = 1
@@ -615,8 +638,11 @@ def error_cases(job: Job, dm, dm_other) -> None:
     expect_error(job, "negative-dim-out-of-range", lambda: redistribute(x, [Shard(-3), Replicate()]), after)
     expect_error(job, "not-a-placement", lambda: redistribute(x, [Shard(0), "R"]), after)
     expect_error(job, "not-a-dtensor", lambda: redistribute(G, [Shard(0), Replicate()]), after)
-    expect_error(job, "mismatched-mesh",
-                 lambda: redistribute(x, [Replicate(), Replicate()], device_mesh=dm_other), after)
+    # another DeviceMesh over the same ranks: the cross-mesh schedule, point to point
+    other = redistribute(x, [Replicate(), Shard(0)], device_mesh=dm_other)
+    job.add(case="other-mesh", ok=same(other.to_local(), distribute_tensor(G, dm_other, (Replicate(), Shard(0)),
+                                                                           src_data_rank=None).to_local())
+            and other.device_mesh is dm_other)
     avg = DTensor.from_local(torch.ones(8, 16), dm, [Partial("avg"), Replicate()])
     expect_error(job, "partial-avg", lambda: redistribute(avg, [Replicate(), Replicate()]), after)
     expect_error(job, "partial-mixed", lambda: redistribute(x, [Partial("sum"), Partial("max")]), after)
@@ -626,16 +652,27 @@ def error_cases(job: Job, dm, dm_other) -> None:
                           src_data_rank=None)
     # 6 over 2 x 4: DTensor chunks each half of 3 into 1, 1, 1, 0; our blocks are 1 x 6, 0, 0
     expect_error(job, "uneven-nested", lambda: redistribute(u, [Shard(0), Shard(0)]), after)
+    # the good placements are cached and agreed on by now: ranks that disagree on a later call are
+    # caught by check_agreement="always" (the default agrees on a plan's first use only) ...
     expect_error(job, "one-rank-wrong-length",
-                 lambda: redistribute(x, [Shard(0)] if r == 5 else [Replicate(), Shard(1)]), after)
+                 lambda: redistribute(x, [Shard(0)] if r == 5 else [Replicate(), Shard(1)],
+                                      check_agreement="always"), after)
     expect_error(job, "ranks-disagree",
-                 lambda: redistribute(x, [Shard(1), Replicate()] if r == 3 else [Replicate(), Shard(1)]), after)
+                 lambda: redistribute(x, [Shard(1), Replicate()] if r == 3 else [Replicate(), Shard(1)],
+                                      check_agreement="always"), after)
+    # ... and by the default where the plan is new on every rank
+    expect_error(job, "ranks-disagree-first-use",
+                 lambda: redistribute(x, [Shard(1), Shard(0)] if r == 3 else [Shard(0), Shard(1)]), after)
     bad_local = DTensor.from_local(torch.ones(3, 16), dm, [Shard(0), Replicate()], run_check=False,
                                    shape=torch.Size((8, 16)), stride=(16, 1))
     expect_error(job, "wrong-local-shape", lambda: redistribute(bad_local, [Replicate(), Shard(1)]), after)
     small = DeviceMesh("cpu", torch.arange(4).reshape(2, 2), mesh_dim_names=("a", "b"))
-    s = DTensor.from_local(torch.ones(4, 4), small, [Shard(0), Replicate()])
-    expect_error(job, "rank-count", lambda: redistribute(s, [Replicate(), Replicate()]), after)
+    s = DTensor.from_local(torch.full((4, 4), float(r // 2)), small, [Shard(0), Replicate()], run_check=False)
+    # a mesh over ranks 0-3 of 8: they run it point to point among themselves; ranks 4-7 get DTensor's
+    # empty local tensor (they are not in the mesh)
+    y = redistribute(s, [Replicate(), Replicate()])
+    want = torch.tensor([0.0] * 4 + [1.0] * 4).reshape(8, 1).expand(8, 4) if r < 4 else torch.empty(0)
+    job.add(case="submesh", ok=same(y.to_local(), want) and y.placements == (Replicate(), Replicate()))
     # a no-op keeps the local tensor, as DTensor does
     keep = (Shard(0), Replicate())
     ours, ref = redistribute(x, keep), x.redistribute(dm, keep)

@@ -267,9 +267,16 @@ def dtensor_extent(global_size: int, mesh_sizes: Sequence[int], coords: Sequence
     return int(offset), int(length)
 
 
-def _show_extents(extents: Sequence[tuple[int, int]], most: int = 16) -> str:
-    text = [f"[{o}:{o + n}]" if n else "[]" for o, n in extents[:most]]
-    return " ".join(text) + (f" ... ({len(extents)} shards)" if len(extents) > most else "")
+def _show_extents(extents: Sequence[tuple[int, int]], chars: int = 24) -> str:
+    """The extents as ``[a:b]`` (``[]`` when empty), as many as fit in ``chars``, then `` ...``."""
+    text, used = [], 0
+    for o, n in extents:
+        t = f"[{o}:{o + n}]" if n else "[]"
+        if text and used + len(t) + 1 > chars:
+            return " ".join(text) + " ..."
+        text.append(t)
+        used += len(t) + 1
+    return " ".join(text)
 
 
 def layout_mismatches(t: ArrayType, placements: Sequence[Any], shard_order: Any = None) -> list[str]:
@@ -289,7 +296,7 @@ def layout_mismatches(t: ArrayType, placements: Sequence[Any], shard_order: Any 
     >>> layout_mismatches(ArrayType.parse("[2{x,y}7]", m), [Shard(0), Shard(0)])   # 2,2,2,1 both ways
     []
     >>> layout_mismatches(ArrayType.parse("[2{x,y}5]", m), [Shard(0), Shard(0)])
-    ["dimension 0 of size 5 is split into 4 shards by mesh dimension 0 ('x') and mesh dimension 1 ('y'), which does not divide it: DTensor's shards (torch.chunk of each chunk, mesh dimension by mesh dimension) are [0:2] [2:3] [3:4] [4:5], verishard's uneven blocks of ceil(5 / 4) = 2 are [0:2] [2:4] [4:5] [] (shards in the order of the mesh coordinates on mesh dimension 0 ('x'), mesh dimension 1 ('y'), major first); verishard types a DTensor layout that does not divide only where the two agree"]
+    ["dim 0 of size 5 in 4 shards by 'x','y': DTensor's torch.chunk of each chunk [0:2] [2:3] [3:4] [4:5] are not verishard's blocks of ceil(5/4)=2; make it divisible by 4 or Replicate() on 'y'"]
     """
     sizes, names = t.mesh.axis_sizes, t.mesh.axis_names
     out = []
@@ -310,14 +317,12 @@ def layout_mismatches(t: ArrayType, placements: Sequence[Any], shard_order: Any 
             ours.append((b * c, max(0, min(g, b * c + c) - b * c)))
         if all(a[1] == b[1] and (a[1] == 0 or a[0] == b[0]) for a, b in zip(theirs, ours)):
             continue
-        on_text = " and ".join(_label(i, names) for i in axes)
-        how = ("its _StridedShard layout" if any(isinstance(p, _StridedShard) for _, p in on)
-               else "torch.chunk of each chunk, mesh dimension by mesh dimension")
-        out.append(f"dimension {d} of size {g} is split into {n} shards by {on_text}, which does not divide it: "
-                   f"DTensor's shards ({how}) are {_show_extents(theirs)}, verishard's uneven blocks of "
-                   f"ceil({g} / {n}) = {c} are {_show_extents(ours)} (shards in the order of the mesh coordinates "
-                   f"on {', '.join(_label(i, names) for i in axes)}, major first); verishard types a DTensor "
-                   "layout that does not divide only where the two agree")
+        # Short, with a way out: a size the shards divide, or one mesh dimension (torch.chunk of a
+        # single split is always our blocks) by replicating the minor one.
+        how = "_StridedShard" if any(isinstance(p, _StridedShard) for _, p in on) else "torch.chunk of each chunk"
+        out.append(f"dim {d} of size {g} in {n} shards by {','.join(repr(names[i]) for i in axes)}: DTensor's {how} "
+                   f"{_show_extents(theirs)} are not verishard's blocks of ceil({g}/{n})={c}; make it "
+                   f"divisible by {n} or Replicate() on {names[axes[-1]]!r}")
     return out
 
 
@@ -422,7 +427,7 @@ def to_placements(t: ArrayType) -> tuple[tuple[Any, ...], tuple[ShardOrderEntry,
     >>> to_placements(ArrayType.parse("[2{y,x}6]", "x=2,y=2"))
     Traceback (most recent call last):
     ...
-    verishard.dtensor.UnsupportedLayout: dimension 0 of size 6 is split into 4 shards by mesh dimension 1 ('y') and mesh dimension 0 ('x'), which does not divide it: DTensor's shards (torch.chunk of each chunk, mesh dimension by mesh dimension) are [0:2] [2:3] [3:5] [5:6], verishard's uneven blocks of ceil(6 / 4) = 2 are [0:2] [2:4] [4:6] [] (shards in the order of the mesh coordinates on mesh dimension 1 ('y'), mesh dimension 0 ('x'), major first); verishard types a DTensor layout that does not divide only where the two agree
+    verishard.dtensor.UnsupportedLayout: dim 0 of size 6 in 4 shards by 'y','x': DTensor's torch.chunk of each chunk [0:2] [2:3] [3:5] [5:6] are not verishard's blocks of ceil(6/4)=2; make it divisible by 4 or Replicate() on 'x'
     """
     pl, order = notation.to_placements(t.plain if isinstance(t, ArrayType) else t)  # the pending axes below
     out = list(tuples_to_placements(pl))

@@ -65,13 +65,21 @@ dtype, source placements and shard order, target placements): a second call
 with the same layouts does no planning work (:func:`cache_info`).
 
 Before any data moves, every rank checks its input and plan and the ranks
-compare a fingerprint of the plan in one small ``all_gather``; bad input or
-ranks that disagree raise the same
-:class:`~verishard.runtime.torch.RedistributionRefused` (a ``ValueError``)
-on every rank, naming every failing rank. ``check_agreement=False`` skips
-that exchange (one collective less per call; safe only when every rank is
-known to pass the same arguments), and then a problem is raised on the
-ranks that see it.
+compare a fingerprint of the plan through the default group's store
+(:func:`verishard.runtime.torch.agree`); bad input or ranks that disagree
+raise the same :class:`~verishard.runtime.torch.RedistributionRefused` (a
+``ValueError``) on every rank, naming every failing rank, and a rank that
+does not arrive within the deadline (60 s by default) fails the others with
+:class:`~verishard.runtime.torch.RanksMissing` naming it. By default the
+ranks agree when a rank first uses a cached plan (``check_agreement=True``
+or ``"first"``); ``"always"`` agrees on every call, ``False`` never (a
+problem is then raised on the ranks that see it).
+
+Another ``device_mesh`` than the DTensor's, or a DeviceMesh over some ranks
+of the world only, runs the verified cross-mesh schedule point to point
+(:mod:`verishard.torch_transfer`, which also holds :func:`transfer`, a whole
+state dict in one schedule). :func:`enable` routes DTensor's own
+redistributions through verified plans.
 
 Importing this module imports torch; see ``docs/torch.md``.
 """
@@ -95,11 +103,12 @@ from .errors import VerishardError
 from .mesh import Mesh
 from .plan import Plan
 from .plan import plan as _verified_plan
-from .runtime.torch import (NotSupportedYet, RedistributionRefused, agree, fingerprint, mesh_groups, run_chunked,
-                            run_plan, world)
+from .runtime.torch import (NotSupportedYet, RanksMissing, RedistributionRefused, agree, fingerprint, mesh_groups,
+                            run_chunked, run_plan, world)
 
-__all__ = ["redistribute", "planning_mesh", "plan_for", "cache_info", "cache_clear",
-           "RedistributionRefused", "NotSupportedYet"]
+__all__ = ["redistribute", "transfer", "plan_transfer", "enable", "disable", "enabled", "routing_info",
+           "check_entry_point", "EntryPointMoved", "planning_mesh", "plan_for", "cache_info", "cache_clear",
+           "RedistributionRefused", "NotSupportedYet", "RanksMissing"]
 
 INVALID, UNSUPPORTED = "invalid", "unsupported"
 
@@ -144,12 +153,6 @@ def _require_world(device_mesh: Any) -> None:
             f"has {world}; verishard.torch.redistribute needs a DeviceMesh over every rank of the default group")
 
 
-def _default_device() -> torch.device:
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 # ---------------------------------------------------------------------------
 # what the verified core cannot type: one place each
 
@@ -182,9 +185,10 @@ def _partial_problems(src: DTensorSpec, dst: DTensorSpec, device_mesh: DeviceMes
     return out
 
 
-def _types(mesh: Mesh, src: DTensorSpec, dst: DTensorSpec,
+def _types(mesh: Mesh | tuple[Mesh, Mesh], src: DTensorSpec, dst: DTensorSpec,
            what: tuple[str, str] = ("source", "target")) -> tuple[Any, Any, list[tuple[str, str]]]:
-    """Our types for the two specs, and the problems: layouts our types do
+    """Our types for the two specs (on one mesh, or on the source's and the
+    target's), and the problems: layouts our types do
     not describe (:class:`verishard.dtensor.UnsupportedLayout`: an uneven
     dimension DTensor splits otherwise than our blocks, checked shard by
     shard against DTensor's own offsets; Partial with an uneven dimension)
@@ -193,9 +197,10 @@ def _types(mesh: Mesh, src: DTensorSpec, dst: DTensorSpec,
     the conversion refuses: invalid (unsupported for ``_StridedShard``
     placements DTensor cannot order)."""
     types, out = [], []
-    for spec, w in zip((src, dst), what):
+    meshes = mesh if isinstance(mesh, tuple) else (mesh, mesh)
+    for m, spec, w in zip(meshes, (src, dst), what):
         try:
-            types.append(_conv.from_spec(mesh, spec))
+            types.append(_conv.from_spec(m, spec))
         except (_conv.UnsupportedLayout, _conv.UnsupportedReduction) as e:
             out.append((UNSUPPORTED, f"the {w}: {e}"))
         except VerishardError as e:
@@ -210,18 +215,20 @@ def _types(mesh: Mesh, src: DTensorSpec, dst: DTensorSpec,
 # the plan cache
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Entry:
     """Everything a cached call needs on this rank: the plan (None: nothing
     to do), the output's spec, the shape of this rank's input local tensor
     (DTensor's ``torch.chunk`` shard: on an uneven dimension it differs from
-    rank to rank), and the agreement record."""
+    rank to rank), the agreement record, and whether the ranks have agreed
+    on it (``check_agreement="first"`` agrees on an entry's first use only)."""
 
     plan: Plan | None
     target_spec: DTensorSpec
     local_shape: tuple[int, ...]
     fp: int
     record: dict
+    agreed: bool = False
 
 
 _CACHE: "OrderedDict[Any, _Entry]" = OrderedDict()
@@ -366,9 +373,9 @@ def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Ent
             return key, None, [(INVALID, f"device_mesh must be a DeviceMesh, not {type(device_mesh).__name__}")]
         _require_world(device_mesh)
         if device_mesh != x.device_mesh:
-            return key, None, [(UNSUPPORTED, f"mismatched mesh: device_mesh {device_mesh} is not the DTensor's mesh "
-                                             f"{x.device_mesh}; redistributing to another DeviceMesh is not supported "
-                                             "(DTensor: Cross device mesh comm not supported yet!)")]
+            return key, None, [(UNSUPPORTED, f"device_mesh {device_mesh} is not the DTensor's mesh {x.device_mesh}: "
+                                             "redistribute runs it point to point (verishard.torch_transfer); its "
+                                             "schedule is verishard.torch.plan_transfer's, not a plan of collectives")]
     src = x._spec
     pl, problems = _normalise(placements, x, mesh_obj)
     if problems:
@@ -449,23 +456,45 @@ def _require_initialized() -> None:
                            "(torch.distributed.init_process_group, or launch with torchrun)")
 
 
-def _run(x: Any, entry: _Entry | None, problems: list, check: bool) -> torch.Tensor:
+CHECKS = ("first", "always", False)
+
+
+def _policy(check_agreement: Any, deadline_s: Any) -> tuple[str | bool, float | None]:
+    """``(mode, deadline)`` from :func:`redistribute`'s arguments: True is "first"."""
+    mode = "first" if check_agreement is True else check_agreement
+    if mode not in CHECKS or isinstance(mode, int) and mode is not False:
+        raise RedistributionRefused(f"check_agreement must be True or 'first' (agree when a plan is first used), "
+                                    f"'always', or False, not {check_agreement!r}")
+    if deadline_s is not None and not (isinstance(deadline_s, (int, float)) and deadline_s > 0):
+        raise RedistributionRefused(f"deadline_s must be a positive number of seconds, not {deadline_s!r}")
+    return mode, deadline_s
+
+
+def _agree_on(entry: _Entry | None, problems: list, policy: tuple) -> None:
+    """The agreement :func:`redistribute`'s ``check_agreement`` asks for:
+    on a problem (every mode but False), on an entry's first use ("first"),
+    on every call ("always"); a problem without agreement is raised here."""
+    mode, deadline = policy
+    if mode is False or (mode == "first" and entry is not None and entry.agreed):
+        if problems:
+            raise _local_error(problems)
+        return
+    if entry is not None:
+        agree(entry.fp, entry.record, deadline_s=deadline)
+        entry.agreed = True
+    else:
+        agree(0, {"errors": [t for _, t in problems], "unsupported": all(k == UNSUPPORTED for k, _ in problems)},
+              deadline_s=deadline)
+
+
+def _run(x: Any, entry: _Entry | None, problems: list, policy: tuple) -> torch.Tensor:
     """Agree (or raise), then move this rank's local tensor by the entry's plan."""
     local = x._local_tensor if isinstance(x, DTensor) else None
     if entry is not None and local is not None and tuple(local.shape) != entry.local_shape:
         problems = [(INVALID, f"the DTensor's local tensor has shape {tuple(local.shape)}, but its placements give "
                               f"local shape {entry.local_shape}")]
         entry = None
-    if check:
-        if entry is not None:
-            fp, record = entry.fp, entry.record
-        else:
-            fp = 0
-            record = {"errors": [t for _, t in problems],
-                      "unsupported": all(k == UNSUPPORTED for k, _ in problems)}
-        agree(fp, record, local.device if local is not None else _default_device())
-    elif problems:
-        raise _local_error(problems)
+    _agree_on(entry, problems, policy)
     assert entry is not None
     if entry.plan is None:
         return local
@@ -493,11 +522,10 @@ class _Redistribute(torch.autograd.Function):
     Backward: :class:`_Reverse` (the gradient back to the input's layout)."""
 
     @staticmethod
-    def forward(ctx, x, device_mesh, placements, check):  # type: ignore[override]
-        _require_initialized()
+    def forward(ctx, x, device_mesh, placements, policy):  # type: ignore[override]
         _, entry, problems = _forward_entry(x, device_mesh, placements)
-        out = _run(x, entry, problems, check)
-        ctx.src_spec, ctx.check, ctx.dtype = x._spec, check, x._local_tensor.dtype
+        out = _run(x, entry, problems, policy)
+        ctx.src_spec, ctx.policy, ctx.dtype = x._spec, policy, x._local_tensor.dtype
         if entry.plan is None:  # DTensor's short cut: the input's own spec
             return DTensor(out, x._spec, requires_grad=x.requires_grad)
         spec = _with_mesh(entry.target_spec, x.device_mesh if device_mesh is None else device_mesh)
@@ -505,7 +533,7 @@ class _Redistribute(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        return _Reverse.apply(grad, ctx.src_spec, ctx.check, ctx.dtype), None, None, None
+        return _Reverse.apply(grad, ctx.src_spec, ctx.policy, ctx.dtype), None, None, None
 
 
 class _Reverse(torch.autograd.Function):
@@ -513,11 +541,11 @@ class _Reverse(torch.autograd.Function):
     differentiable again (its backward is another :class:`_Reverse`)."""
 
     @staticmethod
-    def forward(ctx, grad, prev_spec, check, dtype):  # type: ignore[override]
+    def forward(ctx, grad, prev_spec, policy, dtype):  # type: ignore[override]
         _require_initialized()
         _, entry, problems = _backward_entry(grad, prev_spec)
-        out = _run(grad, entry, problems, check)
-        ctx.spec, ctx.check, ctx.dtype = grad._spec, check, grad._local_tensor.dtype
+        out = _run(grad, entry, problems, policy)
+        ctx.spec, ctx.policy, ctx.dtype = grad._spec, policy, grad._local_tensor.dtype
         spec = _with_mesh(entry.target_spec, prev_spec.mesh)
         if out.dtype != dtype:  # DTensor casts the gradient back to the input's dtype
             out = out.to(dtype)
@@ -528,13 +556,33 @@ class _Reverse(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad2):  # type: ignore[override]
-        return _Reverse.apply(grad2, ctx.spec, ctx.check, ctx.dtype), None, None, None
+        return _Reverse.apply(grad2, ctx.spec, ctx.policy, ctx.dtype), None, None, None
 
 
-def redistribute(dtensor: DTensor, placements: Sequence[Placement], *, device_mesh: DeviceMesh | None = None,
-                 check_agreement: bool = True) -> DTensor:
+def _arguments(args: tuple, placements: Any, device_mesh: Any) -> tuple[Any, Any]:
+    """``(placements, device_mesh)`` from ours ``(x, placements)`` or
+    DTensor's ``(x, device_mesh, placements)`` positional order."""
+    if len(args) > 2:
+        raise RedistributionRefused(f"redistribute takes a DTensor, then placements (or a DeviceMesh and "
+                                    f"placements, DTensor's order), not {len(args) + 1} positional arguments")
+    if args and isinstance(args[0], DeviceMesh):
+        if device_mesh is not None:
+            raise RedistributionRefused("device_mesh is given twice (positionally and as a keyword)")
+        device_mesh, args = args[0], args[1:]
+    if args:
+        if placements is not None:
+            raise RedistributionRefused("placements is given twice (positionally and as a keyword)")
+        placements = args[0]
+    return (tuple(placements) if isinstance(placements, list) else placements), device_mesh
+
+
+def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] | None = None,
+                 device_mesh: DeviceMesh | None = None, check_agreement: bool | str = True,
+                 deadline_s: float | None = None) -> DTensor:
     """``dtensor.redistribute(device_mesh, placements)``, moved by a verified plan.
 
+    Called as ``redistribute(x, placements)``, ``redistribute(x, placements,
+    device_mesh=m)`` or in DTensor's order ``redistribute(x, m, placements)``.
     Collective: every rank of the DTensor's mesh calls it with the same
     arguments. Returns a new DTensor with the same local shard on every rank,
     the same placements and the same device mesh as ``DTensor.redistribute``
@@ -544,6 +592,16 @@ def redistribute(dtensor: DTensor, placements: Sequence[Placement], *, device_me
     Partial placements (``"sum"``, ``"max"``, ``"min"``) may be in the source
     and the target; a Partial target gives a DTensor with those placements
     whose local tensors reduce to the value.
+
+    ``check_agreement``: True (or ``"first"``, the default) compares the
+    ranks' plans when this rank first uses a cached plan (and whenever a rank
+    finds a problem); ``"always"`` on every call (it also catches ranks whose
+    arguments differ on a later call, at the cost of one store round trip per
+    call); False never (a problem is then raised on the ranks that see it).
+    ``deadline_s``: how long the agreement waits for the other ranks
+    (default :data:`verishard.runtime.torch.DEADLINE_S`, 60 s) before it
+    fails with :class:`~verishard.runtime.torch.RanksMissing` naming those
+    that did not arrive.
 
     Raises, on every rank and before any data moves,
     :class:`~verishard.runtime.torch.RedistributionRefused` for bad input
@@ -555,6 +613,200 @@ def redistribute(dtensor: DTensor, placements: Sequence[Placement], *, device_me
     uneven blocks (module docstring). A DeviceMesh that does not span the default process group is
     refused on each rank without communicating.
     """
-    if isinstance(placements, list):
-        placements = tuple(placements)
-    return _Redistribute.apply(dtensor, device_mesh, placements, check_agreement)
+    _require_initialized()
+    placements, device_mesh = _arguments(args, placements, device_mesh)
+    policy = _policy(check_agreement, deadline_s)
+    if isinstance(dtensor, DTensor) and _point_to_point(dtensor.device_mesh, device_mesh):
+        from .torch_transfer import crossmesh_redistribute
+        return crossmesh_redistribute(dtensor, device_mesh or dtensor.device_mesh, placements, policy)
+    return _Redistribute.apply(dtensor, device_mesh, placements, policy)
+
+
+def _point_to_point(src: DeviceMesh, dst: Any) -> bool:
+    """Whether a call runs the cross-mesh schedule: another target mesh, or a
+    source mesh that does not span the default group (a sub-mesh, whose
+    collectives the plan's process groups cannot be made for)."""
+    if isinstance(dst, DeviceMesh) and dst != src:
+        return True
+    return dst in (None, src) and src.size() != dist.get_world_size()
+
+
+from .torch_transfer import plan_transfer, transfer  # noqa: E402  (it uses this module's checks)
+
+
+# ---------------------------------------------------------------------------
+# DTensor's own redistributions: enable()
+
+# The torch releases whose internal entry point this was written against and tested on.
+TESTED_TORCH = ("2.13",)
+# Where DTensor looks the entry point up: each module imported it by name.
+_ENTRY_MODULES = ("torch.distributed.tensor._redistribute", "torch.distributed.tensor._dispatch",
+                  "torch.distributed.tensor._api")
+_ENTRY_PARAMS = ("local_tensor", "current_spec", "target_spec", "async_op")
+_ROUTING: dict[str, Any] = {"original": None, "depth": 0}
+_ROUTE_STATS: dict[str, Any] = {"routed": 0, "fallbacks": 0, "reasons": {}}
+
+
+class EntryPointMoved(VerishardError, RuntimeError):
+    """torch's internal redistribution entry point is not where
+    :func:`enable` expects it (another torch release): nothing was patched."""
+
+
+def check_entry_point() -> Any:
+    """DTensor's ``redistribute_local_tensor`` as every module that calls it
+    holds it, checked: the same function everywhere, with the parameters
+    :func:`enable` passes on. Raises :class:`EntryPointMoved` naming what
+    differs (then :func:`enable` would route nothing)."""
+    import importlib
+    import inspect
+    found = {}
+    for name in _ENTRY_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError as e:
+            raise EntryPointMoved(f"torch {torch.__version__}: cannot import {name} ({e}); verishard.torch.enable "
+                                  f"is written for torch {', '.join(TESTED_TORCH)}") from None
+        fn = getattr(mod, "redistribute_local_tensor", None)
+        if fn is None:
+            raise EntryPointMoved(f"torch {torch.__version__}: {name} has no redistribute_local_tensor; "
+                                  f"verishard.torch.enable is written for torch {', '.join(TESTED_TORCH)}")
+        found[name] = getattr(fn, "__wrapped_original__", fn)
+    originals = set(map(id, found.values()))
+    if len(originals) != 1:
+        raise EntryPointMoved(f"torch {torch.__version__}: the modules {', '.join(_ENTRY_MODULES)} hold different "
+                              "redistribute_local_tensor functions")
+    fn = next(iter(found.values()))
+    params = tuple(inspect.signature(fn).parameters)
+    if params[:3] != _ENTRY_PARAMS[:3] or _ENTRY_PARAMS[3] not in params:
+        raise EntryPointMoved(f"torch {torch.__version__}: redistribute_local_tensor takes {params}, verishard "
+                              f"routes {_ENTRY_PARAMS}")
+    return fn
+
+
+def enable(*, force: bool = False) -> None:
+    """Route DTensor's own redistributions (``DTensor.redistribute``, the
+    implicit ones inside ops and their backward) through verified plans:
+    every call of torch's ``redistribute_local_tensor`` on a mesh over every
+    rank of the default group is planned and run as :func:`redistribute`
+    runs it (agreeing on a plan's first use); what the verified planner
+    refuses, or what DTensor computes differently by design (a target
+    Partial where the source is not: DTensor divides the value; tracing;
+    another or a partial mesh), goes to DTensor's own path and is counted
+    (:func:`routing_info`). Nested calls stack; :func:`disable` undoes one.
+
+    Checked against torch's internals first (:func:`check_entry_point`);
+    on a torch release other than :data:`TESTED_TORCH` it refuses unless
+    ``force=True``."""
+    import importlib
+    if _ROUTING["depth"]:
+        _ROUTING["depth"] += 1
+        return
+    if not force and not any(torch.__version__.startswith(v) for v in TESTED_TORCH):
+        raise EntryPointMoved(f"verishard.torch.enable is tested on torch {', '.join(TESTED_TORCH)}, this is "
+                              f"{torch.__version__}; enable(force=True) routes anyway (check_entry_point passed)"
+                              if _safe_check() else f"torch {torch.__version__} is not tested")
+    original = check_entry_point()
+
+    def routed(local_tensor, current_spec, target_spec, **kwargs):
+        return _route(original, local_tensor, current_spec, target_spec, kwargs)
+    routed.__wrapped_original__ = original
+    for name in _ENTRY_MODULES:
+        setattr(importlib.import_module(name), "redistribute_local_tensor", routed)
+    _ROUTING.update(original=original, depth=1)
+
+
+def _safe_check() -> bool:
+    try:
+        check_entry_point()
+        return True
+    except EntryPointMoved:
+        return False
+
+
+def disable() -> None:
+    """Undo one :func:`enable` (the last one restores torch's function)."""
+    import importlib
+    if not _ROUTING["depth"]:
+        return
+    _ROUTING["depth"] -= 1
+    if not _ROUTING["depth"]:
+        for name in _ENTRY_MODULES:
+            setattr(importlib.import_module(name), "redistribute_local_tensor", _ROUTING["original"])
+        _ROUTING["original"] = None
+
+
+class enabled:
+    """``with verishard.torch.enabled(): ...``: :func:`enable` for the block."""
+
+    def __init__(self, *, force: bool = False):
+        self.force = force
+
+    def __enter__(self):
+        enable(force=self.force)
+        return self
+
+    def __exit__(self, *exc):
+        disable()
+        return False
+
+
+def routing_info(reset: bool = False) -> dict[str, Any]:
+    """Redistributions routed through verified plans and fallbacks to
+    DTensor's path (with their reasons) since the last reset."""
+    out = {"routed": _ROUTE_STATS["routed"], "fallbacks": _ROUTE_STATS["fallbacks"],
+           "reasons": dict(_ROUTE_STATS["reasons"])}
+    if reset:
+        _ROUTE_STATS.update(routed=0, fallbacks=0, reasons={})
+    return out
+
+
+def _fallback(original: Any, reason: str, args: tuple, kwargs: dict) -> torch.Tensor:
+    _ROUTE_STATS["fallbacks"] += 1
+    _ROUTE_STATS["reasons"][reason] = _ROUTE_STATS["reasons"].get(reason, 0) + 1
+    return original(*args, **kwargs)
+
+
+def _route(original: Any, local: torch.Tensor, cur: DTensorSpec, target: DTensorSpec, kwargs: dict) -> torch.Tensor:
+    args = (local, cur, target)
+    from torch.distributed.tensor._redistribute import _are_we_tracing
+    if cur.placements == target.placements:  # nothing moves: DTensor's own short cut, not counted
+        return original(*args, **kwargs)
+    if _are_we_tracing():
+        return _fallback(original, "tracing", args, kwargs)
+    if cur.mesh != target.mesh or cur.mesh.size() != dist.get_world_size():
+        return _fallback(original, "mesh not over every rank", args, kwargs)
+    if any(t.is_partial() and not c.is_partial() for c, t in zip(cur.placements, target.placements)):
+        return _fallback(original, "to Partial (DTensor divides the value)", args, kwargs)
+    key = (world(), dist.get_rank(), "spec", cur, target)
+    entry = _lookup(key)
+    if entry is None:
+        entry, problems = _spec_entry(cur, target)
+        if problems:
+            return _fallback(original, "refused: " + problems[0][1].split(":")[0], args, kwargs)
+        _store(key, entry)
+    if tuple(local.shape) != entry.local_shape:
+        return _fallback(original, "local shape", args, kwargs)
+    _agree_on(entry, [], ("first", None))
+    _ROUTE_STATS["routed"] += 1
+    if entry.plan is None:
+        return local
+    groups = mesh_groups(cur.mesh)
+    if entry.plan.src.uneven or entry.plan.dst.uneven:
+        return run_chunked(entry.plan, local, groups)
+    return run_plan(entry.plan, local, groups)
+
+
+def _spec_entry(cur: DTensorSpec, target: DTensorSpec) -> tuple[_Entry | None, list]:
+    """The entry for DTensor's (current spec, target spec), or the problems."""
+    mesh_obj = cur.mesh
+    mesh = planning_mesh(mesh_obj)
+    problems = _partial_problems(cur, target, mesh_obj)
+    if problems:
+        return None, problems
+    s, d, problems = _types(mesh, cur, target)
+    if problems:
+        return None, problems
+    try:
+        return _make_entry(mesh, s, d, cur, target, target, mesh_groups(mesh_obj).rank), []
+    except VerishardError as err:
+        return None, [(INVALID, str(err))]

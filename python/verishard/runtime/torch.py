@@ -42,14 +42,18 @@ own. Every group's rank order is read back from the process group and compared
 with the verified group index; where they differ (a backend that sorts the
 ranks), the backend reorders the blocks by that table.
 
-Validation (:func:`agree`): before any data moves, every rank contributes a
-fingerprint of its plan (mesh, types, collectives, dtype) and the number of
-problems it found to one small ``all_gather`` on CPU tensors (over a gloo
-group when the default backend is NCCL, so that it does not wait for the
-GPU). If the ranks disagree or any
-rank found a problem, they exchange their records with ``all_gather_object``
-and every rank raises the same :class:`RedistributionRefused`, naming every
-failing rank (the MPI backend's message, :mod:`verishard.runtime.mpi`).
+Validation (:func:`agree`): before any data moves, every rank writes its
+record (a fingerprint of its plan: mesh, types, collectives, dtype; and the
+problems it found) into the default group's key-value store under the
+agreement's number, waits for the other ranks' records under a deadline
+(:data:`DEADLINE_S`, 60 s by default) and reads them. If the ranks disagree
+or any rank found a problem, every rank raises the same
+:class:`RedistributionRefused`, naming every failing rank (the MPI backend's
+message, :mod:`verishard.runtime.mpi`); if a rank does not arrive, every rank
+that did raises :class:`RanksMissing` naming it.
+
+Point to point (:func:`run_rounds`): cross-mesh schedules and transfers run
+in rounds of ``batch_isend_irecv`` over the default group.
 
 The DTensor front end is :func:`verishard.torch.redistribute`.
 
@@ -60,8 +64,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -71,10 +77,10 @@ import torch.distributed as dist
 from ..collectives import AllPermute, Exchange
 from ..plan import Plan
 from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
-from .mpi import _verdict
+from .mpi import _ranks, _verdict
 
 __all__ = ["free_port", "TorchBackend", "MeshGroups", "mesh_groups", "run_plan", "run_chunked", "fit_to", "agree",
-           "agreement_group", "fingerprint", "world",
+           "set_deadline", "DEADLINE_S", "RanksMissing", "fingerprint", "world",
            "RedistributionRefused", "NotSupportedYet", "row_chunks", "blocks_view", "ROUND_BYTES"]
 
 # torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single.
@@ -540,59 +546,158 @@ def fingerprint(plan: Plan | None, extra: str = "") -> int:
     return h or 1
 
 
-_AGREEMENT: dict[Any, Any] = {}
+# How long a rank waits for the others in :func:`agree` before it fails,
+# naming the ranks that did not arrive (``VERISHARD_DEADLINE_S`` in the
+# environment, or :func:`set_deadline`).
+DEADLINE_S = float(os.environ.get("VERISHARD_DEADLINE_S", "60"))
 
 
-def agreement_group() -> Any:
-    """The group the agreement runs over: every process, on CPU tensors. With
-    gloo it is the default group; with another default backend (NCCL) a gloo
-    group over every rank, made once (collectively, on the first call), so
-    that the agreement never waits for the GPU stream; None where gloo is not
-    available (then the default group, on the caller's device)."""
+def set_deadline(seconds: float) -> float:
+    """Set the agreement deadline (seconds, > 0); returns the previous one.
+
+    >>> old = set_deadline(5); set_deadline(old)
+    5.0
+    """
+    global DEADLINE_S
+    seconds = float(seconds)
+    if not seconds > 0:
+        raise RedistributionRefused(f"the agreement deadline must be a positive number of seconds, not {seconds!r}")
+    old, DEADLINE_S = DEADLINE_S, seconds
+    return old
+
+
+class RanksMissing(RedistributionRefused):
+    """Raised on every rank that arrived when some rank did not reach the
+    agreement within the deadline (it failed before it, or does not call);
+    ``missing`` lists them. No data has moved.
+
+    >>> RanksMissing("rank 1 did not arrive", missing=(1,)).missing
+    (1,)
+    """
+
+    def __init__(self, message: str, missing: tuple[int, ...] = ()):
+        super().__init__(message)
+        self.missing = tuple(missing)
+
+
+_SEQ: dict[Any, dict] = {}   # default group -> {rank set: [its prefix store, the next agreement's number]}
+
+
+def _agreement_store(ranks: tuple[int, ...] | None) -> list:
     w = world()
-    if w not in _AGREEMENT:
-        _AGREEMENT.clear()
-        if dist.get_backend() == "gloo" or not dist.is_gloo_available():
-            _AGREEMENT[w] = None
-        else:  # pragma: no cover - needs a non-gloo default group (NCCL)
-            _AGREEMENT[w] = dist.new_group(backend="gloo")
-    return _AGREEMENT[w]
+    per_set = _SEQ.get(w)
+    if per_set is None:
+        _SEQ.clear()   # stores of process groups destroyed since
+        per_set = _SEQ[w] = {}
+    entry = per_set.get(ranks)
+    if entry is None:
+        from torch.distributed.distributed_c10d import _get_default_store
+        label = "all" if ranks is None else hashlib.sha256(repr(ranks).encode()).hexdigest()[:16]
+        entry = per_set[ranks] = [dist.PrefixStore(f"verishard/agree/{label}/", _get_default_store()), 0]
+    return entry
 
 
-def agree(fp: int, record: dict, device: torch.device | str = "cpu") -> None:
-    """Collective over every process: return when every rank has the same
-    fingerprint ``fp`` and no rank's ``record["errors"]`` is non-empty; else
-    raise the same :class:`RedistributionRefused` (or
-    :class:`NotSupportedYet` when every problem is of that kind) on every rank.
-    It runs on CPU tensors over :func:`agreement_group` (``device`` is used
-    only when no CPU group is available).
+def agree(fp: int, record: dict, device: torch.device | str | None = None, *,
+          deadline_s: float | None = None, ranks: tuple[int, ...] | None = None) -> None:
+    """Collective over every process of the default group (or the world
+    ranks ``ranks``): return when every rank has the same fingerprint ``fp``
+    and no rank's ``record["errors"]`` is non-empty; else raise the same
+    :class:`RedistributionRefused` (or :class:`NotSupportedYet` when every
+    problem is of that kind) on every rank. A rank that does not arrive
+    within ``deadline_s`` (default :data:`DEADLINE_S`, 60 s) fails every
+    rank that did with :class:`RanksMissing` naming it.
+
+    It runs over the default group's key-value store (the one
+    ``init_process_group`` made), not a collective: each rank writes its
+    record under this agreement's number, waits for the others' keys with the
+    deadline, and reads them (``device`` is not used). Agreements are
+    numbered in call order per rank set, so the ranks of a set must make the
+    same sequence of them (as they make the same sequence of collectives).
 
     ``record`` is the MPI backend's validation record: ``errors`` (strings),
     and where known ``plan`` (a fingerprint in hex), ``desc``, ``dtype`` and
     ``dtype_name``; ``unsupported`` (bool): every error is a feature not
     supported yet.
-
-    The common case costs one ``all_gather`` of two integers per rank; the
-    records travel (``all_gather_object``) only when something is wrong.
     """
-    group = agreement_group()
-    if group is not None or dist.get_backend() == "gloo":
-        device = "cpu"
-    n = dist.get_world_size(group)
-    mine = torch.tensor([fp, len(record.get("errors", ()))], dtype=torch.int64, device=device)
-    every = torch.empty(2 * n, dtype=torch.int64, device=device)
-    _all_gather_single(every, mine, group=group)
-    v = every.view(n, 2).cpu()
-    if bool((v[:, 0] == fp).all()) and not bool(v[:, 1].any()):
+    members = tuple(range(dist.get_world_size())) if ranks is None else tuple(ranks)
+    store, seq = entry = _agreement_store(ranks)
+    entry[1] += 1
+    n, me = len(members), dist.get_rank()
+    timeout = DEADLINE_S if deadline_s is None else float(deadline_s)
+    keys = [f"{seq}/{r}" for r in members]
+    store.set(f"{seq}/{me}", json.dumps({**record, "fp": int(fp)}))
+    try:
+        store.wait(keys, timedelta(seconds=timeout))
+    except Exception as e:  # noqa: BLE001 - the store's timeout (DistStoreError, RuntimeError by release)
+        try:
+            missing = tuple(r for r, k in zip(members, keys) if not store.check([k]))
+        except Exception:  # noqa: BLE001 - the store itself is gone (its host rank exited)
+            missing = ()
+        who = _ranks(list(missing)) if missing else "a rank (the store could not say which: its host is gone)"
+        raise RanksMissing(
+            f"redistribution refused before any data moved: {who} did not arrive within {timeout:g} s "
+            f"(rank {me} waited; {n - len(missing)} of {n} ranks arrived). A rank that fails before "
+            "redistribute, or does not call it, stops every rank here; the deadline is "
+            "verishard.runtime.torch.set_deadline (or VERISHARD_DEADLINE_S)", missing) from e
+    records = [json.loads(v) for v in store.multi_get(keys)]
+    if seq > 1:  # every rank has read the previous agreement's keys by now (it wrote this one after)
+        store.delete_key(f"{seq - 1}/{me}")
+    fps = [int(rec["fp"]) for rec in records]
+    if all(f == fp for f in fps) and not any(rec.get("errors") for rec in records):
         return
-    records: list[Any] = [None] * n
-    dist.all_gather_object(records, record, group=group)
-    verdict = _verdict(records)
+    by_rank: list[dict] = [{} for _ in range(max(members) + 1)]   # the message names world ranks
+    for r, rec in zip(members, records):
+        by_rank[r] = rec
+    verdict = _verdict(by_rank)
     if verdict is None:  # fingerprints differ while the records agree: report both
-        seen = sorted({int(f) for f in v[:, 0].tolist()})
         verdict = ("redistribution refused before any data moved:\n  the ranks disagree on the plan "
-                   f"(fingerprints {', '.join(f'{f:x}' for f in seen)})")
+                   f"(fingerprints {', '.join(f'{f:x}' for f in sorted(set(fps)))})")
     with_errors = [rec for rec in records if rec.get("errors")]
     only_unsupported = bool(with_errors) and all(rec.get("unsupported") for rec in with_errors) \
-        and len({int(f) for f in v[:, 0].tolist()}) == 1
+        and len(set(fps)) == 1
     raise (NotSupportedYet if only_unsupported else RedistributionRefused)(verdict)
+
+
+
+
+# ---------------------------------------------------------------------------
+# point to point: cross-mesh schedules and transfers
+
+
+def _box_slices(box, starts) -> tuple[slice, ...]:
+    return tuple(slice(s - o, s - o + length) for (s, length), o in zip(box, starts))
+
+
+def run_rounds(rounds: list[list[tuple[Any, int, int, tuple]]], sources: dict[Any, tuple[torch.Tensor, tuple]],
+               targets: dict[Any, tuple[torch.Tensor, tuple]]) -> None:
+    """Run staged point-to-point rounds on this rank; collective over the
+    ranks the rounds name (world ranks of the default group).
+
+    A round is a list of cuts ``(key, sender, receiver, global box)``;
+    ``sources[key]`` is this rank's source block of tensor ``key`` and its
+    global start, ``targets[key]`` its target block (written in place) and
+    start. Per round every cut this rank sends is copied out of its block
+    (``contiguous``: the cut's bytes, never the whole block), every cut it
+    receives lands in a buffer of its size, all of them posted in one
+    ``batch_isend_irecv`` and waited for, then copied into place: a rank
+    holds at most one round's send and receive buffers at a time. Cuts are
+    tagged by their position in the round, which every rank computes alike,
+    so no message can be matched with another."""
+    me = dist.get_rank()
+    for cuts in rounds:
+        ops, landed = [], []
+        for tag, (key, a, b, box) in enumerate(cuts):
+            if b == me and a != me:
+                out, starts = targets[key]
+                buf = out.new_empty(tuple(length for _, length in box))
+                ops.append(dist.P2POp(dist.irecv, buf, a, tag=tag))
+                landed.append((out, _box_slices(box, starts), buf))
+            elif a == me and b != me:
+                local, starts = sources[key]
+                ops.append(dist.P2POp(dist.isend, local[_box_slices(box, starts)].contiguous(), b, tag=tag))
+        if ops:
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+        for out, where, buf in landed:
+            out[where] = buf
+        del ops, landed

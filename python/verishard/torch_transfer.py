@@ -1,0 +1,386 @@
+"""Moving DTensors between meshes point to point: ``verishard.torch.transfer``
+(a whole state dict in one schedule) and ``verishard.torch.redistribute(x,
+placements, device_mesh=other)`` (one tensor), both on the verified
+cross-mesh schedule.
+
+Per tensor the schedule is ``Crossmesh.xplan``'s (``crossmesh.crossmesh_plan``;
+``Crossmeshproof.xplan_correct``: every target rank assembles exactly its
+block, every element of it arrives once, from a rank whose block holds it,
+and it receives its block size less what it already holds), cut into the
+rounds of ``Rounds.xrounds`` within the byte budget
+(``Roundsproof.xrounds_correct``: per round a rank sends at most the budget
+and receives at most the budget, or moves one slice larger than it). The
+rounds of all tensors are then packed first fit into shared rounds under the
+same per-rank budget (:func:`pack`): that packing only regroups verified
+cuts, and the runtime checks its loads rather than a theorem. Each round runs
+as one ``batch_isend_irecv`` over the default process group
+(:func:`verishard.runtime.torch.run_rounds`), gloo or NCCL.
+
+A rank holds its source blocks, its target blocks (allocated once, written in
+place) and at most one round's send and receive buffers; no tensor is ever
+gathered or staged whole anywhere. Before any data moves the ranks of both
+sides agree on a fingerprint of every tensor's types, rank lists, dtype and
+the budget, under the agreement deadline (:func:`verishard.runtime.torch.agree`).
+
+Sources are DTensors (Shard, Replicate, _StridedShard; on any DeviceMesh of
+the world, sub-meshes included: every rank of the world holds the DTensor
+object, those outside its mesh with DTensor's empty local tensor) or plain
+tensors replicated on the world ranks ``src_ranks`` (ranks outside pass any
+tensor of that shape and dtype, e.g. on the ``meta`` device). Targets are a
+DeviceMesh and placements per name.
+
+Importing this module imports torch; see ``docs/torch.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+from . import dtensor as _conv
+from .crossmesh import CrossMeshPlan, crossmesh_plan
+from .errors import VerishardError
+from .mesh import Mesh
+from .runtime.crossmesh_mpi import rounds as _verified_rounds
+from .runtime.torch import NotSupportedYet, RedistributionRefused, _device_of, agree, run_rounds
+
+__all__ = ["transfer", "plan_transfer", "TransferSchedule", "pack", "DEFAULT_BUDGET"]
+
+DEFAULT_BUDGET = 64 << 20
+INVALID, UNSUPPORTED = "invalid", "unsupported"
+
+
+@dataclass(frozen=True)
+class _Move:
+    """One tensor of a transfer: its verified cross-mesh plan and what the
+    front end needs around it."""
+
+    name: str
+    plan: CrossMeshPlan
+    dtype: torch.dtype
+    meta: TensorMeta
+    dst_mesh: DeviceMesh
+    dst_placements: tuple
+    local: torch.Tensor | None     # this rank's source block (None: not a source)
+
+
+@dataclass(frozen=True)
+class TransferSchedule:
+    """A transfer planned on this rank (local, no communication): the
+    tensors' plans, the packed rounds ``(name, sender, receiver, global
+    box)`` and the budget. :meth:`sent`, :meth:`received` and
+    :meth:`lower_bound` are per world rank, in bytes."""
+
+    moves: tuple[_Move, ...]
+    rounds: tuple[tuple[tuple[str, int, int, tuple], ...], ...]
+    budget_bytes: int
+
+    def _bytes(self, rank: int, side: int) -> int:
+        size = {m.name: m.dtype.itemsize for m in self.moves}
+        return sum(size[c[0]] * _volume(c[3]) for rd in self.rounds for c in rd if c[side] == rank and c[1] != c[2])
+
+    def sent(self, rank: int) -> int:
+        """Bytes world rank ``rank`` sends."""
+        return self._bytes(rank, 1)
+
+    def received(self, rank: int) -> int:
+        """Bytes world rank ``rank`` receives."""
+        return self._bytes(rank, 2)
+
+    def lower_bound(self, rank: int) -> int:
+        """Bytes it must receive: its target blocks less what its source blocks
+        already hold (``CrossMeshPlan.lower_bound``, from the types)."""
+        out = 0
+        for m in self.moves:
+            j = m.plan.dst_index(rank)
+            if j is not None:
+                out += m.plan.lower_bound(j) * m.dtype.itemsize
+        return out
+
+    def target_bytes(self, rank: int) -> int:
+        """Bytes of its target blocks."""
+        out = 0
+        for m in self.moves:
+            j = m.plan.dst_index(rank)
+            if j is not None:
+                out += _volume(tuple((0, n) for n in m.plan.dst.valid_shape(j))) * m.dtype.itemsize
+        return out
+
+    def round_loads(self, rank: int) -> list[tuple[int, int]]:
+        """(bytes sent, bytes received) by ``rank`` in each round."""
+        size = {m.name: m.dtype.itemsize for m in self.moves}
+        return [(sum(size[c[0]] * _volume(c[3]) for c in rd if c[1] == rank and c[2] != rank),
+                 sum(size[c[0]] * _volume(c[3]) for c in rd if c[2] == rank and c[1] != rank)) for rd in self.rounds]
+
+    def ranks(self) -> tuple[int, ...]:
+        """Every world rank on either side."""
+        return tuple(sorted({r for m in self.moves for r in m.plan.src_ranks + m.plan.dst_ranks}))
+
+    def fingerprint(self) -> int:
+        import hashlib
+        obj = [[m.name, str(m.plan.src), str(m.plan.src.mesh), list(m.plan.src_ranks), str(m.plan.dst),
+                str(m.plan.dst.mesh), list(m.plan.dst_ranks), str(m.dtype)] for m in self.moves]
+        text = json.dumps([obj, self.budget_bytes])
+        return int(hashlib.sha256(text.encode()).hexdigest()[:15], 16) or 1
+
+
+def _volume(box) -> int:
+    n = 1
+    for _, length in box:
+        n *= length
+    return n
+
+
+def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tuple]]]]],
+         budget_bytes: int) -> list[list[tuple[str, int, int, tuple]]]:
+    """Pack the verified rounds of several tensors (``(name, itemsize,
+    rounds)``, each round a list of ``(sender, receiver, target, box)``) first
+    fit into shared rounds in which every rank sends at most
+    ``budget_bytes`` and receives at most ``budget_bytes``; a tensor's round
+    above the budget (one slice larger than it, as ``Rounds.xrounds`` allows)
+    gets a round of its own. Rounds keep their cuts' order.
+
+    >>> r = [[(0, 2, 0, ((0, 4),))], [(1, 3, 1, ((4, 4),))]]    # 16 bytes from rank 0, then from rank 1
+    >>> [len(rd) for rd in pack([("a", 4, r), ("b", 4, r)], 32)]
+    [4]
+    >>> [len(rd) for rd in pack([("a", 4, r), ("b", 4, r)], 16)]
+    [2, 2]
+    """
+    packed: list[list] = []
+    loads: list[tuple[dict, dict]] = []
+    for name, itemsize, rounds in per_tensor:
+        for rd in rounds:
+            send: dict[int, int] = {}
+            recv: dict[int, int] = {}
+            for a, b, _, box in rd:
+                if a != b:
+                    nbytes = _volume(box) * itemsize
+                    send[a] = send.get(a, 0) + nbytes
+                    recv[b] = recv.get(b, 0) + nbytes
+            cuts = [(name, a, b, box) for a, b, _, box in rd]
+            for k, (s, r) in enumerate(loads):
+                if all(s.get(a, 0) + v <= budget_bytes for a, v in send.items()) and \
+                        all(r.get(b, 0) + v <= budget_bytes for b, v in recv.items()):
+                    packed[k].extend(cuts)
+                    for a, v in send.items():
+                        s[a] = s.get(a, 0) + v
+                    for b, v in recv.items():
+                        r[b] = r.get(b, 0) + v
+                    break
+            else:
+                packed.append(cuts)
+                loads.append((send, recv))
+    return packed
+
+
+def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(tuple(shape)):
+        out.append(acc)
+        acc *= max(int(n), 1)
+    return tuple(reversed(out))
+
+
+def _ranks_of(mesh: DeviceMesh) -> tuple[int, ...]:
+    return tuple(int(r) for r in mesh.mesh.flatten().tolist())
+
+
+def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world: int,
+          me: int) -> tuple[_Move | None, list]:
+    """The move of one tensor, or its problems (local, no communication)."""
+    from .torch import _normalise, _types, planning_mesh
+    if not (isinstance(target, (tuple, list)) and len(target) == 2 and isinstance(target[0], DeviceMesh)):
+        return None, [(INVALID, f"{name}: the target must be (DeviceMesh, placements), not {target!r}")]
+    dst_mesh, placements = target
+    if isinstance(x, DTensor):
+        spec, src_mesh = x._spec, x.device_mesh
+        meta = spec.tensor_meta
+        r1 = _ranks_of(src_mesh)
+        local = x._local_tensor if me in r1 else None
+    elif isinstance(x, torch.Tensor):
+        if src_ranks is None:
+            return None, [(INVALID, f"{name}: a plain tensor needs src_ranks= (the world ranks that hold it whole)")]
+        r1 = tuple(int(r) for r in src_ranks)
+        src_mesh = None
+        meta = TensorMeta(tuple(x.shape), _contiguous_stride(x.shape), x.dtype)
+        local = x if me in r1 else None
+        if local is not None and local.is_meta:
+            return None, [(INVALID, f"{name}: rank {me} is a source (src_ranks) but passes a meta tensor")]
+    else:
+        return None, [(INVALID, f"{name}: a DTensor or a torch.Tensor, not {type(x).__name__}")]
+    pl, problems = _normalise(placements, x if isinstance(x, DTensor) else _Shape(meta.shape), dst_mesh)
+    if problems:
+        return None, [(k, f"{name}: {t}") for k, t in problems]
+    dst_spec = DTensorSpec(dst_mesh, pl, tensor_meta=meta)
+    if any(p.is_partial() for p in pl + (tuple(spec.placements) if src_mesh is not None else ())):
+        return None, [(UNSUPPORTED, f"{name}: a Partial placement: a cross-mesh move takes plain layouts; reduce "
+                                    "the source first (redistribute it to Replicate() or Shard(d) on its own mesh)")]
+    if src_mesh is not None:
+        s, d, problems = _types((planning_mesh(src_mesh), planning_mesh(dst_mesh)), spec, dst_spec)
+    else:
+        try:
+            s = _conv.from_placements(Mesh((("src", len(r1)),)), meta.shape, [Replicate()])
+        except VerishardError as e:
+            return None, [(INVALID, f"{name}: {e}")]
+        _, d, problems = _types(planning_mesh(dst_mesh), dst_spec, dst_spec)
+    if problems:
+        return None, [(k, f"{name}: {t}") for k, t in problems]
+    try:
+        plan = crossmesh_plan(s, d, r1, _ranks_of(dst_mesh), world_size=world)
+    except VerishardError as e:
+        return None, [(INVALID, f"{name}: {e}")]
+    if local is not None:
+        want = plan.src.valid_shape(plan.src_index(me))
+        if tuple(local.shape) != tuple(want):
+            return None, [(INVALID, f"{name}: rank {me}'s source block has shape {tuple(local.shape)}, its layout "
+                                    f"gives {tuple(want)}")]
+    return _Move(name, plan, meta.dtype, meta, dst_mesh, pl, local), []
+
+
+class _Shape:
+    """What :func:`verishard.torch._normalise` reads of a tensor: its rank and shape."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+        self.ndim = len(self.shape)
+
+
+def plan_transfer(tensors: Mapping[str, Any], targets: Mapping[str, Any], *, src_ranks: Sequence[int] | None = None,
+                  budget_bytes: int = DEFAULT_BUDGET) -> TransferSchedule:
+    """The schedule :func:`transfer` runs (local, no communication); raises
+    :class:`~verishard.runtime.torch.RedistributionRefused` naming every problem."""
+    sched, problems = _plan(tensors, targets, src_ranks, budget_bytes)
+    if problems:
+        raise _error(problems)
+    return sched
+
+
+def _error(problems: list) -> RedistributionRefused:
+    cls = NotSupportedYet if all(k == UNSUPPORTED for k, _ in problems) else RedistributionRefused
+    return cls("transfer refused before any data moved:\n  " + "\n  ".join(t for _, t in problems))
+
+
+def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any) -> tuple[TransferSchedule | None, list]:
+    if not isinstance(tensors, Mapping) or not isinstance(targets, Mapping):
+        return None, [(INVALID, "tensors and targets must be mappings from names to tensors and to "
+                                "(DeviceMesh, placements)")]
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 1:
+        return None, [(INVALID, f"budget_bytes must be a positive integer, not {budget_bytes!r}")]
+    missing = sorted(set(map(str, targets)) ^ set(map(str, tensors)))
+    if missing:
+        return None, [(INVALID, f"names in one of tensors and targets only: {', '.join(missing[:5])}"
+                                + (" ..." if len(missing) > 5 else "") + " (every rank passes every name)")]
+    world, me = dist.get_world_size(), dist.get_rank()
+    moves, problems = [], []
+    for name in sorted(targets, key=str):
+        m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me)
+        problems += p
+        if m is not None:
+            moves.append(m)
+    if problems:
+        return None, problems
+    per_tensor = [(m.name, m.dtype.itemsize, _verified_rounds(m.plan, m.dtype.itemsize, budget_bytes))
+                  for m in moves]
+    return TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in pack(per_tensor, budget_bytes)),
+                            budget_bytes), []
+
+
+def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh, Sequence[Any]]], *,
+             src_ranks: Sequence[int] | None = None, budget_bytes: int = DEFAULT_BUDGET,
+             check_agreement: bool | str = True, deadline_s: float | None = None) -> dict[str, DTensor]:
+    """Move every tensor of ``tensors`` to ``targets[name]`` (a DeviceMesh and
+    placements) in one verified schedule; returns this rank's DTensors, by
+    name, for the targets whose mesh holds this rank (none on a rank outside
+    every target mesh).
+
+    Collective over every rank of either side (every rank of the world may
+    call it; ranks on neither side return ``{}`` at once). Per round a rank
+    sends and receives at most ``budget_bytes`` (or one slice larger than
+    it); every rank receives exactly the bytes of its target blocks that its
+    source blocks do not hold (:meth:`TransferSchedule.lower_bound`).
+    ``check_agreement``: True (default) or "always" compare the schedule's
+    fingerprint across both sides before any data moves (every call:
+    ``"first"`` means the same here), False skips it.
+    """
+    from .torch import _policy, _require_initialized
+    _require_initialized()
+    mode, deadline = _policy(check_agreement, deadline_s)
+    sched, problems = _plan(tensors, targets, src_ranks, budget_bytes)
+    me = dist.get_rank()
+    ranks = sched.ranks() if sched is not None else _named_ranks(tensors, targets, src_ranks)
+    if ranks is not None and me not in ranks:
+        return {}
+    if mode is not False:
+        if sched is not None:
+            agree(sched.fingerprint(), {"errors": [], "plan": f"{sched.fingerprint():x}",
+                                        "desc": f"transfer of {len(sched.moves)} tensors, budget {budget_bytes}"},
+                  deadline_s=deadline, ranks=ranks)
+        else:
+            agree(0, {"errors": [t for _, t in problems], "unsupported": all(k == UNSUPPORTED for k, _ in problems)},
+                  deadline_s=deadline, ranks=ranks)
+    elif problems:
+        raise _error(problems)
+    return run_schedule(sched)
+
+
+def _named_ranks(tensors: Any, targets: Any, src_ranks: Any) -> tuple[int, ...] | None:
+    """Both sides' world ranks, as far as the (refused) arguments tell; None:
+    every rank of the world."""
+    try:
+        out = set(int(r) for r in src_ranks) if src_ranks is not None else set()
+        for name, t in targets.items():
+            out |= set(_ranks_of(t[0]))
+            x = tensors.get(name)
+            if isinstance(x, DTensor):
+                out |= set(_ranks_of(x.device_mesh))
+        return tuple(sorted(out)) or None
+    except Exception:  # noqa: BLE001 - arguments too malformed to say: the whole world agrees
+        return None
+
+
+def run_schedule(sched: TransferSchedule) -> dict[str, DTensor]:
+    """Run an agreed schedule on this rank (collective over its ranks)."""
+    me = dist.get_rank()
+    sources, targets, out = {}, {}, {}
+    for m in sched.moves:
+        i, j = m.plan.src_index(me), m.plan.dst_index(me)
+        if i is not None:
+            sources[m.name] = (m.local, m.plan.src.block_starts(i))
+        if j is not None:
+            device = m.local.device if m.local is not None else _device_of(m.dst_mesh)
+            block = torch.empty(m.plan.dst.valid_shape(j), dtype=m.dtype, device=device)
+            for p in m.plan.pieces[j]:   # what this rank already holds: a local copy
+                if p.src == me:
+                    block[m.plan.dst_local(j, p)] = m.local[m.plan.src_local(p)]
+            targets[m.name] = (block, m.plan.dst.block_starts(j))
+            spec = DTensorSpec(m.dst_mesh, m.dst_placements, tensor_meta=m.meta)
+            out[m.name] = DTensor(block, spec, requires_grad=False)
+    run_rounds([list(rd) for rd in sched.rounds], sources, targets)
+    return out
+
+
+def crossmesh_redistribute(x: DTensor, device_mesh: DeviceMesh, placements: Any, policy: tuple) -> DTensor:
+    """``redistribute(x, placements, device_mesh=other)``: the one-tensor
+    transfer; ranks outside the target mesh get DTensor's empty local tensor."""
+    got = transfer({"x": x}, {"x": (device_mesh, placements)}, check_agreement=policy[0] or False,
+                   deadline_s=policy[1])
+    if "x" in got:
+        return got["x"]
+    meta = x._spec.tensor_meta
+    pl, _ = _placements_or_empty(placements, x, device_mesh)
+    empty = torch.empty(0, dtype=meta.dtype, device=_device_of(device_mesh))
+    return DTensor(empty, DTensorSpec(device_mesh, pl, tensor_meta=meta), requires_grad=False)
+
+
+def _placements_or_empty(placements: Any, x: DTensor, device_mesh: DeviceMesh) -> tuple[tuple, list]:
+    from .torch import _normalise
+    pl, problems = _normalise(placements, x, device_mesh)
+    return (pl if pl is not None else tuple(Replicate() for _ in range(device_mesh.ndim))), problems
