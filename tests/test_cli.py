@@ -289,7 +289,7 @@ ERRORS = [
     (["plan", "--mesh", "x=2", "--dtensor", "--shape", "4", "--src", "Shard(3)", "--dst", "Replicate()"],
      "Shard(3) on mesh axis 'x'"),
     (["plan", "--mesh", "x=2", "--shape", "4,0", "--jax", "--src", "P()", "--dst", "P()"], "size '0' in shape"),
-    (["plan", "--mesh", "x=2", "--shape", "4,a", "--jax", "--src", "P()", "--dst", "P()"], "size 'a' in shape"),
+    (["plan", "--mesh", "x=2", "--shape", "4,a", "--jax", "--src", "P()", "--dst", "P()"], "size in shape '4,a': 'a' is not an integer"),
     (["plan", "--mesh", "x=2", "--src", "[4]", "--dst", "[4]", "--format", "xml"], "invalid choice: 'xml'"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     ([], "required"),

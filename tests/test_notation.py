@@ -7,7 +7,7 @@ from math import prod
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from verishard import ArrayType, Mesh, ParseError, ShardingError, VerishardError
+from verishard import ArrayType, LimitError, Mesh, ParseError, ShardingError, VerishardError
 from verishard.runtime.layout import box
 from verishard.notation import (format_partition_spec, format_placements, from_partition_spec, from_placements,
                                 parse_partition_spec, parse_placements, to_partition_spec, to_placements)
@@ -173,7 +173,7 @@ def test_parse_placements(text, placements):
     ("[Shard(0))", ParseError, "')'"),
     ("Replicate(1)", ParseError, "'1'"),
     ("Shrad(0)", ParseError, "'Shrad'"),
-    ("Shard(" + "9" * 40 + ")", ShardingError, "too large"),
+    ("Shard(" + "9" * 40 + ")", LimitError, "too large"),
     ("Partial()", ShardingError, "Partial() placements (pending reductions) are not a sharding"),
     ("Shard(0), Partial('sum')", ShardingError, "'Partial'"),
     ("Shard(0); rm", ParseError, "';'"),

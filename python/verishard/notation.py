@@ -34,7 +34,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from .errors import ParseError, ShardingError, show
-from .mesh import MAX_DIGITS, Mesh
+from .limits import check_text, parse_int
+from .mesh import Mesh
 from .sharding import ArrayType
 
 __all__ = [
@@ -45,7 +46,6 @@ __all__ = [
 PartitionSpecEntries = tuple  # tuple[None | tuple[str, ...], ...]
 Placement = tuple  # ("shard", d) | ("replicate",)
 
-MAX_TEXT = 10_000
 UNCONSTRAINED_MESSAGE = "unconstrained dimensions are not a sharding"
 PARTIAL_MESSAGE = "Partial() placements (pending reductions) are not a sharding"
 
@@ -69,11 +69,7 @@ class _Tokens:
     """A list of ``(kind, text)`` tokens with a cursor; errors quote the whole input."""
 
     def __init__(self, text: object, what: str):
-        if not isinstance(text, str):
-            raise ParseError(f"{what} must be a string, not {type(text).__name__}")
-        if len(text) > MAX_TEXT:
-            raise ParseError(f"{what} {show(text)} is too long ({len(text)} characters)")
-        self.text, self.what = text, what
+        self.text, self.what = check_text(text, what), what
         self.toks: list[tuple[str, str]] = []
         pos, end = 0, len(text.rstrip())
         while pos < end:
@@ -395,12 +391,11 @@ def _placement(toks: _Tokens) -> Placement:
     t = toks.next("a dimension number")
     if t[0] != "int":
         raise toks.fail("a dimension number in Shard(...)", t)
-    if len(t[1]) > MAX_DIGITS:
-        raise ShardingError(f"dimension {show(t[1])} in placements {show(toks.text)} is too large")
+    dim = parse_int(t[1], "dimension of Shard in placements")
     if toks.at(","):
         toks.next("','")
     toks.expect(")", "after the dimension of Shard")
-    return ("shard", int(t[1]))
+    return ("shard", dim)
 
 
 def _normalise_placements(placements: object) -> tuple[Placement, ...]:
