@@ -142,3 +142,129 @@ def test_cli_limits_leave_room_for_real_meshes():
     dims = ",".join(["1"] * 64)
     code, out, err = run_cli(["plan", "--mesh", "x=2", "--src", f"[{dims}]", "--dst", f"[{dims}]"])
     assert code == 0, err
+
+
+# ---------------------------------------------------------------------------
+# Python API: every public entry point raises only VerishardError subclasses
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import verishard  # noqa: E402
+from verishard import ArrayType, Collective, Mesh, VerishardError, notation  # noqa: E402
+from verishard.crossmesh import crossmesh_plan  # noqa: E402
+
+MESHES = ["x=2", "x=2,y=3", "x=2,y=2*2", "{x:4}", "x=1"]
+TYPES = ["[2{x}4]", "[4]", "[3{x}6, 4]", "[1{x,y}6]", "[4] partial{x}", "[3{x}5]", "[2{y}6, 2]"]
+TEXTS = ["\udc80", "²", "١٢", "P('x', None)", "Shard(0),Replicate()", "Partial()", "[", "{", "9" * 40,
+         "x=" + "*".join(["1"] * 70), "1e3", "-1", "0", " ", "", "None"]
+
+atoms = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 8), st.sampled_from([2**62, 2**70, -2**63, 2**300]),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+    st.sampled_from(TEXTS + MESHES + TYPES),
+)
+hostile = st.recursive(atoms, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.lists(inner, max_size=4).map(tuple),
+    st.dictionaries(st.one_of(st.integers(-2, 4), st.text(max_size=3)), inner, max_size=3)), max_leaves=8)
+meshes = st.one_of(st.sampled_from(MESHES).map(Mesh.parse), st.sampled_from(MESHES), hostile)
+shapes = st.one_of(st.lists(st.integers(1, 12), min_size=1, max_size=3).map(tuple), hostile)
+types = st.one_of(st.sampled_from(TYPES), hostile)
+
+
+def _dtensor_placements():
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
+    from torch.distributed.tensor.placement_types import _StridedShard
+    placement = st.one_of(st.integers(-3, 4).map(Shard), st.just(Replicate()),
+                          st.sampled_from(["sum", "max", "avg", "bogus"]).map(Partial),
+                          st.builds(lambda d, f: _StridedShard(d, split_factor=f), st.integers(-1, 3),
+                                    st.integers(-1, 4)), hostile)
+    entry = st.one_of(st.builds(ShardOrderEntry, st.integers(-2, 3), st.lists(st.integers(-2, 3), max_size=3)
+                                .map(tuple)), hostile)
+    order = st.one_of(st.none(), st.lists(entry, max_size=3).map(tuple),
+                      st.dictionaries(st.integers(-2, 3), st.lists(st.integers(-2, 3), max_size=3), max_size=2),
+                      hostile)
+    return st.lists(placement, max_size=3), order
+
+
+def _type_or_text(mesh, t):
+    """``t`` built on ``mesh`` when both parse, so deeper code is reached."""
+    try:
+        return ArrayType.parse(t, mesh) if isinstance(t, str) else t
+    except VerishardError:
+        return t
+
+
+def _entry_points():
+    """``(name, strategy of argument tuples, function)`` for each public entry point."""
+    out = [
+        ("Mesh.parse", st.tuples(hostile), Mesh.parse),
+        ("Mesh", st.tuples(hostile), Mesh),
+        ("ArrayType.parse", st.tuples(types, meshes), ArrayType.parse),
+        ("ArrayType", st.tuples(meshes, hostile, hostile, hostile),
+         lambda m, d, p, r: ArrayType(Mesh.parse("x=2,y=3") if not isinstance(m, Mesh) else m, d, p, r)),
+        ("Collective.parse", st.tuples(st.one_of(st.sampled_from(["AllGather(0, x)", "AllToAll(0->1, x)",
+                                                                  "AllPermute([2{x}4])", "Exchange([4], dim=0)"]),
+                                                 hostile), st.sampled_from(MESHES).map(Mesh.parse)),
+         Collective.parse),
+        ("plan", st.tuples(meshes, types, types, st.booleans(), st.booleans()),
+         lambda m, s, d, e, mi: verishard.plan(m, s, d, exchange=e, minimal=mi)),
+        ("check", st.tuples(meshes, types, types, hostile), verishard.check),
+        ("distribute", st.tuples(st.one_of(hostile, st.just([[1, 2], [3]]), st.just(np.arange(4))), meshes, types),
+         verishard.distribute),
+        ("assemble", st.tuples(st.one_of(hostile, st.just([np.zeros(2), np.zeros(3)])), meshes, types),
+         verishard.assemble),
+        ("notation.parse_partition_spec", st.tuples(hostile), notation.parse_partition_spec),
+        ("notation.parse_placements", st.tuples(hostile), notation.parse_placements),
+        ("notation.from_partition_spec", st.tuples(meshes, shapes, hostile), notation.from_partition_spec),
+        ("notation.from_placements", st.tuples(meshes, shapes, hostile, hostile), notation.from_placements),
+        ("notation.to_partition_spec", st.tuples(hostile), notation.to_partition_spec),
+        ("notation.to_placements", st.tuples(hostile), notation.to_placements),
+        ("crossmesh_plan", st.tuples(types, types, hostile, hostile, meshes, meshes),
+         lambda s, d, r1, r2, m1, m2: crossmesh_plan(s, d, r1, r2, src_mesh=m1, dst_mesh=m2)),
+    ]
+    from verishard import dtensor
+    placements, order = _dtensor_placements()
+    out += [
+        ("dtensor.from_placements", st.tuples(meshes, shapes, placements, order), dtensor.from_placements),
+        ("dtensor.placements_to_tuples", st.tuples(placements), dtensor.placements_to_tuples),
+        ("dtensor.shard_order_dict", st.tuples(order), dtensor.shard_order_dict),
+        ("dtensor.to_placements", st.tuples(hostile), dtensor.to_placements),
+    ]
+    from jax.sharding import PartitionSpec
+    from verishard import jax_sharding
+    spec = st.one_of(hostile, st.lists(st.one_of(st.none(), st.sampled_from(["x", "y", "z"]), hostile), max_size=3)
+                     .map(lambda e: PartitionSpec(*e) if all(isinstance(x, (str, type(None))) for x in e)
+                          else e))
+    out += [
+        ("jax_sharding.from_partition_spec", st.tuples(meshes, shapes, spec), jax_sharding.from_partition_spec),
+        ("jax_sharding.to_partition_spec", st.tuples(hostile), jax_sharding.to_partition_spec),
+        ("jax_sharding.spec_entries", st.tuples(spec), jax_sharding.spec_entries),
+        ("jax_sharding.jax_mesh", st.tuples(meshes, hostile), jax_sharding.jax_mesh),
+    ]
+    return out
+
+
+ENTRY_POINTS = _entry_points()
+
+
+def call_checked(fn, args) -> str:
+    """Call ``fn(*args)``: 'ok' or 'refused' (a VerishardError); anything else escapes."""
+    try:
+        fn(*args)
+    except VerishardError:
+        return "refused"
+    return "ok"
+
+
+@pytest.mark.parametrize("name, args, fn", ENTRY_POINTS, ids=[e[0] for e in ENTRY_POINTS])
+def test_api_raises_only_verishard_errors(name, args, fn):
+    @settings(max_examples=150, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(args)
+    def run(a):
+        call_checked(fn, a)
+
+    run()
