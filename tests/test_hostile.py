@@ -268,3 +268,27 @@ def test_api_raises_only_verishard_errors(name, args, fn):
         call_checked(fn, a)
 
     run()
+
+
+# ---------------------------------------------------------------------------
+# MPI: ranks that disagree are refused on every rank before any data moves
+
+
+def test_mpi_ranks_that_disagree_are_refused_on_every_rank():
+    """tests/hostile_mpi_job.py on 4 ranks: each mismatch of issue 34 (another
+    round budget, a float16 or float64 source, a target passing another
+    dtype, target ranks in another order, another plan; runtime.mpi with
+    another chunks or budget_bytes) raises the same refusal on every rank, and
+    a correct run right after each gives every rank its block."""
+    from mpi_helpers import report, require_mpi
+
+    from verishard.runtime.launch import mpirun
+    require_mpi()
+    job = Path(__file__).with_name("hostile_mpi_job.py")
+    res = mpirun([sys.executable, str(job)], 4, timeout=240, cwd=str(job.parent.parent))
+    assert not res.timed_out and res.returncode == 0, report(res, 4)
+    for r in range(4):
+        cases = [s for s in res.rank_lines(r) if "CASE " in s]
+        assert len(cases) == 8 and all("refused; the correct run after it matches" in s for s in cases), \
+            report(res, 4)
+    assert "HOSTILE OK" in res.output, report(res, 4)
