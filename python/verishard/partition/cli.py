@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 
-from .graph import PartitionError
-
 EXAMPLES = """examples:
   verishard partition resnet18 --platform cpu+2gpu --objective latency
   verishard partition vgg11 --platform cpu+2gpu --objective throughput --picture vgg.png
@@ -61,6 +59,7 @@ def _ms(s: float) -> str:
 
 def run(args, out) -> int:
     from . import partition
+    from .graph import PartitionError
 
     if args.picture and not args.picture.lower().endswith((".png", ".svg", ".pdf")):
         raise PartitionError(f"--picture must end in .png, .svg or .pdf, not {args.picture!r}")
