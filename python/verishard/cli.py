@@ -507,13 +507,35 @@ def _problem(args) -> tuple[Mesh, ArrayType, ArrayType, str | None]:
                 if shape is not None and t.global_shape != shape:
                     raise ShardingError(f"global shape {t.global_shape} of {t} does not match --shape {shape}")
         except VerishardError as e:
-            raise _in(e, f"--{opt}") from None
+            hint = _notation_hint(text, kind)
+            raise _in(type(e)(f"{e}{hint}") if hint else e, f"--{opt}") from None
         types.append(t)
     src, dst = types
     if src.global_shape != dst.global_shape:
         raise ShardingError(f"global shapes differ: --src {src} has {src.global_shape}, "
                             f"--dst {dst} has {dst.global_shape}")
     return mesh, src, dst, kind
+
+
+def _notation_hint(text: str, kind: str | None) -> str:
+    """When ``text`` is written in another notation than ``kind`` (None: ours)
+    says: the flag that reads it.
+
+    >>> print(_notation_hint("P('x', None)", None))
+     (this looks like a JAX PartitionSpec: add --jax and --shape)
+    >>> _notation_hint("[3{x}6]", "jax")
+    ' (this looks like our type notation: drop --jax)'
+    >>> _notation_hint("[3{x}6", None)
+    ''
+    """
+    head = text.lstrip()
+    if head.startswith(("P(", "PartitionSpec(", "P (")) and kind != "jax":
+        return " (this looks like a JAX PartitionSpec: add --jax and --shape)"
+    if head.startswith(("Shard(", "Replicate(", "Partial(", "_StridedShard(")) and kind != "dtensor":
+        return " (this looks like DTensor placements: add --dtensor and --shape)"
+    if head.startswith("[") and kind is not None:
+        return f" (this looks like our type notation: drop --{kind})"
+    return ""
 
 
 def _notation_lines(plan, kind: str | None) -> str:

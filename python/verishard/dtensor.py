@@ -129,7 +129,8 @@ def tuples_to_placements(tuples: Iterable[tuple]) -> tuple[Any, ...]:
     >>> tuples_to_placements([("shard", 0), ("replicate",)])
     (Shard(dim=0), Replicate())
     """
-    return tuple(Shard(p[1]) if p[0] == "shard" else Replicate() for p in notation._normalise_placements(tuples))
+    return tuple(Shard(p[1]) if p[0] == "shard" else Partial(p[1]) if p[0] == "partial" else Replicate()
+                 for p in notation._normalise_placements(tuples))
 
 
 @refusing_raw_errors()
