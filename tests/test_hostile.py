@@ -292,3 +292,27 @@ def test_mpi_ranks_that_disagree_are_refused_on_every_rank():
         assert len(cases) == 8 and all("refused; the correct run after it matches" in s for s in cases), \
             report(res, 4)
     assert "HOSTILE OK" in res.output, report(res, 4)
+
+
+# ---------------------------------------------------------------------------
+# Performance edges: refused with a clear error where planning them has no use
+
+
+def test_staged_rounds_of_too_many_cuts_are_refused():
+    """The staged cross-mesh rounds of issue 34 (1.5 s at N = 2**13, over 300 s
+    at 2**16, as the packing grows faster than quadratically in cuts): over
+    MAX_ROUND_CUTS cuts the budget is refused, naming the one that fits."""
+    from verishard.errors import LimitError
+    from verishard.runtime.crossmesh_mpi import _cuts, rounds
+    n = 2**16
+    p = crossmesh_plan(f"[{n // 2}{{x}}{n}]", f"[{n}]", src_mesh="x=2", dst_mesh="u=1", src_ranks=[0, 1],
+                       dst_ranks=[2])
+    with pytest.raises(LimitError, match=r"65536 slices; at most 4096 .*MAX_ROUND_CUTS.*at least 64 bytes"):
+        rounds(p, 4, budget=4)
+    assert sum(map(len, rounds(p, 4, budget=64))) == 4096
+    # the count that is refused is the core's own
+    for s, d, m1, m2 in [("[8{x}16, 16]", "[16, 4{u}16]", "x=2", "u=4"), ("[4{x}7, 3]", "[7, 1{u}3]", "x=2", "u=3"),
+                         ("[6{x}12, 5{y}10]", "[4{u}12, 10]", "x=2,y=2", "u=3")]:
+        q = crossmesh_plan(s, d, src_mesh=m1, dst_mesh=m2)
+        for budget in (1, 2, 3, 5, 17, 64):
+            assert _cuts(q, budget)[0] == sum(map(len, rounds(q, 1, budget)))

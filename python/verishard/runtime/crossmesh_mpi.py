@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 
 import numpy as np
 
 from .. import core
 from ..crossmesh import CrossMeshPlan
-from ..errors import ShardingError
-from ..limits import MAX_ELEMENTS
+from ..errors import LimitError, ShardingError
+from ..limits import MAX_ELEMENTS, MAX_ROUND_CUTS
 
 __all__ = ["reshard", "rounds"]
 
@@ -51,10 +52,38 @@ def rounds(plan: CrossMeshPlan, itemsize: int, budget: int = DEFAULT_BUDGET):
     does not hold arrives in exactly one cut, inside a piece of its schedule."""
     # (the core takes budgets up to 2**50 elements; rounds within a smaller budget keep the larger)
     per_round = min(max(1, budget // itemsize), MAX_ELEMENTS)
+    cuts, moved = _cuts(plan, per_round)
+    if cuts > MAX_ROUND_CUTS:  # refused before the core packs them (its first fit grows faster than n**2)
+        need = itemsize * -(-moved // MAX_ROUND_CUTS)
+        raise LimitError(f"a round budget of {budget} bytes cuts this transfer into {cuts} slices; at most "
+                         f"{MAX_ROUND_CUTS} (verishard.limits.MAX_ROUND_CUTS): give a budget of at least "
+                         f"{need} bytes")
     rs = core.xrounds(plan.src, plan.src_ranks, plan.dst, plan.dst_ranks, per_round)
     if rs is None:  # a CrossMeshPlan comes from the same builder: never refused
         raise ShardingError(f"the verified core refuses the cross-mesh problem {plan.src} -> {plan.dst}")
     return [[(c.src, c.dst, c.target, c.box) for c in rd] for rd in rs]
+
+
+def _cuts(plan: CrossMeshPlan, per_round: int) -> tuple[int, int]:
+    """How many cuts ``Rounds.xrounds`` makes of the pieces that move (each
+    piece larger than ``per_round`` elements cut along its first dimension
+    of more than one index, into slices of whole rows), and the elements
+    moved."""
+    cuts = moved = 0
+    for j, pieces in enumerate(plan.pieces):
+        for p in pieces:
+            if p.src == plan.dst_ranks[j]:
+                continue  # held already: a local copy
+            lengths = [l for _, l in p.box]
+            vol = math.prod(lengths)
+            moved += vol
+            if vol <= per_round:
+                cuts += 1
+                continue
+            d = next(k for k, l in enumerate(lengths) if l > 1)
+            row = math.prod(lengths[d + 1:])
+            cuts += -(-lengths[d] // max(1, per_round // row))
+    return cuts, moved
 
 
 def _slices(box, starts):
