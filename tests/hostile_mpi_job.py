@@ -86,8 +86,9 @@ def main() -> None:
         right = xrun() and mpi_run()  # the communicator still works: nothing was left in flight
         good = verdict == "refused" and right
         ok &= good
-        print(f"[rank {ME}] CASE {name}: {verdict}; the correct run after it "
-              f"{'matches' if right else 'DOES NOT MATCH'}", flush=True)
+        sys.stdout.write(f"[rank {ME}] CASE {name}: {verdict}; the correct run after it "
+                         f"{'matches' if right else 'DOES NOT MATCH'}\n")  # one write: lines of ranks stay whole
+        sys.stdout.flush()
     everyone = COMM.allreduce(int(ok), op=MPI.MIN)
     if ME == 0 and everyone:
         print("HOSTILE OK", flush=True)

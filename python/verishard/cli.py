@@ -54,7 +54,8 @@ from .limits import MAX_DEVICES, MAX_DIMS, check_count, check_int, check_text, p
 from .mesh import Mesh
 from .sharding import ArrayType
 
-__all__ = ["main", "SCHEMA", "dumps", "plan_document", "guarantees", "check_document", "load_plan_file", "DEMO_CASES", "int_option"]
+__all__ = ["main", "SCHEMA", "dumps", "plan_document", "guarantees", "check_document", "load_plan_file", "DEMO_CASES",
+           "int_option"]
 
 SCHEMA = "verishard.plan/1"
 MAX_PLAN_FILE = 16 * 2**20
@@ -883,7 +884,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", parents=[common], help="plan and check a dozen redistributions (make demo)",
                        description="Plan and check a dozen instructive redistributions, then run the MPI demo.")
     d.add_argument("--no-mpi", action="store_true", help="skip the MPI runtime demo")
-    d.add_argument("--nranks", type=int_option("--nranks", 1, MAX_DEVICES), default=8, help="MPI ranks for the runtime demo (default 8)")
+    d.add_argument("--nranks", type=int_option("--nranks", 1, MAX_DEVICES), default=8,
+                   help="MPI ranks for the runtime demo (default 8)")
     from .partition.cli import add_parser as _add_partition_parser  # verishard.partition owns its options
 
     _add_partition_parser(sub, common)

@@ -71,13 +71,15 @@ def add_parsers(sub, common) -> None:
     r.add_argument("dst_dir")
     r.add_argument("--mesh", required=True, help="target mesh")
     r.add_argument("--type", required=True, help="target type")
-    r.add_argument("--read-buffer", type=int_option("--read-buffer", 1, 2**32), default=8 << 20, help="read buffer in bytes (default 8 MiB)")
+    r.add_argument("--read-buffer", type=int_option("--read-buffer", 1, 2**32), default=8 << 20,
+                   help="read buffer in bytes (default 8 MiB)")
 
 
 def run(args, out) -> int:
     if args.command == "crossmesh":
         from .crossmesh import crossmesh_plan
-        p = crossmesh_plan(args.src, args.dst, _ranks(args.src_ranks, "--src-ranks"), _ranks(args.dst_ranks, "--dst-ranks"),
+        p = crossmesh_plan(args.src, args.dst, _ranks(args.src_ranks, "--src-ranks"),
+                           _ranks(args.dst_ranks, "--dst-ranks"),
                            src_mesh=Mesh.parse(args.src_mesh), dst_mesh=Mesh.parse(args.dst_mesh),
                            world_size=args.world_size)
         if args.format == "json":

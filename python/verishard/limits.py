@@ -179,4 +179,5 @@ def parse_int(token: str, what: str, error: type = ParseError) -> int:
 
 
 __all__ = ["MAX_DEVICES", "MAX_ELEMENTS", "MAX_INDEX", "CORE_INT_LIMIT", "MAX_DIGITS", "MAX_TEXT",
-           "MAX_MESH_PARTS", "MAX_DIMS", "MAX_ROUND_CUTS", "check_int", "show_int", "check_text", "check_count", "parse_int"]
+           "MAX_MESH_PARTS", "MAX_DIMS", "MAX_ROUND_CUTS", "check_int", "show_int", "check_text", "check_count",
+           "parse_int"]

@@ -47,7 +47,8 @@ def add_parser(sub, common) -> None:
     p.add_argument("--platform", required=True, help="a shipped platform name or a platform JSON file")
     p.add_argument("--objective", choices=OBJECTIVES, default="latency")
     p.add_argument("--method", choices=METHODS, default="milp", help="default milp (exact, within --time-limit)")
-    p.add_argument("--batch", type=int_option("--batch", 1, 4096), default=8, help="batch size of the traced model (default 8)")
+    p.add_argument("--batch", type=int_option("--batch", 1, 4096), default=8,
+                   help="batch size of the traced model (default 8)")
     p.add_argument("--time-limit", type=_positive_float, default=60.0, help="MILP time limit, seconds (default 60)")
     p.add_argument("--no-sharding", action="store_true", help="single-device options only")
     p.add_argument("--picture", metavar="FILE", help="draw the graph coloured by device (.png, .svg, .pdf)")

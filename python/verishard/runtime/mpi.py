@@ -50,9 +50,10 @@ or the dtype, every rank raises the same :class:`RedistributionRefused`
 naming every failing rank (the ranks also agree on ``budget_bytes`` and
 ``chunks``). The exchange has a deadline (``timeout``, 60 s by default): a
 rank that crashed, exited or never called ``redistribute`` is named in the
-message with which the others abort the job, instead of hanging. An exception while data
-moves (after validation) prints the error with its rank and calls
-``MPI_Abort``, since the other ranks could otherwise wait forever.
+message with which the others abort the job, instead of hanging (:func:`agree`).
+An exception while data moves (after validation) prints the error with its
+rank and calls ``MPI_Abort``, since the other ranks could otherwise wait
+forever.
 
 Scripts should run their main function through :func:`guarded`, which turns
 an exception on any rank into a clear message and a prompt end of the job.
