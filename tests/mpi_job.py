@@ -24,8 +24,9 @@ printed as ``[rank r] FAIL ...`` lines):
 
 Scenarios that end the job (run alone): ``exit-refused`` (one rank's input
 is bad and nobody catches the error), ``exit-crash`` (one rank raises before
-calling ``redistribute``), ``exit-timeout`` (one rank never calls it; the
-others give up after 3 s), ``exit-size`` (the plan's mesh needs another
+calling ``redistribute``), ``exit-timeout`` (one rank calls it too late; the
+others give up after 3 s), ``exit-missing``/``exit-missing0`` (rank 2, or
+rank 0, exits before calling it), ``exit-size`` (the plan's mesh needs another
 number of ranks).
 """
 
@@ -391,12 +392,27 @@ def exit_crash() -> None:
     redistribute(plan, np.zeros(2), timeout=60)
 
 
-def exit_timeout() -> None:
+def _late(missing: int, sleep: bool) -> None:
     mesh = Mesh.parse(f"x={SIZE}")
     plan = check(mesh, f"[2{{x}}{2 * SIZE}]", f"[{2 * SIZE}]", [AllGather(0, "x")])
-    if RANK == 1:
-        time.sleep(60)   # never calls redistribute (the others give up after 3 s)
+    if RANK == missing:
+        if sleep:
+            time.sleep(60)   # calls redistribute too late (the others give up after 3 s)
+        else:
+            return           # exits before redistribute
     redistribute(plan, np.zeros(2), timeout=3)
+
+
+def exit_timeout() -> None:
+    _late(1, sleep=True)
+
+
+def exit_missing() -> None:
+    _late(2, sleep=False)
+
+
+def exit_missing0() -> None:
+    _late(0, sleep=False)
 
 
 def exit_size() -> None:
@@ -408,7 +424,7 @@ def exit_size() -> None:
 SUITES = {"pairs": suite_pairs, "random": suite_random, "movement": suite_movement, "bad": suite_bad,
           "partial": suite_partial, "uneven": suite_uneven, "exchange": suite_exchange}
 EXITS = {"exit-refused": exit_refused, "exit-crash": exit_crash, "exit-timeout": exit_timeout,
-         "exit-size": exit_size}
+         "exit-missing": exit_missing, "exit-missing0": exit_missing0, "exit-size": exit_size}
 
 
 def main() -> None:

@@ -249,8 +249,27 @@ def test_show_errors(tmp_path):
     assert code == 2 and "not both" in one_error_line(err)
     code, _, err = main("show", str(WORKED), "--picture", str(tmp_path / "p.jpg"))
     assert code == 2 and "must end in .png or .svg" in one_error_line(err)
-    code, _, err = main("show", "--mesh", "x=128", "--src", "[128]", "--dst", "[128]")
+    code, _, err = main("show", "--mesh", "x=128", "--src", "[128]", "--dst", "[128]", "--picture",
+                        str(tmp_path / "p.png"))
     assert code == 2 and "at most 64" in one_error_line(err)
+
+
+def test_show_prints_text_plans_of_any_size():
+    code, out, err = main("show", "--mesh", "x=128", "--src", "[1{x}128]", "--dst", "[128]")
+    assert code == 0 and "x=127" in out, err
+    code, out, err = main("show", "--mesh", "x=8192", "--src", "[1{x}8192]", "--dst", "[8192]")
+    assert code == 0 and "AllGather(0, x)" in out and "left out: 8192 devices" in out, err
+
+
+def test_partial_placements_and_notation_hints():
+    code, out, err = main("plan", "--mesh", "x=2,y=2", "--shape", "4,4", "--dtensor", "--src", "Partial(),Shard(0)",
+                          "--dst", "Replicate(),Shard(1)")
+    assert code == 0 and "[2{y}4, 4] partial{x}" in out, err
+    for argv, hint in [(["--src", "P('x', None)", "--dst", "P(None, 'x')"], "add --jax"),
+                       (["--src", "Shard(0)", "--dst", "Replicate()"], "add --dtensor"),
+                       (["--shape", "4", "--jax", "--src", "[2{x}4]", "--dst", "[4]"], "drop --jax")]:
+        code, _, err = main("plan", "--mesh", "x=2", *argv)
+        assert code == 2 and hint in one_error_line(err)
 
 
 # ---------------------------------------------------------------------------
@@ -284,12 +303,12 @@ ERRORS = [
     (["plan", "--mesh", "x=2", "--jax", "--shape", "4", "--src", "P('y')", "--dst", "P()"], "unknown axis 'y' in --src"),
     (["plan", "--mesh", "x=2,y=2", "--dtensor", "--shape", "4", "--src", "Shard(0)", "--dst", "Replicate(),Replicate()"],
      "1 placements [Shard(0)] for a mesh with 2 axes"),
-    (["plan", "--mesh", "x=2", "--dtensor", "--shape", "4", "--src", "Partial()", "--dst", "Replicate()"],
-     "Partial() placements"),
+    (["plan", "--mesh", "x=2", "--dtensor", "--shape", "4", "--src", "Partial('avg')", "--dst", "Replicate()"],
+     "Partial reduction 'avg'"),
     (["plan", "--mesh", "x=2", "--dtensor", "--shape", "4", "--src", "Shard(3)", "--dst", "Replicate()"],
      "Shard(3) on mesh axis 'x'"),
     (["plan", "--mesh", "x=2", "--shape", "4,0", "--jax", "--src", "P()", "--dst", "P()"], "size '0' in shape"),
-    (["plan", "--mesh", "x=2", "--shape", "4,a", "--jax", "--src", "P()", "--dst", "P()"], "size 'a' in shape"),
+    (["plan", "--mesh", "x=2", "--shape", "4,a", "--jax", "--src", "P()", "--dst", "P()"], "size in shape '4,a': 'a' is not an integer"),
     (["plan", "--mesh", "x=2", "--src", "[4]", "--dst", "[4]", "--format", "xml"], "invalid choice: 'xml'"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     ([], "required"),

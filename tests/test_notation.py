@@ -7,7 +7,7 @@ from math import prod
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from verishard import ArrayType, Mesh, ParseError, ShardingError, VerishardError
+from verishard import ArrayType, LimitError, Mesh, ParseError, ShardingError, VerishardError
 from verishard.runtime.layout import box
 from verishard.notation import (format_partition_spec, format_placements, from_partition_spec, from_placements,
                                 parse_partition_spec, parse_placements, to_partition_spec, to_placements)
@@ -173,9 +173,9 @@ def test_parse_placements(text, placements):
     ("[Shard(0))", ParseError, "')'"),
     ("Replicate(1)", ParseError, "'1'"),
     ("Shrad(0)", ParseError, "'Shrad'"),
-    ("Shard(" + "9" * 40 + ")", ShardingError, "too large"),
-    ("Partial()", ShardingError, "Partial() placements (pending reductions) are not a sharding"),
-    ("Shard(0), Partial('sum')", ShardingError, "'Partial'"),
+    ("Shard(" + "9" * 40 + ")", LimitError, "too large"),
+    ("Partial('avg')", ShardingError, "Partial reduction 'avg'"),
+    ("Shard(0), Partial(sum)", ParseError, "a reduction in quotes"),
     ("Shard(0); rm", ParseError, "';'"),
 ])
 def test_parse_placements_errors(text, error, token):
@@ -220,7 +220,8 @@ def test_from_placements_shard_order():
     ((12,), [("shard", 0), ("shard", 0)], {1: (1, 0)}, "shard_order key 1"),
     ((12,), [("shard", 0), ("shard", 0)], {0: "10"}, "shard_order[0]"),
     ((12,), [("shard", 0), ("shard", 0)], [(0, (1, 0))], "mapping"),
-    ((12,), [("partial",), ("shard", 0)], None, "Partial()"),
+    ((12,), [("partial",), ("shard", 0)], None, "('partial', op)"),
+    ((12,), [("partial", "max"), ("partial", "min")], None, "one pending reduction"),
     ((12,), [("shard", 0.0), ("shard", 0)], None, "non-integer"),
     ((12,), "Shard(0),Shard(0)", None, "sequence"),
 ])

@@ -260,6 +260,10 @@ def test_cli_exit_codes(tmp_path):
     assert code == 0, err
     assert "lower bound" in out and "gap" in out and "fastest device only" in out
     assert pic.read_bytes()[:4] == b"\x89PNG"
+    svg = tmp_path / "g.svg"
+    code, _, err = run_cli("partition", "tiny-transformer", "--platform", "cpu+2gpu", "--batch", "2",
+                           "--picture", str(svg))
+    assert code == 0 and all(f">{op}<" in svg.read_text() for op in ("ln1", "fc2", "output")), err  # labelled
     code, _, err = run_cli("partition", "tiny-transformer", "--platform", "cpu+9gpu")
     assert code == 2 and err.startswith("verishard: error: unknown platform 'cpu+9gpu'")
     code, _, err = run_cli("partition", "tiny-transformer", "--platform", "cpu+2gpu", "--objective", "energy")

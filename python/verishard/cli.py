@@ -50,11 +50,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import ParseError, PlanError, ShardingError, VerishardError, show
-from .limits import MAX_DEVICES, check_int
-from .mesh import MAX_DIGITS, Mesh, parse_int
+from .limits import MAX_DEVICES, MAX_DIMS, check_count, check_int, check_text, parse_int
+from .mesh import Mesh
 from .sharding import ArrayType
 
-__all__ = ["main", "SCHEMA", "dumps", "plan_document", "guarantees", "check_document", "load_plan_file", "DEMO_CASES"]
+__all__ = ["main", "SCHEMA", "dumps", "plan_document", "guarantees", "check_document", "load_plan_file", "DEMO_CASES",
+           "int_option"]
 
 SCHEMA = "verishard.plan/1"
 MAX_PLAN_FILE = 16 * 2**20
@@ -453,9 +454,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
     ...
     verishard.errors.ShardingError: size '-1' in shape '6,-1' must be at least 1
     """
-    if not isinstance(text, str):
-        raise ParseError(f"shape must be a string, not {type(text).__name__}")
-    body = text.strip()
+    body = check_text(text, "shape").strip()
     if body.startswith("(") or body.startswith("["):
         close = ")" if body[0] == "(" else "]"
         if not body.endswith(close):
@@ -464,16 +463,12 @@ def parse_shape(text: str) -> tuple[int, ...]:
     parts = [p.strip() for p in body.replace("x", ",").split(",")]
     if parts and parts[-1] == "" and len(parts) > 1:
         parts = parts[:-1]
+    check_count(len(parts), f"shape {show(text)} has {len(parts)} dimensions", MAX_DIMS, "MAX_DIMS")
     out = []
     for p in parts:
         if not p:
             raise ParseError(f"empty size in shape {show(text)}")
-        digits = p[1:] if p.startswith("-") else p
-        if not digits.isascii() or not digits.isdigit():
-            raise ParseError(f"size {show(p)} in shape {show(text)} is not an integer")
-        if len(p) > MAX_DIGITS:
-            raise ParseError(f"size {show(p)} in shape {show(text)} is too large")
-        v = int(p)
+        v = parse_int(p, f"size in shape {show(text)}:")
         if v < 1:
             raise ShardingError(f"size {show(p)} in shape {show(text)} must be at least 1")
         out.append(v)
@@ -513,13 +508,35 @@ def _problem(args) -> tuple[Mesh, ArrayType, ArrayType, str | None]:
                 if shape is not None and t.global_shape != shape:
                     raise ShardingError(f"global shape {t.global_shape} of {t} does not match --shape {shape}")
         except VerishardError as e:
-            raise _in(e, f"--{opt}") from None
+            hint = _notation_hint(text, kind)
+            raise _in(type(e)(f"{e}{hint}") if hint else e, f"--{opt}") from None
         types.append(t)
     src, dst = types
     if src.global_shape != dst.global_shape:
         raise ShardingError(f"global shapes differ: --src {src} has {src.global_shape}, "
                             f"--dst {dst} has {dst.global_shape}")
     return mesh, src, dst, kind
+
+
+def _notation_hint(text: str, kind: str | None) -> str:
+    """When ``text`` is written in another notation than ``kind`` (None: ours)
+    says: the flag that reads it.
+
+    >>> print(_notation_hint("P('x', None)", None))
+     (this looks like a JAX PartitionSpec: add --jax and --shape)
+    >>> _notation_hint("[3{x}6]", "jax")
+    ' (this looks like our type notation: drop --jax)'
+    >>> _notation_hint("[3{x}6", None)
+    ''
+    """
+    head = text.lstrip()
+    if head.startswith(("P(", "PartitionSpec(", "P (")) and kind != "jax":
+        return " (this looks like a JAX PartitionSpec: add --jax and --shape)"
+    if head.startswith(("Shard(", "Replicate(", "Partial(", "_StridedShard(")) and kind != "dtensor":
+        return " (this looks like DTensor placements: add --dtensor and --shape)"
+    if head.startswith("[") and kind is not None:
+        return f" (this looks like our type notation: drop --{kind})"
+    return ""
 
 
 def _notation_lines(plan, kind: str | None) -> str:
@@ -801,20 +818,30 @@ _PLAN_EXAMPLES = """examples:
 notations: docs/types.md, docs/jax.md, docs/dtensor.md; reading the output: docs/reading-a-plan.md"""
 
 
-def _nranks(text: str) -> int:
-    """``--nranks``: a device count, 1 to 2**20.
+def int_option(option: str, low: int, high: int):
+    """An argparse ``type`` reading ``option`` as a decimal integer in
+    ``[low, high]`` (ASCII digits only, at most ``MAX_DIGITS`` of them),
+    else one usage error naming the option.
 
-    >>> _nranks("8")
+    >>> nranks = int_option("--nranks", 1, MAX_DEVICES)
+    >>> nranks("8")
     8
-    >>> _nranks(str(2**70))
+    >>> nranks(str(2**70))
     Traceback (most recent call last):
     ...
     argparse.ArgumentTypeError: --nranks 1180591620717411303424 is too large (at most 2**20)
+    >>> nranks("²")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: --nranks '²' is not an integer
     """
-    try:
-        return check_int(parse_int(text, "--nranks"), "--nranks", low=1, high=MAX_DEVICES, error=UsageError)
-    except VerishardError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    def read(text: str) -> int:
+        try:
+            return check_int(parse_int(text, option, UsageError), option, low=low, high=high, error=UsageError)
+        except VerishardError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    read.__name__ = option.lstrip("-").replace("-", "_")  # argparse names the type in some messages
+    return read
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -857,7 +884,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", parents=[common], help="plan and check a dozen redistributions (make demo)",
                        description="Plan and check a dozen instructive redistributions, then run the MPI demo.")
     d.add_argument("--no-mpi", action="store_true", help="skip the MPI runtime demo")
-    d.add_argument("--nranks", type=_nranks, default=8, help="MPI ranks for the runtime demo (default 8)")
+    d.add_argument("--nranks", type=int_option("--nranks", 1, MAX_DEVICES), default=8,
+                   help="MPI ranks for the runtime demo (default 8)")
     from .partition.cli import add_parser as _add_partition_parser  # verishard.partition owns its options
 
     _add_partition_parser(sub, common)
@@ -878,7 +906,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    out = sys.stdout
+    out = _Out(sys.stdout)
     try:
         args = build_parser().parse_args(argv)
         handler = {"plan": cmd_plan, "check": cmd_check, "show": cmd_show, "demo": cmd_demo,
@@ -895,10 +923,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else EXIT_OK
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as e:  # a path named on the command line: missing, unreadable, a directory, existing, ...
+        where = f" {show(e.filename, 200)}" if e.filename is not None else ""
+        return _fail(UsageError(f"cannot use{where}: {e.strerror or e}"), EXIT_USAGE, debug)
+    except MemoryError:
+        return _fail(UsageError("out of memory: the input is too large for this machine"), EXIT_USAGE, debug)
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # noqa: BLE001 - a bug: still one line unless --debug
         return _fail(e, EXIT_INTERNAL, debug, internal=True)
+
+
+class _Out:
+    """A text stream whose ``write`` escapes what the stream cannot encode
+    (a lone surrogate from a command-line argument echoed back) instead of
+    raising ``UnicodeEncodeError``.
+    """
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        encoding = getattr(self.stream, "encoding", None) or "utf-8"
+        try:
+            return self.stream.write(text)
+        except UnicodeEncodeError:
+            return self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
 
 
 def _fail(e: BaseException, code: int, debug: bool, internal: bool = False) -> int:
@@ -911,7 +964,7 @@ def _fail(e: BaseException, code: int, debug: bool, internal: bool = False) -> i
         sys.stdout.flush()
     except Exception:  # noqa: BLE001
         pass
-    print(f"verishard: error: {msg}", file=sys.stderr)
+    print(f"verishard: error: {msg}", file=_Out(sys.stderr))
     return code
 
 

@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Any, ClassVar
 
 from .errors import ParseError, PlanError, ShardingError, VerishardError, show
-from .limits import MAX_INDEX, check_int
+from .limits import MAX_INDEX, check_int, check_text
 from .mesh import Mesh
 from .sharding import ArrayType, raw
 
@@ -181,8 +181,7 @@ class Collective:
         >>> str(Collective.parse("AllPermute([1{y,x}6])", m))
         'AllPermute([1{y,x}6])'
         """
-        if not isinstance(text, str):
-            raise ParseError(f"collective text must be a string, not {type(text).__name__}")
+        check_text(text, "collective text")
         name = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[0-9]+)?"
         axes = rf"({name}|\{{\s*(?:{name}(?:\s*,\s*{name})*)?\s*\}})"
         m = re.fullmatch(rf"\s*(AllGather|DynSlice|ReduceScatter)\s*\(\s*([0-9]{{1,9}})\s*,\s*{axes}\s*\)\s*", text)

@@ -24,7 +24,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -53,8 +53,8 @@ def _ranks(ranks: Sequence[int] | None, default_start: int, n: int, what: str,
            world_size: int | None) -> tuple[int, ...]:
     if ranks is None:
         ranks = range(default_start, default_start + n)
-    if isinstance(ranks, (str, bytes)):
-        raise ShardingError(f"{what} ranks must be a sequence of integers, not {ranks!r}")
+    if isinstance(ranks, (str, bytes)) or not isinstance(ranks, Iterable):
+        raise ShardingError(f"{what} ranks must be a sequence of integers, not {type(ranks).__name__}")
     out = []
     for r in ranks:
         if isinstance(r, bool) or not isinstance(r, (int, np.integer)):

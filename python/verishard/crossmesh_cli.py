@@ -21,29 +21,35 @@ from __future__ import annotations
 
 import argparse
 
-from .errors import ShardingError
+from .errors import ShardingError, show
+from .limits import MAX_DEVICES, MAX_INDEX, check_count, check_int, check_text, parse_int
 from .mesh import Mesh
 
 
-def _ranks(text: str | None):
+def _ranks(text: str | None, option: str):
+    """``--src-ranks``/``--dst-ranks``: ``0-3,8,9`` as a list of world ranks
+    (at most ``MAX_DEVICES`` of them, each below ``MAX_INDEX``)."""
     if text is None:
         return None
-    out = []
-    for tok in text.split(","):
-        tok = tok.strip()
-        if "-" in tok:
-            a, b = tok.split("-", 1)
-            if not (a.isdigit() and b.isdigit()):
-                raise ShardingError(f"rank range {tok!r} is not A-B")
-            out += range(int(a), int(b) + 1)
-        elif tok.isdigit():
-            out.append(int(tok))
-        else:
-            raise ShardingError(f"rank {tok!r} is not a non-negative integer")
+    out: list[int] = []
+    for tok in check_text(text, option).split(","):
+        a, dash, b = tok.strip().partition("-")
+        if dash and not a:
+            raise ShardingError(f"rank {show(tok)} in {option} is negative")
+        lo = check_int(parse_int(a, f"rank in {option}", ShardingError), f"rank in {option}", error=ShardingError)
+        hi = lo if not dash else check_int(parse_int(b, f"rank in {option}", ShardingError), f"rank in {option}",
+                                           error=ShardingError)
+        if hi < lo:
+            raise ShardingError(f"rank range {show(tok)} in {option} is empty")
+        check_count(len(out) + hi - lo + 1, f"{option} lists more than {MAX_DEVICES} ranks", MAX_DEVICES,
+                    "MAX_DEVICES")
+        out += range(lo, hi + 1)
     return out
 
 
 def add_parsers(sub, common) -> None:
+    from .cli import int_option
+
     c = sub.add_parser("crossmesh", parents=[common], help="print the verified cross-mesh schedule",
                        description="Plan moving an array from one mesh and type (on some world ranks) to "
                                    "another, point to point, with the verified builder (Crossmesh.xplan); "
@@ -54,7 +60,7 @@ def add_parsers(sub, common) -> None:
     c.add_argument("--dst", required=True, help="target type")
     c.add_argument("--src-ranks", help="world ranks of the source devices (default 0..N-1), e.g. 0-7")
     c.add_argument("--dst-ranks", help="world ranks of the target devices (default right after)")
-    c.add_argument("--world-size", type=int, help="refuse ranks at or above this")
+    c.add_argument("--world-size", type=int_option("--world-size", 1, MAX_INDEX), help="refuse ranks at or above this")
     c.add_argument("--format", choices=("table", "json"), default="table")
     r = sub.add_parser("reshard-checkpoint", parents=[common],
                        help="rewrite a checkpoint for another mesh and type, offline",
@@ -65,13 +71,15 @@ def add_parsers(sub, common) -> None:
     r.add_argument("dst_dir")
     r.add_argument("--mesh", required=True, help="target mesh")
     r.add_argument("--type", required=True, help="target type")
-    r.add_argument("--read-buffer", type=int, default=8 << 20, help="read buffer in bytes (default 8 MiB)")
+    r.add_argument("--read-buffer", type=int_option("--read-buffer", 1, 2**32), default=8 << 20,
+                   help="read buffer in bytes (default 8 MiB)")
 
 
 def run(args, out) -> int:
     if args.command == "crossmesh":
         from .crossmesh import crossmesh_plan
-        p = crossmesh_plan(args.src, args.dst, _ranks(args.src_ranks), _ranks(args.dst_ranks),
+        p = crossmesh_plan(args.src, args.dst, _ranks(args.src_ranks, "--src-ranks"),
+                           _ranks(args.dst_ranks, "--dst-ranks"),
                            src_mesh=Mesh.parse(args.src_mesh), dst_mesh=Mesh.parse(args.dst_mesh),
                            world_size=args.world_size)
         if args.format == "json":

@@ -56,7 +56,7 @@ from torch.distributed.tensor._utils import _compute_local_shape_and_global_offs
 from torch.distributed.tensor.placement_types import _StridedShard
 
 from . import notation
-from .errors import ShardingError, show
+from .errors import ShardingError, refusing_raw_errors, show
 from .mesh import Mesh
 from .sharding import REDUCE_OPS, ArrayType
 
@@ -98,6 +98,7 @@ class _Sizes:
         return self.sizes[i]
 
 
+@refusing_raw_errors()
 def placements_to_tuples(placements: Iterable[Any]) -> tuple[tuple, ...]:
     """``Shard(d)``/``Replicate()`` objects as notation tuples (``_StridedShard`` as a shard).
     The tuple notation has no pending reductions: ``Partial`` is refused here
@@ -121,15 +122,18 @@ def placements_to_tuples(placements: Iterable[Any]) -> tuple[tuple, ...]:
     return tuple(out)
 
 
+@refusing_raw_errors()
 def tuples_to_placements(tuples: Iterable[tuple]) -> tuple[Any, ...]:
     """Notation tuples as DTensor placement objects.
 
     >>> tuples_to_placements([("shard", 0), ("replicate",)])
     (Shard(dim=0), Replicate())
     """
-    return tuple(Shard(p[1]) if p[0] == "shard" else Replicate() for p in notation._normalise_placements(tuples))
+    return tuple(Shard(p[1]) if p[0] == "shard" else Partial(p[1]) if p[0] == "partial" else Replicate()
+                 for p in notation._normalise_placements(tuples))
 
 
+@refusing_raw_errors()
 def shard_order_dict(shard_order: Any) -> dict[int, tuple[int, ...]] | None:
     """A DTensor ``ShardOrder`` (tuple of ``ShardOrderEntry``) or a mapping, as
     ``{tensor_dim: mesh dims major first}``.
@@ -169,6 +173,7 @@ def _label(i: int, names: Sequence[str] | None) -> str:
     return f"mesh dimension {i}" + (f" ({names[i]!r})" if names and i < len(names) else "")
 
 
+@refusing_raw_errors()
 def partial_of(placements: Iterable[Any], names: Sequence[str] | None = None) -> tuple[str, tuple[int, ...]]:
     """The pending reduction of DTensor placements and the mesh dimensions
     that carry it: ``(op, dims)``, ``("sum", ())`` when none is Partial.
@@ -335,6 +340,7 @@ def _require_layout(t: ArrayType, placements: Sequence[Any], shard_order: Any) -
     return t
 
 
+@refusing_raw_errors()
 def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: Iterable[Any],
                     shard_order: Any = None) -> ArrayType:
     """Our type for DTensor placements (objects or notation tuples), one per
@@ -408,6 +414,7 @@ def uneven_text(t: ArrayType) -> str:
     return "; ".join(out)
 
 
+@refusing_raw_errors()
 def to_placements(t: ArrayType) -> tuple[tuple[Any, ...], tuple[ShardOrderEntry, ...] | None]:
     """DTensor placements of ``t`` and its ``ShardOrder`` (None when every
     dimension's mesh axes are in the default left-to-right order); a pending
@@ -447,6 +454,7 @@ def to_placements(t: ArrayType) -> tuple[tuple[Any, ...], tuple[ShardOrderEntry,
     return tuple(out), full
 
 
+@refusing_raw_errors()
 def to_spec(t: ArrayType, mesh: Any, dtype: torch.dtype = torch.float32) -> DTensorSpec:
     """A ``DTensorSpec`` for ``t`` on a DTensor ``DeviceMesh`` with ``t``'s axes.
 
@@ -471,6 +479,7 @@ def to_spec(t: ArrayType, mesh: Any, dtype: torch.dtype = torch.float32) -> DTen
     return DTensorSpec(mesh, pl, tensor_meta=meta, shard_order=full_shard_order(t))
 
 
+@refusing_raw_errors()
 def from_spec(mesh: Mesh | str, spec: DTensorSpec) -> ArrayType:
     """Our type for a ``DTensorSpec`` (needs its ``tensor_meta`` for the shape).
 

@@ -110,5 +110,39 @@ def show(token: object, limit: int = 40) -> str:
     return repr(text)
 
 
+_RAW = (TypeError, ValueError, IndexError, KeyError, AttributeError, OverflowError, ZeroDivisionError)
+
+
+def refusing_raw_errors(error: type = ShardingError):
+    """Decorator for a public entry point that reads foreign objects (DTensor
+    placements, JAX specs and meshes): a raw Python error raised while it
+    reads malformed arguments becomes one ``error`` naming the function and
+    the cause (chained, so ``--debug`` tracebacks keep it); a
+    :class:`VerishardError` passes unchanged.
+
+    >>> @refusing_raw_errors()
+    ... def first(xs):
+    ...     return xs[0]
+    >>> first([])
+    Traceback (most recent call last):
+    ...
+    verishard.errors.ShardingError: first: malformed argument (IndexError: list index out of range)
+    """
+    import functools
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except VerishardError:
+                raise
+            except _RAW as e:
+                cause = " ".join(str(e).split())[:200]
+                raise error(f"{fn.__name__}: malformed argument ({type(e).__name__}: {cause})") from e
+        return call
+    return wrap
+
+
 __all__ = ["VerishardError", "ParseError", "MeshError", "ShardingError", "PlanError", "LimitError",
-           "CheckpointError"]
+           "CheckpointError", "refusing_raw_errors"]

@@ -32,7 +32,7 @@ from jax.sharding import Mesh as JaxMesh
 from jax.sharding import NamedSharding, PartitionSpec
 
 from . import notation
-from .errors import ShardingError
+from .errors import ShardingError, refusing_raw_errors
 from .mesh import Mesh
 from .sharding import ArrayType
 
@@ -44,6 +44,7 @@ __all__ = ["mesh_from_jax", "jax_mesh", "spec_entries", "from_partition_spec", "
 # meshes
 
 
+@refusing_raw_errors()
 def mesh_from_jax(jmesh: JaxMesh | AbstractMesh) -> Mesh:
     """Our mesh for a ``jax.sharding.Mesh`` or ``AbstractMesh`` (axis names
     and sizes, in order; axis types do not matter).
@@ -81,6 +82,7 @@ def devices_of(jmesh_or_devices) -> list:
     return list(jmesh_or_devices)
 
 
+@refusing_raw_errors()
 def jax_mesh(mesh: Mesh | str, devices: Sequence | JaxMesh | None = None,
              axis_types: AxisType | Sequence[AxisType] | None = None) -> JaxMesh:
     """A ``jax.sharding.Mesh`` for ``mesh`` over ``devices`` (default: the
@@ -128,6 +130,7 @@ def part_axis_types(mesh: Mesh, jmesh: JaxMesh | AbstractMesh) -> tuple:
 # PartitionSpec and NamedSharding
 
 
+@refusing_raw_errors()
 def spec_entries(spec: PartitionSpec | Sequence, *, unreduced: bool = False) -> tuple:
     """The entries of a ``PartitionSpec`` as plain data (None or a tuple of
     names per dimension); unconstrained dimensions and reduced axes are
@@ -182,6 +185,7 @@ def _show_spec(spec) -> str:
     return repr(spec)
 
 
+@refusing_raw_errors()
 def from_partition_spec(mesh: Mesh | JaxMesh | str, global_shape: Sequence[int],
                         spec: PartitionSpec | Sequence) -> ArrayType:
     """Our type for a ``PartitionSpec`` over ``mesh`` and a global shape;
@@ -239,6 +243,7 @@ def _unreduced_names(t: ArrayType, parts: bool) -> frozenset:
     return frozenset(out)
 
 
+@refusing_raw_errors()
 def to_partition_spec(t: ArrayType, parts: bool = False) -> PartitionSpec:
     """The ``PartitionSpec`` of ``t`` (one entry per dimension; a single axis
     as a bare name; pending axes of a sum as ``unreduced``). Whole axes only,
@@ -265,6 +270,7 @@ def to_partition_spec(t: ArrayType, parts: bool = False) -> PartitionSpec:
     return PartitionSpec(*entries, unreduced=unreduced) if unreduced else PartitionSpec(*entries)
 
 
+@refusing_raw_errors()
 def from_named_sharding(sharding: NamedSharding, global_shape: Sequence[int]) -> ArrayType:
     """Our type for a ``NamedSharding`` of an array of ``global_shape``.
 
@@ -279,6 +285,7 @@ def from_named_sharding(sharding: NamedSharding, global_shape: Sequence[int]) ->
     return from_partition_spec(mesh_from_jax(sharding.mesh), global_shape, sharding.spec)
 
 
+@refusing_raw_errors()
 def to_named_sharding(t: ArrayType, mesh: JaxMesh | Sequence | None = None) -> NamedSharding:
     """A ``NamedSharding`` with the layout of ``t``.
 

@@ -12,6 +12,16 @@ checks its integer fields with :func:`check_int` when it is built:
   elements in all);
 - dimension indices and part (axis) indices: at least 0, at most ``2**50``.
 
+Text is bounded before it is parsed, so that no input spends long in
+parsing or validation: a mesh, type, PartitionSpec, placements or
+collective text has at most :data:`MAX_TEXT` characters
+(:func:`check_text`), an integer in it at most :data:`MAX_DIGITS` digits
+(:func:`parse_int`); a mesh has at most :data:`MAX_MESH_PARTS` axes (each
+factor of a split axis counted) and an array type at most :data:`MAX_DIMS`
+dimensions (:func:`check_count`). A mesh of ``2**20`` devices has at most
+20 axes of size 2 or more, and numpy's arrays at most 64 dimensions, so
+these leave room for any real program while keeping every plan quick.
+
 So every size, product, offset and traffic figure the core computes stays
 below ``2**51``. The binding checks again, refusing any integer outside
 ``[0, 2**62)`` with a :class:`ValueError`.
@@ -32,12 +42,21 @@ from __future__ import annotations
 
 import operator
 
-from .errors import LimitError, PlanError, show
+import re
+
+from .errors import LimitError, ParseError, PlanError, show
 
 MAX_DEVICES = 2**20
 MAX_ELEMENTS = 2**50
 MAX_INDEX = 2**50
 CORE_INT_LIMIT = 2**62  # the binding takes integers in [0, 2**62)
+MAX_DIGITS = 30  # 2**62 has 19 digits; longer tokens are refused before int() (Python's own limit is 4,300)
+MAX_TEXT = 10_000  # characters of one mesh, type, PartitionSpec, placements or collective text
+MAX_MESH_PARTS = 64  # axes of a mesh, each factor of a split axis counted
+MAX_DIMS = 64  # dimensions of an array type (numpy's own limit)
+MAX_ROUND_CUTS = 4096  # cuts of a staged cross-mesh transfer (the first-fit packing grows faster than n**2 in them)
+
+_INT = re.compile(r"-?[0-9]+\Z")
 
 
 def _power(n: int) -> str:
@@ -98,4 +117,67 @@ def check_int(value: object, what: str, owner: str | None = None, *, low: int | 
         raise LimitError(f"{what} {show_int(v)}{of} is too large (at most {_power(high)})")
     return v
 
-__all__ = ["MAX_DEVICES", "MAX_ELEMENTS", "MAX_INDEX", "CORE_INT_LIMIT", "check_int", "show_int"]
+def check_text(text: object, what: str) -> str:
+    """``text`` when it is a string of at most :data:`MAX_TEXT` characters,
+    else a :class:`~verishard.errors.ParseError` (not a string) or a
+    :class:`~verishard.errors.LimitError` naming the limit.
+
+    >>> check_text("x=2", "mesh")
+    'x=2'
+    >>> check_text("x" * 20_000, "mesh")
+    Traceback (most recent call last):
+    ...
+    verishard.errors.LimitError: mesh 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...' has 20000 characters; at most 10000 (verishard.limits.MAX_TEXT)
+    """
+    if not isinstance(text, str):
+        raise ParseError(f"{what} must be a string, not {type(text).__name__}")
+    if len(text) > MAX_TEXT:
+        raise LimitError(f"{what} {show(text)} has {len(text)} characters; at most {MAX_TEXT} "
+                         f"(verishard.limits.MAX_TEXT)")
+    return text
+
+
+def check_count(n: int, what: str, limit: int, name: str) -> int:
+    """``n`` when at most ``limit``, else a :class:`~verishard.errors.LimitError`
+    naming the limit (``name``, a constant of this module).
+
+    >>> check_count(65, "the mesh {a0:1, ...} has 65 axes", MAX_MESH_PARTS, "MAX_MESH_PARTS")
+    Traceback (most recent call last):
+    ...
+    verishard.errors.LimitError: the mesh {a0:1, ...} has 65 axes; at most 64 (verishard.limits.MAX_MESH_PARTS)
+    """
+    if n > limit:
+        raise LimitError(f"{what}; at most {limit} (verishard.limits.{name})")
+    return n
+
+
+def parse_int(token: str, what: str, error: type = ParseError) -> int:
+    """Parse a decimal integer token (ASCII digits, optional '-') of at most
+    :data:`MAX_DIGITS` digits; anything else (``'²'``, ``'١٢'``, 4,400
+    digits) is one error naming ``what``.
+
+    >>> parse_int(" 12", "size")
+    12
+    >>> parse_int("²", "size")
+    Traceback (most recent call last):
+    ...
+    verishard.errors.ParseError: size '²' is not an integer
+    >>> parse_int("9" * 4400, "size")
+    Traceback (most recent call last):
+    ...
+    verishard.errors.LimitError: size '9999999999999999999999999999999999999999...' is too large: 4400 digits; at most 30 (verishard.limits.MAX_DIGITS)
+    """
+    if not isinstance(token, str):
+        raise error(f"{what} {token!r} is not an integer")
+    token = token.strip()
+    if not _INT.match(token):
+        raise error(f"{what} {show(token)} is not an integer")
+    if len(token) > MAX_DIGITS:
+        raise LimitError(f"{what} {show(token)} is too large: {len(token.lstrip('-'))} digits; at most "
+                         f"{MAX_DIGITS} (verishard.limits.MAX_DIGITS)")
+    return int(token)
+
+
+__all__ = ["MAX_DEVICES", "MAX_ELEMENTS", "MAX_INDEX", "CORE_INT_LIMIT", "MAX_DIGITS", "MAX_TEXT",
+           "MAX_MESH_PARTS", "MAX_DIMS", "MAX_ROUND_CUTS", "check_int", "show_int", "check_text", "check_count",
+           "parse_int"]

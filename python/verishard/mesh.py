@@ -18,12 +18,10 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from .errors import LimitError, MeshError, ParseError, ShardingError, show
-from .limits import MAX_DEVICES, check_int
+from .limits import MAX_DEVICES, MAX_DIGITS, MAX_MESH_PARTS, check_count, check_int, check_text, parse_int
 
-MAX_DIGITS = 30
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_INT = re.compile(r"-?[0-9]+\Z")
 _PART = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\.([0-9]+)\Z")
 
 
@@ -35,20 +33,6 @@ def _as_int(value: object, what: str, error: type) -> int:
         return operator.index(value)
     except TypeError:
         raise error(f"{what} {show(value) if isinstance(value, str) else repr(value)} is not an integer") from None
-
-
-def parse_int(token: str, what: str) -> int:
-    """Parse a decimal integer token (ASCII digits, optional '-').
-
-    >>> parse_int("12", "size")
-    12
-    """
-    token = token.strip()
-    if not _INT.match(token):
-        raise ParseError(f"{what} {show(token)} is not an integer")
-    if len(token) > MAX_DIGITS:
-        raise LimitError(f"{what} {show(token)} is too large")
-    return int(token)
 
 
 def _prime_factors(n: int) -> tuple[int, ...]:
@@ -85,7 +69,7 @@ class Mesh:
             raw = list(raw.items())
         if isinstance(raw, (str, bytes)) or not isinstance(raw, Iterable):
             raise MeshError(f"mesh axes must be a list of (name, size) pairs, not {raw!r}")
-        axes, seen = [], set()
+        axes, seen, nparts = [], set(), 0
         for item in raw:
             if not isinstance(item, (tuple, list)) or len(item) != 2:
                 raise MeshError(f"mesh axis {item!r} is not a (name, size) pair")
@@ -102,6 +86,10 @@ class Mesh:
             factors = size if isinstance(size, (tuple, list)) else (size,)
             if not factors:
                 raise MeshError(f"axis {show(name)} has no factors")
+            nparts += len(factors)
+            if nparts > MAX_MESH_PARTS:
+                check_count(nparts, f"the mesh has {nparts} or more axes, each factor of a split axis counted "
+                                    f"(up to axis {show(name)})", MAX_MESH_PARTS, "MAX_MESH_PARTS")
             ints = []
             for f in factors:
                 ints.append(check_int(f, "size", f"axis {show(name)}", low=1, high=MAX_DEVICES, error=MeshError))
@@ -127,9 +115,7 @@ class Mesh:
         >>> Mesh.parse("{x:2, y:2*2}").parts
         (('x', 2), ('y.0', 2), ('y.1', 2))
         """
-        if not isinstance(text, str):
-            raise ParseError(f"mesh text must be a string, not {type(text).__name__}")
-        body = text.strip()
+        body = check_text(text, "mesh text").strip()
         if body.startswith("{") or body.endswith("}"):
             if not (body.startswith("{") and body.endswith("}") and len(body) >= 2):
                 raise ParseError(f"unbalanced braces in mesh {show(text)}")

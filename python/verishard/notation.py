@@ -16,8 +16,9 @@ A PartitionSpec is held as a tuple with one entry per array dimension: None
 >>> t, format_partition_spec(to_partition_spec(t))
 ([3{x}6, 4], "P('x', None)")
 
-DTensor placements are held as tuples ``("shard", d)`` and ``("replicate",)``,
-one per mesh axis:
+DTensor placements are held as tuples ``("shard", d)``, ``("replicate",)`` and
+``("partial", op)`` (a pending reduction, ``op`` one of sum, max, min), one
+per mesh axis:
 
 >>> pl = parse_placements("Shard(0), Replicate()")
 >>> pl
@@ -34,8 +35,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from .errors import ParseError, ShardingError, show
-from .mesh import MAX_DIGITS, Mesh
-from .sharding import ArrayType
+from .limits import check_text, parse_int
+from .mesh import Mesh
+from .sharding import REDUCE_OPS, ArrayType
 
 __all__ = [
     "parse_partition_spec", "format_partition_spec", "from_partition_spec", "to_partition_spec",
@@ -45,7 +47,6 @@ __all__ = [
 PartitionSpecEntries = tuple  # tuple[None | tuple[str, ...], ...]
 Placement = tuple  # ("shard", d) | ("replicate",)
 
-MAX_TEXT = 10_000
 UNCONSTRAINED_MESSAGE = "unconstrained dimensions are not a sharding"
 PARTIAL_MESSAGE = "Partial() placements (pending reductions) are not a sharding"
 
@@ -69,11 +70,7 @@ class _Tokens:
     """A list of ``(kind, text)`` tokens with a cursor; errors quote the whole input."""
 
     def __init__(self, text: object, what: str):
-        if not isinstance(text, str):
-            raise ParseError(f"{what} must be a string, not {type(text).__name__}")
-        if len(text) > MAX_TEXT:
-            raise ParseError(f"{what} {show(text)} is too long ({len(text)} characters)")
-        self.text, self.what = text, what
+        self.text, self.what = check_text(text, what), what
         self.toks: list[tuple[str, str]] = []
         pos, end = 0, len(text.rstrip())
         while pos < end:
@@ -351,10 +348,8 @@ def parse_placements(text: str) -> tuple[Placement, ...]:
     (('shard', 0), ('shard', 0))
     >>> parse_placements("(Replicate(), torch.distributed.tensor.Shard(1),)")
     (('replicate',), ('shard', 1))
-    >>> parse_placements("Shard(0), Partial()")
-    Traceback (most recent call last):
-    ...
-    verishard.errors.ShardingError: Partial() placements (pending reductions) are not a sharding: 'Partial' in placements 'Shard(0), Partial()'
+    >>> parse_placements("Shard(0), Partial(), Partial('max'), Partial(reduce_op='min')")
+    (('shard', 0), ('partial', 'sum'), ('partial', 'max'), ('partial', 'min'))
     """
     toks = _Tokens(text, "placements")
     if toks.peek() is None:
@@ -383,9 +378,19 @@ def _placement(toks: _Tokens) -> Placement:
     kind = _last_name(tok[1]) if tok[0] == "name" else None
     if kind not in ("Shard", "Replicate", "Partial"):
         raise toks.fail(want, tok)
-    if kind == "Partial":
-        raise ShardingError(f"{PARTIAL_MESSAGE}: {show(kind)} in placements {show(toks.text)}")
     toks.expect("(", f"after {kind}")
+    if kind == "Partial":  # Partial(), Partial('max'), Partial(reduce_op="min")
+        op = "sum"
+        if toks.peek() == ("name", "reduce_op") and toks.peek(1) == ("punct", "="):
+            toks.next("reduce_op")
+            toks.next("'='")
+        if not toks.at(")"):
+            t = toks.next("a reduction in quotes")
+            if t[0] != "str":
+                raise toks.fail("a reduction in quotes in Partial(...)", t)
+            op = t[1][1:-1]
+        toks.expect(")", "after Partial(")
+        return _partial_placement(op, toks.text)
     if kind == "Replicate":
         toks.expect(")", "after Replicate(")
         return ("replicate",)
@@ -395,12 +400,11 @@ def _placement(toks: _Tokens) -> Placement:
     t = toks.next("a dimension number")
     if t[0] != "int":
         raise toks.fail("a dimension number in Shard(...)", t)
-    if len(t[1]) > MAX_DIGITS:
-        raise ShardingError(f"dimension {show(t[1])} in placements {show(toks.text)} is too large")
+    dim = parse_int(t[1], "dimension of Shard in placements")
     if toks.at(","):
         toks.next("','")
     toks.expect(")", "after the dimension of Shard")
-    return ("shard", int(t[1]))
+    return ("shard", dim)
 
 
 def _normalise_placements(placements: object) -> tuple[Placement, ...]:
@@ -418,24 +422,38 @@ def _normalise_placements(placements: object) -> tuple[Placement, ...]:
                 out.append(("shard", operator.index(d)))
             except TypeError:
                 raise ShardingError(f"placement {p!r} has a non-integer dimension") from None
-        elif isinstance(p, (tuple, list)) and p and p[0] == "partial":
-            raise ShardingError(f"{PARTIAL_MESSAGE}: {p!r}")
+        elif isinstance(p, (tuple, list)) and len(p) == 2 and p[0] == "partial":
+            out.append(_partial_placement(p[1], repr(p)))
         else:
-            raise ShardingError(f"placement {p!r} is not ('shard', d) or ('replicate',)")
+            raise ShardingError(f"placement {p!r} is not ('shard', d), ('replicate',) or ('partial', op)")
     return tuple(out)
+
+
+def _partial_placement(op: object, where: str) -> Placement:
+    if op not in REDUCE_OPS:
+        raise ShardingError(f"Partial reduction {op!r} in {show(where)} is not one of {', '.join(REDUCE_OPS)}")
+    return ("partial", op)
+
+
+def _format_placement(p: Placement) -> str:
+    if p[0] == "shard":
+        return f"Shard({p[1]})"
+    if p[0] == "partial":
+        return "Partial()" if p[1] == "sum" else f"Partial({p[1]!r})"
+    return "Replicate()"
 
 
 def format_placements(placements: Iterable[object], shard_order: Mapping[int, Sequence[int]] | None = None) -> str:
     """Print placements as DTensor writes them in code; a non-default
     ``shard_order`` is appended as ``shard_order={d: (i, ...)}`` (for display only).
 
-    >>> format_placements([("shard", 0), ("replicate",)])
-    '[Shard(0), Replicate()]'
+    >>> format_placements([("shard", 0), ("replicate",), ("partial", "max")])
+    "[Shard(0), Replicate(), Partial('max')]"
     >>> format_placements([("shard", 0), ("shard", 0)], {0: (1, 0)})
     '[Shard(0), Shard(0)] shard_order={0: (1, 0)}'
     """
     pl = _normalise_placements(placements)
-    text = "[" + ", ".join("Replicate()" if p[0] == "replicate" else f"Shard({p[1]})" for p in pl) + "]"
+    text = "[" + ", ".join(_format_placement(p) for p in pl) + "]"
     if shard_order:
         items = ", ".join(f"{int(d)}: ({', '.join(str(int(i)) for i in order)}{',' if len(order) == 1 else ''})"
                           for d, order in sorted(shard_order.items()))
@@ -467,6 +485,8 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
     [2{y,x}12]
     >>> from_placements(m, (7,), [("shard", 0), ("replicate",)], uneven=True)
     [4{x}7]
+    >>> from_placements(m, (6,), [("partial", "max"), ("shard", 0)])
+    [2{y}6] partial(max){x}
     >>> from_placements(m, (6, 4), [("shard", 0)])
     Traceback (most recent call last):
     ...
@@ -480,6 +500,11 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
         raise ShardingError(f"{len(pl)} placements {format_placements(pl)} for a mesh with {len(names)} axes "
                             f"({', '.join(names)}); give one per mesh axis")
     rank = len(shape)
+    ops = {p[1] for p in pl if p[0] == "partial"}
+    if len(ops) > 1:
+        raise ShardingError(f"placements {format_placements(pl)} pend {' and '.join(sorted(ops))} reductions; "
+                            f"a type has one pending reduction")
+    pending = tuple(q for i, p in enumerate(pl) if p[0] == "partial" for q in mesh.resolve(names[i]))
     by_dim: dict[int, list[int]] = {}
     for i, p in enumerate(pl):
         if p[0] != "shard":
@@ -506,6 +531,8 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
             by_dim[d % rank] = list(order)
     axes = [tuple(names[i] for i in by_dim.get(d, ())) for d in range(rank)]
     t = ArrayType.from_axes(mesh, shape, axes)
+    if pending:
+        t = ArrayType(mesh, t.dims, partial=pending, reduce=ops.pop())
     return t if uneven else t.require_even()
 
 
@@ -518,13 +545,18 @@ def to_placements(t: ArrayType) -> tuple[tuple[Placement, ...], dict[int, tuple[
     ((('shard', 0), ('shard', 0)), {0: (1, 0)})
     >>> to_placements(ArrayType.parse("[3{x}6]", "x=2,y=2*2"))
     ((('shard', 0), ('replicate',)), None)
+    >>> to_placements(ArrayType.parse("[3{x}6] partial(min){y}", "x=2,y=3"))
+    ((('shard', 0), ('partial', 'min')), None)
     """
     if not isinstance(t, ArrayType):
         raise ShardingError(f"expected an ArrayType, not {type(t).__name__}")
-    if t.partial:  # the placement text has no Partial yet: never drop the pending axes silently
-        raise ShardingError(f"{t} has pending axes; this placement text has no Partial")
     names = t.mesh.axis_names
     pl: list[Placement] = [("replicate",)] * len(names)
+    for n in t.mesh.names(t.partial):
+        if n not in names:
+            raise ShardingError(f"pending sub-axis {show(n)} in {t} is not a whole mesh axis; "
+                                f"DTensor placements name whole mesh dimensions")
+        pl[names.index(n)] = ("partial", t.reduce)
     order: dict[int, tuple[int, ...]] = {}
     for d in range(t.rank):
         idx = []

@@ -40,7 +40,6 @@ step 3: target [2{y}6], local size 2
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,9 +49,11 @@ from .errors import LimitError, ParseError, VerishardError, show
 from .mesh import Mesh
 from .sharding import ArrayType
 
-__all__ = ["MAX_PICTURE_DEVICES", "Grid", "device_grid", "type_grid", "text_picture", "draw"]
+__all__ = ["MAX_PICTURE_DEVICES", "MAX_TEXT_DEVICES", "Grid", "device_grid", "type_grid", "text_picture", "draw",
+           "block_colours"]
 
-MAX_PICTURE_DEVICES = 64
+MAX_PICTURE_DEVICES = 64  # an image stays legible up to about this many cells a panel
+MAX_TEXT_DEVICES = 4096  # the text grid is drawn up to this many devices; above, a line says it is left out
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 
 
@@ -155,9 +156,11 @@ def _letters(cells) -> dict[tuple[int, ...], str]:
     return {b: (_LETTERS[i] if i < len(_LETTERS) else f"#{i}") for i, b in enumerate(blocks)}
 
 
-def text_picture(plan, limit: int = MAX_PICTURE_DEVICES) -> str:
+def text_picture(plan, limit: int = MAX_TEXT_DEVICES) -> str:
     """A plain-text rendering of ``plan`` (a :class:`~verishard.plan.Plan`):
-    one grid per step, the collective between grids.
+    one grid per step, the collective between grids; over ``limit`` devices,
+    one line saying the grids are left out (the plan itself prints at any
+    size).
 
     Letters name the distinct blocks of a step in order of their position
     in the global array; devices with the same letter hold the same data.
@@ -173,7 +176,9 @@ def text_picture(plan, limit: int = MAX_PICTURE_DEVICES) -> str:
          x=0     x=1
       A 0..3  A 0..3
     """
-    _check_small(plan.mesh, limit)
+    if plan.mesh.num_devices > limit:  # the plan text says everything; a grid this large says nothing more
+        return (f"(the device grids are left out: {plan.mesh.num_devices} devices, drawn for at most {limit}; "
+                f"verishard.picture.MAX_TEXT_DEVICES)")
     grid = device_grid(plan.mesh)
     lines: list[str] = []
     for title, t, coll in _panels(plan):
@@ -192,19 +197,22 @@ def text_picture(plan, limit: int = MAX_PICTURE_DEVICES) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _colour(start: Sequence[int], local: Sequence[int], shape: Sequence[int], cmap) -> tuple[float, ...]:
-    """The colour of a block: its hue from the position of its first element
-    in the row-major global array, lightened the more of the array it holds.
-    Distinct blocks of one type get distinct hues; the same block gets the
-    same colour in every panel."""
-    pos, total, size = 0, 1, 1
-    for s, l, g in zip(start, local, shape):
-        pos = pos * g + s
-        total *= g
-        size *= l
-    r, g, b, _ = cmap(0.1 + 0.8 * pos / total)
-    blend = 0.0 if total == 1 else 0.6 * (1 + math.log(size / total) / math.log(total))
-    return tuple(c + (1 - c) * blend for c in (r, g, b)) + (1.0,)
+def block_colours(n: int) -> list[tuple[float, float, float, float]]:
+    """``n`` colours for ``n`` blocks, each far from the one before it: hues
+    step by the golden angle (so neighbours in the list differ by about 0.38
+    of the colour wheel), with lightness alternating in three levels.
+
+    >>> cs = block_colours(3)
+    >>> len(cs), all(len(c) == 4 for c in cs), len(set(cs))
+    (3, True, 3)
+    """
+    import colorsys
+    out = []
+    for i in range(n):
+        hue = (0.08 + i * 0.6180339887) % 1.0
+        light = (0.55, 0.72, 0.40)[i % 3]
+        out.append(colorsys.hls_to_rgb(hue, light, 0.75) + (1.0,))
+    return out
 
 
 def draw(plan, path: str | os.PathLike, limit: int = MAX_PICTURE_DEVICES) -> int:
@@ -233,7 +241,6 @@ def draw(plan, path: str | os.PathLike, limit: int = MAX_PICTURE_DEVICES) -> int
     import matplotlib
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
-    from matplotlib import colormaps
     from matplotlib.patches import Rectangle
 
     grid = device_grid(plan.mesh)
@@ -243,8 +250,8 @@ def draw(plan, path: str | os.PathLike, limit: int = MAX_PICTURE_DEVICES) -> int
     fig_rows = (n + 3) // 4
     per_row = (n + fig_rows - 1) // fig_rows
     ndims = plan.src.rank
-    cell_w = 0.55 + 0.32 * max(ndims, 1)
-    cell_h = 0.42 + 0.16 * max(ndims, 1)
+    cell_w = 0.75 + 0.32 * max(ndims, 1)
+    cell_h = 0.55 + 0.16 * max(ndims, 1)
     panel_w = max(2.2, ncols * cell_w + 0.6)
     arrow_w = 1.5
     panel_h = nrows * cell_h + 1.2
@@ -255,8 +262,15 @@ def draw(plan, path: str | os.PathLike, limit: int = MAX_PICTURE_DEVICES) -> int
         widths += [arrow_w, panel_w]
     gs = fig.add_gridspec(fig_rows, 2 * per_row, width_ratios=widths, wspace=0.05, hspace=0.6,
                           top=1 - 0.8 / fig_h, bottom=0.35 / fig_h, left=0.01, right=0.99)
-    cmap = colormaps["turbo"]
-    shape = plan.src.global_shape
+    # one colour per distinct block (start and extent) across all panels, in order of first appearance:
+    # a block keeps its colour from panel to panel, and the blocks of one panel all differ
+    grids = [type_grid(t, limit) for _, t, _ in panels]
+    keys: dict = {}
+    for (_, t, _), cells in zip(panels, grids):
+        for row in cells:
+            for start, ranges in row:
+                keys.setdefault((start, ranges), len(keys))
+    palette = block_colours(len(keys))
 
     for i, (title, t, coll) in enumerate(panels):
         r, c = divmod(i, per_row)
@@ -271,14 +285,15 @@ def draw(plan, path: str | os.PathLike, limit: int = MAX_PICTURE_DEVICES) -> int
             aax.text(0.5, 0.55, label, ha="center", va="bottom", fontsize=8, family="monospace")
         ax = fig.add_subplot(gs[r, 2 * c + 1])
         ax.set_gid(f"panel-{i}")
-        cells = type_grid(t, limit)
-        local = t.local_shape
+        cells = grids[i]
+        letters = _letters(cells)
         for y, row in enumerate(cells):
             for x, (start, ranges) in enumerate(row):
-                rgba = _colour(start, local, shape, cmap)
+                rgba = palette[keys[(start, ranges)]]
                 ax.add_patch(Rectangle((x, y), 1, 1, facecolor=rgba, edgecolor="white", lw=2))
                 lum = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2]
-                ax.text(x + 0.5, y + 0.5, "\n".join(ranges), ha="center", va="center", fontsize=8,
+                text = letters[start] + "\n" + "\n".join(f"d{d}: {rg}" for d, rg in enumerate(ranges))
+                ax.text(x + 0.5, y + 0.5, text, ha="center", va="center", fontsize=7,
                         color="black" if lum > 0.5 else "white", family="monospace")
         ax.set_xlim(0, ncols)
         ax.set_ylim(nrows, 0)
@@ -290,7 +305,9 @@ def draw(plan, path: str | os.PathLike, limit: int = MAX_PICTURE_DEVICES) -> int
         for side in ax.spines.values():
             side.set_visible(False)
         ax.set_title(title, fontsize=9, pad=14)
-        ax.set_xlabel(f"local size {t.size}", fontsize=8)
+        ax.set_xlabel(f"local size {t.size}; cells: block, then index range of each dimension d0, d1, ...",
+                      fontsize=7)
+
     fig.suptitle(f"plan on {plan.mesh}: {plan.src} -> {plan.dst}    peak {plan.peak} elements/device, "
                  f"bound {plan.bound}", fontsize=10, y=1 - 0.15 / fig_h, va="top")
     try:

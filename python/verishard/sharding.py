@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .errors import LimitError, ParseError, ShardingError, show
-from .limits import MAX_ELEMENTS, MAX_INDEX, check_int
-from .mesh import MAX_DIGITS, Mesh
+from .limits import MAX_DIMS, MAX_ELEMENTS, MAX_INDEX, check_count, check_int, check_text, parse_int
+from .mesh import Mesh
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,10 @@ class ArrayType:
         raw = self.dims
         if isinstance(raw, (str, bytes)) or not isinstance(raw, Iterable):
             raise ShardingError(f"dims {raw!r} must be a sequence of dimension types")
+        if not isinstance(raw, tuple):
+            raw = tuple(raw)
+        if len(raw) > MAX_DIMS:
+            check_count(len(raw), f"an array type of {len(raw)} dimensions", MAX_DIMS, "MAX_DIMS")
         dims = tuple(_as_dim(d) for d in raw)
         object.__setattr__(self, "dims", dims)
         if not dims:
@@ -243,9 +247,7 @@ class ArrayType:
             mesh = Mesh.parse(mesh)
         if not isinstance(mesh, Mesh):
             raise ShardingError(f"the mesh of an array type must be a Mesh, not {type(mesh).__name__}")
-        if not isinstance(text, str):
-            raise ParseError(f"type text must be a string, not {type(text).__name__}")
-        toks = _tokens(text)
+        toks = _tokens(check_text(text, "type text"))
         pos = 0
 
         def peek() -> str | None:
@@ -267,9 +269,7 @@ class ArrayType:
             tok = take(what)
             if not re.fullmatch(r"-?[0-9]+", tok):
                 raise ParseError(f"expected {what}, found {show(tok)} in {show(text)}")
-            if len(tok) > MAX_DIGITS:
-                raise LimitError(f"{what} {show(tok)} is too large")
-            return int(tok)
+            return parse_int(tok, what)
 
         def axis_names(what: str) -> list[str]:
             """``a, b, ...}``: one or more names, then the closing brace."""

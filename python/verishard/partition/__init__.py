@@ -1,6 +1,10 @@
 """verishard.partition: map a DNN onto heterogeneous devices (DiviML-style), transfers priced
 by verified redistribution plans.
 
+Importing the package imports nothing heavy: each name below loads its
+module (torch, scipy, networkx) on first use, so that ``verishard plan``,
+which registers the ``partition`` subcommand, starts fast.
+
 >>> from verishard.partition import partition
 >>> r = partition("tiny-transformer", "cpu+2gpu", "latency", batch=2)
 >>> r.best.method, r.best.latency >= r.lower_bound
@@ -9,81 +13,29 @@ by verified redistribution plans.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
-from .graph import OpGraph, PartitionError, from_fx, random_dag
-from .heuristics import Result, exact, fastest_single, heft, lower_bound, modules, round_robin, split_heuristic
-from .models import MODELS, model_graph
-from .platform import Platform, load_platform, platform_from_json, shipped
-from .problem import Opt, Problem, brute_force
-
-__all__ = ["partition", "Report", "OpGraph", "PartitionError", "from_fx", "random_dag", "Result", "exact",
-           "fastest_single", "heft", "lower_bound", "modules", "round_robin", "split_heuristic", "MODELS",
-           "model_graph", "Platform", "load_platform", "platform_from_json", "shipped", "Opt", "Problem",
-           "brute_force", "METHODS", "OBJECTIVES"]
+import importlib
 
 METHODS = ("milp", "split", "heft", "round-robin", "fastest")
 OBJECTIVES = ("latency", "throughput")
 
+# name -> the submodule that defines it
+_WHERE = {
+    "partition": "api", "Report": "api", "load_graph": "api",
+    "OpGraph": "graph", "PartitionError": "graph", "from_fx": "graph", "random_dag": "graph",
+    "Result": "heuristics", "exact": "heuristics", "fastest_single": "heuristics", "heft": "heuristics",
+    "lower_bound": "heuristics", "modules": "heuristics", "round_robin": "heuristics",
+    "split_heuristic": "heuristics",
+    "MODELS": "models", "model_graph": "models",
+    "Platform": "platform", "load_platform": "platform", "platform_from_json": "platform", "shipped": "platform",
+    "Opt": "problem", "Problem": "problem", "brute_force": "problem",
+}
 
-@dataclass
-class Report:
-    problem: Problem
-    objective: str
-    best: Result
-    results: dict            # method name -> Result (the chosen one and the baselines)
-    lower_bound: float
-
-    def value(self, r: Result) -> float:
-        return r.latency if self.objective == "latency" else r.period
-
-    def gap(self, r: Result) -> float:
-        """How far ``r`` is above the lower bound (0.25: 25 % above)."""
-        return self.value(r) / self.lower_bound - 1 if self.lower_bound > 0 else math.inf
+__all__ = [*_WHERE, "METHODS", "OBJECTIVES"]
 
 
-def load_graph(model, batch: int = 8) -> OpGraph:
-    if isinstance(model, OpGraph):
-        return model
-    if isinstance(model, str) and model.endswith(".json"):
-        import json
-        from pathlib import Path
-
-        p = Path(model)
-        if not p.exists():
-            raise PartitionError(f"no such graph file {model!r}")
-        try:
-            doc = json.loads(p.read_text())
-        except json.JSONDecodeError as e:
-            raise PartitionError(f"{p.name}: not JSON: {e}") from None
-        if not isinstance(doc, dict) or set(doc) - {"name", "nodes", "edges"} or "nodes" not in doc:
-            raise PartitionError(f"{p.name}: a graph file is an object with 'nodes' and 'edges'")
-        return OpGraph.from_spec(doc["nodes"], [tuple(e) for e in doc.get("edges", [])], doc.get("name", p.stem))
-    if isinstance(model, str):
-        return model_graph(model, batch)
-    raise PartitionError(f"a model is a name ({', '.join(MODELS)}), a graph JSON file or an OpGraph")
-
-
-def partition(model, platform, objective: str = "latency", method: str = "milp", batch: int = 8,
-              time_limit: float = 60.0, max_module: int = 10, sharding: bool = True) -> Report:
-    """Partition ``model`` (a name in ``MODELS``, a graph JSON file or an :class:`OpGraph`) onto
-    ``platform`` (a shipped name, a JSON path or a :class:`Platform`) for ``objective``
-    with ``method``; the report holds the baselines and the lower bound too."""
-    if objective not in OBJECTIVES:
-        raise PartitionError(f"unknown objective {objective!r} (latency or throughput)")
-    if method not in METHODS:
-        raise PartitionError(f"unknown method {method!r} (known: {', '.join(METHODS)})")
-    pf = platform if isinstance(platform, Platform) else load_platform(platform)
-    pb = Problem(load_graph(model, batch), pf, sharding=sharding)
-    results = {
-        "fastest": fastest_single(pb, objective),
-        "round-robin": round_robin(pb),
-        "heft": heft(pb),
-    }
-    if method == "split":
-        results["split"] = split_heuristic(pb, objective, max_module, time_limit)
-    elif method == "milp":
-        results["milp"] = exact(pb, objective, time_limit)
-    best = results[method]
-    return Report(pb, objective, best, results, lower_bound(pb, objective))
+def __getattr__(name: str):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 
-from .graph import PartitionError
-
 EXAMPLES = """examples:
   verishard partition resnet18 --platform cpu+2gpu --objective latency
   verishard partition vgg11 --platform cpu+2gpu --objective throughput --picture vgg.png
@@ -37,13 +35,8 @@ def _positive_float(text: str) -> float:
     return v
 
 
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1 or int(text) > 4096:
-        raise argparse.ArgumentTypeError(f"must be an integer from 1 to 4096, not {text!r}")
-    return int(text)
-
-
 def add_parser(sub, common) -> None:
+    from ..cli import int_option
     from . import METHODS, OBJECTIVES
 
     p = sub.add_parser("partition", parents=[common], help="place a DNN's operators on a heterogeneous platform",
@@ -54,7 +47,8 @@ def add_parser(sub, common) -> None:
     p.add_argument("--platform", required=True, help="a shipped platform name or a platform JSON file")
     p.add_argument("--objective", choices=OBJECTIVES, default="latency")
     p.add_argument("--method", choices=METHODS, default="milp", help="default milp (exact, within --time-limit)")
-    p.add_argument("--batch", type=_positive_int, default=8, help="batch size of the traced model (default 8)")
+    p.add_argument("--batch", type=int_option("--batch", 1, 4096), default=8,
+                   help="batch size of the traced model (default 8)")
     p.add_argument("--time-limit", type=_positive_float, default=60.0, help="MILP time limit, seconds (default 60)")
     p.add_argument("--no-sharding", action="store_true", help="single-device options only")
     p.add_argument("--picture", metavar="FILE", help="draw the graph coloured by device (.png, .svg, .pdf)")
@@ -66,6 +60,7 @@ def _ms(s: float) -> str:
 
 def run(args, out) -> int:
     from . import partition
+    from .graph import PartitionError
 
     if args.picture and not args.picture.lower().endswith((".png", ".svg", ".pdf")):
         raise PartitionError(f"--picture must end in .png, .svg or .pdf, not {args.picture!r}")

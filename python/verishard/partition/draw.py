@@ -1,5 +1,6 @@
 """A picture of a placement: the operator graph in layers, each node coloured by its device
-(a sharded node striped with its group's colours), drawn with networkx and matplotlib."""
+(a sharded node striped with its group's colours) and labelled with its operator's name,
+drawn with networkx and matplotlib."""
 
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ def draw(pb, assign: dict, path: str, title: str = "") -> str:
                                edgecolors=[colour[o.devs[-1]]] if o.kind != "dev" else "black",
                                linewidths=3.0 if o.kind != "dev" else 0.5,
                                node_shape={"dev": "o", "dp": "s", "mp": "D"}[o.kind])
+    # each operator's name beside its node (long names shortened: the graph JSON has them whole)
+    labels = {v: (str(v) if len(str(v)) <= 18 else str(v)[:16] + "..") for v in g}
+    nx.draw_networkx_labels(g, {v: (x + 0.03, y) for v, (x, y) in pos.items()}, labels, ax=ax,
+                            font_size=6, horizontalalignment="left")
     handles = [Patch(color=colour[d], label=d) for d in pb.pf.devices
                if any(d in pb.opts[v][assign[v]].devs for v in g)]
     marks = {"dev": "circle: one device", "dp": "square: data parallel (fill, rim: group)",
@@ -51,6 +56,7 @@ def draw(pb, assign: dict, path: str, title: str = "") -> str:
     ax.set_title(title, fontsize=9)
     ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # SVG text stays text (operator names searchable)
+        fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -26,16 +26,21 @@ bytes of send buffers and ``budget`` bytes of receive buffers at a time.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+
 import numpy as np
 
 from .. import core
 from ..crossmesh import CrossMeshPlan
-from ..errors import ShardingError
-from ..limits import MAX_ELEMENTS
+from ..errors import LimitError, ShardingError
+from ..limits import MAX_ELEMENTS, MAX_ROUND_CUTS
 
 __all__ = ["reshard", "rounds"]
 
 DEFAULT_BUDGET = 64 << 20
+DEFAULT_TIMEOUT = 60.0  # seconds every rank has to reach the agreement
 
 
 def rounds(plan: CrossMeshPlan, itemsize: int, budget: int = DEFAULT_BUDGET):
@@ -47,66 +52,153 @@ def rounds(plan: CrossMeshPlan, itemsize: int, budget: int = DEFAULT_BUDGET):
     does not hold arrives in exactly one cut, inside a piece of its schedule."""
     # (the core takes budgets up to 2**50 elements; rounds within a smaller budget keep the larger)
     per_round = min(max(1, budget // itemsize), MAX_ELEMENTS)
+    cuts, moved = _cuts(plan, per_round)
+    if cuts > MAX_ROUND_CUTS:  # refused before the core packs them (its first fit grows faster than n**2)
+        need = itemsize * -(-moved // MAX_ROUND_CUTS)
+        raise LimitError(f"a round budget of {budget} bytes cuts this transfer into {cuts} slices; at most "
+                         f"{MAX_ROUND_CUTS} (verishard.limits.MAX_ROUND_CUTS): give a budget of at least "
+                         f"{need} bytes")
     rs = core.xrounds(plan.src, plan.src_ranks, plan.dst, plan.dst_ranks, per_round)
     if rs is None:  # a CrossMeshPlan comes from the same builder: never refused
         raise ShardingError(f"the verified core refuses the cross-mesh problem {plan.src} -> {plan.dst}")
     return [[(c.src, c.dst, c.target, c.box) for c in rd] for rd in rs]
 
 
+def _cuts(plan: CrossMeshPlan, per_round: int) -> tuple[int, int]:
+    """How many cuts ``Rounds.xrounds`` makes of the pieces that move (each
+    piece larger than ``per_round`` elements cut along its first dimension
+    of more than one index, into slices of whole rows), and the elements
+    moved."""
+    cuts = moved = 0
+    for j, pieces in enumerate(plan.pieces):
+        for p in pieces:
+            if p.src == plan.dst_ranks[j]:
+                continue  # held already: a local copy
+            lengths = [l for _, l in p.box]
+            vol = math.prod(lengths)
+            moved += vol
+            if vol <= per_round:
+                cuts += 1
+                continue
+            d = next(k for k, l in enumerate(lengths) if l > 1)
+            row = math.prod(lengths[d + 1:])
+            cuts += -(-lengths[d] // max(1, per_round // row))
+    return cuts, moved
+
+
 def _slices(box, starts):
     return tuple(slice(s - o, s - o + l) for (s, l), o in zip(box, starts))
 
 
-def reshard(comm, plan: CrossMeshPlan, local: np.ndarray | None, *, dtype=None,
-            budget: int = DEFAULT_BUDGET) -> np.ndarray | None:
-    """Run ``plan`` on the world communicator ``comm``: returns this rank's
-    target block (None when it is not a target). ``dtype`` is needed on a
-    rank that is a target but not a source (every source's dtype must be it)."""
-    from mpi4py import MPI
-    me = comm.Get_rank()
+def _fingerprint(plan: CrossMeshPlan) -> str:
+    obj = [str(plan.src.mesh), str(plan.src), list(plan.src_ranks), str(plan.dst.mesh), str(plan.dst),
+           list(plan.dst_ranks)]
+    return hashlib.sha256(json.dumps(obj).encode()).hexdigest()[:16]
+
+
+def _local_check(comm, plan: CrossMeshPlan, local, dtype, budget) -> tuple[dict, np.dtype | None]:
+    """This rank's validation record (problems found, and what the ranks must
+    agree on: plan, dtype, budget) and the dtype it moves."""
+    me, errors = comm.Get_rank(), []
+    rec: dict = {"errors": errors}
+    if not isinstance(plan, CrossMeshPlan):
+        errors.append(f"the plan is a {type(plan).__name__}, not a CrossMeshPlan")
+        return rec, None
+    rec["plan"] = _fingerprint(plan)
+    desc = (f"{plan.src} on {plan.src.mesh} ranks {_span(plan.src_ranks)} -> {plan.dst} on {plan.dst.mesh} "
+            f"ranks {_span(plan.dst_ranks)}")
+    rec["desc"] = desc if len(desc) <= 300 else desc[:300] + "..."
+    rec["budget"] = repr(budget)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        errors.append(f"budget {budget!r} is not a positive number of bytes")
     for r in plan.src_ranks + plan.dst_ranks:
         if r >= comm.Get_size():
-            raise ShardingError(f"rank {r} of the plan is not in the communicator (size {comm.Get_size()})")
+            errors.append(f"rank {r} of the plan is not in the communicator (size {comm.Get_size()})")
+            break
     i, j = plan.src_index(me), plan.dst_index(me)
+    try:
+        dtype = None if dtype is None else np.dtype(dtype)
+    except TypeError as e:
+        errors.append(f"dtype {dtype!r} is not a numpy dtype ({e})")
+        dtype = None
     if i is not None:
-        if local is None:
-            raise ShardingError(f"rank {me} is a source and has no local block")
-        local = np.asarray(local)
-        valid = plan.src.valid_shape(i)
-        if local.ndim != len(valid) or any(a < v for a, v in zip(local.shape, valid)):
-            raise ShardingError(f"rank {me}: local block of shape {local.shape}, expected {valid}")
-        if dtype is not None and np.dtype(dtype) != local.dtype:
-            raise ShardingError(f"rank {me}: local block of dtype {local.dtype}, expected {np.dtype(dtype)}")
-        dtype = local.dtype
-    if dtype is None:
-        if j is not None:
-            raise ShardingError(f"rank {me} is only a target: pass dtype=")
+        if not isinstance(local, np.ndarray):
+            errors.append(f"a source, and its local block is a {type(local).__name__}, not a numpy array")
+        else:
+            valid = plan.src.valid_shape(i)
+            if local.ndim != len(valid) or any(a < v for a, v in zip(local.shape, valid)):
+                errors.append(f"local block of shape {local.shape}, expected {valid}")
+            if dtype is not None and dtype != local.dtype:
+                errors.append(f"local block of dtype {local.dtype}, but dtype={dtype} was passed")
+            dtype = local.dtype
+    elif j is not None and dtype is None:
+        errors.append("only a target: pass dtype=")
+    if dtype is not None:
+        if dtype.hasobject or dtype.itemsize == 0:
+            errors.append(f"dtype {dtype} cannot be sent as bytes")
+        if i is not None or j is not None:  # ranks that neither send nor receive move no dtype
+            rec["dtype"], rec["dtype_name"] = dtype.str, str(dtype)
+    return rec, dtype
+
+
+def _span(ranks) -> str:
+    return f"{ranks[0]}-{ranks[-1]}" if list(ranks) == list(range(ranks[0], ranks[-1] + 1)) else \
+        ",".join(map(str, ranks))
+
+
+def reshard(comm, plan: CrossMeshPlan, local: np.ndarray | None, *, dtype=None,
+            budget: int = DEFAULT_BUDGET, timeout: float | None = DEFAULT_TIMEOUT) -> np.ndarray | None:
+    """Run ``plan`` on the world communicator ``comm``: returns this rank's
+    target block (None when it is not a target). ``dtype`` is needed on a
+    rank that is a target but not a source (every source's dtype must be it).
+
+    Before any data moves, every rank checks its part and the ranks agree
+    (:func:`verishard.runtime.mpi.agree`, within ``timeout`` seconds) on
+    the plan (types, meshes and both rank lists, in order), the dtype and
+    the budget: any problem or disagreement raises the same
+    :class:`~verishard.runtime.mpi.RedistributionRefused` on every rank, and
+    a rank that does not arrive is named as the others abort the job. Each
+    message received is checked against the size its cut should have."""
+    from .mpi import RedistributionRefused, _abort, agree
+    from mpi4py import MPI
+    me = comm.Get_rank()
+    try:
+        rec, dtype = _local_check(comm, plan, local, dtype, budget)
+    except Exception as e:  # never skip the agreement: the other ranks are waiting in it
+        rec, dtype = {"errors": [f"validation failed: {type(e).__name__}: {e}"]}, None
+    agree(comm, rec, timeout, "reshard")
+    i, j = plan.src_index(me), plan.dst_index(me)
+    if i is None and j is None:
         return None
-    dtype = np.dtype(dtype)
+    if dtype is None:  # agreed above: a rank with no dtype neither sends nor receives
+        raise RedistributionRefused(f"rank {me}: no dtype")  # pragma: no cover
     out = np.empty(plan.dst.valid_shape(j), dtype=dtype) if j is not None else None
     if j is not None:  # what this rank already holds: a local copy
         for p in plan.pieces[j]:
             if p.src == me:
                 out[plan.dst_local(j, p)] = local[plan.src_local(p)]
-    if i is None and j is None:
-        return None
     src_starts = plan.src.block_starts(i) if i is not None else None
     dst_starts = plan.dst.block_starts(j) if j is not None else None
-    for cuts in rounds(plan, dtype.itemsize, budget):
+    for n, cuts in enumerate(rounds(plan, dtype.itemsize, budget)):
         reqs, recvs, sends = [], [], []
         for a, b, _, box in cuts:
             if b == me:
                 buf = np.empty(tuple(l for _, l in box), dtype=dtype)
                 reqs.append(comm.Irecv([buf, MPI.BYTE], source=a, tag=7))
-                recvs.append((buf, box))
+                recvs.append((buf, box, a))
         for a, b, _, box in cuts:
             if a == me:
                 buf = np.ascontiguousarray(local[_slices(box, src_starts)])
                 reqs.append(comm.Isend([buf, MPI.BYTE], dest=b, tag=7))
                 sends.append(buf)
         if reqs:
-            MPI.Request.Waitall(reqs)
-        for buf, box in recvs:
+            statuses = [MPI.Status() for _ in reqs]
+            MPI.Request.Waitall(reqs, statuses)
+            for (buf, box, a), st in zip(recvs, statuses):
+                if st.Get_count(MPI.BYTE) != buf.nbytes:  # the agreement makes this impossible; never write it
+                    _abort(comm, f"verishard.crossmesh_mpi: round {n}: received {st.Get_count(MPI.BYTE)} B from "
+                                 f"rank {a}, the cut {box} has {buf.nbytes} B; aborting the job")
+        for buf, box, _ in recvs:
             out[_slices(box, dst_starts)] = buf
         del recvs, sends
     return out

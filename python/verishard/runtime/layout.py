@@ -102,7 +102,10 @@ def box(mesh: Mesh | str, t: ArrayType | str, rank: int) -> tuple[slice, ...]:
 
 
 def _global(global_array, t: ArrayType) -> np.ndarray:
-    A = np.asarray(global_array)
+    try:
+        A = np.asarray(global_array)
+    except (ValueError, TypeError) as e:  # a ragged nested list, ...
+        raise ShardingError(f"global array is not an array: {str(e).splitlines()[0]}") from None
     if A.shape != t.global_shape:
         raise ShardingError(f"global array has shape {A.shape}, but {t} has global shape {t.global_shape}")
     return A

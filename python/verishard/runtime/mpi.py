@@ -47,11 +47,13 @@ checks its input (shape, dtype, communicator size) before anything is sent;
 then the ranks exchange a small fixed-size record (plan fingerprint, dtype,
 problems found). If any rank found a problem, or ranks disagree on the plan
 or the dtype, every rank raises the same :class:`RedistributionRefused`
-naming every failing rank. With ``timeout`` the exchange gives up after that
-many seconds (a rank that crashed or never called ``redistribute``) and
-aborts the job with a message instead of hanging. An exception while data
-moves (after validation) prints the error with its rank and calls
-``MPI_Abort``, since the other ranks could otherwise wait forever.
+naming every failing rank (the ranks also agree on ``budget_bytes`` and
+``chunks``). The exchange has a deadline (``timeout``, 60 s by default): a
+rank that crashed, exited or never called ``redistribute`` is named in the
+message with which the others abort the job, instead of hanging (:func:`agree`).
+An exception while data moves (after validation) prints the error with its
+rank and calls ``MPI_Abort``, since the other ranks could otherwise wait
+forever.
 
 Scripts should run their main function through :func:`guarded`, which turns
 an exception on any rank into a clear message and a prompt end of the job.
@@ -601,6 +603,11 @@ def _ranks(rs: list[int]) -> str:
     return ("rank " if len(rs) == 1 else "ranks ") + ",".join(out)
 
 
+# what the ranks must agree on: (record key, record key of its description, what it is called)
+AGREED = (("plan", "desc", "plan"), ("dtype", "dtype_name", "dtype"),
+          ("chunking", "chunking", "chunking (budget_bytes, chunks)"), ("budget", "budget", "round budget"))
+
+
 def _verdict(records: list[dict]) -> str | None:
     """One message naming every problem, identical on every rank, or None."""
     errors: dict[str, list[int]] = {}
@@ -608,14 +615,13 @@ def _verdict(records: list[dict]) -> str | None:
         for e in rec.get("errors", []):
             errors.setdefault(e, []).append(r)
     lines = [f"{_ranks(rs)}: {e}" for e, rs in errors.items()]
-    for key, what in (("plan", "plan"), ("dtype", "dtype")):
+    for key, label, what in AGREED:
         seen: dict[str, list[int]] = {}
         for r, rec in enumerate(records):
             if key in rec:
                 seen.setdefault(rec[key], []).append(r)
         if len(seen) > 1:
-            label = "desc" if key == "plan" else "dtype_name"
-            parts = [f"{_ranks(rs)}: {records[rs[0]].get(label, v)}" + (f" [{v}]" if key == "plan" else "")
+            parts = [f"{_ranks(rs)}: {records[rs[0]].get(label, v)}" + (f" [{v}]" if label != key else "")
                      for v, rs in sorted(seen.items(), key=lambda kv: kv[1][0])]
             lines.append(f"the ranks disagree on the {what}: " + "; ".join(parts))
     if not lines:
@@ -631,25 +637,76 @@ def _abort(comm: MPI.Comm, message: str, code: int = 1) -> None:
     comm.Abort(code)
 
 
-def _exchange(comm: MPI.Comm, buf: np.ndarray, timeout: float | None) -> np.ndarray:
-    out = np.empty(comm.Get_size() * RECORD, dtype=np.uint8)
-    if timeout is None:
-        comm.Allgather(buf, out)
-        return out
-    req = comm.Iallgather(buf, out)
-    start = time.monotonic()
-    deadline = start + timeout
-    pause = 0.0
-    while not req.Test():
+AGREE_TAG = 31_337  # point-to-point tag of the agreement (records to rank 0, its verdict back)
+VERDICT = 16_384  # bytes of the verdict rank 0 sends back
+GRACE = 2.0  # seconds the other ranks wait beyond the deadline for rank 0's verdict
+
+
+def _wait(reqs: list, deadline: float) -> list[int]:
+    """Wait for ``reqs`` until ``deadline`` (time.monotonic); the indices of
+    those still pending then. Yields the core at first (ranks may share
+    cores), then backs off up to 2 ms."""
+    start, pause = time.monotonic(), 0.0
+    pending = list(range(len(reqs)))
+    while pending:
+        pending = [i for i in pending if not reqs[i].Test()]
         now = time.monotonic()
-        if now > deadline:
-            _abort(comm, f"verishard.mpi: no answer from the other ranks within {timeout:g} s while validating "
-                         "the redistribution (a rank failed before it, or did not call redistribute); "
-                         "aborting the job", 2)
-        time.sleep(pause)  # yield the core at first (ranks may share cores), then back off up to 2 ms
+        if not pending or now > deadline:
+            break
+        time.sleep(pause)
         if now - start > 2e-3:
             pause = min(max(pause * 2, 1e-5), 2e-3)
-    return out
+    return pending
+
+
+def agree(comm: MPI.Comm, rec: dict, timeout: float | None, what: str = "redistribute") -> None:
+    """Exchange this rank's validation record with every rank before any data
+    moves; raise :class:`RedistributionRefused` on every rank when any rank
+    reported a problem or the ranks disagree on a key of :data:`AGREED`.
+
+    Rank 0 gathers the records point to point and sends its verdict back, so
+    that a rank that does not arrive within ``timeout`` seconds (it failed,
+    exited or never called ``what``) is named: every rank that did arrive
+    prints the message naming it and the job is aborted (a missing rank
+    cannot be waited for, nor left behind). ``timeout=None``: wait forever.
+    """
+    n, me = comm.Get_size(), comm.Get_rank()
+    deadline = float("inf") if timeout is None else time.monotonic() + timeout
+    late = (f"did not reach {what} within {timeout:g} s (it failed or exited before it, or does not call it); "
+            f"aborting the job") if timeout is not None else ""
+    if me == 0:
+        records = np.zeros(n * RECORD, dtype=np.uint8)
+        records[:RECORD] = _encode_record(rec)
+        reqs = [comm.Irecv(records[r * RECORD:(r + 1) * RECORD], source=r, tag=AGREE_TAG) for r in range(1, n)]
+        missing = [i + 1 for i in _wait(reqs, deadline)]
+        if missing:
+            for i in missing:
+                reqs[i - 1].Cancel()
+            message = f"verishard.mpi: {_ranks(missing)} {late}"
+            verdict = message
+        else:
+            verdict = _verdict([_decode_record(records[r * RECORD:(r + 1) * RECORD]) for r in range(n)])
+        data = np.zeros(VERDICT, dtype=np.uint8)
+        text = ("" if verdict is None else verdict).encode()[:VERDICT - 1]
+        data[0] = 1 if missing else 0
+        data[1:1 + len(text)] = np.frombuffer(text, dtype=np.uint8)
+        sends = [comm.Isend(data, dest=r, tag=AGREE_TAG + 1) for r in range(1, n) if r not in missing]
+        if missing:  # let the others hear it (and print it) before the abort ends them
+            _wait(sends, time.monotonic() + GRACE)
+            _abort(comm, verdict, 2)
+        _wait(sends, float("inf"))
+    else:
+        data = np.zeros(VERDICT, dtype=np.uint8)
+        send = comm.Isend(_encode_record(rec), dest=0, tag=AGREE_TAG)
+        recv = comm.Irecv(data, source=0, tag=AGREE_TAG + 1)
+        if _wait([recv], deadline + GRACE):
+            _abort(comm, f"verishard.mpi: rank 0 (which collects the agreement) {late}", 2)
+        send.Wait()
+        verdict = bytes(data[1:]).rstrip(b"\0").decode(errors="replace") or None
+        if data[0]:
+            _abort(comm, verdict or "verishard.mpi: a rank did not arrive", 2)
+    if verdict is not None:
+        raise RedistributionRefused(verdict)
 
 
 # ---------------------------------------------------------------------------
@@ -724,7 +781,7 @@ def _expected_received(mesh: Mesh, t: ArrayType, c: Collective, rank: int) -> in
     return int(expected_received(t, c, mesh)[rank])
 
 
-DEFAULT_TIMEOUT = 300.0
+DEFAULT_TIMEOUT = 60.0  # seconds every rank has to reach the agreement (redistribute's timeout=)
 
 
 def _owns_memory(x: np.ndarray) -> bool:
@@ -756,8 +813,10 @@ def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None 
     is bad (see the module docstring); nothing has been sent then, and the
     communicator can be used again.
 
-    ``timeout``: seconds to wait for every rank to reach the validation
-    exchange before aborting the job with a message (None: wait forever).
+    ``timeout``: seconds every rank has to reach the validation exchange
+    (default 60); past it, the ranks that did arrive abort the job with a
+    message naming the ranks that did not (:func:`agree`; None: wait
+    forever).
     ``abort_on_error``: an exception after validation (while data moves)
     prints the error and calls ``MPI_Abort`` (else it propagates, and the
     other ranks may wait forever).
@@ -766,7 +825,7 @@ def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None 
     runs in as many pieces as it needs for its refined bound to fit
     (:mod:`verishard.runtime.chunked`; default: the plan's bound plus an
     eighth, at least 1 MiB). ``chunks``: a fixed number of pieces per step
-    instead (1: unchunked). Must be the same on every rank. With the source
+    instead (1: unchunked). Must be the same on every rank (checked with the plan and dtype). With the source
     donated (and owning its memory) each input piece is released once used;
     ``result.chunking`` reports the bound that applied.
 
@@ -787,11 +846,9 @@ def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None 
         checked, rec = _local_check(plan, value, comm)
     except Exception as e:  # never skip the exchange: the other ranks are waiting in it
         checked, rec = None, {"errors": [f"validation failed: {type(e).__name__}: {e}"]}
+    rec["chunking"] = f"budget_bytes={budget_bytes}, chunks={chunks}"  # each rank cuts its steps by these
     del value
-    records = _exchange(comm, _encode_record(rec), timeout)
-    verdict = _verdict([_decode_record(records[r * RECORD:(r + 1) * RECORD]) for r in range(comm.Get_size())])
-    if verdict is not None:
-        raise RedistributionRefused(verdict)
+    agree(comm, rec, timeout)
     assert checked is not None
     x = local.take() if donated else local
     del local
@@ -898,5 +955,5 @@ def guarded(main: Callable[[], Any], comm: MPI.Comm | None = None, barrier_timeo
     return 1  # pragma: no cover
 
 
-__all__ = ["redistribute", "MPIResult", "StepStats", "MPIBackend", "MeshComm", "mesh_comm", "free_mesh_comms",
+__all__ = ["redistribute", "agree", "MPIResult", "StepStats", "MPIBackend", "MeshComm", "mesh_comm", "free_mesh_comms",
            "RedistributionRefused", "guarded"]
