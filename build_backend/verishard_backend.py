@@ -65,7 +65,7 @@ def build_core() -> None:
     command = ["make", "--no-print-directory", "-C", str(ROOT), "core", f"JOBS={jobs}",
                f"CORE_PY={sys.executable}", "CORE_SETUP="]
     print("verishard: building the verified core (Coq build, extraction, OCaml and pybind11 link; "
-          "about 5 minutes the first time):", " ".join(command), file=sys.stderr, flush=True)
+          "a minute or more the first time):", " ".join(command), file=sys.stderr, flush=True)
     done = subprocess.run(command, env=env, stdout=sys.stderr)
     if done.returncode != 0:
         raise SystemExit(f"verishard: `{' '.join(command)}` failed (exit {done.returncode}); "
