@@ -313,7 +313,7 @@ def check_locals(locals_: Sequence, t: ArrayType, what: str = "local arrays", la
     verishard.runtime.layout.LayoutError: local arrays: device 1 holds shape (1,), but [2{x}3] has local shape (2,) (these are the valid shapes of chunked buffers: pass layout='chunked')
     """
     n = t.mesh.num_devices
-    chunked = t.uneven and check_layout(layout) == "chunked"
+    chunked = check_layout(layout) == "chunked" and t.uneven
     if isinstance(locals_, np.ndarray) or not isinstance(locals_, Sequence):
         raise LayoutError(f"{what} must be a sequence of {n} numpy arrays (one per device), "
                           f"not {type(locals_).__name__}")
