@@ -110,3 +110,15 @@ def test_wheel_is_a_platform_wheel_with_the_core(tmp_path):
     assert any(n.startswith("verishard/_core") and n.endswith(".so") for n in names)
     assert "verishard/partition/platforms/cpu+2gpu.json" in names
     assert "Provides-Extra: all" in metadata and f"Version: {verishard.__version__}" in metadata
+
+
+def test_backend_make_core_installs_nothing():
+    """The backend's ``make core CORE_SETUP=`` neither installs Debian packages nor makes the venv, and
+    links pybind11 for the Python it names; plain ``make`` keeps the project's venv."""
+    backend = subprocess.run(["make", "-n", "-B", "core", f"CORE_PY={sys.executable}", "CORE_SETUP="], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+    assert "apt-get" not in backend and "-m venv" not in backend and "requirements.txt" not in backend
+    assert f"{sys.executable} -m pybind11 --includes" in backend
+    default = subprocess.run(["make", "-n", "-B", "core"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout
+    assert ".venv/bin/python -m pybind11 --includes" in default
