@@ -81,3 +81,13 @@ def test_benchmark_figures_agree_everywhere(claim, figure, report):
                 assert mentions(paragraph, headline), \
                     f"{page.name}: a paragraph linking {link} does not give the README's figure {headline}x " \
                     f"for '{claim}':\n{paragraph[:400]}"
+
+
+def test_overview_python_example_runs(tmp_path):
+    """docs/overview.md's script (not a doctest) runs as written."""
+    (block,) = python_blocks((ROOT / "docs" / "overview.md").read_text())
+    script = tmp_path / "overview_example.py"
+    script.write_text(block)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "3 3" in out.stdout  # the worked example's peak and bound
