@@ -6,14 +6,19 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 JOBS   ?= 2
 APT_PACKAGES := coq ocaml-nox ocaml-findlib openmpi-bin libopenmpi-dev g++ make
-EXT := $(shell python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+# The Python the pybind11 module is built for, and what must exist before the core builds. `make` builds
+# for the project's venv after installing the Debian packages; the PEP 517 backend (build_backend/) runs
+# `make core CORE_PY=<the build environment's python> CORE_SETUP=`, which installs nothing.
+CORE_PY    ?= $(PY)
+CORE_SETUP ?= venv
+EXT := $(shell $(if $(wildcard $(CORE_PY)),$(CORE_PY),python3) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 CORE_SO := python/verishard/_core$(EXT)
 THEORIES := $(wildcard coq/theories/*.v)
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export XLA_FLAGS := --xla_force_host_platform_device_count=8
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps apt venv coq extract bindings proofs test demo bench clean
+.PHONY: all deps apt venv coq extract core bindings proofs test demo bench clean
 
 all: bindings
 
@@ -36,7 +41,7 @@ $(VENV)/.deps-stamp: requirements.txt | apt
 	touch $@
 
 ## --- verified core ----------------------------------------------------
-coq/CoqMakefile: coq/_CoqProject | apt
+coq/CoqMakefile: coq/_CoqProject | $(CORE_SETUP)
 	cd coq && coq_makefile -f _CoqProject -o CoqMakefile
 
 coq: coq/CoqMakefile
@@ -58,15 +63,20 @@ build/vscore.o: coq/extract/verishard_core.ml bindings/glue.ml
 	  || (cd build && ocamlfind ocamlopt -inline 50 -output-complete-obj -runtime-variant _pic \
 	  -o vscore.o verishard_core.mli verishard_core.ml glue.ml)
 
-$(CORE_SO): build/vscore.o bindings/stubs.c bindings/stubs.h bindings/module.cpp | venv
+$(CORE_SO): build/vscore.o bindings/stubs.c bindings/stubs.h bindings/module.cpp | $(CORE_SETUP)
 	gcc -O2 -fPIC -c bindings/stubs.c -I$$(ocamlfind ocamlc -where) -o build/stubs.o
 	g++ -O2 -fPIC -shared -std=c++17 bindings/module.cpp build/stubs.o build/vscore.o \
-	  $$($(PY) -m pybind11 --includes) -Ibindings -lm -ldl -o $@.tmp
+	  $$($(CORE_PY) -m pybind11 --includes) -Ibindings -lm -ldl -o $@.tmp
 	mv $@.tmp $@  # a new file: processes that loaded the old module keep theirs intact
 
+# The verified core alone: what the PEP 517 backend builds before packing the wheel.
+core: $(CORE_SO)
+
+# The venv's editable install goes through the same backend (build_backend/verishard_backend.py), which
+# runs `make core` again: by then a no-op, so the Coq build runs once.
 bindings: $(CORE_SO) $(VENV)/.install-stamp
 
-$(VENV)/.install-stamp: pyproject.toml | venv
+$(VENV)/.install-stamp: pyproject.toml setup.py build_backend/verishard_backend.py | venv $(CORE_SO)
 	$(PIP) install -q --no-deps --no-build-isolation -e .
 	touch $@
 

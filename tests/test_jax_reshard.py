@@ -804,3 +804,36 @@ def test_one_collective_plans_compile_to_no_more_than_xla_runs():
         if kind == "all-gather":
             assert re.search(r" all-gather\(%.*dimensions=\{0\}", ours), ours
         assert equivalent(vj.reshard(x, dst), jax.device_put(x, dst)), (s, d)
+
+
+def test_plan_for_is_the_plan_reshard_runs():
+    """plan_for(x, sharding) gives the plan without running it; reshard with that plan is the same."""
+    x = jax.device_put(np.arange(64, dtype=np.float32).reshape(8, 8), NamedSharding(JM, P("x", ("y", "z"))))
+    dst = NamedSharding(JM, P(("z", "y"), None))
+    p = vj.plan_for(x, dst)
+    assert (str(p.src), str(p.dst)) == ("[4{x}8, 2{y,z}8]", "[2{z,y}8, 8]") and p.collectives
+    assert p == verishard.plan(XYZ, p.src, p.dst)
+    assert same(vj.reshard(x, dst, plan=p), jax.device_put(x, dst))
+    assert vj.plan_for(jax.device_put(np.float32(1), NamedSharding(JM, P())), NamedSharding(JM, P())) is None
+    # under a trace, with src (Auto axes carry no sharding in the type)
+    seen = []
+    jax.jit(lambda v: seen.append(vj.plan_for(v, dst, src=x.sharding)) or v)(x)
+    assert seen == [p]
+    with pytest.raises(ShardingError, match="has 3 entries but the array has rank 2"):  # reshard's own error
+        vj.plan_for(x, NamedSharding(JM, P(None, None, "x")))
+
+
+@pytest.mark.parametrize("src,dst", [(P("x", "y"), P("y", "x")), (P("x"), P()), (P("x", "y"), P("x", ("y", "z")))])
+def test_donate_hands_the_source_over(src, dst):
+    """donate=True: the result is right and the source is deleted when the call returns (cached and not):
+    aliased by XLA where the local shapes agree, deleted after the call where they do not."""
+    A = np.arange(64, dtype=np.float32).reshape(8, 8)
+    target = NamedSharding(JM, dst)
+    for _ in range(2):  # the second call takes the cached executor
+        x = jax.device_put(A, NamedSharding(JM, src))
+        y = vj.reshard(x, target, donate=True)
+        assert x.is_deleted() and np.array_equal(np.asarray(y), A) and y.sharding == target
+    x = jax.device_put(A, NamedSharding(JM, src))
+    assert not vj.reshard(x, target).is_deleted() and not x.is_deleted()  # donation is opt-in
+    with pytest.raises(ShardingError, match="donate_argnums"):
+        jax.jit(lambda v: vj.reshard(v, target, donate=True, src=NamedSharding(JM, src)))(x)

@@ -207,14 +207,42 @@ def test_uneven_types_properties():
         t.require_even()
 
 
-def test_even_only_paths_refuse_uneven():
-    m = Mesh.parse("x=2")
-    t = ArrayType.parse("[3{x}5]", m)
-    with pytest.raises(LayoutError, match="uneven"):
-        distribute(np.arange(5), m, t)
-    from verishard.runtime.simulator import simulate
-    with pytest.raises(RedistributionError, match="uneven"):
-        simulate(vs.plan(m, t, "[5]"), distribute_padded(np.arange(5), m, t, 0))
+def test_one_api_takes_uneven_types():
+    """distribute/assemble/simulate take uneven types in both conventions; the old names are aliases."""
+    m = Mesh.parse("x=2,y=2")
+    p = vs.plan(m, "[3{x}5, 2]", "[3{y}5, 1{x}2]")
+    A = np.arange(10, dtype=np.int32).reshape(5, 2)
+    padded = distribute(A, m, p.src, pad=SENTINEL)
+    assert all(x.shape == p.src.local_shape for x in padded)
+    assert [x.tolist() for x in padded] == [x.tolist() for x in distribute_padded(A, m, p.src, SENTINEL)]
+    chunks = distribute(A, m, p.src, layout="chunked")
+    assert [x.shape for x in chunks] == [p.src.valid_shape(r) for r in range(4)]
+    assert [x.tolist() for x in to_chunked(padded, p.src)] == [x.tolist() for x in chunks]
+    from verishard.runtime import assemble, simulate
+    r = simulate(p, padded, pad=SENTINEL)  # the per-step checks, data included (valid positions)
+    np.testing.assert_array_equal(assemble(r.outputs, m, p.dst), A)
+    assert [y.tolist() for y in r.outputs] == [y.tolist() for y in simulate_uneven(p, padded, SENTINEL)]
+    rc = simulate(p, chunks, layout="chunked")
+    assert [y.shape for y in rc.outputs] == [p.dst.valid_shape(r) for r in range(4)]
+    np.testing.assert_array_equal(assemble(rc.outputs, m, p.dst, layout="chunked"), A)
+    # a wrong convention is one clear error naming the fix
+    with pytest.raises(LayoutError, match="pass layout='chunked'"):
+        assemble(chunks, m, p.src)
+    with pytest.raises(RedistributionError, match="pass layout='chunked'"):
+        simulate(p, chunks)
+    # replicas that disagree on a valid element are caught; padding may differ
+    bad = [x.copy() for x in padded]
+    bad[1][0, 0] += 1
+    with pytest.raises(LayoutError, match="devices 0 and 1"):
+        assemble(bad, m, p.src)
+    loose = [x.copy() for x in padded]
+    loose[3][-1] = 99  # padding of device 3's short block
+    np.testing.assert_array_equal(assemble(loose, m, p.src), A)
+    # an uneven partial type
+    t = ArrayType.parse("[3{x}5] partial{y}", m)
+    for layout in ("padded", "chunked"):
+        parts = distribute(np.arange(5), m, t, layout=layout, rng=np.random.default_rng(0))
+        np.testing.assert_array_equal(assemble(parts, m, t, layout=layout), np.arange(5))
 
 
 def _random_problem(draw):

@@ -5,12 +5,15 @@
 (3, 4)
 """
 
+__version__ = "0.1.0"   # the one place: pyproject.toml reads it (tool.setuptools.dynamic)
+
 from .collectives import AllGather, AllPermute, AllReduce, AllToAll, Collective, DynSlice, ReduceScatter, ToPartial
 from .errors import LimitError, MeshError, ParseError, PlanError, ShardingError, VerishardError
 from .mesh import Mesh
 from .sharding import ArrayType, DimType
 
 __all__ = [
+    "__version__",
     "Mesh", "DimType", "ArrayType",
     "Collective", "AllGather", "DynSlice", "AllToAll", "AllPermute", "AllReduce", "ReduceScatter", "ToPartial",
     "VerishardError", "ParseError", "MeshError", "ShardingError", "PlanError", "LimitError",

@@ -758,3 +758,7 @@ def xrounds(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks:
         result.append(rd)
     return result
 
+
+__all__ = ["PARTIAL_COLLECTIVES", "REASONS", "CheckOk", "reduction", "check", "Step", "PlanReport", "plan",
+           "plan_checked", "eplan", "umovement", "lower_bound", "certify", "ulower_bound", "synthesize",
+           "movement", "Piece", "xplan", "Cut", "xrounds"]

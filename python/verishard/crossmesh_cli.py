@@ -107,3 +107,6 @@ def build() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     add_parsers(sub, argparse.ArgumentParser(add_help=False))
     return parser
+
+
+__all__ = ["add_parsers", "run", "build"]

@@ -61,7 +61,7 @@ except ImportError:  # pragma: no cover
     ArrayImpl = type(jnp.zeros(()))
 
 __all__ = ["mesh_from_jax", "jax_mesh", "spec_entries", "from_partition_spec", "to_partition_spec",
-           "from_named_sharding", "to_named_sharding", "JaxBackend", "execute", "reshard", "reshard_local",
+           "from_named_sharding", "to_named_sharding", "JaxBackend", "execute", "reshard", "plan_for", "reshard_local",
            "compile_plan", "cache_info", "clear_cache", "reshard_p"]
 
 # ---------------------------------------------------------------------------
@@ -80,6 +80,11 @@ _EAGER: dict[tuple, Callable] = {}
 # (redistribution, input sharding, output sharding) -> executor (src= or plan= given, or impl).
 _EXECUTORS: dict[tuple, Callable] = {}
 _STATS = {"hits": 0, "misses": 0}
+
+
+def _eager_key(x, src, dst, donate: bool) -> tuple:
+    """The eager cache's key: shape, dtype, source and target sharding (and donation, when asked)."""
+    return (x.shape, x.dtype, src, dst, True) if donate else (x.shape, x.dtype, src, dst)
 
 
 def _remember(table: dict, key: tuple, value: Callable) -> None:
@@ -373,40 +378,51 @@ def _pinned(r: _Redistribution) -> Callable:
 # executors (eager)
 
 
-def _relabel(out_sh: NamedSharding):
+def _relabel(out_sh: NamedSharding, donate: bool = False):
     if out_sh.spec.unreduced:  # jax.device_put cannot place unreduced arrays; the buffers are the same
         return lambda x: rewrap(x, out_sh)
 
-    def run(x):
-        return x if x.sharding == out_sh else jax.device_put(x, out_sh)  # same layout: buffers reused
+    def run(x):  # same layout: buffers reused
+        return x if x.sharding == out_sh else jax.device_put(x, out_sh, donate=donate)
     return run
 
 
-def _executor(r: _Redistribution, in_sh: NamedSharding | None, out_sh: NamedSharding | None) -> Callable:
-    key = (r, in_sh, out_sh)
+def _executor(r: _Redistribution, in_sh: NamedSharding | None, out_sh: NamedSharding | None,
+              donate: bool = False) -> Callable:
+    key = (r, in_sh, out_sh, donate)
     fn = _EXECUTORS.get(key)
     if fn is None:
-        fn = _build(r, in_sh, out_sh)
+        fn = _build(r, in_sh, out_sh, donate)
         _remember(_EXECUTORS, key, fn)
     return fn
 
 
-def _build(r: _Redistribution, in_sh, out_sh) -> Callable:
+def _build(r: _Redistribution, in_sh, out_sh, donate: bool = False) -> Callable:
     if out_sh is not None and not r.moves:
-        return _relabel(out_sh)
-    fn = jax.jit(functools.partial(_body, r), in_shardings=in_sh, out_shardings=out_sh)
+        return _relabel(out_sh, donate)
+    # donate: where the local shapes agree XLA aliases the source's buffers to the result (no
+    # second copy while the plan runs); elsewhere XLA cannot use them (it would warn), so the
+    # source is deleted when the call returns. Either way it does not outlive the call.
+    alias = donate and r.src.local_shape == r.dst.local_shape
+    fn = jax.jit(functools.partial(_body, r), in_shardings=in_sh, out_shardings=out_sh,
+                 donate_argnums=(0,) if alias else ())
     devices = in_sh.mesh.devices.flat if in_sh is not None else jax.devices()
-    if all(d.platform == "cpu" for d in devices):
-        # XLA's CPU client aborts (rendezvous timeout) when more than about 32
-        # collective programs are in flight; on CPU devices the eager call
-        # waits for its result, so a loop of reshards cannot pile them up.
-        def run(x):
-            y = fn(x)
+    wait = all(d.platform == "cpu" for d in devices)
+    # XLA's CPU client aborts (rendezvous timeout) when more than about 32 collective programs
+    # are in flight; on CPU devices the eager call waits for its result, so a loop of reshards
+    # cannot pile them up.
+    if not wait and not donate:
+        return fn
+
+    def run(x):
+        y = fn(x)
+        if wait:
             y.block_until_ready()
-            return y
-        run.jitted = fn
-        return run
-    return fn
+        if donate and not x.is_deleted():
+            x.delete()
+        return y
+    run.jitted = fn
+    return run
 
 
 # ---------------------------------------------------------------------------
@@ -414,7 +430,8 @@ def _build(r: _Redistribution, in_sh, out_sh) -> Callable:
 
 
 def reshard(x: jax.Array, sharding: NamedSharding | PartitionSpec, *,
-            src: NamedSharding | PartitionSpec | None = None, plan: Plan | None = None) -> jax.Array:
+            src: NamedSharding | PartitionSpec | None = None, plan: Plan | None = None,
+            donate: bool = False) -> jax.Array:
     """``jax.device_put(x, sharding)`` (or ``jax.sharding.reshard``) by a verified plan.
 
     ``sharding`` is a ``NamedSharding``, or a ``PartitionSpec`` over the mesh
@@ -434,7 +451,13 @@ def reshard(x: jax.Array, sharding: NamedSharding | PartitionSpec, *,
     is compiled once per shape, dtype, source and target (:func:`cache_info`).
     Rank-0 arrays pass through. ``x`` may be a pytree of arrays (tuples,
     lists, dicts), with one ``sharding`` (and ``src``) for all or a matching
-    tree of them.
+    tree of them. :func:`plan_for` gives the plan without running it.
+
+    ``donate=True`` (concrete arrays) hands ``x`` over, as
+    ``jax.jit(..., donate_argnums=0)`` does: XLA may reuse its buffers for
+    the result, and ``x`` is deleted when the call returns, so the source and
+    the result do not both stay alive. Under ``jax.jit``, donate the jit's
+    argument instead.
 
     >>> jm = jax_mesh("x=2")
     >>> x = jax.device_put(jnp.arange(4), NamedSharding(jm, PartitionSpec("x")))
@@ -448,22 +471,40 @@ def reshard(x: jax.Array, sharding: NamedSharding | PartitionSpec, *,
     """
     if src is None and plan is None and type(x) is ArrayImpl:
         try:
-            fn = _EAGER.get((x.shape, x.dtype, x.sharding, sharding))
+            fn = _EAGER.get(_eager_key(x, x.sharding, sharding, donate))
         except TypeError:  # an unhashable "sharding": refused below
             fn = None
         if fn is not None:
             _STATS["hits"] += 1
             return fn(x)
     if isinstance(x, (tuple, list, dict)) and not isinstance(x, jax.Array):
-        return _reshard_tree(x, sharding, src, plan)
-    return _reshard(x, sharding, src, plan)
+        return _reshard_tree(x, sharding, src, plan, donate)
+    return _reshard(x, sharding, src, plan, donate)
+
+
+def plan_for(x: jax.Array, sharding: NamedSharding | PartitionSpec, *,
+             src: NamedSharding | PartitionSpec | None = None) -> Plan | None:
+    """The verified plan :func:`reshard` runs for these arguments, without
+    running it (None for a rank-0 array, which passes through). Refuses what
+    :func:`reshard` refuses, with the same errors. Works on concrete arrays
+    and on tracers (``src`` as for :func:`reshard`).
+
+    >>> jm = jax_mesh("x=2,y=2")
+    >>> x = jax.device_put(jnp.zeros((4, 4)), NamedSharding(jm, PartitionSpec("x", "y")))
+    >>> p = plan_for(x, NamedSharding(jm, PartitionSpec("y", "x")))
+    >>> p.src, p.dst, p.collectives
+    ([2{x}4, 2{y}4], [2{y}4, 2{x}4], (AllPermute(target=[2{y}4, 2{x}4]),))
+    """
+    if isinstance(x, (tuple, list, dict)) and not isinstance(x, jax.Array):
+        raise VerishardError("plan_for takes one array; call it per leaf of a pytree")
+    return _reshard(x, sharding, src, None, False, only_plan=True)
 
 
 def _is_sharding(s) -> bool:
     return s is None or isinstance(s, (NamedSharding, PartitionSpec, jax.sharding.Sharding))
 
 
-def _reshard_tree(xs, sharding, src, plan):
+def _reshard_tree(xs, sharding, src, plan, donate=False):
     """A pytree of arrays: one sharding (and src) for every leaf, or a tree of them matching ``xs``."""
     if plan is not None:
         raise VerishardError("plan= is for one array; reshard a pytree without it")
@@ -477,7 +518,7 @@ def _reshard_tree(xs, sharding, src, plan):
             raise ShardingError(f"reshard: the {what} tree {t} does not match the arrays' tree {tree}")
         return got
     dsts, srcs = per_leaf(sharding, "sharding"), per_leaf(src, "src")
-    return jax.tree.unflatten(tree, [reshard(a, d, src=s) for a, d, s in zip(leaves, dsts, srcs)])
+    return jax.tree.unflatten(tree, [reshard(a, d, src=s, donate=donate) for a, d, s in zip(leaves, dsts, srcs)])
 
 
 def _context_mesh() -> tuple[JaxMesh | None, AbstractMesh]:
@@ -540,7 +581,7 @@ def _check_uneven(x, amesh, src_t: ArrayType, dst_t: ArrayType, src_spec, tgt_sp
                             f"jax.jit, where XLA pads it, reshard(x, sharding, src=...) runs it")
 
 
-def _reshard(x, sharding, src, plan):
+def _reshard(x, sharding, src, plan, donate=False, only_plan=False):
     # -- the target and its mesh
     if isinstance(sharding, NamedSharding):
         tgt_spec, tmesh = sharding.spec, sharding.mesh
@@ -553,6 +594,9 @@ def _reshard(x, sharding, src, plan):
         raise ShardingError(f"reshard needs a jax.Array laid out on the mesh, not {type(x).__name__}; "
                             f"use jax.device_put for host data")
     concrete = not isinstance(x, jax.core.Tracer)
+    if donate and not concrete:
+        raise ShardingError("reshard(..., donate=True) hands over a concrete array; under a trace (jax.jit, "
+                            "jax.grad, jax.vmap) donate the jitted function's argument (donate_argnums) instead")
     if isinstance(tmesh, JaxMesh):
         cmesh, amesh = tmesh, tmesh.abstract_mesh
     elif isinstance(tmesh, AbstractMesh):
@@ -634,9 +678,11 @@ def _reshard(x, sharding, src, plan):
                                     f"have at least one dimension (reshape it to (1,), or use jax.lax.psum)")
             if len(spec_entries(spec)):
                 raise ShardingError(f"reshard {what} {spec} has {len(spec)} entries but the array has rank 0")
+        if only_plan:
+            return None
         if concrete:
             out = sharding if isinstance(sharding, NamedSharding) else NamedSharding(cmesh, PartitionSpec())
-            return x if x.sharding == out else jax.device_put(x, out)
+            return x if x.sharding == out else jax.device_put(x, out, donate=donate)
         return x
 
     mesh = mesh_from_jax(amesh)
@@ -658,6 +704,8 @@ def _reshard(x, sharding, src, plan):
         p = validate_plan(plan)
         if p.src.refined() != src_t.refined() or p.dst.refined() != dst_t.refined():
             raise VerishardError(f"the plan goes from {p.src} to {p.dst}, not from {src_t} to {dst_t}")
+    if only_plan:
+        return p
     r = _Redistribution(cmesh, amesh, src_t, dst_t, p, user_plan=plan is not None)
     if not concrete:
         if r.explicit or cmesh is None:
@@ -669,10 +717,10 @@ def _reshard(x, sharding, src, plan):
         else NamedSharding(cmesh, tgt_spec)
     _STATS["misses"] += 1
     if src is None and plan is None and isinstance(sharding, NamedSharding):
-        fn = _build(r, xs, out_sh)
-        _remember(_EAGER, (x.shape, x.dtype, xs, sharding), fn)
+        fn = _build(r, xs, out_sh, donate)
+        _remember(_EAGER, _eager_key(x, xs, sharding, donate), fn)
     else:
-        fn = _executor(r, xs, out_sh)
+        fn = _executor(r, xs, out_sh, donate)
     return fn(x)
 
 

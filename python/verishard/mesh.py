@@ -442,3 +442,6 @@ class Mesh:
         return "{" + ", ".join(f"{n}:{'*'.join(map(str, fs))}" for n, fs in self.axes) + "}"
 
     __repr__ = __str__
+
+
+__all__ = ["MAX_DIGITS", "parse_int", "Mesh"]

@@ -538,3 +538,6 @@ def _translate_collective(c: Collective, fine: Mesh, coarse: Mesh, groups, owner
     if isinstance(c, DynSlice):
         return DynSlice(c.dim, names)
     return AllToAll(c.src_dim, c.dst_dim, names)
+
+
+__all__ = ["Plan", "check", "plan", "express", "is_verified"]

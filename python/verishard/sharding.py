@@ -642,3 +642,6 @@ def _tokens(text: str) -> list[str]:
         toks.append(m.group(m.lastindex))
         pos = m.end()
     return toks
+
+
+__all__ = ["DimType", "ArrayType", "REDUCE_OPS", "raw"]

@@ -104,3 +104,6 @@ def run(args, out) -> int:
         lines.append(f"wrote {args.picture}")
     out.write("\n".join(lines) + "\n")
     return 0
+
+
+__all__ = ["EXAMPLES", "add_parser", "run"]

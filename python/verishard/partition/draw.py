@@ -60,3 +60,6 @@ def draw(pb, assign: dict, path: str, title: str = "") -> str:
         fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+__all__ = ["draw"]

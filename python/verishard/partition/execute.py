@@ -171,3 +171,6 @@ def execute(pb, assign: dict, order: list, model: str, batch: int, iters: int = 
         res = json.load(f)
     res["median"] = statistics.median(res["times"])
     return res
+
+
+__all__ = ["measure_link", "execute"]

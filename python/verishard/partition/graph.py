@@ -289,3 +289,6 @@ def random_dag(kind: str, n: int, seed: int, k: int = 4, p: float = 0.75) -> nx.
     d.add_edges_from(("in", v) for v in srcs)
     d.add_edges_from((v, "out") for v in sinks)
     return d
+
+
+__all__ = ["OP_CLASSES", "ELEMENT_BYTES", "PartitionError", "OpGraph", "from_fx", "random_dag"]

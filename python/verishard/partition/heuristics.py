@@ -305,3 +305,7 @@ def lower_bound(pb: Problem, objective: str = "latency") -> float:
     for v in nodes:
         cp[v] = best[v] + max((cp[u] for u in pb.g.predecessors(v)), default=0.0)
     return max(work, max(cp.values()))
+
+
+__all__ = ["Result", "evaluate", "fastest_single", "round_robin", "heft", "eft", "modules", "split_heuristic",
+           "exact", "lower_bound"]

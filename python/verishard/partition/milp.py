@@ -300,3 +300,6 @@ def solve_throughput(pb: Problem, nodes=None, fixed=None, time_limit: float | No
     if res.x is None:
         raise PartitionError(f"no feasible placement (HiGHS: {res.message})")
     return Solution(_decode(res, x), float(res.x[T]) / TIME_SCALE, res.status == 0, dt, {}, res.message)
+
+
+__all__ = ["Solution", "TIME_SCALE", "MEM_SCALE", "solve_latency", "solve_throughput"]

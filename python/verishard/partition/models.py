@@ -163,3 +163,7 @@ def model_graph(name: str, batch: int = 8, coarsen: bool = True) -> OpGraph:
     torch.manual_seed(0)
     g = from_fx(build(), example(batch), name)
     return g.coarsened() if coarsen else g
+
+
+__all__ = ["BasicBlock", "ResNet18", "resnet18", "vgg11", "TransformerBlock", "transformer_block", "RandWire",
+           "randwire", "MODELS", "model_graph"]

@@ -169,3 +169,6 @@ def load_platform(name_or_path: str) -> Platform:
     except json.JSONDecodeError as e:
         raise PartitionError(f"{path.name}: not JSON: {e}") from None
     return platform_from_json(doc)
+
+
+__all__ = ["PLATFORM_DIR", "shipped", "Platform", "platform_from_json", "load_platform"]

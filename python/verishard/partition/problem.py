@@ -306,3 +306,6 @@ def brute_force(pb: Problem, objective: str = "latency") -> tuple[float, dict]:
         if val < best:
             best, arg = val, assign
     return best, arg
+
+
+__all__ = ["Opt", "Problem", "brute_force"]

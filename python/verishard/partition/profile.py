@@ -61,3 +61,6 @@ def attach_times(graph: OpGraph, times: dict[str, float], kind: str = "local-cpu
     for n, a in graph.g.nodes(data=True):
         a.setdefault("time", {})[kind] = float(sum(times.get(f, 0.0) for f in a["fx"]))
     return graph
+
+
+__all__ = ["profile_fx", "attach_times"]

@@ -1,9 +1,13 @@
 """Runtime: distribute/assemble numpy arrays and execute checked plans.
 
-- :func:`distribute`, :func:`assemble`, :func:`local_block`, :func:`box`: layout,
-  from the verified block function (``core.block_starts``).
+- :func:`distribute`, :func:`assemble`: layout, for every kind of type (even;
+  uneven with ``layout="padded"``, the default, or ``"chunked"``; partial,
+  canonical or with ``rng=`` random); :func:`local_block`, :func:`box`: one
+  device's block of an even type, from the verified block function
+  (``core.block_starts``).
 - :func:`simulate`: every device in one process, with per-step traffic and
-  memory, checked against the verified rules.
+  memory, checked against the verified rules (every kind of type, the same
+  ``layout=``).
 - :mod:`verishard.runtime.mpi`: one MPI rank per device (mpi4py over Open MPI);
   imported on demand, since importing it initialises MPI.
 - :class:`Backend`, :func:`execute`: the interface a new backend implements

@@ -144,3 +144,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     sys.exit(guarded(main))
+
+
+__all__ = ["Case", "CASES", "our_plan", "global_array", "run", "main"]

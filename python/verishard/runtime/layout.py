@@ -70,10 +70,27 @@ def as_type(t: ArrayType | str, mesh: Mesh | str | None = None) -> ArrayType:
     return t
 
 
+LAYOUTS = ("padded", "chunked")
+
+
+def check_layout(layout: str) -> str:
+    """``layout`` if it names a convention for uneven buffers, else one clear error.
+
+    >>> check_layout("chunks")
+    Traceback (most recent call last):
+    ...
+    verishard.errors.ShardingError: layout must be 'padded' (every device a buffer of the type's local shape, padding at the end: JAX) or 'chunked' (only the valid part: torch.chunk), not 'chunks'
+    """
+    if layout not in LAYOUTS:
+        raise ShardingError("layout must be 'padded' (every device a buffer of the type's local shape, padding at "
+                            f"the end: JAX) or 'chunked' (only the valid part: torch.chunk), not {layout!r}")
+    return layout
+
+
 def _even(t: ArrayType) -> ArrayType:
     if t.uneven:
-        raise LayoutError(f"{t} has uneven dimensions: its buffers are padded or chunked; use "
-                          f"verishard.runtime.uneven (distribute_padded, distribute_chunked, assemble_padded)")
+        raise LayoutError(f"{t} has uneven dimensions: a device's block has no single box; "
+                          f"distribute/assemble/simulate take it (layout='padded' or 'chunked')")
     return t
 
 
@@ -101,6 +118,20 @@ def box(mesh: Mesh | str, t: ArrayType | str, rank: int) -> tuple[slice, ...]:
     return tuple(slice(int(s), int(s) + l) for s, l in zip(starts[int(rank)], t.local_shape))
 
 
+def valid_box(t: ArrayType, rank: int) -> tuple[slice, ...]:
+    """The global indices of the valid part of ``rank``'s block (all of it on even dimensions).
+
+    >>> valid_box(as_type("[2{x}3]", "x=2"), 1)
+    (slice(2, 3, None),)
+    """
+    return tuple(slice(s, s + v) for s, v in zip(t.block_starts(rank), t.valid_shape(rank)))
+
+
+def _valid_part(t: ArrayType, rank: int) -> tuple[slice, ...]:
+    """Where a padded buffer holds its valid part: the start of every dimension."""
+    return tuple(slice(0, v) for v in t.valid_shape(rank))
+
+
 def _global(global_array, t: ArrayType) -> np.ndarray:
     try:
         A = np.asarray(global_array)
@@ -112,7 +143,7 @@ def _global(global_array, t: ArrayType) -> np.ndarray:
 
 
 def local_block(global_array, mesh: Mesh | str, t: ArrayType | str, rank: int) -> np.ndarray:
-    """Rank ``rank``'s local array (a C-contiguous copy) under ``t``.
+    """Rank ``rank``'s local array (a C-contiguous copy) under the even type ``t``.
 
     >>> local_block(np.arange(6), "x=2,y=3", "[1{y,x}6]", 1).tolist()
     [2]
@@ -122,46 +153,71 @@ def local_block(global_array, mesh: Mesh | str, t: ArrayType | str, rank: int) -
     return np.array(A[box(mesh, t, rank)], order="C", copy=True)
 
 
-def distribute(global_array, mesh: Mesh | str, t: ArrayType | str) -> list[np.ndarray]:
+def distribute(global_array, mesh: Mesh | str, t: ArrayType | str, *, layout: str = "padded", pad=0,
+               rng: np.random.Generator | None = None) -> list[np.ndarray]:
     """Every device's local array under ``t``, indexed by linear rank
-    (C-contiguous copies, any dtype).
+    (C-contiguous copies, any dtype), for every kind of type.
 
     >>> [a.tolist() for a in distribute(np.arange(4), "x=2", "[2{x}4]")]
     [[0, 1], [2, 3]]
-    """
-    t = as_type(t, mesh)
-    A = _global(global_array, t)
-    out = [np.array(A[b], order="C", copy=True) for b in boxes(mesh, t)]
-    if t.partial:  # the canonical representation: device 0 of each pending group holds the block
-        index = AxisGroup.of(t.mesh, t.partial).index
-        unit = reduction_identity(out[0].dtype, t.reduce)
-        for r in np.flatnonzero(index != 0):
-            out[r][...] = unit
-    return out
 
+    Uneven dimensions (blocks of ``ceil(g / n)``, the last ones short):
+    ``layout="padded"`` (the default; JAX's convention) gives every device a
+    buffer of the type's ``local_shape``, ``pad`` after its valid part;
+    ``layout="chunked"`` (``torch.chunk``'s) only the valid part
+    (``t.valid_shape(rank)``).
 
-def split_partial(global_array, mesh: Mesh | str, t: ArrayType | str, rng: np.random.Generator) -> list[np.ndarray]:
-    """A random representation of the global array under the partial type
-    ``t`` (for tests and demos): a sum split into random terms (small
-    integers, or normal floats), a max or min whose every device holds at
-    most (at least) the block and one device of each group the block
-    itself. Devices that hold the same block and the same pending index
-    hold the same array, as replicas do.
+    >>> [a.tolist() for a in distribute(np.arange(5), "x=4", "[2{x}5]", pad=-1)]
+    [[0, 1], [2, 3], [4, -1], [-1, -1]]
+    >>> [a.tolist() for a in distribute(np.arange(5), "x=4", "[2{x}5]", layout="chunked")]
+    [[0, 1], [2, 3], [4], []]
 
-    >>> parts = split_partial(np.arange(3), "x=2", "[3] partial(max){x}", np.random.default_rng(1))
+    Partial types (a pending reduction): by default the canonical
+    representation, device 0 of each pending group holding the block and the
+    others the reduction's unit; with ``rng``, a random one (for tests and
+    demos): a sum split into random terms (small integers, or normal floats),
+    a max or min whose every device holds at most (at least) the block and
+    one device of each group the block itself. Devices that hold the same
+    block and the same pending index hold the same array, as replicas do.
+
+    >>> [a.tolist() for a in distribute(np.arange(3), "x=2", "[3] partial{x}")]
+    [[0, 1, 2], [0, 0, 0]]
+    >>> parts = distribute(np.arange(3), "x=2", "[3] partial(max){x}", rng=np.random.default_rng(1))
     >>> np.maximum(parts[0], parts[1]).tolist()
     [0, 1, 2]
     """
     t = as_type(t, mesh)
-    out = distribute(global_array, mesh, t.plain)
-    if not t.partial:
-        return out
+    check_layout(layout)
+    A = _global(global_array, t)
+    if not t.uneven:
+        out = [np.array(A[b], order="C", copy=True) for b in boxes(mesh, t)]
+    elif layout == "chunked":
+        out = [np.array(A[valid_box(t, r)], order="C", copy=True) for r in range(t.mesh.num_devices)]
+    else:
+        dtype = np.result_type(A.dtype, np.asarray(pad).dtype)
+        out = []
+        for r in range(t.mesh.num_devices):
+            x = np.full(t.local_shape, pad, dtype=dtype)
+            x[_valid_part(t, r)] = A[valid_box(t, r)]
+            out.append(x)
+    if t.partial:
+        _pending_terms(out, t, rng)
+    return out
+
+
+def _pending_terms(out: list[np.ndarray], t: ArrayType, rng: np.random.Generator | None) -> None:
+    """Turn the blocks ``out`` (every device holding its block of ``t.plain``) into a
+    representation of the partial type ``t``, in place (see :func:`distribute`)."""
     g = AxisGroup.of(t.mesh, t.partial)
-    starts = block_starts(t)
+    if rng is None:  # the canonical representation
+        unit = reduction_identity(out[0].dtype, t.reduce)
+        for r in np.flatnonzero(g.index != 0):
+            out[r][...] = unit
+        return
     draws: dict[tuple, Any] = {}
     for members in g.members:
         block = out[int(members[0])]
-        key0 = tuple(int(v) for v in starts[int(members[0])])
+        key0 = t.block_starts(int(members[0]))
         terms = []
         for k in range(g.size):
             key = (key0, k)
@@ -182,7 +238,16 @@ def split_partial(global_array, mesh: Mesh | str, t: ArrayType | str, rng: np.ra
             else:
                 lower = np.abs(terms[k])  # a max's terms are at most the block, a min's at least
                 out[int(r)] = block - lower if t.reduce == "max" else block + lower
-    return out
+
+
+def split_partial(global_array, mesh: Mesh | str, t: ArrayType | str, rng: np.random.Generator) -> list[np.ndarray]:
+    """``distribute(global_array, mesh, t, rng=rng)``: a random representation of a partial type.
+
+    >>> parts = split_partial(np.arange(3), "x=2", "[3] partial(max){x}", np.random.default_rng(1))
+    >>> np.maximum(parts[0], parts[1]).tolist()
+    [0, 1, 2]
+    """
+    return distribute(global_array, mesh, t, rng=rng)
 
 
 def represented(locals_: Sequence[np.ndarray], t: ArrayType) -> list[np.ndarray]:
@@ -233,9 +298,10 @@ def byte_view(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
 
-def check_locals(locals_: Sequence, t: ArrayType, what: str = "local arrays") -> np.dtype:
-    """Check ``locals_`` is one array of ``t``'s local shape per device, all of one
-    dtype; return the dtype.
+def check_locals(locals_: Sequence, t: ArrayType, what: str = "local arrays", layout: str = "padded") -> np.dtype:
+    """Check ``locals_`` is one array per device of ``t``'s local shape (on uneven
+    dimensions with ``layout="chunked"``: of its valid shape), all of one dtype;
+    return the dtype.
 
     >>> t = as_type("[2{x}4]", "x=2")
     >>> check_locals([np.zeros(2), np.ones(2)], t)
@@ -244,8 +310,13 @@ def check_locals(locals_: Sequence, t: ArrayType, what: str = "local arrays") ->
     Traceback (most recent call last):
     ...
     verishard.runtime.layout.LayoutError: local arrays: got 1 arrays for 2 devices of {x:2}
+    >>> check_locals([np.zeros(2), np.zeros(1)], as_type("[2{x}3]", "x=2"))
+    Traceback (most recent call last):
+    ...
+    verishard.runtime.layout.LayoutError: local arrays: device 1 holds shape (1,), but [2{x}3] has local shape (2,) (these are the valid shapes of chunked buffers: pass layout='chunked')
     """
     n = t.mesh.num_devices
+    chunked = check_layout(layout) == "chunked" and t.uneven
     if isinstance(locals_, np.ndarray) or not isinstance(locals_, Sequence):
         raise LayoutError(f"{what} must be a sequence of {n} numpy arrays (one per device), "
                           f"not {type(locals_).__name__}")
@@ -255,8 +326,16 @@ def check_locals(locals_: Sequence, t: ArrayType, what: str = "local arrays") ->
     for r, a in enumerate(locals_):
         if not isinstance(a, np.ndarray):
             raise LayoutError(f"{what}: device {r} holds a {type(a).__name__}, not a numpy array")
-        if a.shape != t.local_shape:
-            raise LayoutError(f"{what}: device {r} holds shape {a.shape}, but {t} has local shape {t.local_shape}")
+        want = t.valid_shape(r) if chunked else t.local_shape
+        if a.shape != want:
+            if chunked:
+                hint = " (padded buffers: pass layout='padded')" if a.shape == t.local_shape else ""
+                raise LayoutError(f"{what}: device {r} holds shape {a.shape}, but its chunk of {t} has "
+                                  f"shape {want}{hint}")
+            hint = ""
+            if t.uneven and all(isinstance(b, np.ndarray) and b.shape == t.valid_shape(q) for q, b in enumerate(locals_)):
+                hint = " (these are the valid shapes of chunked buffers: pass layout='chunked')"
+            raise LayoutError(f"{what}: device {r} holds shape {a.shape}, but {t} has local shape {want}{hint}")
         if dtype is None:
             dtype = a.dtype
         elif a.dtype != dtype:
@@ -264,31 +343,82 @@ def check_locals(locals_: Sequence, t: ArrayType, what: str = "local arrays") ->
     return dtype
 
 
-def assemble(locals_: Sequence[np.ndarray], mesh: Mesh | str, t: ArrayType | str,
-             check: bool = True) -> np.ndarray:
+def to_padded(chunks: Sequence[np.ndarray], t: ArrayType, pad) -> list[np.ndarray]:
+    """Chunked buffers (exactly the valid parts) padded to ``t.local_shape`` with ``pad``.
+
+    >>> t = as_type("[2{x}3]", "x=2")
+    >>> [x.tolist() for x in to_padded([np.array([0, 1]), np.array([2])], t, pad=-1)]
+    [[0, 1], [2, -1]]
+    """
+    out = []
+    for r, c in enumerate(chunks):
+        if c.shape != t.valid_shape(r):
+            raise ShardingError(f"rank {r}'s chunk has shape {c.shape}, not {t.valid_shape(r)} as {t} says")
+        x = np.full(t.local_shape, pad, dtype=np.result_type(c.dtype, np.asarray(pad).dtype))
+        x[_valid_part(t, r)] = c
+        out.append(x)
+    return out
+
+
+def to_chunked(padded: Sequence[np.ndarray], t: ArrayType) -> list[np.ndarray]:
+    """The valid parts of padded buffers (the chunked buffers); the buffers themselves on an even type.
+
+    >>> t = as_type("[2{x}3]", "x=2")
+    >>> [x.tolist() for x in to_chunked([np.array([0, 1]), np.array([2, -1])], t)]
+    [[0, 1], [2]]
+    """
+    if not t.uneven:
+        return list(padded)
+    return [np.array(x[_valid_part(t, r)], order="C", copy=True) for r, x in enumerate(padded)]
+
+
+def assemble(locals_: Sequence[np.ndarray], mesh: Mesh | str, t: ArrayType | str, *,
+             layout: str = "padded", check: bool = True) -> np.ndarray:
     """The global array whose ``t`` distribution is ``locals_`` (the inverse of
-    :func:`distribute`).
+    :func:`distribute`, for every kind of type): on uneven dimensions it reads
+    the valid parts of ``layout``'s buffers (``"padded"``, the default, or
+    ``"chunked"``); a partial type is reduced over its pending groups first.
 
     With ``check`` (the default), devices holding the same block (replicas)
     must hold the same bytes, else :class:`LayoutError` names the two devices.
 
     >>> assemble([np.array([0, 1]), np.array([2, 3])], "x=2", "[2{x}4]").tolist()
     [0, 1, 2, 3]
+    >>> assemble([np.array([0, 1]), np.array([2, -1])], "x=2", "[2{x}3]").tolist()
+    [0, 1, 2]
+    >>> assemble([np.array([0, 1]), np.array([2])], "x=2", "[2{x}3]", layout="chunked").tolist()
+    [0, 1, 2]
+    >>> assemble([np.array([1, 2]), np.array([10, 20])], "x=2", "[2] partial{x}").tolist()
+    [11, 22]
     """
     t = as_type(t, mesh)
-    dtype = check_locals(locals_, t)
+    dtype = check_locals(locals_, t, layout=layout)
+    if t.uneven and layout == "chunked":
+        locals_ = to_padded(locals_, t, np.zeros((), dtype)[()])
     if t.partial:
         locals_, t = represented(locals_, t), t.plain
     out = np.empty(t.global_shape, dtype=dtype)
     first: dict[tuple[int, ...], int] = {}
-    for r, (b, row) in enumerate(zip(boxes(mesh, t), block_starts(t))):
-        key = tuple(int(s) for s in row)
+    covered = 0
+    if t.uneven:  # the valid part of every block (core.block_starts is for even types)
+        starts = [t.block_starts(r) for r in range(t.mesh.num_devices)]
+        regions = [(valid_box(t, r), _valid_part(t, r)) for r in range(t.mesh.num_devices)]
+    else:
+        starts = [tuple(int(s) for s in row) for row in block_starts(t)]
+        regions = [(b, ...) for b in boxes(mesh, t)]
+    for r, (key, (where, part)) in enumerate(zip(starts, regions)):
         if key not in first:
             first[key] = r
-            out[b] = locals_[r]
-        elif check and not same_bytes(locals_[r], locals_[first[key]]):
+            out[where] = locals_[r][part]
+            covered += out[where].size
+        elif check and not same_bytes(locals_[r][part], locals_[first[key]][part]):
             raise LayoutError(f"devices {first[key]} and {r} hold the same block of {t} "
                               f"(starting at {key}) but different data")
-    if len(first) * t.size != out.size:  # the blocks of a well-formed type tile the array
+    if covered != out.size:  # the blocks of a well-formed type tile the array
         raise LayoutError(f"the blocks of {t} do not cover the global array")  # pragma: no cover
     return out
+
+
+__all__ = ["LayoutError", "LAYOUTS", "check_layout", "as_type", "boxes", "box", "valid_box", "local_block",
+           "distribute", "split_partial", "represented", "assemble", "check_locals", "to_padded", "to_chunked",
+           "same_bytes", "byte_view"]

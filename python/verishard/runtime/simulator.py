@@ -48,7 +48,7 @@ from ..plan import Plan, Step
 from ..sharding import ArrayType
 from .backend import (NUMPY_REDUCE, AxisGroup, numpy_fit, Backend, Donated, RedistributionError, RuntimeCheckError, execute,
                       permute_sources, reduction_identity, validate_plan)
-from .layout import LayoutError, assemble, check_locals, distribute, represented, same_bytes
+from .layout import LayoutError, assemble, check_locals, distribute, represented, same_bytes, to_chunked, to_padded
 
 
 class SimBackend(Backend):
@@ -418,7 +418,7 @@ def expected_received(t: ArrayType, c: Collective, mesh) -> np.ndarray:
 
 def simulate(plan: Plan, locals_: Sequence[np.ndarray] | Donated, check: bool = True,
              check_data: bool | None = None, budget_bytes: int | None = None,
-             chunks: int | None = None) -> SimResult:
+             chunks: int | None = None, *, layout: str = "padded", pad=0) -> SimResult:
     """Run ``plan`` on the local arrays of every device (``locals_[rank]``,
     e.g. ``distribute(A, plan.mesh, plan.src)``) and return the results and
     the per-device, per-step traffic and memory.
@@ -436,14 +436,32 @@ def simulate(plan: Plan, locals_: Sequence[np.ndarray] | Donated, check: bool = 
     >>> r = simulate(p, distribute(np.arange(4, dtype=np.int8), p.mesh, p.src))
     >>> [y.tolist() for y in r.outputs], r.received_bytes.tolist()
     ([[0, 1], [2, 3], [0, 1], [2, 3]], [0, 2, 2, 0])
+
+    Every kind of type runs here. On uneven dimensions ``layout`` says how the
+    buffers hold their blocks, as in :func:`~verishard.runtime.distribute`:
+    ``"padded"`` (the default: the type's local shape, ``pad`` written where a
+    step creates padding) or ``"chunked"`` (only the valid parts, as
+    ``torch.chunk`` leaves them; run padded with zeros, the way
+    ``Ucheckerproof.ucheck_correct_chunked`` runs them, the outputs cut back).
+    The data check reads valid positions only.
+
+    >>> p = plan("x=2,y=2", "[3{x}5]", "[3{y}5]")
+    >>> A = np.arange(5)
+    >>> [y.tolist() for y in simulate(p, distribute(A, p.mesh, p.src, pad=-1), pad=-1).outputs]
+    [[0, 1, 2], [3, 4, -1], [0, 1, 2], [3, 4, -1]]
+    >>> [y.tolist() for y in simulate(p, distribute(A, p.mesh, p.src, layout="chunked"), layout="chunked").outputs]
+    [[0, 1, 2], [3, 4], [0, 1, 2], [3, 4]]
     """
     plan = validate_plan(plan)
     if isinstance(locals_, Donated):
         locals_ = locals_.take()
     try:
-        dtype = check_locals(locals_, plan.src, "simulate: source arrays")
+        dtype = check_locals(locals_, plan.src, "simulate: source arrays", layout)
     except LayoutError as e:
         raise RedistributionError(str(e)) from None
+    chunked = layout == "chunked"
+    if chunked:  # run padded (zeros), cut the outputs back to their valid parts at the end
+        pad = np.zeros((), dtype)[()]
     if check_data is None:
         check_data = check
     itemsize = dtype.itemsize
@@ -451,11 +469,13 @@ def simulate(plan: Plan, locals_: Sequence[np.ndarray] | Donated, check: bool = 
     A = None
     if check_data:
         try:
-            A = assemble(locals_, mesh, plan.src)
+            A = assemble(locals_, mesh, plan.src, layout=layout)
         except LayoutError as e:
             raise RedistributionError(f"simulate: the source arrays are not a distribution of {plan.src}: {e}"
                                       " (pass check_data=False to move them anyway)") from None
-    backend = SimBackend(mesh.num_devices)
+    if chunked and plan.src.uneven:
+        locals_ = to_padded(locals_, plan.src, pad)
+    backend = SimBackend(mesh.num_devices, pad)
     records: list[SimStep] = []
     before = {"xs": list(locals_)}
 
@@ -487,6 +507,8 @@ def simulate(plan: Plan, locals_: Sequence[np.ndarray] | Donated, check: bool = 
         outputs = [y if y.flags.owndata else y.copy() for y in outputs]  # no view of the caller's arrays
     given = {id(x) for x in locals_}
     outputs = [y.copy() if id(y) in given else y for y in outputs]  # never alias the caller's arrays
+    if chunked:
+        outputs = to_chunked(outputs, plan.dst)
     return SimResult(plan, outputs, tuple(records), itemsize, report)
 
 
@@ -510,8 +532,8 @@ def _check_step(plan: Plan, rec: SimStep, t: ArrayType, ys, dtype: np.dtype, A) 
     if int(rec.sent.sum()) != int(rec.received.sum()):
         raise RuntimeCheckError(f"{where}: {int(rec.sent.sum())} B sent but {int(rec.received.sum())} B received")
     if A is not None:
-        want_data = distribute(A, plan.mesh, rec.type.plain)
-        got = represented(ys, rec.type)
+        want_data = distribute(A, plan.mesh, rec.type.plain, layout="chunked")  # valid positions only
+        got = to_chunked(represented(ys, rec.type), rec.type)
         summed = plan.reduce == "sum" and bool(plan.src.partial or rec.type.partial)  # a float sum was taken
         for r, (y, w) in enumerate(zip(got, want_data)):
             if not same_value(y, w, summed):

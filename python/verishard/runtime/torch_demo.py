@@ -192,3 +192,6 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+__all__ = ["Case", "CASES", "worker", "main"]
