@@ -161,10 +161,12 @@ class _Writer:
     def __init__(self, dirfd: int, save_id: str, process: int):
         self.dirfd, self.id, self.process = dirfd, save_id, process
         self.token = f"{save_id}~{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.marker = os.open(f".writer-{self.token}", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                              0o644, dir_fd=dirfd)
-        fcntl.flock(self.marker, fcntl.LOCK_EX)
         with _flock(dirfd, F.LOCK, fcntl.LOCK_EX):
+            # created and locked under the directory's lock: another writer's sweep, which runs under it
+            # too, must never see this marker unlocked and take its writer for dead
+            self.marker = os.open(f".writer-{self.token}", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                  0o644, dir_fd=dirfd)
+            fcntl.flock(self.marker, fcntl.LOCK_EX)
             _sweep(dirfd, None)
             if _committed_id(dirfd) == save_id:
                 self.release()

@@ -40,6 +40,8 @@ from .checkpoint_format import MAX_MANIFEST_BYTES
 from .errors import CheckpointError, VerishardError, show
 from .sharding import ArrayType
 
+__all__ = ["DCPCheckpoint", "load"]
+
 METADATA = ".metadata"
 _METADATA_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
                      "torch.distributed.checkpoint.planner")

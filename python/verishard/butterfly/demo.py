@@ -18,6 +18,8 @@ from torch import nn
 
 from .modules import Butterfly, Monarch, Pixelfly
 
+__all__ = ["digits", "mlp", "hidden_parameters", "train", "main"]
+
 WIDTH = 256
 
 #: the hidden-to-hidden layer of each kind, at WIDTH

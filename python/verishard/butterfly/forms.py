@@ -29,6 +29,10 @@ import numpy as np
 
 from ..errors import VerishardError
 
+__all__ = ["LayerError", "Ops", "ButterflyShape", "MonarchShape", "PixelflyShape", "butterfly_factor", "bit_reverse",
+           "butterfly_apply", "butterfly_init", "monarch_mix", "monarch_apply", "monarch_init", "monarch_project",
+           "pixelfly_apply", "pixelfly_init"]
+
 
 class LayerError(VerishardError):
     """A structured layer asked for with sizes, an init or a mesh it cannot have."""

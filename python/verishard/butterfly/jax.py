@@ -21,6 +21,8 @@ from . import forms
 from .forms import (ButterflyShape, MonarchShape, Ops, PixelflyShape, butterfly_init, monarch_init,  # noqa: F401
                     monarch_project, pixelfly_init)
 
+__all__ = ["butterfly", "monarch", "pixelfly"]
+
 
 def _pad_last(x: Any, n: int) -> Any:
     return x if x.shape[-1] == n else jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, n - x.shape[-1])])

@@ -17,6 +17,8 @@ from torch import nn
 from . import forms
 from .forms import TORCH, ButterflyShape, LayerError, MonarchShape, PixelflyShape
 
+__all__ = ["Butterfly", "BlockButterfly", "Monarch", "Pixelfly"]
+
 
 class _Structured(nn.Module):
     """What the four layers share: the bias, ``to_dense``, the parameter count."""

@@ -43,6 +43,8 @@ from . import forms
 from .forms import TORCH, LayerError
 from .modules import Butterfly, Monarch
 
+__all__ = ["ShardedMonarch", "ShardedButterfly"]
+
 
 class _Move(torch.autograd.Function):
     """A verified redistribution of this rank's block; its backward is the

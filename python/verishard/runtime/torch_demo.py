@@ -166,6 +166,7 @@ def worker(rank: int, port: int) -> None:
         f"{'identical to DTensor' if gok else 'DIFFERS from DTensor'}'s on all 8 ranks")
     out(f"all {len(CASES)} redistributions and the gradient matched DTensor on every rank" if not bad
         else f"FAILED: {bad} result(s) differ from DTensor")
+    dist.barrier()  # every rank done before the group goes (gloo can abort a rank whose peer closed first)
     dist.destroy_process_group()
     if bad:
         sys.exit(1)
