@@ -276,6 +276,26 @@ let certify_fn a =
   let cert = list_of (fun () -> let d = next () in let u = read_type next in (u, d)) (next ()) in
   [| if certify_split m fs src dst cap t cert then 1 else 0 |]
 
+(* [Minimal.mplan_problem], [plan(..., minimal=True)] in one call. Input:
+   mesh; src; dst; 0 (the pipeline's plan) or 1 and a plan over the prime
+   sub-axes of size 2 or more; n; n certificate entries (figure, type over
+   those sub-axes). Answer: as [plan_fn] when it accepts; [1; step; reason;
+   detail] when the checker refuses the plan; [2; peak] when a type along it
+   is above the bound; [3; traffic] when the certificate does not prove its
+   traffic least within the bound. *)
+let mplan_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_type next in let dst = read_type next in
+  let cand = match next () with 0 -> None | 1 -> Some (read_plan next) | _ -> raise (Bad_input "unknown candidate tag") in
+  let cert = list_of (fun () -> let d = next () in let u = read_type next in (u, d)) (next ()) in
+  let buf = Buffer.create () in
+  (match mplan_problem m src dst cand cert with
+   | Ok ((fs, p), r) -> put_planned buf put_coll put_type fs r.peak p r.types r.received
+   | Err (MRefused (i, e)) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
+   | Err (MAboveCap pk) -> List.iter (Buffer.add_int buf) [2; pk]
+   | Err (MNotLeast t) -> List.iter (Buffer.add_int buf) [3; t]);
+  finish buf
+
 (* [Crossmesh.xplan], the cross-mesh schedule builder. Input ([read_xplan]):
    mesh1; ranks1 (n; ranks); type1; mesh2; ranks2; type2. Answer: [1] when it refuses, else
    [0; number of targets; for each target: number of pieces; for each piece:
@@ -428,4 +448,5 @@ let () =
   Callback.register "vs_synthesize" (guard synthesize_fn);
   Callback.register "vs_blocks" (guard blocks_fn);
   Callback.register "vs_permute" (guard permute_fn);
-  Callback.register "vs_movement" (guard movement_fn)
+  Callback.register "vs_movement" (guard movement_fn);
+  Callback.register "vs_mplan" (guard mplan_fn)
