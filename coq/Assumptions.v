@@ -188,3 +188,7 @@ Print Assumptions VS.Commuteproof.along_then_plan.
 From VS Require Import Boxes Boxesproof.
 Print Assumptions VS.Boxesproof.bsub_hits.
 Print Assumptions VS.Boxesproof.bsched_correct.
+
+From VS Require Import Minimal Minimalproof.
+Print Assumptions VS.Minimalproof.mplan_spec.
+Print Assumptions VS.Minimalproof.mplan_pipeline.

@@ -88,3 +88,21 @@ Proof.
     pose proof (peak_of_ge (rmesh fs0) (types r0) t Ht). lia. }
   split; [exact Hpk|]. split; [exact Hcert|]. split; [exact Hmin_m|]. split; [exact Hmin_f|]. exact Hmin_g.
 Qed.
+
+(** Without a candidate the plan returned is the pipeline's own, with its
+    report: [Pipelineproof.plan_spec] (normal form included) holds of it. *)
+Theorem mplan_pipeline : forall m src dst cert fs p r,
+  mplan_problem m src dst None cert = Ok (fs, p, r) -> plan_problem m src dst = Ok (fs, p, r).
+Proof.
+  intros m src dst cert fs p r H.
+  destruct (mplan_spec m src dst None cert fs p r H) as [Hv [_ [Hc _]]].
+  unfold mplan_problem in H. rewrite (problem_error_none m src dst Hv) in H.
+  destruct (plan_problem m src dst) as [[[fs0 p0] r0]|[i e]] eqn:Hpp; [|discriminate].
+  rewrite !rtype_fast_eq in H.
+  destruct (check (rmesh fs0) (rtype fs0 src) (rtype fs0 dst) p0) as [r1|[i e]] eqn:Hc1; [|discriminate].
+  destruct (negb (peak r1 <=? bound m src dst)); [discriminate|].
+  match type of H with (if ?b then _ else _) = _ => destruct b end; [|discriminate].
+  injection H as <- <- <-.
+  destruct (plan_spec m src dst Hv) as [fs' [p' [r' [Hpp' [_ [_ [Hc' _]]]]]]].
+  rewrite Hpp in Hpp'. injection Hpp' as <- <- <-. rewrite Hc1 in Hc'. injection Hc' as ->. reflexivity.
+Qed.

@@ -120,6 +120,9 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
                                                f"the least any plan can reach"))
         out.append(("Pipelineproof.plan_spec", "normal form: slices first, gathers last; slices add only axes "
                                                "the target uses, gathers remove only axes it does not"))
+    elif plan.minimal:
+        out.append(("Minimalproof.mplan_spec", f"memory: every type along the plan is within max(size(src), "
+                                               f"size(dst)) = {plan.bound} (peak {plan.peak})"))
     else:
         out.append(_measured_memory(plan))
     if plan.traffic == plan.lower_bound:
@@ -136,11 +139,11 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
                               f"(the synthesizer keeps the cheapest of the plans it builds and searches; "
                               f"--minimal certifies the least)"))
     if plan.minimal and plan.traffic > plan.lower_bound:
-        out.append(("Certifyproof.certify_split_minimal",
-                    f"traffic {plan.traffic} is the least of any plan the checker accepts over the mesh given "
-                    f"or its prime sub-axes {plan.src.mesh.prime_parts()[0]}, with every type within the bound "
-                    f"{plan.bound} (a certificate from an untrusted search, accepted by the verified "
-                    f"Certify.certify_split)"))
+        out.append(("Minimalproof.mplan_spec",
+                    f"traffic {plan.traffic} is the least of any plan the checker accepts over the mesh given, "
+                    f"this plan's mesh or the prime sub-axes {plan.src.mesh.prime_parts()[0]}, with every type "
+                    f"within the bound {plan.bound} (a certificate from an untrusted search, accepted at this "
+                    f"plan's own traffic in the one verified call Minimal.mplan_problem)"))
     return out
 
 
@@ -868,7 +871,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "MPI backends) where it receives less than the collectives")
     p.add_argument("--minimal", action="store_true",
                    help="certify the least traffic within the memory bound (branch-and-bound; a cheaper plan "
-                        "where one exists; Certifyproof.certify_split_minimal)")
+                        "where one exists; Minimalproof.mplan_spec)")
 
     c = sub.add_parser("check", parents=[common], help="validate a plan JSON file with the verified checker",
                        description="Validate a plan file (schema verishard.plan/1) with the verified checker.")

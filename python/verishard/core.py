@@ -586,6 +586,63 @@ def certify(src: ArrayType, dst: ArrayType, cap: int, entries: Sequence[tuple[Ar
     return _call(_core.certify, ints)[0] == 1
 
 
+def mplan(mesh: Mesh, src: ArrayType, dst: ArrayType, candidate: Sequence[Collective] | None,
+          entries: Sequence[tuple[ArrayType, int]]) -> PlanReport:
+    """``Minimal.mplan_problem``, ``plan(..., minimal=True)`` in one call
+    (``Minimalproof.mplan_spec``): the core carries ``candidate`` (a plan over
+    ``mesh.prime_parts()``, e.g. ``optimal.search``'s; None: the pipeline's
+    own plan) to a refinement of ``mesh``, checks it there, compares its peak
+    with ``max(size(src), size(dst))`` and accepts the certificate
+    ``entries`` (types over ``mesh.prime_parts()`` with potentials) at the
+    traffic the checker reports for the plan. Raises :class:`PlanError`
+    when the checker refuses the candidate, a type along it is above the
+    bound, or the certificate does not prove its traffic least.
+
+    >>> from verishard import Mesh, ArrayType, DynSlice, AllToAll
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> s, d = ArrayType.parse("[9, 2{y}6, 2]", m), ArrayType.parse("[3{y}9, 3{x}6, 2]", m)
+    >>> entries = [(s, 21), (ArrayType.parse("[9, 1{y,x}6, 2]", m), 21), (ArrayType.parse("[9, 2{y}6, 1{x}2]", m), 21)]
+    >>> cand = [DynSlice(2, "x"), AllToAll(1, 0, "y"), AllToAll(2, 1, "x")]
+    >>> r = mplan(m, s, d, cand, entries)
+    >>> r.received, r.peak
+    ((0, 12, 9), 36)
+    >>> mplan(m, s, d, None, entries)
+    Traceback (most recent call last):
+    ...
+    verishard.errors.PlanError: the certificate does not prove traffic 30 least within the bound (Minimal.mplan_problem)
+    """
+    _same_mesh(mesh, src, dst)
+    fine = mesh.prime_parts()[0]
+    ints = mesh.encode() + src.encode() + dst.encode()
+    if candidate is None:
+        ints.append(0)
+    else:
+        ints += [1, len(candidate)]
+        for c in candidate:
+            if not isinstance(c, Collective):
+                raise PlanError(f"plan step {c!r} is not a collective")
+            ints += c.encode(fine)
+    ints.append(len(entries))
+    for t, figure in entries:
+        _same_mesh(fine, t)
+        ints.append(figure)
+        ints += t.encode()
+    out = _call(_core.mplan, ints)
+    if out[0] == 1:
+        step, code, detail = out[1], out[2], out[3]
+        key, template = REASONS[code]
+        why = template.format(detail=detail, name=detail)
+        where = "the problem itself" if step == 0 else f"step {step} of the plan carried to {mesh.refined()}"
+        raise PlanError(f"the verified checker refused the candidate: {where}: {why}", step=step, reason=key)
+    if out[0] == 2:
+        raise PlanError(f"the candidate peaks at {out[1]} elements per device, above the bound "
+                        f"{max(src.size, dst.size)}", reason="above_bound")
+    if out[0] == 3:
+        raise PlanError(f"the certificate does not prove traffic {out[1]} least within the bound "
+                        f"(Minimal.mplan_problem)", reason="not_least")
+    return _planned(mesh, out, _DECODE)
+
+
 def ulower_bound(src: ArrayType, dst: ArrayType) -> int:
     """``Utraffic.ulower_bound``: over uneven types, the most valid elements any
     device needs that it does not hold validly; no plan the uneven checker
@@ -760,5 +817,5 @@ def xrounds(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks:
 
 
 __all__ = ["PARTIAL_COLLECTIVES", "REASONS", "CheckOk", "reduction", "check", "Step", "PlanReport", "plan",
-           "plan_checked", "eplan", "umovement", "lower_bound", "certify", "ulower_bound", "synthesize",
+           "plan_checked", "eplan", "umovement", "lower_bound", "certify", "mplan", "ulower_bound", "synthesize",
            "movement", "Piece", "xplan", "Cut", "xrounds"]
