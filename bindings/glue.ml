@@ -276,6 +276,61 @@ let certify_fn a =
   let cert = list_of (fun () -> let d = next () in let u = read_type next in (u, d)) (next ()) in
   [| if certify_split m fs src dst cap t cert then 1 else 0 |]
 
+(* Steps of plans over partial uneven types ([Puchecker.pustep]): tags 0-3
+   the four collectives, as [read_coll] reads them; 4 all-reduce, 5
+   reduce-scatter, 6 make-pending (as [read_pcoll]); 7 then the target
+   type: the exchange. *)
+let read_pustep next =
+  match next () with
+  | 4 -> PUReduce (list_of next (next ()))
+  | 5 -> let d = next () in PUScatterTo (d, list_of next (next ()))
+  | 6 -> PUPending (list_of next (next ()))
+  | 7 -> PUExch (read_type next)
+  | tag -> let first = ref true in
+      PUColl (read_coll (fun () -> if !first then (first := false; tag) else next ()))
+
+let put_pustep buf = function
+  | PUColl c -> put_coll buf c
+  | PUReduce xs -> Buffer.add_int buf 4; put_axes buf xs
+  | PUScatterTo (d, xs) -> Buffer.add_int buf 5; Buffer.add_int buf d; put_axes buf xs
+  | PUPending xs -> Buffer.add_int buf 6; put_axes buf xs
+  | PUExch t -> Buffer.add_int buf 7; put_type buf t
+
+(* [Puchecker.puerror]: [1; kind; step; reason; detail], kind 0 the problem,
+   1 the reduction, 2 the make-pending, 3 a step out of place, 4 the uneven
+   checker's reason (step numbered within the middle steps). *)
+let put_puerror buf e =
+  let (k, i, c, x) = match e with
+    | PUBadProblem -> (0, 0, 0, 0) | PUBadReduction -> (1, 0, 0, 0) | PUBadPending -> (2, 0, 0, 0)
+    | PUMisplaced -> (3, 0, 0, 0) | PUMid (i, e) -> let (c, x) = error_code e in (4, i, c, x) in
+  List.iter (Buffer.add_int buf) [1; k; i; c; x]
+
+(* [Puchecker.pucheck]: mesh; src; dst (partial types); n; n steps. Answer:
+   the report as [put_report] writes it (partial types), or [put_puerror]. *)
+let pucheck_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_ptype next in let dst = read_ptype next in
+  let p = list_of (fun () -> read_pustep next) (next ()) in
+  let buf = Buffer.create () in
+  (match pucheck m src dst p with
+   | Ok r -> put_report buf put_ptype r.pupeak (List.length p) r.putypes r.pureceived
+   | Err e -> put_puerror buf e);
+  finish buf
+
+(* [Puchecker.puplan_checked]: the planner's plan through the checker.
+   Answer: [0; s; s steps], then the checker's report as [pucheck_fn]
+   writes it; or [put_puerror]. *)
+let puplan_checked_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_ptype next in let dst = read_ptype next in
+  let buf = Buffer.create () in
+  (match puplan_checked m src dst with
+   | Ok (p, r) ->
+       Buffer.add_int buf 0; Buffer.add_int buf (List.length p); List.iter (put_pustep buf) p;
+       put_report buf put_ptype r.pupeak (List.length p) r.putypes r.pureceived
+   | Err e -> put_puerror buf e);
+  finish buf
+
 (* [Minimal.mplan_problem], [plan(..., minimal=True)] in one call. Input:
    mesh; src; dst; 0 (the pipeline's plan) or 1 and a plan over the prime
    sub-axes of size 2 or more; n; n certificate entries (figure, type over
@@ -449,4 +504,6 @@ let () =
   Callback.register "vs_blocks" (guard blocks_fn);
   Callback.register "vs_permute" (guard permute_fn);
   Callback.register "vs_movement" (guard movement_fn);
-  Callback.register "vs_mplan" (guard mplan_fn)
+  Callback.register "vs_mplan" (guard mplan_fn);
+  Callback.register "vs_pucheck" (guard pucheck_fn);
+  Callback.register "vs_puplan_checked" (guard puplan_checked_fn)

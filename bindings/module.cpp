@@ -102,6 +102,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("permute", [](py::object a) { return forward("vs_permute", a); });
   m.def("movement", [](py::object a) { return forward("vs_movement", a); });
   m.def("mplan", [](py::object a) { return forward("vs_mplan", a); });
+  m.def("pucheck", [](py::object a) { return forward("vs_pucheck", a); });
+  m.def("puplan_checked", [](py::object a) { return forward("vs_puplan_checked", a); });
   // The core's own stack (bindings/stubs.c): bytes reserved, and a bound on
   // the deepest a call has gone (0 while none went below its top 8 MiB).
   m.def("stack_reserved", []() { return vs_stack_reserved(); });
