@@ -183,8 +183,9 @@ class Plan:
         positions only, the reduction's own traffic is not counted); for uneven
         types the valid elements a device lacks (``Utraffic.ulower_bound``,
         ``Utrafficproof.ucheck_traffic_lower_bound``); for partial types over
-        uneven dimensions that of the array types, which the plan's exchange
-        alone receives at least (``Puexchangeproof.puplan_lower_bound``;
+        uneven dimensions that of the array types, which every plan the
+        checker accepts receives at least (``Pucheckerproof.pucheck_lower_bound``;
+        the planner's exchange alone does, ``Puexchangeproof.puplan_lower_bound``;
         positions only again).
 
         >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").lower_bound
@@ -232,6 +233,9 @@ class Plan:
         if self.guaranteed and self.partial and self.uneven:
             note = (" (padded buffers; peak = bound by Puexchangeproof.puplan_peak; data correct by "
                     "Puexchangeproof.puexec_correct)")
+        elif self.partial and self.uneven:
+            note = (" (padded buffers; accepted by Puchecker.pucheck: data correct by Pucheckerproof.pucheck_correct,"
+                    " every type within the peak by pucheck_peak)")
         elif self.guaranteed and self.exchange:
             note = (" (padded buffers; guaranteed by Exchangeproof.ueplan_spec)" if self.uneven
                     else " (guaranteed by Exchangeproof.eplan_spec)")
@@ -241,8 +245,8 @@ class Plan:
                      + note)
         if self.uneven and self.partial:
             lines.append(f"traffic {self.traffic} elements/device (padded buffers); lower bound {self.lower_bound}"
-                         f" valid elements (Puexchangeproof.puplan_lower_bound; positions only: reductions move"
-                         f" more)")
+                         f" valid elements ({'Puexchangeproof.puplan_lower_bound' if self.guaranteed else 'Pucheckerproof.pucheck_lower_bound'};"
+                         f" positions only: reductions move more)")
         elif self.uneven:
             lines.append(f"traffic {self.traffic} elements/device (padded buffers); lower bound {self.lower_bound}"
                          f" valid elements")
