@@ -451,26 +451,6 @@ let uecheck_fn = echeck_with uecheck ureport_fields
 let eplan_fn = eplan_with eplan_problem bound report_fields
 let ueplan_fn = eplan_with ueplan_problem ubound ureport_fields
 
-(* [Puexchange.puplan_problem]: partial types over uneven dimensions. Answer:
-   [1] for an invalid problem, else [0; peak ([Uchecker.ubound] of the array
-   types); how the source is reduced (0: all-reduce, or none when nothing
-   is pending; 1; d; the type after: a reduce-scatter onto dimension d);
-   s; s received counts] for the s steps (the reduction if the source has
-   pending axes, the exchange, make-pending if the target has). *)
-let puplan_fn a =
-  let next = reader a in
-  let m = read_mesh next in let src = read_ptype next in let dst = read_ptype next in
-  match puplan_problem m src dst with
-  | None -> [| 1 |]
-  | Some ((st, _), rs) ->
-      let buf = Buffer.create () in
-      Buffer.add_int buf 0; Buffer.add_int buf (ubound m src.ptyp dst.ptyp);
-      (match st with
-       | PUAllReduce -> Buffer.add_int buf 0
-       | PUScatter (d, t1) -> Buffer.add_int buf 1; Buffer.add_int buf d; put_type buf t1);
-      Buffer.add_int buf (List.length rs); List.iter (Buffer.add_int buf) rs;
-      finish buf
-
 (* Exceptions become a message for the C side, never a crash: [Core_error]
    carries the message itself (stubs.c reads it by the name "vs_error"). *)
 exception Core_error of string
@@ -489,7 +469,6 @@ let () =
   Callback.register "vs_echeck" (guard echeck_fn);
   Callback.register "vs_ueplan" (guard ueplan_fn);
   Callback.register "vs_uecheck" (guard uecheck_fn);
-  Callback.register "vs_puplan" (guard puplan_fn);
   Callback.register "vs_pcheck" (guard pcheck_fn);
   Callback.register "vs_pplan" (guard pplan_fn);
   Callback.register "vs_ucheck" (guard ucheck_fn);

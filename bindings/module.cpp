@@ -86,7 +86,6 @@ PYBIND11_MODULE(_core, m) {
   m.def("echeck", [](py::object a) { return forward("vs_echeck", a); });
   m.def("ueplan", [](py::object a) { return forward("vs_ueplan", a); });
   m.def("uecheck", [](py::object a) { return forward("vs_uecheck", a); });
-  m.def("puplan", [](py::object a) { return forward("vs_puplan", a); });
   m.def("pcheck", [](py::object a) { return forward("vs_pcheck", a); });
   m.def("pplan", [](py::object a) { return forward("vs_pplan", a); });
   m.def("ucheck", [](py::object a) { return forward("vs_ucheck", a); });
