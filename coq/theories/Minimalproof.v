@@ -75,17 +75,9 @@ Proof.
   pose proof (certify_split_minimal _ _ _ _ _ _ _ Hcert) as [Hmin_m Hmin_g].
   pose proof (certify_split_same _ _ _ _ _ _ _ _ _ _ _ Hcert Hhs Hrm Hrs Hrd) as Hcert'.
   pose proof (certify_split_minimal _ _ _ _ _ _ _ Hcert') as [Hmin_f _].
-  split; [exact Hpe|]. split; [exact Hs'|]. split; [exact Hc|]. split.
-  { intros V A n i Hn. apply (refine_local V A m); auto. }
-  split.
-  { intros V A n i Hn Hi.
-    rewrite (check_exec V A _ _ _ _ _ Hc).
-    - apply (refine_local V A m); auto.
-    - apply coords_of_rank_valid, (wf_rmesh m); auto.
-    - apply (refine_in_range m); auto. }
-  split.
-  { apply Forall_forall. intros t Ht. apply check_ok_iff in Hc as [_ [_ [_ Hp]]].
-    pose proof (peak_of_ge (rmesh fs0) (types r0) t Ht). lia. }
+  destruct (refined_check_spec m fs0 src dst p0 r0 Hpe Hs' Hc) as [Hl [He HF]].
+  split; [exact Hpe|]. split; [exact Hs'|]. split; [exact Hc|]. split; [exact Hl|]. split; [exact He|].
+  split; [eapply Forall_impl; [|exact HF]; intros t Ht; cbv beta in Ht; lia|].
   split; [exact Hpk|]. split; [exact Hcert|]. split; [exact Hmin_m|]. split; [exact Hmin_f|]. exact Hmin_g.
 Qed.
 

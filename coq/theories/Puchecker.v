@@ -115,42 +115,18 @@ Definition pucheck (m : mesh) (src dst : ptype) (p : list pustep) : result puerr
 
 (** * Data semantics, on padded buffers *)
 
-(** After the reduction (as [Puexchange.puexec]): an all-reduce sums over
-    the pending group; a reduce-scatter reads where the slice rule says. *)
-Definition pu_reduced (M : cmonoid) (m : mesh) (src : ptype) (st : pustart)
-    (x : coords -> list nat -> carrier M) : coords -> list nat -> carrier M :=
-  fun c i =>
-    match st with
-    | PUAllReduce => gsum M m (paxes src) (fun c' => x c' i) c
-    | PUScatter d t1 =>
-        match usource m (ptyp src) (DynSlice d (paxes src)) t1 c i with
-        | Some (_, i') => gsum M m (paxes src) (fun c' => x c' i') c
-        | None => munit M
-        end
-    end.
-
 (** The middle steps: the collectives by [Uchecker.uexec], the exchange by
-    assembling its pieces (the unit where none writes). *)
+    [Puexchange.pu_exchanged]. *)
 Definition pu_mid_exec (M : cmonoid) (m : mesh) (t0 t' : atype) (es : list estep)
     (y : coords -> list nat -> carrier M) : coords -> list nat -> carrier M :=
   match colls es with
   | Some cs => uexec (munit M) m t0 cs y
   | None =>
       match exchange m t0 t' with
-      | Some pss => fun c i =>
-          match assemble (fun r => y (coords_of_rank m r)) (sdims m t0) (tbox m t' c) (nth (rank m c) pss []) i with
-          | Some v => v
-          | None => munit M
-          end
+      | Some pss => pu_exchanged M m t0 t' pss y
       | None => y
       end
   end.
-
-(** The make-pending: device 0 of each target pending group keeps its
-    block, the others hold the unit. *)
-Definition pu_make_pending (M : cmonoid) (m : mesh) (dst : ptype) (z : coords -> list nat -> carrier M)
-    : coords -> list nat -> carrier M :=
-  fun c i => if mr m (paxes dst) c =? 0 then z c i else munit M.
 
 Definition puexec_plan (M : cmonoid) (m : mesh) (src dst : ptype) (p : list pustep)
     (x : coords -> list nat -> carrier M) : coords -> list nat -> carrier M :=

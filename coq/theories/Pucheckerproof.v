@@ -63,65 +63,14 @@ Qed.
 
 (** * Data *)
 
-Lemma reduced_rep : forall M m src st rest p (A : list nat -> carrier M) x,
-  wf_uneven m (ptyp src) -> pu_reduction m src p = Some (st, rest) -> urepresents M m src A x ->
-  urep A m (pu_mid src st) (pu_reduced M m src st x).
-Proof.
-  intros M m src st rest p A x Ht Hr Hx c i Hc Hi.
-  destruct (pu_reduction_spec m src p st rest Hr) as [->|[d [t1 [-> Hu]]]]; cbn [pu_mid pu_reduced] in *.
-  - apply Hx; auto.
-  - apply (uapply_spec m _ _ _ Ht) in Hu.
-    destruct (usrc_sound m _ _ _ c i Ht Hu Hc Hi) as [c' [i' [E [Hc' [Hi' Hg]]]]].
-    cbn [usrc] in E. rewrite E. unfold usource in E. destruct (_ <? _); [|discriminate].
-    injection E as <- <-. rewrite <- Hg. apply Hx; auto.
-Qed.
-
-Lemma used_range : forall m t, wf_uneven m t -> forall a, In a (used t) -> a < length m.
-Proof.
-  intros m t [_ [HF _]] a Ha. unfold used in Ha. apply in_flat_map in Ha as [D [HD Ha]].
-  rewrite Forall_forall in HF. apply (HF D HD), Ha.
-Qed.
-
 Lemma mid_rep : forall M m t0 t' es r (A : list nat -> carrier M) y,
   uecheck m t0 t' es = Ok r -> urep A m t0 y -> urep A m t' (pu_mid_exec M m t0 t' es y).
 Proof.
   intros M m t0 t' es r A y H Hy. unfold pu_mid_exec.
-  destruct (uecheck_spec m t0 t' es r H) as [[cs [Ecs Hc]]|[-> [Hv [pss [Ex _]]]]].
+  destruct (uecheck_spec m t0 t' es r H) as [[cs [Ecs Hc]]|[-> [_ [pss [Ex _]]]]].
   - rewrite Ecs. apply ucheck_ok in Hc as [[Hs _] [Htr [Hl _]]].
     pose proof (uexec_trace (carrier M) A (munit M) m t0 cs _ _ Htr Hs y Hy) as E. rewrite Hl in E. exact E.
-  - cbn [colls]. rewrite Ex. intros c i Hc Hi.
-    pose proof Hv as [Ht [Ht' _]]. assert (Hm : wf_mesh m) by apply Ht.
-    set (j := rank m c). assert (Hj : j < ndevices m) by (apply rank_lt; auto).
-    assert (Hcj : forall a, In a (used t') -> c a = coords_of_rank m j a).
-    { intros a Ha. symmetry. apply coords_of_rank_rank; auto. eapply used_range; eauto. }
-    rewrite (tbox_ext m t' c (coords_of_rank m j)) by exact Hcj.
-    rewrite (uexchange_correct m t0 t' pss Ex Hv (carrier M) A y).
-    + rewrite <- (ugindex_ext2 m t' c) by exact Hcj. reflexivity.
-    + intros r' k Hr' Hk. apply Hy; auto. apply coords_of_rank_valid; auto.
-    + exact Hj.
-    + apply (uvalid_pos_ext m _ c); auto.
-Qed.
-
-Lemma pending_rep : forall M m dst (A : list nat -> carrier M) z,
-  wf_uneven m (ptyp dst) -> pending_okb m (paxes dst) (ptyp dst) = true -> urep A m (ptyp dst) z ->
-  urepresents M m dst A (pu_make_pending M m dst z).
-Proof.
-  intros M m dst A z Ht' Hd Hz. apply pending_okb_spec in Hd as [HndQ [HrQ HuQ]].
-  assert (Hm : wf_mesh m) by apply Ht'.
-  intros c i Hc Hi. unfold gsum, pu_make_pending.
-  assert (Hpos : 0 < nprod m (paxes dst)) by (apply nprod_pos; auto).
-  assert (Hmr : forall k, k < nprod m (paxes dst) -> mr m (paxes dst) (set_digits m (paxes dst) c k) = k).
-  { intros k Hk. apply set_digits_mr; auto; intros a Ha; apply Hm, HrQ; auto. }
-  rewrite msum_seq_first; [|exact Hpos|].
-  2:{ intros k Hk. rewrite Hmr by lia. destruct (k =? 0) eqn:E; [apply Nat.eqb_eq in E; lia|reflexivity]. }
-  rewrite Hmr by auto. cbn [Nat.eqb].
-  set (root := set_digits m (paxes dst) c 0).
-  assert (Hroot : valid m root) by (apply set_digits_valid; auto).
-  assert (Hcr : forall a, In a (used (ptyp dst)) -> c a = root a).
-  { intros a Ha. unfold root. symmetry. apply set_digits_other. intro HQ. exact (HuQ a HQ Ha). }
-  rewrite Hz; auto.
-  - f_equal. symmetry. apply ugindex_ext2. exact Hcr.
-  - apply (uvalid_pos_ext m _ c); auto.
+  - cbn [colls]. rewrite Ex. apply exchange_rep; auto.
 Qed.
 
 (** **Partial and uneven, any accepted plan**: for every plan [pucheck]
@@ -140,7 +89,7 @@ Proof.
   unfold puexec_plan. rewrite Hr, Hb, He.
   apply pending_rep; auto.
   apply (mid_rep M m (pu_mid src st) (ptyp dst) es r0); auto.
-  eapply reduced_rep; eauto.
+  apply reduced_rep; auto. eapply pu_reduction_spec; eauto.
 Qed.
 
 (** **Peak, partial and uneven**: every type along an accepted plan has a
