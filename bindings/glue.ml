@@ -276,6 +276,81 @@ let certify_fn a =
   let cert = list_of (fun () -> let d = next () in let u = read_type next in (u, d)) (next ()) in
   [| if certify_split m fs src dst cap t cert then 1 else 0 |]
 
+(* Steps of plans over partial uneven types ([Puchecker.pustep]): tags 0-3
+   the four collectives, as [read_coll] reads them; 4 all-reduce, 5
+   reduce-scatter, 6 make-pending (as [read_pcoll]); 7 then the target
+   type: the exchange. *)
+let read_pustep next =
+  match next () with
+  | 4 -> PUReduce (list_of next (next ()))
+  | 5 -> let d = next () in PUScatterTo (d, list_of next (next ()))
+  | 6 -> PUPending (list_of next (next ()))
+  | 7 -> PUExch (read_type next)
+  | tag -> let first = ref true in
+      PUColl (read_coll (fun () -> if !first then (first := false; tag) else next ()))
+
+let put_pustep buf = function
+  | PUColl c -> put_coll buf c
+  | PUReduce xs -> Buffer.add_int buf 4; put_axes buf xs
+  | PUScatterTo (d, xs) -> Buffer.add_int buf 5; Buffer.add_int buf d; put_axes buf xs
+  | PUPending xs -> Buffer.add_int buf 6; put_axes buf xs
+  | PUExch t -> Buffer.add_int buf 7; put_type buf t
+
+(* [Puchecker.puerror]: [1; kind; step; reason; detail], kind 0 the problem,
+   1 the reduction, 2 the make-pending, 3 a step out of place, 4 the uneven
+   checker's reason (step numbered within the middle steps). *)
+let put_puerror buf e =
+  let (k, i, c, x) = match e with
+    | PUBadProblem -> (0, 0, 0, 0) | PUBadReduction -> (1, 0, 0, 0) | PUBadPending -> (2, 0, 0, 0)
+    | PUMisplaced -> (3, 0, 0, 0) | PUMid (i, e) -> let (c, x) = error_code e in (4, i, c, x) in
+  List.iter (Buffer.add_int buf) [1; k; i; c; x]
+
+(* [Puchecker.pucheck]: mesh; src; dst (partial types); n; n steps. Answer:
+   the report as [put_report] writes it (partial types), or [put_puerror]. *)
+let pucheck_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_ptype next in let dst = read_ptype next in
+  let p = list_of (fun () -> read_pustep next) (next ()) in
+  let buf = Buffer.create () in
+  (match pucheck m src dst p with
+   | Ok r -> put_report buf put_ptype r.pupeak (List.length p) r.putypes r.pureceived
+   | Err e -> put_puerror buf e);
+  finish buf
+
+(* [Puchecker.puplan_checked]: the planner's plan through the checker.
+   Answer: [0; s; s steps], then the checker's report as [pucheck_fn]
+   writes it; or [put_puerror]. *)
+let puplan_checked_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_ptype next in let dst = read_ptype next in
+  let buf = Buffer.create () in
+  (match puplan_checked m src dst with
+   | Ok (p, r) ->
+       Buffer.add_int buf 0; Buffer.add_int buf (List.length p); List.iter (put_pustep buf) p;
+       put_report buf put_ptype r.pupeak (List.length p) r.putypes r.pureceived
+   | Err e -> put_puerror buf e);
+  finish buf
+
+(* [Minimal.mplan_problem], [plan(..., minimal=True)] in one call. Input:
+   mesh; src; dst; 0 (the pipeline's plan) or 1 and a plan over the prime
+   sub-axes of size 2 or more; n; n certificate entries (figure, type over
+   those sub-axes). Answer: as [plan_fn] when it accepts; [1; step; reason;
+   detail] when the checker refuses the plan; [2; peak] when a type along it
+   is above the bound; [3; traffic] when the certificate does not prove its
+   traffic least within the bound. *)
+let mplan_fn a =
+  let next = reader a in
+  let m = read_mesh next in let src = read_type next in let dst = read_type next in
+  let cand = match next () with 0 -> None | 1 -> Some (read_plan next) | _ -> raise (Bad_input "unknown candidate tag") in
+  let cert = list_of (fun () -> let d = next () in let u = read_type next in (u, d)) (next ()) in
+  let buf = Buffer.create () in
+  (match mplan_problem m src dst cand cert with
+   | Ok ((fs, p), r) -> put_planned buf put_coll put_type fs r.peak p r.types r.received
+   | Err (MRefused (i, e)) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
+   | Err (MAboveCap pk) -> List.iter (Buffer.add_int buf) [2; pk]
+   | Err (MNotLeast t) -> List.iter (Buffer.add_int buf) [3; t]);
+  finish buf
+
 (* [Crossmesh.xplan], the cross-mesh schedule builder. Input ([read_xplan]):
    mesh1; ranks1 (n; ranks); type1; mesh2; ranks2; type2. Answer: [1] when it refuses, else
    [0; number of targets; for each target: number of pieces; for each piece:
@@ -376,26 +451,6 @@ let uecheck_fn = echeck_with uecheck ureport_fields
 let eplan_fn = eplan_with eplan_problem bound report_fields
 let ueplan_fn = eplan_with ueplan_problem ubound ureport_fields
 
-(* [Puexchange.puplan_problem]: partial types over uneven dimensions. Answer:
-   [1] for an invalid problem, else [0; peak ([Uchecker.ubound] of the array
-   types); how the source is reduced (0: all-reduce, or none when nothing
-   is pending; 1; d; the type after: a reduce-scatter onto dimension d);
-   s; s received counts] for the s steps (the reduction if the source has
-   pending axes, the exchange, make-pending if the target has). *)
-let puplan_fn a =
-  let next = reader a in
-  let m = read_mesh next in let src = read_ptype next in let dst = read_ptype next in
-  match puplan_problem m src dst with
-  | None -> [| 1 |]
-  | Some ((st, _), rs) ->
-      let buf = Buffer.create () in
-      Buffer.add_int buf 0; Buffer.add_int buf (ubound m src.ptyp dst.ptyp);
-      (match st with
-       | PUAllReduce -> Buffer.add_int buf 0
-       | PUScatter (d, t1) -> Buffer.add_int buf 1; Buffer.add_int buf d; put_type buf t1);
-      Buffer.add_int buf (List.length rs); List.iter (Buffer.add_int buf) rs;
-      finish buf
-
 (* Exceptions become a message for the C side, never a crash: [Core_error]
    carries the message itself (stubs.c reads it by the name "vs_error"). *)
 exception Core_error of string
@@ -414,7 +469,6 @@ let () =
   Callback.register "vs_echeck" (guard echeck_fn);
   Callback.register "vs_ueplan" (guard ueplan_fn);
   Callback.register "vs_uecheck" (guard uecheck_fn);
-  Callback.register "vs_puplan" (guard puplan_fn);
   Callback.register "vs_pcheck" (guard pcheck_fn);
   Callback.register "vs_pplan" (guard pplan_fn);
   Callback.register "vs_ucheck" (guard ucheck_fn);
@@ -428,4 +482,7 @@ let () =
   Callback.register "vs_synthesize" (guard synthesize_fn);
   Callback.register "vs_blocks" (guard blocks_fn);
   Callback.register "vs_permute" (guard permute_fn);
-  Callback.register "vs_movement" (guard movement_fn)
+  Callback.register "vs_movement" (guard movement_fn);
+  Callback.register "vs_mplan" (guard mplan_fn);
+  Callback.register "vs_pucheck" (guard pucheck_fn);
+  Callback.register "vs_puplan_checked" (guard puplan_checked_fn)

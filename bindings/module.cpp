@@ -86,7 +86,6 @@ PYBIND11_MODULE(_core, m) {
   m.def("echeck", [](py::object a) { return forward("vs_echeck", a); });
   m.def("ueplan", [](py::object a) { return forward("vs_ueplan", a); });
   m.def("uecheck", [](py::object a) { return forward("vs_uecheck", a); });
-  m.def("puplan", [](py::object a) { return forward("vs_puplan", a); });
   m.def("pcheck", [](py::object a) { return forward("vs_pcheck", a); });
   m.def("pplan", [](py::object a) { return forward("vs_pplan", a); });
   m.def("ucheck", [](py::object a) { return forward("vs_ucheck", a); });
@@ -101,6 +100,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("blocks", [](py::object a) { return forward("vs_blocks", a); });
   m.def("permute", [](py::object a) { return forward("vs_permute", a); });
   m.def("movement", [](py::object a) { return forward("vs_movement", a); });
+  m.def("mplan", [](py::object a) { return forward("vs_mplan", a); });
+  m.def("pucheck", [](py::object a) { return forward("vs_pucheck", a); });
+  m.def("puplan_checked", [](py::object a) { return forward("vs_puplan_checked", a); });
   // The core's own stack (bindings/stubs.c): bytes reserved, and a bound on
   // the deepest a call has gone (0 while none went below its top 8 MiB).
   m.def("stack_reserved", []() { return vs_stack_reserved(); });

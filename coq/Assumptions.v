@@ -188,3 +188,14 @@ Print Assumptions VS.Commuteproof.along_then_plan.
 From VS Require Import Boxes Boxesproof.
 Print Assumptions VS.Boxesproof.bsub_hits.
 Print Assumptions VS.Boxesproof.bsched_correct.
+
+From VS Require Import Minimal Minimalproof.
+Print Assumptions VS.Minimalproof.mplan_spec.
+Print Assumptions VS.Minimalproof.mplan_pipeline.
+
+From VS Require Import Puchecker Pucheckerproof.
+Print Assumptions VS.Pucheckerproof.pucheck_correct.
+Print Assumptions VS.Pucheckerproof.pucheck_peak.
+Print Assumptions VS.Pucheckerproof.pucheck_lower_bound.
+Print Assumptions VS.Pucheckerproof.puplan_checked_ok.
+Print Assumptions VS.Pucheckerproof.puplan_checked_total.

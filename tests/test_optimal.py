@@ -440,7 +440,7 @@ def test_plan_minimal(mesh, src, dst):
     fsrc, fdst = m.src.refined(), m.dst.refined()
     assert core.certify(fsrc, fdst, m.bound, search(fsrc.mesh, fsrc, fdst, m.traffic, m.bound).entries, m.traffic)
     # the theorem the table names: at the lower bound the pipeline's own, else the certificate's
-    assert ("Certifyproof.certify_split_minimal" in str(m)) == (m.traffic > m.lower_bound)
+    assert ("Minimalproof.mplan_spec" in str(m)) == (m.traffic > m.lower_bound)
     A = np.arange(math.prod(m.src.global_shape), dtype=np.int32).reshape(m.src.global_shape)
     out = simulate(m, distribute(A, m.mesh, m.src)).outputs
     for got, want in zip(out, distribute(A, m.mesh, m.dst)):
@@ -480,13 +480,71 @@ def test_plan_minimal_unit_axes(mesh, src, dst):
     assert edges and all(s.received == 0 for s in edges)
 
 
+def test_mplan_refuses_doctored_candidates():
+    """minimal=True is one verified call (Minimal.mplan_problem): a candidate
+    or certificate doctored by a faulty search is refused there, whatever
+    the search claims: a dearer plan than the certificate's figure, a plan
+    above the bound, one that does not end at the target, a certificate
+    raised or emptied."""
+    from verishard import AllGather, DynSlice
+    mesh, src, dst = vs.Mesh.parse("x=2,y=3"), "[9, 2{y}6, 2]", "[3{y}9, 3{x}6, 2]"
+    s, d = vs.ArrayType.parse(src, mesh), vs.ArrayType.parse(dst, mesh)
+    fine, groups = mesh.prime_parts()
+    assert fine == mesh                      # (every part prime: candidates over the mesh itself)
+    p = vs.plan(mesh, s, d)
+    found = search(fine, s, d, p.traffic, p.bound)
+    assert found.better_traffic == 21 < p.traffic == 30
+    good = core.mplan(mesh, s, d, found.better, found.entries)
+    assert sum(good.received) == 21 and good.peak <= p.bound
+    # the pipeline's plan (30) offered with the certificate for 21: its own traffic is not certified
+    with pytest.raises(vs.PlanError, match="traffic 30 least") as e:
+        core.mplan(mesh, s, d, list(p.collectives), found.entries)
+    assert e.value.reason == "not_least"
+    # a plan that gathers the whole of dimension 1 (108 elements per device) before slicing
+    over = [AllGather(1, "y"), DynSlice(0, "y"), DynSlice(1, "x")]
+    assert vs.check(mesh, s, d, over).peak > p.bound
+    with pytest.raises(vs.PlanError, match="above the bound") as e:
+        core.mplan(mesh, s, d, over, found.entries)
+    assert e.value.reason == "above_bound"
+    # one that stops short of the target
+    with pytest.raises(vs.PlanError, match="refused the candidate") as e:
+        core.mplan(mesh, s, d, list(found.better[:-1]), found.entries)
+    assert e.value.reason == "wrong_result"
+    # the right plan with a certificate raised by one, or with none
+    raised = [(t, f + 1) for t, f in found.entries]
+    for entries in (raised, []):
+        with pytest.raises(vs.PlanError, match="traffic 21 least"):
+            core.mplan(mesh, s, d, found.better, entries)
+
+
+def test_minimal_search_only_proposes(monkeypatch):
+    """plan(..., minimal=True) returns what the core accepts, not what the
+    search claims: a search reporting a doctored plan gets a PlanError."""
+    from verishard import AllGather, DynSlice, optimal
+    from verishard.plan import _minimal
+    real = optimal.search
+
+    def lying(*a, **k):
+        r = real(*a, **k)
+        return Search(r.entries, r.certified, (AllGather(1, "y"), DynSlice(0, "y"), DynSlice(1, "x")),
+                      r.better_traffic, r.settled, r.seconds)
+
+    monkeypatch.setattr(optimal, "search", lying)
+    _minimal.cache_clear()
+    try:
+        with pytest.raises(vs.PlanError, match="above the bound"):
+            vs.plan("x=2,y=3", "[9, 2{y}6, 2]", "[3{y}9, 3{x}6, 2]", minimal=True)
+    finally:
+        _minimal.cache_clear()
+
+
 def test_cli_minimal_round_trip(tmp_path):
     """--minimal names the theorem; its JSON is re-checked by `verishard check`."""
     import subprocess
     exe = [sys.executable, "-m", "verishard.cli"]
     args = ["plan", "--mesh", "x=2,y=3", "--src", "[9, 2{y}6, 2]", "--dst", "[3{y}9, 3{x}6, 2]", "--minimal"]
     table = subprocess.run(exe + args, capture_output=True, text=True)
-    assert table.returncode == 0 and "Certifyproof.certify_split_minimal" in table.stdout
+    assert table.returncode == 0 and "Minimalproof.mplan_spec" in table.stdout
     assert "not proved minimal" not in table.stdout
     doc = subprocess.run(exe + args + ["--format", "json"], capture_output=True, text=True)
     assert doc.returncode == 0 and '"minimal": true' in doc.stdout and '"traffic": 21' in doc.stdout

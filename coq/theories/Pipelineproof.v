@@ -114,6 +114,28 @@ Proof.
   apply nth_In; auto.
 Qed.
 
+(** A plan the checker accepts over a split of the user's mesh: every
+    device starts with its source block and ends with exactly its target
+    block of any global array, and every type along it is within the peak. *)
+Lemma refined_check_spec : forall m fs src dst p r, valid_problem m src dst -> splits m fs ->
+  check (rmesh fs) (rtype fs src) (rtype fs dst) p = Ok r ->
+  (forall V (A : list nat -> V) n i, n < ndevices m ->
+     local A (rmesh fs) (rtype fs src) (coords_of_rank (rmesh fs) n) i = local A m src (coords_of_rank m n) i) /\
+  (forall V (A : list nat -> V) n i, n < ndevices m -> in_range m dst i ->
+     exec (rmesh fs) (rtype fs src) p (local A (rmesh fs) (rtype fs src)) (coords_of_rank (rmesh fs) n) i
+     = local A m dst (coords_of_rank m n) i) /\
+  Forall (fun t => size (rmesh fs) t <= peak r) (types r).
+Proof.
+  intros m fs src dst p r [Hsrc [Hdst _]] Hs Hc. assert (Hm : wf_mesh m) by apply Hsrc.
+  split; [intros V A n i Hn; apply (refine_local V A m); auto|]. split.
+  - intros V A n i Hn Hi. rewrite (check_exec V A _ _ _ _ _ Hc).
+    + apply (refine_local V A m); auto.
+    + apply coords_of_rank_valid, (wf_rmesh m); auto.
+    + apply (refine_in_range m); auto.
+  - apply Forall_forall. intros t Ht. apply check_ok_iff in Hc as [_ [_ [_ Hp]]].
+    pose proof (peak_of_ge (rmesh fs) (types r) t Ht). lia.
+Qed.
+
 (** The end-to-end theorem. For every valid problem, [plan_problem] returns
     a split [fs] of the user's mesh, a plan [p] and a report [r] such that:
     the checker accepts [p] over the refined mesh with report [r]; the
@@ -142,18 +164,10 @@ Proof.
   assert (Hbound : bound (rmesh fs) (rtype fs src) (rtype fs dst) = bound m src dst).
   { unfold bound. rewrite !(refine_size m) by auto. reflexivity. }
   rewrite Hbound in Hpk.
+  destruct (refined_check_spec m fs src dst p r Hv Hs Hc) as [Hl [He HF]].
   split; [exact Hpp|]. split; [exact Hs|]. split; [apply (ndevices_rmesh m); auto|].
-  split; [exact Hc|]. split.
-  { intros V A n i Hn. apply (refine_local V A m); auto. }
-  split.
-  { intros V A n i Hn Hi.
-    rewrite (check_exec V A _ _ _ _ _ Hc).
-    - apply (refine_local V A m); auto.
-    - apply coords_of_rank_valid, (wf_rmesh m); auto.
-    - apply (refine_in_range m); auto. }
-  split.
-  { apply Forall_forall. intros t Ht. apply check_ok_iff in Hc as [_ [_ [_ Hp]]].
-    pose proof (peak_of_ge (rmesh fs) (types r) t Ht). lia. }
+  split; [exact Hc|]. split; [exact Hl|]. split; [exact He|].
+  split; [eapply Forall_impl; [|exact HF]; intros t Ht; cbv beta in Ht; lia|].
   split; [exact Hpk|]. split; [apply nf_slices_spec; auto|].
   apply Forall_forall. intros c Hcin. apply axes_ok_spec. rewrite forallb_forall in Hax. auto.
 Qed.

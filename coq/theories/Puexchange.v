@@ -102,15 +102,13 @@ Definition pu_types (src dst : ptype) (st : pustart) : list atype := [ptyp src; 
 
 (** * Data semantics, on padded buffers *)
 
-(** The three steps: reduce over the source's pending groups, assemble the
-    exchange's pieces (the unit where no piece writes: padding), keep the
-    block on device 0 of each target pending group and the unit elsewhere. *)
-Definition puexec (M : cmonoid) (m : mesh) (src dst : ptype) (st : pustart) (pss : list (list piece))
+(** After the reduction, the local arrays of the array type it leaves
+    ([pu_mid]): an all-reduce sums over the pending group; a reduce-scatter
+    reads, for the receiving device, where the slice rule [Uneven.usource]
+    says. *)
+Definition pu_reduced (M : cmonoid) (m : mesh) (src : ptype) (st : pustart)
     (x : coords -> list nat -> carrier M) : coords -> list nat -> carrier M :=
-  (* after the reduction: its array type and its local arrays (a reduce-scatter
-     reads, for the receiving device, where the slice rule [Uneven.usource] says) *)
-  let t0 := pu_mid src st in
-  let y := fun c i =>
+  fun c i =>
     match st with
     | PUAllReduce => gsum M m (paxes src) (fun c' => x c' i) c
     | PUScatter d t1 =>
@@ -118,14 +116,29 @@ Definition puexec (M : cmonoid) (m : mesh) (src dst : ptype) (st : pustart) (pss
         | Some (_, i') => gsum M m (paxes src) (fun c' => x c' i') c
         | None => munit M
         end
-    end in
-  let z := fun c i =>
-    match assemble (fun r => y (coords_of_rank m r)) (sdims m t0) (tbox m (ptyp dst) c)
-                   (nth (rank m c) pss []) i with
+    end.
+
+(** The exchange from [t0] to [t']: each device assembles its pieces (the
+    unit where no piece writes: padding). *)
+Definition pu_exchanged (M : cmonoid) (m : mesh) (t0 t' : atype) (pss : list (list piece))
+    (y : coords -> list nat -> carrier M) : coords -> list nat -> carrier M :=
+  fun c i =>
+    match assemble (fun r => y (coords_of_rank m r)) (sdims m t0) (tbox m t' c) (nth (rank m c) pss []) i with
     | Some v => v
     | None => munit M
-    end in
+    end.
+
+(** The make-pending: device 0 of each target pending group keeps its
+    block, the others hold the unit. *)
+Definition pu_make_pending (M : cmonoid) (m : mesh) (dst : ptype) (z : coords -> list nat -> carrier M)
+    : coords -> list nat -> carrier M :=
   fun c i => if mr m (paxes dst) c =? 0 then z c i else munit M.
+
+(** The three steps: reduce over the source's pending groups, exchange,
+    make the target's axes pending. *)
+Definition puexec (M : cmonoid) (m : mesh) (src dst : ptype) (st : pustart) (pss : list (list piece))
+    (x : coords -> list nat -> carrier M) : coords -> list nat -> carrier M :=
+  pu_make_pending M m dst (pu_exchanged M m (pu_mid src st) (ptyp dst) pss (pu_reduced M m src st x)).
 
 (** The padded local arrays [x] represent [A] under the partial uneven type
     [pt]: at every valid position the reduction over the device's pending

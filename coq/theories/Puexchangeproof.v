@@ -72,29 +72,57 @@ Qed.
 
 (** * The data *)
 
-(** The exchange and the make-pending, from any array type [t0] whose
-    local arrays [y] hold the array at every valid position. *)
-Lemma pu_tail : forall M m t0 dst pss (A : list nat -> carrier M) (y : coords -> list nat -> carrier M),
-  exchange m t0 (ptyp dst) = Some pss -> pending_okb m (paxes dst) (ptyp dst) = true ->
-  (forall r k, r < ndevices m -> uvalid_pos m t0 (coords_of_rank m r) k ->
-     y (coords_of_rank m r) k = A (ugindex m t0 (coords_of_rank m r) k)) ->
-  urepresents M m dst A (fun c i =>
-    if mr m (paxes dst) c =? 0 then
-      match assemble (fun r => y (coords_of_rank m r)) (sdims m t0) (tbox m (ptyp dst) c)
-                     (nth (rank m c) pss []) i with
-      | Some v => v
-      | None => munit M
-      end
-    else munit M).
+Lemma used_range : forall m t, wf_uneven m t -> forall a, In a (used t) -> a < length m.
 Proof.
-  intros M m t0 dst pss A y Ex Hd Hy.
-  pose proof (exchange_valid _ _ _ _ Ex) as Hpe.
-  apply pending_okb_spec in Hd as [HndQ [HrQ HuQ]].
-  pose proof Hpe as [Ht [Ht' _]]. assert (Hm : wf_mesh m) by apply Ht.
-  assert (Hused : forall a, In a (used (ptyp dst)) -> a < length m).
-  { intros a Ha. unfold used in Ha. apply in_flat_map in Ha. destruct Ha as [D [HD Ha]].
-    destruct Ht' as [_ [HF _]]. rewrite Forall_forall in HF. apply (HF D HD). exact Ha. }
-  intros c i Hc Hi. unfold gsum.
+  intros m t [_ [HF _]] a Ha. unfold used in Ha. apply in_flat_map in Ha as [D [HD Ha]].
+  rewrite Forall_forall in HF. apply (HF D HD), Ha.
+Qed.
+
+(** The reduction leaves, at every valid position of the array type it
+    leaves, the array's element: an all-reduce, or a reduce-scatter the
+    slice rule accepts. *)
+Lemma reduced_rep : forall M m src st (A : list nat -> carrier M) x, wf_uneven m (ptyp src) ->
+  (st = PUAllReduce \/ exists d t1, st = PUScatter d t1 /\ uapply m (ptyp src) (DynSlice d (paxes src)) = Ok t1) ->
+  urepresents M m src A x -> urep A m (pu_mid src st) (pu_reduced M m src st x).
+Proof.
+  intros M m src st A x Ht Hst Hx c i Hc Hi.
+  destruct Hst as [->|[d [t1 [-> Hu]]]]; cbn [pu_mid pu_reduced] in *.
+  - apply Hx; auto.
+  - apply (uapply_spec m _ _ _ Ht) in Hu.
+    destruct (usrc_sound m _ _ _ c i Ht Hu Hc Hi) as [c' [i' [E [Hc' [Hi' Hg]]]]].
+    cbn [usrc] in E. rewrite E. unfold usource in E. destruct (_ <? _); [|discriminate].
+    injection E as <- <-. rewrite <- Hg. apply Hx; auto.
+Qed.
+
+(** The exchange, from any array type [t0] whose local arrays hold the
+    array at every valid position, leaves it at every valid position of the
+    target's. *)
+Lemma exchange_rep : forall M m t0 t' pss (A : list nat -> carrier M) y,
+  exchange m t0 t' = Some pss -> urep A m t0 y -> urep A m t' (pu_exchanged M m t0 t' pss y).
+Proof.
+  intros M m t0 t' pss A y Ex Hy c i Hc Hi. unfold pu_exchanged.
+  pose proof (exchange_valid _ _ _ _ Ex) as Hv.
+  pose proof Hv as [Ht [Ht' _]]. assert (Hm : wf_mesh m) by apply Ht.
+  set (j := rank m c). assert (Hj : j < ndevices m) by (apply rank_lt; auto).
+  assert (Hcj : forall a, In a (used t') -> c a = coords_of_rank m j a).
+  { intros a Ha. symmetry. apply coords_of_rank_rank; auto. eapply used_range; eauto. }
+  rewrite (tbox_ext m t' c (coords_of_rank m j)) by exact Hcj.
+  rewrite (uexchange_correct m t0 t' pss Ex Hv (carrier M) A y).
+  - rewrite <- (ugindex_ext2 m t' c) by exact Hcj. reflexivity.
+  - intros r' k Hr' Hk. apply Hy; auto. apply coords_of_rank_valid; auto.
+  - exact Hj.
+  - apply (uvalid_pos_ext m _ c); auto.
+Qed.
+
+(** The make-pending, from local arrays that hold the array at every valid
+    position of the target's array type. *)
+Lemma pending_rep : forall M m dst (A : list nat -> carrier M) z,
+  wf_uneven m (ptyp dst) -> pending_okb m (paxes dst) (ptyp dst) = true -> urep A m (ptyp dst) z ->
+  urepresents M m dst A (pu_make_pending M m dst z).
+Proof.
+  intros M m dst A z Ht' Hd Hz. apply pending_okb_spec in Hd as [HndQ [HrQ HuQ]].
+  assert (Hm : wf_mesh m) by apply Ht'.
+  intros c i Hc Hi. unfold gsum, pu_make_pending.
   assert (Hpos : 0 < nprod m (paxes dst)) by (apply nprod_pos; auto).
   assert (Hmr : forall k, k < nprod m (paxes dst) -> mr m (paxes dst) (set_digits m (paxes dst) c k) = k).
   { intros k Hk. apply set_digits_mr; auto; intros a Ha; apply Hm, HrQ; auto. }
@@ -105,15 +133,9 @@ Proof.
   assert (Hroot : valid m root) by (apply set_digits_valid; auto).
   assert (Hcr : forall a, In a (used (ptyp dst)) -> c a = root a).
   { intros a Ha. unfold root. symmetry. apply set_digits_other. intro HQ. exact (HuQ a HQ Ha). }
-  set (j := rank m root).
-  assert (Hj : j < ndevices m) by (apply rank_lt; auto).
-  assert (Hjr : forall a, In a (used (ptyp dst)) -> root a = coords_of_rank m j a).
-  { intros a Ha. symmetry. apply coords_of_rank_rank; auto. }
-  rewrite (tbox_ext m (ptyp dst) root (coords_of_rank m j)) by auto.
-  rewrite (uexchange_correct m t0 (ptyp dst) _ Ex Hpe (carrier M) A y Hy).
-  - rewrite <- (ugindex_ext2 m (ptyp dst) root), <- (ugindex_ext2 m (ptyp dst) c); auto.
-  - exact Hj.
-  - apply (uvalid_pos_ext m _ root); auto. apply (uvalid_pos_ext m _ c); auto.
+  rewrite Hz; auto.
+  - f_equal. symmetry. apply ugindex_ext2. exact Hcr.
+  - apply (uvalid_pos_ext m _ c); auto.
 Qed.
 
 Lemma scatter_dim_spec : forall m t P ds d t1, scatter_dim m t P ds = Some (d, t1) ->
@@ -167,26 +189,11 @@ Theorem puexec_correct : forall M m src dst st pss rs (A : list nat -> carrier M
   urepresents M m src A x -> urepresents M m dst A (puexec M m src dst st pss x).
 Proof.
   intros M m src dst st pss rs A x H Hx.
-  destruct (puplan_inv m src dst st pss rs H) as [Hpe [Hs [Hd [Ex Hst]]]].
-  pose proof Hpe as [Ht _]. assert (Hm : wf_mesh m) by apply Ht.
-  destruct st as [|d t1]; cbv beta iota zeta delta [puexec].
-  - (* the all-reduce *)
-    apply (pu_tail M m (ptyp src) dst pss A (fun c i => gsum M m (paxes src) (fun c' => x c' i) c)); auto.
-    intros r k Hr Hk. apply Hx; auto. apply coords_of_rank_valid; auto.
-  - (* the reduce-scatter: a device reads where the slice rule says *)
-    destruct Hst as [Hu _].
-    apply (pu_tail M m t1 dst pss A (fun c i =>
-      match usource m (ptyp src) (DynSlice d (paxes src)) t1 c i with
-      | Some (_, i') => gsum M m (paxes src) (fun c' => x c' i') c
-      | None => munit M
-      end)); auto.
-    intros r k Hr Hk. set (c := coords_of_rank m r).
-    assert (Hc : valid m c) by (apply coords_of_rank_valid; auto).
-    apply (uapply_spec m _ _ _ Ht) in Hu.
-    destruct (usrc_sound m _ _ _ c k Ht Hu Hc Hk) as [c' [i' [E [Hc' [Hi' Hg]]]]].
-    cbn [usrc] in E. rewrite E. cbn beta iota.
-    unfold usource in E. destruct (_ <? _); [|discriminate]. injection E as <- <-.
-    rewrite <- Hg. apply Hx; auto.
+  destruct (puplan_inv m src dst st pss rs H) as [[Ht [Ht' _]] [_ [Hd [Ex Hst]]]].
+  unfold puexec. apply pending_rep; auto.
+  apply (exchange_rep M m (pu_mid src st) (ptyp dst) pss A); auto.
+  apply reduced_rep; auto.
+  destruct st as [|d t1]; [left; reflexivity|right; destruct Hst as [Hu _]; eauto].
 Qed.
 
 (** * Memory *)

@@ -120,6 +120,9 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
                                                f"the least any plan can reach"))
         out.append(("Pipelineproof.plan_spec", "normal form: slices first, gathers last; slices add only axes "
                                                "the target uses, gathers remove only axes it does not"))
+    elif plan.minimal:
+        out.append(("Minimalproof.mplan_spec", f"memory: every type along the plan is within max(size(src), "
+                                               f"size(dst)) = {plan.bound} (peak {plan.peak})"))
     else:
         out.append(_measured_memory(plan))
     if plan.traffic == plan.lower_bound:
@@ -136,36 +139,46 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
                               f"(the synthesizer keeps the cheapest of the plans it builds and searches; "
                               f"--minimal certifies the least)"))
     if plan.minimal and plan.traffic > plan.lower_bound:
-        out.append(("Certifyproof.certify_split_minimal",
-                    f"traffic {plan.traffic} is the least of any plan the checker accepts over the mesh given "
-                    f"or its prime sub-axes {plan.src.mesh.prime_parts()[0]}, with every type within the bound "
-                    f"{plan.bound} (a certificate from an untrusted search, accepted by the verified "
-                    f"Certify.certify_split)"))
+        out.append(("Minimalproof.mplan_spec",
+                    f"traffic {plan.traffic} is the least of any plan the checker accepts over the mesh given, "
+                    f"this plan's mesh or the prime sub-axes {plan.src.mesh.prime_parts()[0]}, with every type "
+                    f"within the bound {plan.bound} (a certificate from an untrusted search, accepted at this "
+                    f"plan's own traffic in the one verified call Minimal.mplan_problem)"))
     return out
 
 
 def _puneven_guarantees(plan) -> list[tuple[str | None, str]]:
     """The guarantees of a plan between partial types over uneven dimensions.
 
-    >>> from verishard import plan
+    >>> from verishard import plan, check, AllReduce, AllGather
     >>> [name for name, _ in guarantees(plan("x=2,y=2", "[3{x}5] partial{y}", "[5]"))]  # doctest: +NORMALIZE_WHITESPACE
-    ['Puexchangeproof.puexec_correct', 'Puexchangeproof.puplan_total', 'Puexchangeproof.puplan_peak',
-     'Puexchangeproof.puplan_lower_bound', None]
+    ['Pucheckerproof.pucheck_correct', 'Pucheckerproof.pucheck_peak', 'Pucheckerproof.pucheck_lower_bound',
+     'Pucheckerproof.puplan_checked_total', 'Puexchangeproof.puplan_peak', None]
+    >>> [name for name, _ in guarantees(check("x=2,y=2", "[3{x}5] partial{y}", "[5]", [AllReduce("y"), AllGather(0, "x")]))]
+    ['Pucheckerproof.pucheck_correct', 'Pucheckerproof.pucheck_peak', 'Pucheckerproof.pucheck_lower_bound']
     """
-    return [
-        ("Puexchangeproof.puexec_correct", "reduce, exchange, make pending: over any commutative monoid, the "
-                                           "target's padded buffers reduce to the array at every valid position, "
-                                           "whatever the padding holds"),
-        ("Puexchangeproof.puplan_total", "every valid problem of this kind gets this plan"),
-        ("Puexchangeproof.puplan_peak", f"memory: peak {plan.peak} = the padded bound {plan.bound} (every type "
-                                        f"along the plan, the source's, the one the reduction leaves and the "
-                                        f"target's, has a padded buffer within it)"),
-        ("Puexchangeproof.puplan_lower_bound", f"traffic {plan.traffic} >= the lower bound {plan.lower_bound} of the "
-                                               f"array types: the exchange alone receives at least it (positions "
-                                               f"only: the reduction's own traffic is not bounded)"),
-        (None, "the planner takes a reduce-scatter where it and the exchange after it receive less than an "
-               "all-reduce and its exchange; the least of two, not a search"),
+    out = [
+        ("Pucheckerproof.pucheck_correct", "accepted by the verified checker Puchecker.pucheck (reduce every "
+                                           "pending axis, collectives or one exchange, make pending): over any "
+                                           "commutative monoid, the target's padded buffers reduce to the array "
+                                           "at every valid position, whatever the padding holds"),
+        ("Pucheckerproof.pucheck_peak", f"memory: every type along the plan has a padded buffer within the peak "
+                                        f"{plan.peak}, and so have both ends"),
+        ("Pucheckerproof.pucheck_lower_bound", f"traffic {plan.traffic} >= the lower bound {plan.lower_bound} of "
+                                               f"the array types (positions only: the reduction's own traffic is "
+                                               f"not bounded)"),
     ]
+    if plan.guaranteed:
+        out += [
+            ("Pucheckerproof.puplan_checked_total", "every valid problem of this kind gets the planner's plan "
+                                                    "(Puexchange.puplan_problem), accepted by that checker"),
+            ("Puexchangeproof.puplan_peak", f"memory: peak {plan.peak} = the padded bound {plan.bound} (every "
+                                            f"type along the plan, the source's, the one the reduction leaves and "
+                                            f"the target's, has a padded buffer within it)"),
+            (None, "the planner takes a reduce-scatter where it and the exchange after it receive less than an "
+                   "all-reduce and its exchange; the least of two, not a search"),
+        ]
+    return out
 
 
 def _exchange_guarantees(plan) -> list[tuple[str | None, str]]:
@@ -868,7 +881,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "MPI backends) where it receives less than the collectives")
     p.add_argument("--minimal", action="store_true",
                    help="certify the least traffic within the memory bound (branch-and-bound; a cheaper plan "
-                        "where one exists; Certifyproof.certify_split_minimal)")
+                        "where one exists; Minimalproof.mplan_spec)")
 
     c = sub.add_parser("check", parents=[common], help="validate a plan JSON file with the verified checker",
                        description="Validate a plan file (schema verishard.plan/1) with the verified checker.")

@@ -436,10 +436,12 @@ def _ucheck(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collectiv
 # --- partial types over uneven dimensions (Puexchange.v) ---------------------
 
 def _puplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
-    """``Puexchange.puplan_problem`` (theorems ``Puexchangeproof.puplan_total``,
-    ``puexec_correct``): all-reduce the source's pending axes (or
-    reduce-scatter them where that receives less), exchange to the target's
-    array type, make the target's axes pending; on padded buffers.
+    """``Puchecker.puplan_checked``: ``Puexchange.puplan_problem``'s plan (all-reduce the
+    source's pending axes, or reduce-scatter them where that receives less,
+    exchange to the target's array type, make the target's axes pending; on
+    padded buffers), as steps the verified checker ``Puchecker.pucheck``
+    accepts, with its report (theorems ``Pucheckerproof.puplan_checked_ok``,
+    ``pucheck_correct``, ``pucheck_peak``, ``pucheck_lower_bound``).
 
     >>> from verishard import Mesh, ArrayType
     >>> m = Mesh.parse("x=2,y=2")
@@ -449,42 +451,70 @@ def _puplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     >>> [str(c) for c in plan(m, ArrayType.parse("[3{x}5, 4] partial{y}", m), ArrayType.parse("[3{x}5, 4]", m)).collectives]
     ['AllReduce(y)', 'Exchange([3{x}5, 4])']
     """
-    reduction(src, dst)   # refuses a change of the pending reduction, naming both
-    out = _call(_core.puplan, mesh.encode() + src.pencode() + dst.pencode())
-    if out[0] == 1:   # the problem itself is invalid: name why, as the partial checker would
-        raise ShardingError(f"{src} -> {dst}: not a valid problem over partial uneven types "
-                            f"(same global shape, pending axes unused by the array type)")
-    peak, pos = out[1], 3
-    steps: list[Collective] = []
-    types = [src]
-    if out[2] == 1:   # a reduce-scatter onto dimension d, to the type that follows
-        d = out[3]
-        t1, pos = ArrayType.decode(mesh, out, 4)
-        steps.append(ReduceScatter(d, mesh.names(src.partial)))
-        types.append(t1)
-    elif src.partial:
-        steps.append(AllReduce(mesh.names(src.partial)))
-        types.append(src.plain)
-    steps.append(Exchange(dst.plain))
-    types.append(dst.plain)
-    if dst.partial:
-        steps.append(ToPartial(mesh.names(dst.partial)))
-        types.append(dst)
-    s = out[pos]
-    if len(steps) != s:  # pragma: no cover - the glue and this reading disagree
-        raise PlanError(f"the verified planner answered {s} steps, {len(steps)} expected")
-    return PlanReport(mesh, src, tuple(map(Step, steps, types[1:], out[pos + 1:pos + 1 + s])), peak)
+    op = reduction(src, dst)   # refuses a change of the pending reduction, naming both
+    out = _call(_core.puplan_checked, mesh.encode() + src.pencode() + dst.pencode())
+    if out[0] == 1:
+        _raise_purejection(mesh, src, dst, out, [])
+    s, pos, steps = out[1], 2, []
+    for _ in range(s):
+        c, pos = Collective.decode(mesh, out, pos)
+        steps.append(c)
+    ok = _checked(mesh, out[pos:], steps, lambda m, o, p: ArrayType.pdecode(m, o, p, op))
+    return PlanReport(mesh, src, tuple(map(_step, steps, ok.types[1:], ok.received)), ok.peak)
 
 
 def _pucheck(mesh: Mesh, src: ArrayType, dst: ArrayType, plan: Sequence[Collective]) -> CheckOk:
-    """A plan over partial uneven types is accepted when it is the verified
-    planner's (``Puexchange.puplan_problem``) for the problem, step for step."""
-    r = _puplan(mesh, src, dst)
-    if tuple(plan) != r.collectives:
-        k = next((i for i, (a, b) in enumerate(zip(plan, r.collectives), 1) if a != b), min(len(plan), len(r.collectives)) + 1)
-        raise PlanError(f"step {k}: over partial uneven types only the verified planner's plan is checked "
-                        f"({', '.join(map(str, r.collectives))})", step=k, reason="not_the_plan")
-    return CheckOk(r.peak, r.types, r.received)
+    """``Puchecker.pucheck``, the verified checker of plans between partial
+    types over uneven dimensions (theorems ``Pucheckerproof.pucheck_correct``,
+    ``pucheck_peak``, ``pucheck_lower_bound``): the source's pending axes
+    reduced first (all of them, by one all-reduce or reduce-scatter), then
+    collectives or one exchange between the array types as the uneven
+    checker accepts them, then the target's axes made pending.
+
+    >>> from verishard import Mesh, ArrayType, AllReduce, AllGather
+    >>> m = Mesh.parse("x=2,y=2")
+    >>> s, d = ArrayType.parse("[3{x}5] partial{y}", m), ArrayType.parse("[5]", m)
+    >>> check(m, s, d, [AllReduce("y"), AllGather(0, "x")])
+    CheckOk(peak=5, types=([3{x}5] partial{y}, [3{x}5], [5]), received=(4, 3))
+    >>> check(m, s, d, [AllGather(0, "x"), AllReduce("y")])
+    Traceback (most recent call last):
+    ...
+    verishard.errors.PlanError: step 1 (AllGather(0, x)): a plan over partial uneven types first reduces all of the source's pending axes (y), by one AllReduce or ReduceScatter
+    """
+    op = reduction(src, dst)
+    ints = mesh.encode() + src.pencode() + dst.pencode() + [len(plan)]
+    for c in plan:
+        ints += c.encode(mesh)
+    out = _call(_core.pucheck, ints)
+    if out[0] == 1:
+        _raise_purejection(mesh, src, dst, out, plan)
+    return _checked(mesh, out, plan, lambda m, o, p: ArrayType.pdecode(m, o, p, op))
+
+
+def _raise_purejection(mesh: Mesh, src: ArrayType, dst: ArrayType, out: Sequence[int],
+                       plan: Sequence[Collective]) -> None:
+    """Raise the :class:`PlanError` for ``Puchecker.puerror`` (``[1, kind, step, reason, detail]``)."""
+    kind = out[1]
+    if kind == 0:
+        raise ShardingError(f"{src} -> {dst}: not a valid problem over partial uneven types "
+                            f"(same global shape, pending axes unused by the array type)")
+    red = 1 if src.partial else 0
+    if kind == 1:
+        where = f"step 1 ({plan[0]})" if plan else "the empty plan"
+        raise PlanError(f"{where}: a plan over partial uneven types first reduces all of the source's pending "
+                        f"axes ({', '.join(mesh.names(src.partial))}), by one AllReduce or ReduceScatter",
+                        step=1, reason="not_reduced")
+    if kind == 2:
+        where = f"step {len(plan)} ({plan[-1]})" if plan else "the empty plan"
+        raise PlanError(f"{where}: a plan over partial uneven types ends by making the target's axes "
+                        f"({', '.join(mesh.names(dst.partial))}) pending, by one ToPartial",
+                        step=len(plan), reason="not_made_pending")
+    if kind == 3:
+        k = next((i for i, c in enumerate(plan[red:], red + 1) if isinstance(c, PARTIAL_COLLECTIVES)), len(plan))
+        raise PlanError(f"step {k} ({plan[k - 1]}): over partial uneven types a reduction comes first and a "
+                        f"make-pending last, once each", step=k, reason="misplaced")
+    step = out[2] + red if out[2] else 0
+    _raise_rejection(mesh, [1, step, out[3], out[4]], plan)
 
 
 def _uplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
@@ -584,6 +614,63 @@ def certify(src: ArrayType, dst: ArrayType, cap: int, entries: Sequence[tuple[Ar
         ints.append(figure)
         ints += t.encode()
     return _call(_core.certify, ints)[0] == 1
+
+
+def mplan(mesh: Mesh, src: ArrayType, dst: ArrayType, candidate: Sequence[Collective] | None,
+          entries: Sequence[tuple[ArrayType, int]]) -> PlanReport:
+    """``Minimal.mplan_problem``, ``plan(..., minimal=True)`` in one call
+    (``Minimalproof.mplan_spec``): the core carries ``candidate`` (a plan over
+    ``mesh.prime_parts()``, e.g. ``optimal.search``'s; None: the pipeline's
+    own plan) to a refinement of ``mesh``, checks it there, compares its peak
+    with ``max(size(src), size(dst))`` and accepts the certificate
+    ``entries`` (types over ``mesh.prime_parts()`` with potentials) at the
+    traffic the checker reports for the plan. Raises :class:`PlanError`
+    when the checker refuses the candidate, a type along it is above the
+    bound, or the certificate does not prove its traffic least.
+
+    >>> from verishard import Mesh, ArrayType, DynSlice, AllToAll
+    >>> m = Mesh.parse("x=2,y=3")
+    >>> s, d = ArrayType.parse("[9, 2{y}6, 2]", m), ArrayType.parse("[3{y}9, 3{x}6, 2]", m)
+    >>> entries = [(s, 21), (ArrayType.parse("[9, 1{y,x}6, 2]", m), 21), (ArrayType.parse("[9, 2{y}6, 1{x}2]", m), 21)]
+    >>> cand = [DynSlice(2, "x"), AllToAll(1, 0, "y"), AllToAll(2, 1, "x")]
+    >>> r = mplan(m, s, d, cand, entries)
+    >>> r.received, r.peak
+    ((0, 12, 9), 36)
+    >>> mplan(m, s, d, None, entries)
+    Traceback (most recent call last):
+    ...
+    verishard.errors.PlanError: the certificate does not prove traffic 30 least within the bound (Minimal.mplan_problem)
+    """
+    _same_mesh(mesh, src, dst)
+    fine = mesh.prime_parts()[0]
+    ints = mesh.encode() + src.encode() + dst.encode()
+    if candidate is None:
+        ints.append(0)
+    else:
+        ints += [1, len(candidate)]
+        for c in candidate:
+            if not isinstance(c, Collective):
+                raise PlanError(f"plan step {c!r} is not a collective")
+            ints += c.encode(fine)
+    ints.append(len(entries))
+    for t, figure in entries:
+        _same_mesh(fine, t)
+        ints.append(figure)
+        ints += t.encode()
+    out = _call(_core.mplan, ints)
+    if out[0] == 1:
+        step, code, detail = out[1], out[2], out[3]
+        key, template = REASONS[code]
+        why = template.format(detail=detail, name=detail)
+        where = "the problem itself" if step == 0 else f"step {step} of the plan carried to {mesh.refined()}"
+        raise PlanError(f"the verified checker refused the candidate: {where}: {why}", step=step, reason=key)
+    if out[0] == 2:
+        raise PlanError(f"the candidate peaks at {out[1]} elements per device, above the bound "
+                        f"{max(src.size, dst.size)}", reason="above_bound")
+    if out[0] == 3:
+        raise PlanError(f"the certificate does not prove traffic {out[1]} least within the bound "
+                        f"(Minimal.mplan_problem)", reason="not_least")
+    return _planned(mesh, out, _DECODE)
 
 
 def ulower_bound(src: ArrayType, dst: ArrayType) -> int:
@@ -760,5 +847,5 @@ def xrounds(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks:
 
 
 __all__ = ["PARTIAL_COLLECTIVES", "REASONS", "CheckOk", "reduction", "check", "Step", "PlanReport", "plan",
-           "plan_checked", "eplan", "umovement", "lower_bound", "certify", "ulower_bound", "synthesize",
+           "plan_checked", "eplan", "umovement", "lower_bound", "certify", "mplan", "ulower_bound", "synthesize",
            "movement", "Piece", "xplan", "Cut", "xrounds"]

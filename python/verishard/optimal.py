@@ -355,49 +355,6 @@ def onto(t: ArrayType, fine: Mesh, groups: tuple[tuple[int, ...], ...]) -> Array
                                 [tuple(q for p in d.parts for q in groups[p]) for d in t.dims])
 
 
-def lift(plan: tuple[Collective, ...], fine: Mesh, groups: tuple[tuple[int, ...], ...],
-         src: ArrayType, dst: ArrayType) -> list[Collective]:
-    """A plan over ``fine`` (``mesh.prime_parts()``) from ``onto(src)`` to
-    ``onto(dst)`` as a plan over ``mesh.refined()`` from ``src.refined()`` to
-    ``dst.refined()``: the same steps on the same sub-axes, and where ``src``
-    or ``dst`` uses parts of size 1 (which ``fine`` leaves out), a permute
-    that drops or adds them first or last (it moves nothing: no device's
-    block changes, ``Checker.moves``). The verified checker re-checks it.
-
-    >>> m = Mesh.parse("u=1,x=1*4")
-    >>> fine, groups = m.prime_parts()
-    >>> fine, m.refined()
-    ({x:2*2}, {u:1, x:1*2*2})
-    >>> s, d = ArrayType.parse("[2{x}8]", m), ArrayType.parse("[8]", m)
-    >>> lift((AllGather(0, ("x",)),), fine, groups, s, d)
-    [AllPermute(target=[2{x.1,x.2}8]), AllGather(dim=0, axes=('x.1', 'x.2'))]
-    """
-    refined = src.mesh.refined()
-    # fine's parts are refined's parts of size 2 or more, in order (Mesh.prime_parts)
-    kept = tuple(r for r, n in enumerate(refined.part_sizes) if n > 1)
-
-    def parts(ps) -> tuple[int, ...]:
-        return tuple(kept[q] for q in ps)
-
-    def lifted(t: ArrayType) -> ArrayType:
-        return ArrayType.from_parts(refined, t.global_shape, [parts(d.parts) for d in t.dims])
-
-    out: list[Collective] = []
-    start, end = lifted(onto(src, fine, groups)), lifted(onto(dst, fine, groups))
-    if start != src.refined():
-        out.append(AllPermute(start))
-    for c in plan:
-        if isinstance(c, AllPermute):
-            out.append(AllPermute(lifted(c.target)))
-        elif isinstance(c, AllToAll):
-            out.append(AllToAll(c.src_dim, c.dst_dim, refined.names(parts(c.parts(fine)))))
-        else:
-            out.append(type(c)(c.dim, refined.names(parts(c.parts(fine)))))
-    if end != dst.refined():
-        out.append(AllPermute(dst.refined()))
-    return out
-
-
 def search(mesh: Mesh, src: ArrayType, dst: ArrayType, traffic: int, cap: int, *,
            max_states: int = 200_000, max_seconds: float = 60.0) -> Search:
     """A plan from ``src`` to ``dst`` within ``cap`` receiving less than
@@ -476,4 +433,4 @@ def search(mesh: Mesh, src: ArrayType, dst: ArrayType, traffic: int, cap: int, *
                   steps_to_check=work)
 
 
-__all__ = ["Search", "search", "onto", "lift", "MAX_SEARCH_DEVICES"]
+__all__ = ["Search", "search", "onto", "MAX_SEARCH_DEVICES"]

@@ -183,8 +183,9 @@ class Plan:
         positions only, the reduction's own traffic is not counted); for uneven
         types the valid elements a device lacks (``Utraffic.ulower_bound``,
         ``Utrafficproof.ucheck_traffic_lower_bound``); for partial types over
-        uneven dimensions that of the array types, which the plan's exchange
-        alone receives at least (``Puexchangeproof.puplan_lower_bound``;
+        uneven dimensions that of the array types, which every plan the
+        checker accepts receives at least (``Pucheckerproof.pucheck_lower_bound``;
+        the planner's exchange alone does, ``Puexchangeproof.puplan_lower_bound``;
         positions only again).
 
         >>> plan("x=2,y=3", "[3{x}6]", "[2{y}6]").lower_bound
@@ -232,6 +233,9 @@ class Plan:
         if self.guaranteed and self.partial and self.uneven:
             note = (" (padded buffers; peak = bound by Puexchangeproof.puplan_peak; data correct by "
                     "Puexchangeproof.puexec_correct)")
+        elif self.partial and self.uneven:
+            note = (" (padded buffers; accepted by Puchecker.pucheck: data correct by Pucheckerproof.pucheck_correct,"
+                    " every type within the peak by pucheck_peak)")
         elif self.guaranteed and self.exchange:
             note = (" (padded buffers; guaranteed by Exchangeproof.ueplan_spec)" if self.uneven
                     else " (guaranteed by Exchangeproof.eplan_spec)")
@@ -241,8 +245,8 @@ class Plan:
                      + note)
         if self.uneven and self.partial:
             lines.append(f"traffic {self.traffic} elements/device (padded buffers); lower bound {self.lower_bound}"
-                         f" valid elements (Puexchangeproof.puplan_lower_bound; positions only: reductions move"
-                         f" more)")
+                         f" valid elements ({'Puexchangeproof.puplan_lower_bound' if self.guaranteed else 'Pucheckerproof.pucheck_lower_bound'};"
+                         f" positions only: reductions move more)")
         elif self.uneven:
             lines.append(f"traffic {self.traffic} elements/device (padded buffers); lower bound {self.lower_bound}"
                          f" valid elements")
@@ -252,7 +256,7 @@ class Plan:
         else:
             lines.append(f"traffic {self.traffic} elements/device; lower bound {self.lower_bound}"
                          f" (ratio {self.traffic_ratio:.2f})"
-                         + ("; least of any plan within the bound (Certifyproof.certify_split_minimal)"
+                         + ("; least of any plan within the bound (Minimalproof.mplan_spec)"
                             if self.minimal and self.traffic > self.lower_bound else ""))
         return "\n".join(lines)
 
@@ -391,14 +395,15 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str, *, exchan
     certified the least of any plan the checker accepts, over the mesh or
     its refinement into prime parts, with every type within ``max(size(src),
     size(dst))``: a branch-and-bound (``optimal.search``, untrusted) either
-    certifies the pipeline's plan or finds a cheaper one, which the verified
-    checker then accepts, and the verified ``Certify.certify_split``
-    accepts its certificate (``Certifyproof.certify_split_minimal``). A
-    cheaper plan is over the prime refinement and carries the checker's
-    guarantees, not the pipeline's normal form. A plan at the lower bound
-    is least already (``Pipelineproof.plan_traffic_optimal``) and is
-    returned as it is. Raises :class:`PlanError` when the search gives up
-    (its budget of states or time).
+    certifies the pipeline's plan or finds a cheaper one, and one core call
+    (``Minimal.mplan_problem``) carries that plan to the prime refinement,
+    checks it, checks its peak against the bound and the certificate at the
+    plan's own traffic (``Minimalproof.mplan_spec``). A cheaper plan is over
+    the prime refinement and carries the checker's guarantees, not the
+    pipeline's normal form. A plan at the lower bound needs no certificate
+    entries (``Pipelineproof.plan_traffic_optimal``). Raises
+    :class:`PlanError` when the search gives up (its budget of states or
+    time) or the core refuses.
 
     >>> p = plan("x=2,y=3", "[9, 2{y}6, 2]", "[3{y}9, 3{x}6, 2]")
     >>> m = plan("x=2,y=3", "[9, 2{y}6, 2]", "[3{y}9, 3{x}6, 2]", minimal=True)
@@ -420,28 +425,30 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str, *, exchan
 @lru_cache(maxsize=256)
 def _minimal(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
     """The pipeline's plan, or a cheaper one, with its traffic certified least
-    within the bound over the mesh and its prime refinement (see :func:`plan`)."""
+    within the bound (see :func:`plan`). Python only proposes: the search
+    (untrusted) offers a candidate plan and a certificate, and one core call,
+    ``Minimal.mplan_problem``, carries the candidate to the refinement,
+    checks it, checks its peak against the bound and the certificate at its
+    own traffic (``Minimalproof.mplan_spec``)."""
     from . import optimal
 
     if src.partial or dst.partial or src.uneven or dst.uneven:
         raise ShardingError(f"minimal=True certifies plans between even types with nothing pending, "
                             f"not {src} -> {dst}")
     p = _planned(mesh, src, dst)
-    if p.traffic > p.lower_bound:   # (at the bound it is least already: Pipelineproof.plan_traffic_optimal)
+    candidate, entries = None, ()
+    # at the lower bound the pipeline's plan needs no certificate entries (its potential is the bound)
+    if p.traffic > p.lower_bound:
         fine, groups = mesh.prime_parts()
-        fsrc, fdst = optimal.onto(src, fine, groups), optimal.onto(dst, fine, groups)
-        found = optimal.search(fine, fsrc, fdst, p.traffic, p.bound)
+        found = optimal.search(fine, optimal.onto(src, fine, groups), optimal.onto(dst, fine, groups),
+                               p.traffic, p.bound)
         if found.gave_up is not None:
             raise PlanError(f"cannot certify the least traffic of {src} -> {dst}: {found.gave_up} "
                             f"(plan() without minimal=True gives the verified plan, traffic {p.traffic})")
-        if found.better is not None:
-            p = check(mesh.refined(), src.refined(), dst.refined(), optimal.lift(found.better, fine, groups, src, dst))
-            if p.traffic != found.certified or p.peak > p.bound:
-                raise PlanError(f"the search's plan receives {p.traffic} with peak {p.peak}, not the "
-                                f"{found.certified} within {p.bound} it claimed")
-        if not core.certify(src, dst, p.bound, found.entries, p.traffic, over=fine):
-            raise PlanError(f"the verified checker refused the certificate that {p.traffic} is the least traffic")
-    return _made(replace(p, minimal=True))
+        candidate, entries = found.better, found.entries
+    r = core.mplan(mesh, src, dst, candidate, entries)
+    # the pipeline's own plan keeps plan_spec's guarantees (Minimalproof.mplan_pipeline)
+    return _made(replace(_from_report(r), guaranteed=True if candidate is None else None, minimal=True))
 
 
 @lru_cache(maxsize=4096)
