@@ -188,3 +188,5 @@ Print Assumptions VS.Commuteproof.along_then_plan.
 From VS Require Import Boxes Boxesproof.
 Print Assumptions VS.Boxesproof.bsub_hits.
 Print Assumptions VS.Boxesproof.bsched_correct.
+From VS Require Import Boxesworldproof.
+Print Assumptions VS.Boxesworldproof.brounds_correct.

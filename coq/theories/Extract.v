@@ -63,4 +63,6 @@ Extract Constant List.app =>
 Extract Constant List.nth =>
   "let rec go n l d = match l with [] -> d | x :: t -> if n = 0 then x else go (n - 1) t d in go".
 
-Extraction "verishard_core.ml" check synthesize_best plan_problem pplan_problem pcheck lower_bound block_starts permute_table movement ucheck uplan_problem umovement xplan xrounds eplan_problem echeck ueplan_problem uecheck ulower_bound puplan_problem ubound certify_split.
+From VS Require Import Boxes.
+
+Extraction "verishard_core.ml" check synthesize_best plan_problem pplan_problem pcheck lower_bound block_starts permute_table movement ucheck uplan_problem umovement xplan xrounds eplan_problem echeck ueplan_problem uecheck ulower_bound puplan_problem ubound certify_split bplan brounds.
