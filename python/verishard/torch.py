@@ -103,8 +103,9 @@ from .errors import VerishardError
 from .mesh import Mesh
 from .plan import Plan
 from .plan import plan as _verified_plan
-from .runtime.torch import (NotSupportedYet, RanksMissing, RedistributionRefused, agree, fingerprint, mesh_groups,
-                            run_chunked, run_plan, world)
+from .runtime.crossmesh_mpi import DEFAULT_BUDGET
+from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, agree, fingerprint,
+                            mesh_groups, run_chunked, run_plan, world)
 
 __all__ = ["redistribute", "transfer", "plan_transfer", "enable", "disable", "enabled", "routing_info",
            "check_entry_point", "EntryPointMoved", "planning_mesh", "plan_for", "cache_info", "cache_clear",
@@ -229,6 +230,8 @@ class _Entry:
     fp: int
     record: dict
     agreed: bool = False
+    boxes: BoxPlan | None = None          # the box schedule, where the collectives cannot express the layouts
+    out_shape: tuple[int, ...] = ()       # with boxes: this rank's target local shape
 
 
 _CACHE: "OrderedDict[Any, _Entry]" = OrderedDict()
@@ -307,15 +310,65 @@ def _make_entry(mesh: Mesh, s: Any, d: Any, src: DTensorSpec, dst: DTensorSpec, 
     return _Entry(p, out_spec, p.src.valid_shape(rank), fp, rec)
 
 
-def plan_for(dtensor: DTensor, placements: Sequence[Placement], *, device_mesh: DeviceMesh | None = None) -> Plan | None:
-    """The verified plan :func:`redistribute` runs for these arguments (None
-    when the local tensor is kept as it is); local, no communication. Raises
+def _order(spec: DTensorSpec) -> Any:
+    return None if spec.use_strided_shard_as_shard_order else spec.shard_order
+
+
+def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spec: DTensorSpec,
+               problems: list, what: tuple[str, str] = ("source", "target")) -> tuple[_Entry | None, list]:
+    """Where our types cannot describe a layout (``problems`` from
+    :func:`_types`: DTensor's nested ``torch.chunk`` shards, uneven
+    ``_StridedShard``), the entry of the verified box schedule between the
+    two layouts as DTensor lays them out (:func:`verishard.dtensor.layout_boxes`;
+    ``Boxesworldproof.brounds_correct``), run point to point; Partial
+    placements are refused there with a short message naming the fix."""
+    if any(k != UNSUPPORTED for k, _ in problems):
+        return None, problems
+    for spec, w in zip((src, dst), what):
+        if any(p.is_partial() for p in spec.placements):
+            return None, [(UNSUPPORTED, f"the {w} is Partial and a dimension is split unevenly by several mesh "
+                                        f"dimensions; redistribute the Partial to Replicate() first")]
+    meta = src.tensor_meta
+    sizes, ranks = tuple(mesh_obj.mesh.shape), [int(r) for r in mesh_obj.mesh.flatten().tolist()]
+    try:
+        s, s_shapes = _conv.layout_boxes(meta.shape, sizes, src.placements, _order(src), ranks)
+        d, d_shapes = _conv.layout_boxes(meta.shape, sizes, dst.placements, _order(dst), ranks)
+        boxes = BoxPlan.build(s, d, meta.dtype.itemsize, DEFAULT_BUDGET)
+    except VerishardError as err:
+        return None, [(INVALID, str(err))]
+    _STATS["plans"] += 1
+    me = ranks.index(dist.get_rank())
+    dtype, extra = _extra(src, dst)
+    fp = fingerprint(None, f"boxes|{planning_mesh(mesh_obj)}|{extra}")
+    rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{_desc(src)} -> {_desc(dst)} as boxes, {dtype}",
+           "dtype": dtype, "dtype_name": dtype}
+    return _Entry(None, out_spec, s_shapes[me], fp, rec, boxes=boxes, out_shape=d_shapes[me]), []
+
+
+def _move_local(entry: _Entry, local: torch.Tensor, mesh_obj: DeviceMesh) -> torch.Tensor:
+    """Move this rank's local tensor by the entry (collective over the mesh)."""
+    if entry.boxes is not None:
+        return entry.boxes.run(local, entry.out_shape)
+    if entry.plan is None:
+        return local
+    groups = mesh_groups(mesh_obj)
+    if entry.plan.src.uneven or entry.plan.dst.uneven:  # DTensor's torch.chunk shards: pad, run, keep the valid part
+        return run_chunked(entry.plan, local, groups)
+    return run_plan(entry.plan, local, groups)
+
+
+def plan_for(dtensor: DTensor, placements: Sequence[Placement], *,
+             device_mesh: DeviceMesh | None = None) -> Plan | BoxPlan | None:
+    """The verified plan :func:`redistribute` runs for these arguments (a
+    :class:`~verishard.runtime.torch.BoxPlan` where the collectives cannot
+    express the layouts; None when the local tensor is kept as it is);
+    local, no communication. Raises
     :class:`~verishard.runtime.torch.RedistributionRefused` naming the problem."""
     _require_initialized()
     key, entry, problems = _forward_entry(dtensor, device_mesh, placements)
     if problems:
         raise _local_error(problems)
-    return entry.plan
+    return entry.boxes if entry.boxes is not None else entry.plan
 
 
 # ---------------------------------------------------------------------------
@@ -392,7 +445,10 @@ def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Ent
         return key, None, problems
     s, d, problems = _types(mesh, src, dst)
     if problems:
-        return key, None, problems
+        e, problems = _box_entry(mesh_obj, src, dst, dst, problems)
+        if e is not None:
+            _store(key, e)
+        return key, e, problems
     try:
         e = _make_entry(mesh, s, d, src, dst, dst, mesh_groups(mesh_obj).rank)
     except VerishardError as err:
@@ -435,7 +491,10 @@ def _backward_entry(grad: Any, prev: DTensorSpec) -> tuple[Any, _Entry | None, l
     mesh = planning_mesh(mesh_obj)
     s, d, problems = _types(mesh, cur, target, what)
     if problems:
-        return key, None, problems
+        e, problems = _box_entry(mesh_obj, cur, target, out_spec, problems, what)
+        if e is not None:
+            _store(key, e)
+        return key, e, problems
     try:
         e = _make_entry(mesh, s, d, cur, target, out_spec, mesh_groups(mesh_obj).rank)
     except VerishardError as err:
@@ -496,12 +555,7 @@ def _run(x: Any, entry: _Entry | None, problems: list, policy: tuple) -> torch.T
         entry = None
     _agree_on(entry, problems, policy)
     assert entry is not None
-    if entry.plan is None:
-        return local
-    groups = mesh_groups(entry.target_spec.mesh)
-    if entry.plan.src.uneven or entry.plan.dst.uneven:  # DTensor's torch.chunk shards: pad, run, keep the valid part
-        return run_chunked(entry.plan, local, groups)
-    return run_plan(entry.plan, local, groups)
+    return _move_local(entry, local, entry.target_spec.mesh)
 
 
 # ---------------------------------------------------------------------------
@@ -526,7 +580,7 @@ class _Redistribute(torch.autograd.Function):
         _, entry, problems = _forward_entry(x, device_mesh, placements)
         out = _run(x, entry, problems, policy)
         ctx.src_spec, ctx.policy, ctx.dtype = x._spec, policy, x._local_tensor.dtype
-        if entry.plan is None:  # DTensor's short cut: the input's own spec
+        if entry.plan is None and entry.boxes is None:  # DTensor's short cut: the input's own spec
             return DTensor(out, x._spec, requires_grad=x.requires_grad)
         spec = _with_mesh(entry.target_spec, x.device_mesh if device_mesh is None else device_mesh)
         return DTensor(out, spec, requires_grad=x.requires_grad)
@@ -788,12 +842,7 @@ def _route(original: Any, local: torch.Tensor, cur: DTensorSpec, target: DTensor
         return _fallback(original, "local shape", args, kwargs)
     _agree_on(entry, [], ("first", None))
     _ROUTE_STATS["routed"] += 1
-    if entry.plan is None:
-        return local
-    groups = mesh_groups(cur.mesh)
-    if entry.plan.src.uneven or entry.plan.dst.uneven:
-        return run_chunked(entry.plan, local, groups)
-    return run_plan(entry.plan, local, groups)
+    return _move_local(entry, local, cur.mesh)
 
 
 def _spec_entry(cur: DTensorSpec, target: DTensorSpec) -> tuple[_Entry | None, list]:
@@ -805,7 +854,7 @@ def _spec_entry(cur: DTensorSpec, target: DTensorSpec) -> tuple[_Entry | None, l
         return None, problems
     s, d, problems = _types(mesh, cur, target)
     if problems:
-        return None, problems
+        return _box_entry(mesh_obj, cur, target, target, problems)
     try:
         return _make_entry(mesh, s, d, cur, target, target, mesh_groups(mesh_obj).rank), []
     except VerishardError as err:
