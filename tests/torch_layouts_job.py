@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import traceback
 from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_job import Job, against_dtensor, error_record, global_tensor, same, short  # noqa: E402
+from torch_job import (Job, against_dtensor, error_record, global_tensor, partial_global, partial_local,  # noqa: E402
+                       plain, same, short)
 
 NPROCS = 4
 SHAPES = ((5, 3, 7), (3, 6, 5))
@@ -112,12 +114,25 @@ def worker(rank: int, port: int, outdir: str) -> None:
         x = distribute_tensor(global_tensor((5, 3, 7), torch.float32, seed=9), dm, (Replicate(), S(0)),
                               src_data_rank=None)
         job.add(case="boxplan", is_box=isinstance(plan_for(x, (S(0), S(0))), BoxPlan))
-        p = DTensor.from_local(torch.ones(5, 3, 7), dm, (Partial(), Replicate()), run_check=False)
-        try:
-            redistribute(p, (S(0), S(0)))
-            job.add(case="partial", error=None)
-        except Exception as e:  # noqa: BLE001
-            job.add(case="partial", error=error_record(e))
+        # Partial next to such a layout: reduced first / made pending after; full_tensor() is the global tensor
+        prnd = random.Random(5)
+        for op in ("sum", "max", "min"):
+            lp = all_placements(dm, 3, partial=op)
+            cands = [(a, b) for a in lp for b in lp if a != b and any(q.is_partial() for q in a + b)
+                     and (formerly_refused(dm, (5, 3, 7), plain(a)) or formerly_refused(dm, (5, 3, 7), plain(b)))]
+            for k, (src, dst) in enumerate(prnd.sample(cands, 8)):
+                G = partial_global((5, 3, 7), torch.int64, seed=70 + k)
+                rec = {"case": "partial", "op": op, "src": str(src), "dst": str(dst), "error": None}
+                try:
+                    x = DTensor.from_local(partial_local(G, dm, src, torch.int64, seed=80 + k), dm, src,
+                                           shape=G.shape, stride=G.stride())
+                    rec["plan"] = type(plan_for(x, dst)).__name__
+                    y = redistribute(x, dst)
+                    rec["ok"] = bool(torch.equal(y.full_tensor(), G)) and y.placements == tuple(dst)
+                except Exception as e:  # noqa: BLE001
+                    rec["error"] = error_record(e)
+                    rec["traceback"] = traceback.format_exc()
+                job.add(**rec)
     except BaseException as e:  # noqa: BLE001 - reported to the test through the file
         job.add(case="crash", error=short(e), traceback=traceback.format_exc())
     finally:

@@ -104,7 +104,8 @@ from .mesh import Mesh
 from .plan import Plan
 from .plan import plan as _verified_plan
 from .runtime.crossmesh_mpi import DEFAULT_BUDGET
-from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, agree, fingerprint,
+from .runtime.backend import AxisGroup
+from .runtime.torch import (BoxPlan, TorchBackend, NotSupportedYet, RanksMissing, RedistributionRefused, agree, fingerprint,
                             mesh_groups, run_chunked, run_plan, world)
 
 __all__ = ["redistribute", "transfer", "plan_transfer", "enable", "disable", "enabled", "routing_info",
@@ -232,6 +233,7 @@ class _Entry:
     agreed: bool = False
     boxes: BoxPlan | None = None          # the box schedule, where the collectives cannot express the layouts
     out_shape: tuple[int, ...] = ()       # with boxes: this rank's target local shape
+    pending: tuple = (None, (), ())       # with boxes: the reduction, the source's and the target's pending mesh dims
 
 
 _CACHE: "OrderedDict[Any, _Entry]" = OrderedDict()
@@ -320,14 +322,16 @@ def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spe
     :func:`_types`: DTensor's nested ``torch.chunk`` shards, uneven
     ``_StridedShard``), the entry of the verified box schedule between the
     two layouts as DTensor lays them out (:func:`verishard.dtensor.layout_boxes`;
-    ``Boxesworldproof.brounds_correct``), run point to point; Partial
-    placements are refused there with a short message naming the fix."""
+    ``Boxesworldproof.brounds_correct``), run point to point. A Partial
+    source is reduced first (all-reduce over its pending mesh dimensions), a
+    Partial target made pending after, as the plans of collectives do
+    (the rank with index 0 in the pending group keeps the value); the
+    callers refuse the reductions our types cannot hold
+    (:func:`_partial_problems`) before."""
     if any(k != UNSUPPORTED for k, _ in problems):
         return None, problems
-    for spec, w in zip((src, dst), what):
-        if any(p.is_partial() for p in spec.placements):
-            return None, [(UNSUPPORTED, f"the {w} is Partial and a dimension is split unevenly by several mesh "
-                                        f"dimensions; redistribute the Partial to Replicate() first")]
+    pending = [tuple(i for i, p in enumerate(spec.placements) if p.is_partial()) for spec in (src, dst)]
+    op = next((p.reduce_op for spec in (src, dst) for p in spec.placements if p.is_partial()), None)
     meta = src.tensor_meta
     sizes, ranks = tuple(mesh_obj.mesh.shape), [int(r) for r in mesh_obj.mesh.flatten().tolist()]
     try:
@@ -342,13 +346,20 @@ def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spe
     fp = fingerprint(None, f"boxes|{planning_mesh(mesh_obj)}|{extra}")
     rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{_desc(src)} -> {_desc(dst)} as boxes, {dtype}",
            "dtype": dtype, "dtype_name": dtype}
-    return _Entry(None, out_spec, s_shapes[me], fp, rec, boxes=boxes, out_shape=d_shapes[me]), []
+    return _Entry(None, out_spec, s_shapes[me], fp, rec, boxes=boxes, out_shape=d_shapes[me],
+                  pending=(op, *pending)), []
 
 
 def _move_local(entry: _Entry, local: torch.Tensor, mesh_obj: DeviceMesh) -> torch.Tensor:
     """Move this rank's local tensor by the entry (collective over the mesh)."""
     if entry.boxes is not None:
-        return entry.boxes.run(local, entry.out_shape)
+        op, before, after = entry.pending
+        if before or after:
+            mesh, backend = planning_mesh(mesh_obj), TorchBackend(mesh_groups(mesh_obj))
+        if before:
+            local = backend.all_reduce(local, AxisGroup.of(mesh, before), op)
+        out = entry.boxes.run(local, entry.out_shape)
+        return backend.to_partial(out, AxisGroup.of(mesh, after), op) if after else out
     if entry.plan is None:
         return local
     groups = mesh_groups(mesh_obj)
