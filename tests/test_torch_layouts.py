@@ -175,3 +175,10 @@ def test_partial_next_to_a_nested_layout_reduces_to_the_global_tensor(job):
         assert rec["error"] is None, where + "\n" + rec.get("traceback", "")
         assert rec["plan"] == "BoxPlan" and rec["ok"], where
     assert all(rec["is_box"] for _, rec in _records(job, "boxplan"))
+
+
+def test_docs_page_runs():
+    import doctest
+    result = doctest.testfile(os.path.join(HERE, "..", "docs", "torch.md"), module_relative=False,
+                              optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 9 and result.failed == 0

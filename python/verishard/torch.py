@@ -46,14 +46,15 @@ What it takes:
   ``DTensor.redistribute`` gives it. Every shard of the source and of the
   target is compared with DTensor's own offsets
   (:func:`verishard.dtensor.layout_mismatches`, in :func:`_types`).
-  Refused, on every rank and before any rank communicates, with
-  :class:`~verishard.runtime.torch.NotSupportedYet` (a
-  ``NotImplementedError``) naming the dimension, its mesh dimensions and
-  both layouts: a dimension several mesh dimensions shard that DTensor
-  splits otherwise (chunk by chunk: 5 over 2 x 2 is 2, 1, 1, 1 for DTensor,
-  2, 2, 1, 0 for us; or interleaved by ``_StridedShard``). Partial
-  placements with an uneven shape are planned as reduce, exchange,
-  make-pending (``Puexchange.v``).
+  Where they differ (a dimension several mesh dimensions shard: chunk by
+  chunk, 5 over 2 x 2 is 2, 1, 1, 1 for DTensor, 2, 2, 1, 0 for us; or
+  interleaved by ``_StridedShard``), both layouts become explicit boxes per
+  rank read off DTensor itself (:func:`verishard.dtensor.layout_boxes`) and
+  the verified box schedule runs point to point (:func:`_box_entry`,
+  ``Boxesworldproof.brounds_correct``; Partial sources reduced first,
+  Partial targets made pending after). Partial placements with an uneven
+  shape whose layouts agree are planned as reduce, exchange, make-pending
+  (``Puexchange.v``).
 
 It is differentiable as ``DTensor.redistribute`` is: the backward
 redistributes the gradient back to the input's placements (DTensor's rule:
@@ -673,10 +674,9 @@ def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] |
     (placements of the wrong length, a dimension out of range, another
     DeviceMesh, mixed Partial reductions, ranks that disagree) and
     :class:`~verishard.runtime.torch.NotSupportedYet` for ``Partial("avg")``
-    and DTensor's other reductions, a change of the pending reduction, a
-    shape that does not divide where DTensor's shards are not verishard's
-    uneven blocks (module docstring). A DeviceMesh that does not span the default process group is
-    refused on each rank without communicating.
+    and DTensor's other reductions and a change of the pending reduction
+    (module docstring). A DeviceMesh that does not span the default process
+    group is refused on each rank without communicating.
     """
     _require_initialized()
     placements, device_mesh = _arguments(args, placements, device_mesh)
