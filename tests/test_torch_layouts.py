@@ -177,6 +177,18 @@ def test_partial_next_to_a_nested_layout_reduces_to_the_global_tensor(job):
     assert all(rec["is_box"] for _, rec in _records(job, "boxplan"))
 
 
+def test_crossmesh_box_layouts_match_distribute_tensor(job):
+    """Across meshes (overlapping rank sets, a permuted 2 x 2 mesh, a
+    sub-mesh of 2 or 3 ranks): a nested or strided uneven layout on either
+    side runs the box schedule over world ranks; every target rank holds
+    distribute_tensor's shard, every other rank an empty local tensor."""
+    recs = list(_records(job, "crossmesh"))
+    assert len(recs) == NPROCS * 4
+    for r, rec in recs:
+        assert "error" not in rec, (r, rec["label"], rec.get("traceback"))
+        assert rec["ok"], (r, rec["label"])
+
+
 def test_docs_page_runs():
     import doctest
     result = doctest.testfile(os.path.join(HERE, "..", "docs", "torch.md"), module_relative=False,

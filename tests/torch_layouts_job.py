@@ -61,6 +61,7 @@ def worker(rank: int, port: int, outdir: str) -> None:
     from verishard.dtensor import all_placements
     from verishard.torch import plan_for, redistribute
     from verishard.runtime.torch import BoxPlan
+    from torch.distributed.tensor.placement_types import _StridedShard
     torch.set_num_threads(1)
     job = Job(rank)
     try:
@@ -133,6 +134,30 @@ def worker(rank: int, port: int, outdir: str) -> None:
                     rec["error"] = error_record(e)
                     rec["traceback"] = traceback.format_exc()
                 job.add(**rec)
+        # across meshes (different, overlapping rank sets): the box schedule over world ranks
+        from torch.distributed.device_mesh import DeviceMesh
+        SS = _StridedShard
+        other = DeviceMesh("cpu", torch.tensor([[3, 1], [0, 2]]), mesh_dim_names=("p", "q"))
+        right = DeviceMesh("cpu", torch.tensor([2, 3]), mesh_dim_names=("b",))
+        three = DeviceMesh("cpu", torch.tensor([3, 1, 2]), mesh_dim_names=("c",))
+        cases = [("(2,2) nested -> 3,1,2", dm, (S(0), S(0)), three, (S(2),)),
+                 ("2,3 -> permuted (2,2) nested", right, (S(1),), other, (S(2), S(2))),
+                 ("(2,2) strided -> permuted (2,2) nested", dm, (SS(0, split_factor=2), S(0)), other, (S(0), S(0))),
+                 ("(2,2) nested -> 2,3 replicated", dm, (S(2), S(2)), right, (R(),))]
+        for k, (label, m1, src, m2, dst) in enumerate(cases):
+            G = global_tensor((5, 3, 7), torch.float32, seed=40 + k)
+            x = distribute_tensor(G, m1, src, src_data_rank=None)
+            rec = {"case": "crossmesh", "label": label}
+            try:
+                y = redistribute(x, dst, device_mesh=m2)
+                member = rank in m2.mesh.flatten().tolist()
+                want = distribute_tensor(G, m2, dst, src_data_rank=None).to_local()
+                rec["ok"] = (same(y.to_local(), want) if member else y.to_local().numel() == 0) and \
+                    y.placements == tuple(dst) and y.device_mesh == m2
+            except Exception as e:  # noqa: BLE001
+                rec["error"] = error_record(e)
+                rec["traceback"] = traceback.format_exc()
+            job.add(**rec)
     except BaseException as e:  # noqa: BLE001 - reported to the test through the file
         job.add(case="crash", error=short(e), traceback=traceback.format_exc())
     finally:

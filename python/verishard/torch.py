@@ -313,8 +313,12 @@ def _make_entry(mesh: Mesh, s: Any, d: Any, src: DTensorSpec, dst: DTensorSpec, 
     return _Entry(p, out_spec, p.src.valid_shape(rank), fp, rec)
 
 
-def _order(spec: DTensorSpec) -> Any:
-    return None if spec.use_strided_shard_as_shard_order else spec.shard_order
+def _holdings(spec: DTensorSpec, mesh_obj: DeviceMesh) -> tuple[tuple, tuple]:
+    """``spec``'s layout on ``mesh_obj`` as explicit boxes of world ranks, and
+    every mesh rank's local shape (:func:`verishard.dtensor.layout_boxes`)."""
+    order = None if spec.use_strided_shard_as_shard_order else spec.shard_order
+    return _conv.layout_boxes(spec.tensor_meta.shape, tuple(mesh_obj.mesh.shape), spec.placements, order,
+                              [int(r) for r in mesh_obj.mesh.flatten().tolist()])
 
 
 def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spec: DTensorSpec,
@@ -333,16 +337,14 @@ def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spe
         return None, problems
     pending = [tuple(i for i, p in enumerate(spec.placements) if p.is_partial()) for spec in (src, dst)]
     op = next((p.reduce_op for spec in (src, dst) for p in spec.placements if p.is_partial()), None)
-    meta = src.tensor_meta
-    sizes, ranks = tuple(mesh_obj.mesh.shape), [int(r) for r in mesh_obj.mesh.flatten().tolist()]
     try:
-        s, s_shapes = _conv.layout_boxes(meta.shape, sizes, src.placements, _order(src), ranks)
-        d, d_shapes = _conv.layout_boxes(meta.shape, sizes, dst.placements, _order(dst), ranks)
-        boxes = BoxPlan.build(s, d, meta.dtype.itemsize, DEFAULT_BUDGET)
+        s, s_shapes = _holdings(src, mesh_obj)
+        d, d_shapes = _holdings(dst, mesh_obj)
+        boxes = BoxPlan.build(s, d, src.tensor_meta.dtype.itemsize, DEFAULT_BUDGET)
     except VerishardError as err:
         return None, [(INVALID, str(err))]
     _STATS["plans"] += 1
-    me = ranks.index(dist.get_rank())
+    me = [int(r) for r in mesh_obj.mesh.flatten().tolist()].index(dist.get_rank())
     dtype, extra = _extra(src, dst)
     fp = fingerprint(None, f"boxes|{planning_mesh(mesh_obj)}|{extra}")
     rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{_desc(src)} -> {_desc(dst)} as boxes, {dtype}",

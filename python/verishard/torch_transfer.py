@@ -50,7 +50,7 @@ from .crossmesh import CrossMeshPlan, crossmesh_plan
 from .errors import VerishardError
 from .mesh import Mesh
 from .runtime.crossmesh_mpi import rounds as _verified_rounds
-from .runtime.torch import NotSupportedYet, RedistributionRefused, _device_of, agree, run_rounds
+from .runtime.torch import BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree, run_rounds
 
 __all__ = ["transfer", "plan_transfer", "TransferSchedule", "pack", "DEFAULT_BUDGET"]
 
@@ -369,15 +369,54 @@ def run_schedule(sched: TransferSchedule) -> dict[str, DTensor]:
 
 def crossmesh_redistribute(x: DTensor, device_mesh: DeviceMesh, placements: Any, policy: tuple) -> DTensor:
     """``redistribute(x, placements, device_mesh=other)``: the one-tensor
-    transfer; ranks outside the target mesh get DTensor's empty local tensor."""
-    got = transfer({"x": x}, {"x": (device_mesh, placements)}, check_agreement=policy[0] or False,
-                   deadline_s=policy[1])
-    if "x" in got:
-        return got["x"]
+    transfer, or, where our types cannot describe a layout (DTensor's nested
+    uneven shards), the box schedule (:func:`_box_move`); ranks outside the
+    target mesh get DTensor's empty local tensor."""
+    boxes, got = _box_move(x, device_mesh, placements, policy)
+    if not boxes:
+        got = transfer({"x": x}, {"x": (device_mesh, placements)}, check_agreement=policy[0] or False,
+                       deadline_s=policy[1]).get("x")
+    if got is not None:
+        return got
     meta = x._spec.tensor_meta
     pl, _ = _placements_or_empty(placements, x, device_mesh)
     empty = torch.empty(0, dtype=meta.dtype, device=_device_of(device_mesh))
     return DTensor(empty, DTensorSpec(device_mesh, pl, tensor_meta=meta), requires_grad=False)
+
+
+def _box_move(x: DTensor, device_mesh: DeviceMesh, placements: Any, policy: tuple) -> tuple[bool, DTensor | None]:
+    """The cross-mesh move of a layout our types cannot describe (a dimension
+    split unevenly by several mesh dimensions) as explicit boxes of world
+    ranks on both sides, by the verified box schedule
+    (``Boxesworldproof.brounds_correct``) run in rounds like a transfer:
+    (True, this rank's DTensor, or None outside the target mesh); (False,
+    None) where the transfer handles (or refuses) the call."""
+    from .torch import _holdings, _normalise, _types, planning_mesh
+    pl, problems = _normalise(placements, x, device_mesh)
+    if problems or any(p.is_partial() for p in pl + tuple(x.placements)):
+        return False, None
+    meta = x._spec.tensor_meta
+    dst_spec = DTensorSpec(device_mesh, pl, tensor_meta=meta)
+    _, _, problems = _types((planning_mesh(x.device_mesh), planning_mesh(device_mesh)), x._spec, dst_spec)
+    if not problems or any(k != UNSUPPORTED for k, _ in problems):
+        return False, None
+    s, _ = _holdings(x._spec, x.device_mesh)
+    d, d_shapes = _holdings(dst_spec, device_mesh)
+    plan = BoxPlan.build(s, d, meta.dtype.itemsize, DEFAULT_BUDGET)
+    r1, r2, me = _ranks_of(x.device_mesh), _ranks_of(device_mesh), dist.get_rank()
+    ranks = tuple(sorted(set(r1) | set(r2)))
+    if me not in ranks:
+        return True, None
+    if policy[0] is not False:
+        import hashlib
+        text = json.dumps(["boxes", str(x._spec.placements), list(r1), list(x.device_mesh.mesh.shape), str(pl),
+                           list(r2), list(device_mesh.mesh.shape), list(meta.shape), str(meta.dtype)])
+        fp = int(hashlib.sha256(text.encode()).hexdigest()[:15], 16) or 1
+        agree(fp, {"errors": [], "plan": f"{fp:x}", "desc": f"box schedule {text}"}, deadline_s=policy[1],
+              ranks=ranks)
+    local = x._local_tensor
+    out = plan.run(local, d_shapes[r2.index(me)] if me in r2 else (0,))
+    return True, (DTensor(out, dst_spec, requires_grad=False) if me in r2 else None)
 
 
 def _placements_or_empty(placements: Any, x: DTensor, device_mesh: DeviceMesh) -> tuple[tuple, list]:
