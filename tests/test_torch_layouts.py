@@ -194,3 +194,20 @@ def test_docs_page_runs():
     result = doctest.testfile(os.path.join(HERE, "..", "docs", "torch.md"), module_relative=False,
                               optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 9 and result.failed == 0
+
+
+def test_core_bplan_refuses_bad_input():
+    """The binding refuses what the theorem does not cover: boxes of another
+    number of dimensions (Python), a budget or an index past 2**50 (the glue)."""
+    from verishard import core
+    from verishard.errors import LimitError, ShardingError
+    one = [(0, ((0, 4),))]
+    with pytest.raises(ShardingError, match="has 1 dimensions, not 2"):
+        core.bplan(one, [(1, ((0, 2), (0, 2)))], 10)
+    with pytest.raises(LimitError, match="budget"):
+        core.bplan(one, one, 2**50 + 1)
+    with pytest.raises(LimitError, match="2\\^50"):
+        core.bplan([(0, ((2**50 + 1, 1),))], one, 10)
+    pieces, rounds = core.bplan(one, [(1, ((1, 2),)), (0, ((0, 0),))], 1)
+    assert [[(p.src, p.box) for p in ps] for ps in pieces] == [[(0, ((1, 2),))], []]
+    assert [[(c.src, c.dst, c.box) for c in rd] for rd in rounds] == [[(0, 1, ((1, 1),))], [(0, 1, ((2, 1),))]]
