@@ -139,14 +139,15 @@ def test_formerly_refused_layouts_run_bit_identical_to_dtensor(job):
     order, mesh, tensor meta) and distribute_tensor's target shard, by the
     box schedule."""
     n, nested, strided = Counter(), 0, 0
-    for r, rec in _records(job, "pair"):
+    for r, rec in _records(job, "uneven"):
         where = f"rank {r}, {rec['shape']} {rec['dtype']}: {rec['src']} -> {rec['dst']}"
         assert rec["ours_error"] is None, where + "\n" + rec.get("traceback", "")
         assert rec["dtensor_error"] is None, where + ": " + rec["dtensor_error"]
-        assert rec["src_refused_before"] or rec["dst_refused_before"]
+        # chosen as refused before (from_spec), and DTensor's own shards (gathered) are not our blocks
+        assert not rec["layouts_agree"], where
         assert rec["plan"] == "BoxPlan", where
-        assert rec["ours_vs_oracle"] and rec["spec_ok"], where
-        assert rec["ours_vs_dtensor"] and rec["spec_vs_dtensor"], where
+        assert rec["ours_vs_oracle"] and rec["placements_vs_oracle"] and rec["shape_ok"], where
+        assert rec["dtensor_vs_oracle"] and rec["ours_vs_dtensor"] and rec["spec_vs_dtensor"], where
         n[r] += 1
         if r == 0:
             strided += "_StridedShard" in rec["src"] + rec["dst"]

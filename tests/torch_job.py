@@ -804,17 +804,22 @@ def worker(rank: int, port: int, outdir: str) -> None:
             pass
 
 
-def main(outdir: str) -> None:
-    # Import everything once here, then fork: 8 processes importing torch on a
-    # 2-core machine take ~12 s with the spawn start method, forking ~1 s.
-    # Nothing here has started a process group or a thread pool yet.
+def fork_job(worker, outdir: str, nprocs: int) -> None:
+    """Run ``worker(rank, port, outdir)`` on ``nprocs`` forked processes.
+    Import everything once here, then fork: 8 processes importing torch on a
+    2-core machine take ~12 s with the spawn start method, forking ~1 s.
+    Nothing here has started a process group or a thread pool yet."""
     import torch.multiprocessing as mp
     import torch.distributed.tensor  # noqa: F401
     import torch._dynamo  # noqa: F401 - DTensor.from_local imports it on first use (~2 s per process)
     import verishard.torch  # noqa: F401
     os.makedirs(outdir, exist_ok=True)
     from verishard.runtime.torch import free_port
-    mp.start_processes(worker, args=(free_port(), outdir), nprocs=NPROCS, join=True, start_method="fork")
+    mp.start_processes(worker, args=(free_port(), outdir), nprocs=nprocs, join=True, start_method="fork")
+
+
+def main(outdir: str) -> None:
+    fork_job(worker, outdir, NPROCS)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ DeviceMesh in which our types cannot describe the source or the target
 split unevenly by both mesh dimensions, nested ``torch.chunk`` or
 ``_StridedShard``), run by ``verishard.torch.redistribute`` (the verified
 box schedule) against ``DTensor.redistribute`` and against
-``distribute_tensor`` of the global tensor onto the target; a Partial source
+``distribute_tensor`` of the global tensor onto the target (tests/torch_job.py's
+``uneven`` records); a Partial source
 with such a layout (refused, with a short message); and the backward.
 """
 
@@ -23,8 +24,8 @@ import traceback
 from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_job import (Job, against_dtensor, error_record, global_tensor, partial_global, partial_local,  # noqa: E402
-                       plain, same, short)
+from torch_job import (Job, error_record, fork_job, global_tensor, partial_global, partial_local,  # noqa: E402
+                       plain, same, short, uneven_sweep)
 
 NPROCS = 4
 SHAPES = ((5, 3, 7), (3, 6, 5))
@@ -69,36 +70,10 @@ def worker(rank: int, port: int, outdir: str) -> None:
         dm = init_device_mesh("cpu", (2, 2), mesh_dim_names=("x", "y"))
         dtypes = [torch.float32, torch.int64, torch.bfloat16, torch.float64]
         layouts = all_placements(dm, 3)
-        k = 0
         for shape in SHAPES:
             refused = {pl: formerly_refused(dm, shape, pl) for pl in layouts}
-            pairs = [(a, b) for a in layouts for b in layouts if a != b and (refused[a] or refused[b])]
-            for src, dst in pairs:
-                k += 1
-                dtype = dtypes[k % len(dtypes)]
-                G = global_tensor(shape, dtype, seed=900 + k)
-                rec = {"case": "pair", "shape": list(shape), "dtype": str(dtype), "src": str(src), "dst": str(dst),
-                       "src_refused_before": refused[src], "dst_refused_before": refused[dst]}
-                x = distribute_tensor(G, dm, src, src_data_rank=None)
-                oracle = distribute_tensor(G, dm, dst, src_data_rank=None)
-                try:
-                    ref = x.redistribute(dm, dst)
-                    rec["dtensor_error"] = None
-                except Exception as e:  # noqa: BLE001 - recorded and judged by the test
-                    ref, rec["dtensor_error"] = None, short(e)
-                try:
-                    rec["plan"] = type(plan_for(x, dst)).__name__
-                    ours = redistribute(x, dst)
-                    rec["ours_error"] = None
-                except Exception as e:  # noqa: BLE001
-                    ours, rec["ours_error"] = None, error_record(e)
-                    rec["traceback"] = traceback.format_exc()
-                if ours is not None:
-                    rec["ours_vs_oracle"] = same(ours.to_local(), oracle.to_local())
-                    rec["spec_ok"] = ours.placements == tuple(dst) and ours.device_mesh is dm and \
-                        tuple(ours.shape) == tuple(G.shape)
-                rec.update(against_dtensor(ours, ref, oracle))
-                job.add(**rec)
+            uneven_sweep(job, "(2,2) x,y", dm, shape,
+                         [(a, b) for a in layouts for b in layouts if a != b and (refused[a] or refused[b])], dtypes)
         # the backward of a box redistribution: the gradient back in the input's layout
         S, R = Shard, Replicate
         G = global_tensor((5, 3, 7), torch.float64, seed=7)
@@ -170,13 +145,7 @@ def worker(rank: int, port: int, outdir: str) -> None:
 
 
 def main(outdir: str) -> None:
-    import torch.multiprocessing as mp
-    import torch.distributed.tensor  # noqa: F401
-    import torch._dynamo  # noqa: F401
-    import verishard.torch  # noqa: F401
-    os.makedirs(outdir, exist_ok=True)
-    from verishard.runtime.torch import free_port
-    mp.start_processes(worker, args=(free_port(), outdir), nprocs=NPROCS, join=True, start_method="fork")
+    fork_job(worker, outdir, NPROCS)
 
 
 if __name__ == "__main__":
