@@ -190,6 +190,17 @@ def test_crossmesh_box_layouts_match_distribute_tensor(job):
         assert rec["ok"], (r, rec["label"])
 
 
+def test_transfer_of_a_nested_layout_is_refused_briefly(job):
+    """What is still refused: transfer() of a dict holding such a layout.
+    NotSupportedYet on every rank, the same message, under 200 characters,
+    naming the way out (redistribute with device_mesh=)."""
+    recs = [rec for _, rec in _records(job, "transfer_nested")]
+    assert len(recs) == NPROCS and len({str(rec["error"]) for rec in recs}) == 1
+    err = recs[0]["error"]
+    assert err is not None and err["type"] == "NotSupportedYet", err
+    assert len(err["message"]) < 200 and "redistribute(x, placements, device_mesh=" in err["message"], err
+
+
 def test_docs_page_runs():
     import doctest
     result = doctest.testfile(os.path.join(HERE, "..", "docs", "torch.md"), module_relative=False,

@@ -231,6 +231,9 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
         except VerishardError as e:
             return None, [(INVALID, f"{name}: {e}")]
         _, d, problems = _types(planning_mesh(dst_mesh), dst_spec, dst_spec)
+    if problems and all(k == UNSUPPORTED for k, _ in problems):  # a layout only boxes describe (DTensor's nested chunks)
+        return None, [(UNSUPPORTED, f"{name}: uneven nested shards are not in transfer() yet; move it alone with "
+                                    "redistribute(x, placements, device_mesh=...)")]
     if problems:
         return None, [(k, f"{name}: {t}") for k, t in problems]
     try:
