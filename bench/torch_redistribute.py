@@ -378,7 +378,6 @@ def layouts_sweep(rank: int, args: dict, outdir: str) -> None:
                 local = local if first else torch.zeros_like(local)
             x = DTensor.from_local(local, dm, src, shape=G.shape, stride=G.stride())
             rec = {"mesh": str(dims), "shape": list(shape), "src": str(src), "dst": str(dst), "partial": partial}
-            t = time.perf_counter()
             ref, rec["dtensor_error"] = None, None
             if _strided_uneven(src, shape, dims) or _strided_uneven(dst, shape, dims):
                 # DTensor aborts the process on some of these (gloo: "Received data size doesn't match expected
@@ -390,14 +389,15 @@ def layouts_sweep(rank: int, args: dict, outdir: str) -> None:
                     ref = x.redistribute(dm, dst)
                 except Exception as e:  # noqa: BLE001 - counted in the report
                     rec["dtensor_error"] = f"{type(e).__name__}: {e}"[:200]
-            t1 = time.perf_counter()
             try:
                 plan = plan_for(x, dst)
                 ours = redistribute(x, dst)
                 rec["ours_error"], rec["plan"] = None, type(plan).__name__
             except Exception as e:  # noqa: BLE001
                 ours, rec["ours_error"] = None, f"{type(e).__name__}: {e}"[:300]
-            rec["seconds"] = {"dtensor": t1 - t, "ours": time.perf_counter() - t1}
+            if ours is not None and ref is not None:  # a second call of each, plans cached, started together
+                rec["seconds"] = {"dtensor": _timed(lambda: x.redistribute(dm, dst)),
+                                  "ours": _timed(lambda: redistribute(x, dst))}
             if ours is not None:
                 if any(p.is_partial() for p in dst):
                     rec["ours_vs_oracle"] = bool(torch.equal(ours.full_tensor(), G))
@@ -414,6 +414,14 @@ def layouts_sweep(rank: int, args: dict, outdir: str) -> None:
             dist.barrier()
     with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
         json.dump(out, f)
+
+
+def _timed(fn) -> float:
+    import torch.distributed as dist
+    dist.barrier()
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
 
 
 def _strided_uneven(placements, shape, dims) -> bool:
@@ -466,6 +474,14 @@ def layouts_report(outdir: str, nprocs: int, seconds: float, command: str) -> st
         refusals += [(rs[0]["src"], rs[0]["dst"], rs[0]["ours_error"]) for rs in recs if rs[0]["ours_error"]]
         off += [(rs[0]["src"], rs[0]["dst"]) for rs in recs
                 if any(r.get("dtensor_vs_oracle") is False for r in rs) and not any(r["ours_error"] for r in rs)]
+    lines += ["", "Time per call where both ran (a second call of each, plans cached, started together after a "
+              "barrier; the slowest rank's; tensors of at most 13^3 elements, so this is per-call cost): "
+              "geometric mean of DTensor's time / ours, by the plan ours ran:", ""]
+    for kind, label in (("BoxPlan", "box schedule"), ("Plan", "plan of collectives")):
+        ratios = [max(r["seconds"]["dtensor"] for r in rs) / max(r["seconds"]["ours"] for r in rs)
+                  for rs in zip(*per_rank) if rs[0].get("plan") == kind and "seconds" in rs[0]]
+        lines.append(f"- {label}: {geomean(ratios):.2f}x over {len(ratios)} pairs"
+                     + (f" (worst {min(ratios):.2f}x, best {max(ratios):.2f}x)" if ratios else ""))
     lines += ["", "A pair where DTensor's own result is not the oracle (column *DTensor != oracle*) cannot be "
               "bit-identical to it and is judged against the oracle. *DTensor not run*: a `_StridedShard` on a "
               "dimension its mesh dimensions do not divide, where DTensor.redistribute aborts the process on some "
