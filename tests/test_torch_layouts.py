@@ -190,15 +190,17 @@ def test_crossmesh_box_layouts_match_distribute_tensor(job):
         assert rec["ok"], (r, rec["label"])
 
 
-def test_transfer_of_a_nested_layout_is_refused_briefly(job):
-    """What is still refused: transfer() of a dict holding such a layout.
-    NotSupportedYet on every rank, the same message, under 200 characters,
-    naming the way out (redistribute with device_mesh=)."""
-    recs = [rec for _, rec in _records(job, "transfer_nested")]
-    assert len(recs) == NPROCS and len({str(rec["error"]) for rec in recs}) == 1
-    err = recs[0]["error"]
-    assert err is not None and err["type"] == "NotSupportedYet", err
-    assert len(err["message"]) < 200 and "redistribute(x, placements, device_mesh=" in err["message"], err
+def test_transfer_packs_box_layouts_with_the_others(job):
+    """transfer() of a dict with a nested and a strided uneven layout (box
+    schedules) next to a plain one, in rounds of 64 bytes: every target rank
+    holds distribute_tensor's shard of each, and receives exactly the bytes
+    it lacks (the lower bound, from the layouts)."""
+    recs = list(_records(job, "transfer_boxes"))
+    assert len(recs) == NPROCS
+    for r, rec in recs:
+        assert "error" not in rec, (r, rec.get("traceback"))
+        assert rec["ok"] and rec["received"] == rec["lower_bound"], (r, rec)
+        assert rec["kinds"] == ["BoxPlan", "BoxPlan", "CrossMeshPlan"] and rec["rounds"] > 3, rec
 
 
 def test_docs_page_runs():

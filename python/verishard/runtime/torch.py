@@ -762,23 +762,32 @@ class BoxPlan:
                                                   for (s, n), (t, m) in zip(box, b))) for b in mine)
         return out
 
-    def run(self, local: torch.Tensor, out_shape: tuple[int, ...]) -> torch.Tensor:
-        """This rank's target local tensor (collective over the ranks the schedule names)."""
+    def copy_held(self, local: torch.Tensor, out: torch.Tensor) -> None:
+        """Write into this rank's target tensor ``out`` what its source tensor ``local`` holds already."""
         me = dist.get_rank()
-        out = local.new_empty(out_shape)
         for j, (r, box, at) in enumerate(self.dst):
             if r != me:
                 continue
             origin = _box_origin(box, at)
-            for p in self.pieces[j]:   # what this rank holds already: a local copy
+            for p in self.pieces[j]:
                 if p.src == me:
                     i = next(i for i, (q, b, _) in enumerate(self.src) if q == me and _inside(p.box, b))
                     out[_box_slices(p.box, origin)] = local[_box_slices(p.box, _box_origin(*self.src[i][1:]))]
+
+    def endpoints(self, local: torch.Tensor | None, out: torch.Tensor | None) -> tuple[dict, dict]:
+        """:func:`run_rounds`'s ``sources`` and ``targets`` on this rank, by cut key."""
+        me = dist.get_rank()
         sources = {key: (local, _box_origin(*self.src[key[0]][1:])) for rd in self.rounds for key, a, _, _ in rd
                    if a == me}
         targets = {key: (out, _box_origin(*self.dst[key[1]][1:])) for rd in self.rounds for key, _, b, _ in rd
                    if b == me}
-        run_rounds([list(rd) for rd in self.rounds], sources, targets)
+        return sources, targets
+
+    def run(self, local: torch.Tensor, out_shape: tuple[int, ...]) -> torch.Tensor:
+        """This rank's target local tensor (collective over the ranks the schedule names)."""
+        out = local.new_empty(out_shape)
+        self.copy_held(local, out)
+        run_rounds([list(rd) for rd in self.rounds], *self.endpoints(local, out))
         return out
 
 
