@@ -203,6 +203,16 @@ def test_transfer_packs_box_layouts_with_the_others(job):
         assert rec["kinds"] == ["BoxPlan", "BoxPlan", "CrossMeshPlan"] and rec["rounds"] > 3, rec
 
 
+def test_enable_routes_nested_layouts(job):
+    """Under ``verishard.torch.enabled()``, DTensor's own redistribute to a
+    nested uneven layout runs the box schedule (routed, no fallback) and
+    gives DTensor's own local shard."""
+    recs = list(_records(job, "enabled"))
+    assert len(recs) == NPROCS
+    for r, rec in recs:
+        assert rec["same"] and rec["info"]["routed"] == 1 and rec["info"]["fallbacks"] == 0, (r, rec)
+
+
 def test_docs_page_runs():
     import doctest
     result = doctest.testfile(os.path.join(HERE, "..", "docs", "torch.md"), module_relative=False,

@@ -153,6 +153,15 @@ def worker(rank: int, port: int, outdir: str) -> None:
             rec["error"] = error_record(e)
             rec["traceback"] = traceback.format_exc()
         job.add(**rec)
+        # DTensor's own redistributions under enable(): nested layouts routed through the box schedule
+        from verishard.torch import enabled, routing_info
+        G = global_tensor((5, 3, 7), torch.float64, seed=90)
+        x = distribute_tensor(G, dm, (S(2), R()), src_data_rank=None)
+        ref = x.redistribute(dm, (S(0), S(0))).to_local()
+        routing_info(reset=True)
+        with enabled():
+            got = x.redistribute(dm, (S(0), S(0))).to_local()
+        job.add(case="enabled", same=same(got, ref), info=routing_info(reset=True))
     except BaseException as e:  # noqa: BLE001 - reported to the test through the file
         job.add(case="crash", error=short(e), traceback=traceback.format_exc())
     finally:
