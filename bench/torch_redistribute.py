@@ -350,7 +350,7 @@ def layouts_sweep(rank: int, args: dict, outdir: str) -> None:
     plan kind, and whether its local result is DTensor.redistribute's (bit
     for bit), distribute_tensor's of the global tensor onto the target (the
     oracle; for a Partial target: full_tensor() equals the global tensor),
-    and the time of one call of each."""
+    and, where both ran, the time of a second call of each (plans cached)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -370,8 +370,10 @@ def layouts_sweep(rank: int, args: dict, outdir: str) -> None:
             partial = any(p.is_partial() for p in src + dst)
             dtype = torch.int64 if partial else torch.float32
             g = torch.Generator().manual_seed(k)
-            G = (torch.randint(-1000, 1000, shape, generator=g) if partial else torch.randn(shape, generator=g)).to(dtype)
-            value = distribute_tensor(G, dm, tuple(Replicate() if p.is_partial() else p for p in src), src_data_rank=None)
+            G = (torch.randint(-1000, 1000, shape, generator=g) if partial
+                 else torch.randn(shape, generator=g)).to(dtype)
+            value = distribute_tensor(G, dm, tuple(Replicate() if p.is_partial() else p for p in src),
+                                      src_data_rank=None)
             local = value.to_local()
             if any(p.is_partial() for p in src):
                 first = all(c == 0 for c, p in zip(coords, src) if p.is_partial())

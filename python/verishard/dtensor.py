@@ -318,8 +318,10 @@ def layout_boxes(global_shape: Sequence[int], mesh_sizes: Sequence[int], placeme
     ``Replicate()`` and ``Partial`` mesh dimensions shard nothing.
 
     >>> hs, shapes = layout_boxes((5, 2), (2, 2), [Shard(0), Shard(0)])     # torch.chunk of each chunk
-    >>> [(r, b) for r, b, _ in hs], shapes
-    ([(0, ((0, 2), (0, 2))), (1, ((2, 1), (0, 2))), (2, ((3, 1), (0, 2))), (3, ((4, 1), (0, 2)))], ((2, 2), (1, 2), (1, 2), (1, 2)))
+    >>> [b for r, b, _ in hs]
+    [((0, 2), (0, 2)), ((2, 1), (0, 2)), ((3, 1), (0, 2)), ((4, 1), (0, 2))]
+    >>> [r for r, _, _ in hs], shapes
+    ([0, 1, 2, 3], ((2, 2), (1, 2), (1, 2), (1, 2)))
     """
     ndim = len(global_shape)
     ranks = tuple(range(prod(mesh_sizes))) if ranks is None else tuple(ranks)

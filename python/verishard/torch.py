@@ -106,8 +106,8 @@ from .plan import Plan
 from .plan import plan as _verified_plan
 from .runtime.crossmesh_mpi import DEFAULT_BUDGET
 from .runtime.backend import AxisGroup
-from .runtime.torch import (BoxPlan, TorchBackend, NotSupportedYet, RanksMissing, RedistributionRefused, agree, fingerprint,
-                            mesh_groups, run_chunked, run_plan, world)
+from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, agree,
+                            fingerprint, mesh_groups, run_chunked, run_plan, world)
 
 __all__ = ["redistribute", "transfer", "plan_transfer", "enable", "disable", "enabled", "routing_info",
            "check_entry_point", "EntryPointMoved", "planning_mesh", "plan_for", "cache_info", "cache_clear",

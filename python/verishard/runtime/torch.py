@@ -736,7 +736,8 @@ class BoxPlan:
         from .. import core
         from ..errors import LimitError, PlanError
         from ..limits import MAX_ELEMENTS, MAX_ROUND_CUTS
-        pieces, rounds = core.bplan([h[:2] for h in src], [h[:2] for h in dst], min(max(1, budget_bytes // itemsize), MAX_ELEMENTS))
+        per_round = min(max(1, budget_bytes // itemsize), MAX_ELEMENTS)
+        pieces, rounds = core.bplan([h[:2] for h in src], [h[:2] for h in dst], per_round)
         for (r, box, _), ps in zip(dst, pieces):   # the theorem covers what some rank holds: check that is all
             if sum(_vol(p.box) for p in ps) != _vol(box):
                 raise PlanError(f"the source layout does not hold all of rank {r}'s target box {box}")
