@@ -9,7 +9,9 @@
     box): the part of [T] that [j] holds itself first, then, source by
     source, the part of what is still missing that the source holds; what is
     missing is kept as a list of disjoint boxes, cut by box subtraction
-    ([bsub]). Definitions only; proofs in [Boxesproof.v]. *)
+    ([bsub]). [bplan] and [brounds] do it for every target rank of a
+    layout, staged in rounds. Definitions only; proofs in [Boxesproof.v]
+    and, for the whole world, [Boxesworldproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
 From VS Require Import Crossmesh Rounds.
 Import ListNotations.
