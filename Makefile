@@ -108,6 +108,7 @@ bench: deps all
 	$(PY) bench/checkpoint.py
 	$(PY) bench/butterfly.py
 	$(PY) bench/torch_redistribute.py --overhead-only
+	$(PY) bench/torch_redistribute.py --layouts 300
 	$(PY) bench/weight_sync.py
 
 clean:

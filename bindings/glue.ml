@@ -400,6 +400,46 @@ let xrounds_fn a =
            List.iter (fun (s, l) -> Buffer.add_int buf s; Buffer.add_int buf l) c.cbox) rd) rs);
   finish buf
 
+(* [Boxes.bplan] and [Boxes.brounds]: two layouts as explicit boxes per
+   rank over one world. Input: budget (elements per rank and round); k
+   dimensions; the source layout, then the target layout, each: n; n times:
+   world rank, then per dimension: start, length. Answer: [number of
+   targets; for each target: number of pieces; for each piece: sending
+   rank, then per dimension: start, length]; then [number of rounds; for
+   each round: number of cuts; for each cut: sending rank, receiving rank,
+   target index, then per dimension: start, length]. *)
+let read_layout next k =
+  let n = next () in
+  check_devices [n];
+  list_of (fun () ->
+    let r = next () in
+    let b = list_of (fun () -> let s = next () in let l = next () in
+                      if s > max_elements || l > max_elements then raise (Bad_input "an index past 2^50");
+                      (s, l)) k in
+    check_within max_elements "2^50 elements" (List.map snd b);
+    (r, b)) n
+
+let bplan_fn a =
+  let next = reader a in
+  let budget = next () in
+  if budget > max_elements then raise (Bad_input "a budget of more than 2^50 elements");
+  let k = next () in
+  let srcs = read_layout next k in let tgts = read_layout next k in
+  let buf = Buffer.create () in
+  let put_box b = List.iter (fun (s, l) -> Buffer.add_int buf s; Buffer.add_int buf l) b in
+  let pss = bplan srcs tgts in
+  Buffer.add_int buf (List.length pss);
+  List.iter (fun ps ->
+    Buffer.add_int buf (List.length ps);
+    List.iter (fun q -> Buffer.add_int buf q.psrc; put_box q.pbox) ps) pss;
+  let rs = brounds budget srcs tgts in
+  Buffer.add_int buf (List.length rs);
+  List.iter (fun rd ->
+    Buffer.add_int buf (List.length rd);
+    List.iter (fun c ->
+      Buffer.add_int buf c.csrc; Buffer.add_int buf c.cdst; Buffer.add_int buf c.ctgt; put_box c.cbox) rd) rs;
+  finish buf
+
 (* Plans that may hold an exchange: tag 7 then the target type; tags 0-3
    the four collectives, as [read_coll] reads them. *)
 let read_estep next =
@@ -479,6 +519,7 @@ let () =
   Callback.register "vs_ulower_bound" (guard ulower_bound_fn);
   Callback.register "vs_xplan" (guard xplan_fn);
   Callback.register "vs_xrounds" (guard xrounds_fn);
+  Callback.register "vs_bplan" (guard bplan_fn);
   Callback.register "vs_synthesize" (guard synthesize_fn);
   Callback.register "vs_blocks" (guard blocks_fn);
   Callback.register "vs_permute" (guard permute_fn);

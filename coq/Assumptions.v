@@ -199,3 +199,5 @@ Print Assumptions VS.Pucheckerproof.pucheck_peak.
 Print Assumptions VS.Pucheckerproof.pucheck_lower_bound.
 Print Assumptions VS.Pucheckerproof.puplan_checked_ok.
 Print Assumptions VS.Pucheckerproof.puplan_checked_total.
+From VS Require Import Boxesworldproof.
+Print Assumptions VS.Boxesworldproof.brounds_correct.

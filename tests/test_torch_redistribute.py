@@ -7,9 +7,9 @@ rank: local shard, placements, shard order, device mesh, tensor meta) and with
 placements against the global tensor the local terms reduce to and against
 DTensor's ``full_tensor()``; gradients against DTensor's; the plan cache by
 counting planner calls; bad input against the expected error on every rank.
-Shapes that do not divide: the same comparisons where ours runs, and a
-refusal on every rank exactly where DTensor's shards are not verishard's
-uneven blocks.
+Shapes that do not divide: the same comparisons, every pair running (the
+verified box schedule exactly where DTensor's shards are not verishard's
+uneven blocks).
 """
 
 from __future__ import annotations
@@ -222,10 +222,10 @@ def test_gradients_equal_dtensors(job):
 UNEVEN_MESHES = {"(2,4) x,y": ([5, 7], [7]), "(2,2,2) x,y,z": ([3, 6],)}
 
 
-def test_uneven_sweep_is_bit_identical_to_dtensor_where_accepted(job):
+def test_uneven_sweep_is_bit_identical_to_dtensor(job):
     """Global shapes that do not divide ((5, 7) and (7,) on the (2, 4) mesh,
     every placement pair; (3, 6) on the (2, 2, 2) mesh, 80 sampled pairs):
-    every pair ours runs gives, on every rank, distribute_tensor's shard of
+    every pair runs and gives, on every rank, distribute_tensor's shard of
     the global tensor in the target layout, DTensor.redistribute's
     placements, shard order, mesh and tensor meta, and DTensor.redistribute's
     local shard (shape and bits) wherever that is itself distribute_tensor's.
@@ -234,15 +234,12 @@ def test_uneven_sweep_is_bit_identical_to_dtensor_where_accepted(job):
     Shard(dim=1), Shard(dim=1)) -> (Shard(dim=1), Shard(dim=0), Replicate())
     of arange(18).reshape(3, 6) gets [[4, 5, 0], [10, 11, 0]] instead of
     [[3, 4, 5], [9, 10, 11]]); those pairs are counted and printed."""
-    accepted, refused, dtensor_off = Counter(), Counter(), set()
+    accepted, dtensor_off, boxes = Counter(), set(), Counter()
     for r, rec in records(job, "uneven"):
         assert list(rec["shape"]) in [list(s) for s in UNEVEN_MESHES[rec["mesh"]]], rec["shape"]
         where = f"rank {r}, {rec['mesh']} {rec['shape']} {rec['dtype']}: {rec['src']} -> {rec['dst']}"
-        assert "traceback" not in rec, where + "\n" + rec.get("traceback", "")
+        assert rec["ours_error"] is None, where + "\n" + rec.get("traceback", "")
         assert rec["dtensor_error"] is None, where + ": DTensor refused: " + rec["dtensor_error"]
-        if rec["ours_error"] is not None:
-            refused[r] += 1
-            continue
         assert rec["ours_vs_oracle"] and rec["placements_vs_oracle"] and rec["shape_ok"], where
         assert rec["spec_vs_dtensor"], where + ": placements, shard order, mesh or tensor meta differ"
         if rec["dtensor_vs_oracle"]:
@@ -250,50 +247,37 @@ def test_uneven_sweep_is_bit_identical_to_dtensor_where_accepted(job):
         else:
             dtensor_off.add((rec["mesh"], str(rec["shape"]), rec["src"], rec["dst"]))
         accepted[r] += 1
+        boxes[r] += rec["plan"] == "BoxPlan"
     assert set(accepted) == set(range(NPROCS)) and len(set(accepted.values())) == 1, accepted
-    assert set(refused) == set(range(NPROCS)) and len(set(refused.values())) == 1, refused
     recs = [rec for _, rec in records(job, "uneven", rank=0)]
-    assert accepted[0] + refused[0] == len(recs) == 121 + 25 + 80
-    ok = [rec for rec in recs if rec["ours_error"] is None]
-    # shards of different lengths on the ranks (empty ones too), strided and nested layouts among the accepted
-    assert {tuple(rec["local_shape"]) for _, rec in records(job, "uneven") if rec["ours_error"] is None} >= \
+    assert accepted[0] == len(recs) == 121 + 25 + 80
+    # shards of different lengths on the ranks (empty ones too), strided and nested layouts
+    assert {tuple(rec["local_shape"]) for _, rec in records(job, "uneven")} >= \
         {(3, 7), (2, 7), (5, 2), (5, 1), (1,), (0,)}
-    assert sum("_StridedShard" in rec["src"] + rec["dst"] for rec in ok) >= 5
-    assert sum((rec["src"] + rec["dst"]).count("Shard(dim=0)") >= 2 for rec in ok) >= 20
-    assert accepted[0] >= 140 and len(dtensor_off) <= accepted[0] // 10, (accepted[0], len(dtensor_off))
-    by_mesh = Counter((rec["mesh"], str(rec["shape"]), rec["ours_error"] is None) for rec in recs)
+    assert sum("_StridedShard" in rec["src"] + rec["dst"] for rec in recs) >= 5
+    assert sum((rec["src"] + rec["dst"]).count("Shard(dim=0)") >= 2 for rec in recs) >= 20
+    assert len(dtensor_off) <= accepted[0] // 10, (accepted[0], len(dtensor_off))
     off = sorted(dtensor_off)
-    print(f"\nuneven shapes: {accepted[0]} placement pairs accepted, each equal to distribute_tensor's target "
+    print(f"\nuneven shapes: all {accepted[0]} placement pairs run, each equal to distribute_tensor's target "
           f"shard on all {NPROCS} ranks and bit-identical to DTensor.redistribute on {accepted[0] - len(off)} "
           f"(on {len(off)} DTensor's own result is not distribute_tensor's" + (f", e.g. {off[0][2]} -> {off[0][3]}"
                                                                             if off else "")
-          + f"); {refused[0]} refused (layouts DTensor splits otherwise); "
-          + ", ".join(f"{m} {sh}: {by_mesh[(m, sh, True)]} accepted, {by_mesh[(m, sh, False)]} refused"
-                      for m, sh in sorted({(m, sh) for m, sh, _ in by_mesh})))
+          + f"); {boxes[0]} of them by the box schedule (layouts DTensor splits otherwise than our blocks)")
 
 
-def test_uneven_refusals_are_exactly_the_layouts_that_differ(job):
-    """A pair is refused if and only if DTensor's own shards of the source or
-    the target (distribute_tensor, gathered from every rank) are not
-    verishard's uneven blocks and the placements change (unchanged ones keep
-    the local tensor, as DTensor does); the refusal is NotSupportedYet with
-    the same message on every rank, naming the dimension, its mesh
-    dimensions and both layouts; the next pair runs (nothing hangs)."""
-    messages: dict = {}
+def test_box_schedule_runs_exactly_the_layouts_that_differ(job):
+    """The verified box schedule runs a pair if and only if DTensor's own
+    shards of the source or the target (distribute_tensor, gathered from
+    every rank) are not verishard's uneven blocks and the placements change
+    (unchanged ones keep the local tensor, as DTensor does); the others run
+    the plan of collectives."""
     for r, rec in records(job, "uneven"):
         where = f"rank {r}, {rec['mesh']} {rec['shape']}: {rec['src']} -> {rec['dst']}"
-        err = rec["ours_error"]
-        assert (err is not None) == (not rec["layouts_agree"] and rec["src"] != rec["dst"]), where + f": {err}"
-        if err is None:
-            continue
-        assert err["type"] == "NotSupportedYet" and "NotImplementedError" in err["mro"], where + f": {err}"
-        for part in (" shards by '", "DTensor's ", "are not verishard's blocks of ceil(", "make it divisible by ",
-                     "or Replicate() on '"):
-            assert part in err["message"], (where, part, err["message"])
-        messages.setdefault((rec["mesh"], str(rec["shape"]), rec["src"], rec["dst"]), set()).add(err["message"])
-    assert messages and all(len(m) == 1 for m in messages.values())
-    strided = [k for k in messages if "_StridedShard" in k[2] + k[3]]
-    assert strided and any("DTensor's _StridedShard" in next(iter(messages[k])) for k in strided)
+        differ = not rec["layouts_agree"] and rec["src"] != rec["dst"]
+        assert (rec["plan"] == "BoxPlan") == differ, where + f": {rec['plan']}"
+    assert sum(rec["plan"] == "BoxPlan" for _, rec in records(job, "uneven", rank=0)) >= 50
+    nested = [rec for _, rec in records(job, "uneven-nested")]
+    assert len(nested) == NPROCS and all(rec["ok"] for rec in nested)
 
 
 def test_uneven_gradients_equal_dtensors(job):
@@ -360,9 +344,6 @@ ERRORS = {
                                                 "reductions", "max on mesh dimension 1 ('y')"]),
     "partial-change-reduction": ("NotSupportedYet", ["the source is pending a sum (on mesh dimension 0 ('x')) and "
                                                      "the target a max"]),
-    "uneven-nested": ("NotSupportedYet", [
-        "ranks 0-7: the target: dim 0 of size 6 in 8 shards by 'x','y': DTensor's torch.chunk of each chunk [0:1] "
-        "[1:2] [2:3] [] ... are not verishard's blocks of ceil(6/8)=1; make it divisible by 8 or Replicate() on 'y'"]),
     "one-rank-wrong-length": ("RedistributionRefused", ["\n  rank 5: placements (Shard(dim=0),) has 1 entries"]),
     "ranks-disagree": ("RedistributionRefused", ["the ranks disagree on the plan", "ranks 0-2,4-7:", "rank 3:"]),
     "ranks-disagree-first-use": ("RedistributionRefused", ["the ranks disagree on the plan", "ranks 0-2,4-7:",
@@ -422,18 +403,15 @@ def test_exchange_plans_run_on_torch(job):
 
 def test_partial_placements_on_shapes_that_do_not_divide(job):
     """Partial with a dimension that does not divide (all-reduce, exchange,
-    make-pending: Puexchangeproof.puexec_correct): full_tensor() of the
-    result is the global tensor; a pair is refused only where DTensor's
-    nested torch.chunk shards are not verishard's blocks, on every rank alike."""
-    ran, refused = Counter(), Counter()
+    make-pending: Puexchangeproof.puexec_correct; where DTensor's nested
+    torch.chunk shards are not verishard's blocks: all-reduce, the box
+    schedule, make-pending): full_tensor() of the result is the global
+    tensor, every pair on every rank."""
+    ran = Counter()
     for r, rec in records(job, "partial_uneven"):
         where = f"rank {r}: {rec['src']} -> {rec['dst']}"
-        if rec["error"] is not None:
-            assert "are not verishard's blocks of ceil(" in rec["error"], where + ": " + rec["error"]
-            refused[r] += 1
-            continue
+        assert rec["error"] is None, where + ": " + rec["error"]
         assert rec["ok"], where + ": the result is not the global tensor"
         ran[r] += 1
-    assert set(ran) == set(range(NPROCS)) and len(set(ran.values())) == 1 and ran[0] >= 15, (ran, refused)
-    print(f"\npartial pairs on a 5 x 7 tensor: {ran[0]} ran and equal the global tensor, {refused[0]} refused "
-          f"(DTensor's nested shards are not our blocks)")
+    assert set(ran) == set(range(NPROCS)) and set(ran.values()) == {40}, ran
+    print(f"\npartial pairs on a 5 x 7 tensor: all {ran[0]} ran and equal the global tensor")

@@ -9,9 +9,11 @@
     box): the part of [T] that [j] holds itself first, then, source by
     source, the part of what is still missing that the source holds; what is
     missing is kept as a list of disjoint boxes, cut by box subtraction
-    ([bsub]). Definitions only; proofs in [Boxesproof.v]. *)
+    ([bsub]). [bplan] and [brounds] do it for every target rank of a
+    layout, staged in rounds. Definitions only; proofs in [Boxesproof.v]
+    and, for the whole world, [Boxesworldproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Crossmesh.
+From VS Require Import Crossmesh Rounds.
 Import ListNotations.
 
 (** A layout: (world rank, its box) per holder. *)
@@ -44,14 +46,20 @@ Fixpoint bsub (A B : box) : list box :=
   | _, _ => [A]
   end.
 
+(** Whether a box holds some index: no dimension of length 0. *)
+Definition nonempty (B : box) : bool := forallb (fun iv => 0 <? snd iv) B.
+
 (** Pieces covering the boxes [rem] from the holders [srcs] in order: each
     holder sends the part of the missing boxes it holds, the rest stays
-    missing. *)
+    missing. Empty boxes are dropped as they appear (they hold no index; a
+    subtraction makes up to two per dimension, which would otherwise
+    multiply from holder to holder). *)
 Fixpoint cover (srcs : layout) (rem : list box) : list (nat * box) :=
   match srcs with
   | [] => []
   | (r, B) :: srcs' =>
-      map (fun R => (r, bmeet R B)) rem ++ cover srcs' (flat_map (fun R => bsub R B) rem)
+      filter (fun q => nonempty (snd q)) (map (fun R => (r, bmeet R B)) rem)
+      ++ cover srcs' (filter nonempty (flat_map (fun R => bsub R B) rem))
   end.
 
 (** The holders with rank [j] first (what [j] holds comes from itself). *)
@@ -74,3 +82,15 @@ Fixpoint first_holder (p : list nat) (srcs : layout) : option nat :=
   | [] => None
   | (r, B) :: srcs' => if in_boxb p B then Some r else first_holder p srcs'
   end.
+
+(** The whole world: for every target rank of [tgts] in order, its schedule
+    as [Crossmesh.piece]s (sender and global box; no source cell, the
+    sender's box is [srcs]'). What [verishard.torch] runs for layouts the
+    collectives cannot express. *)
+Definition bplan (srcs tgts : layout) : list (list piece) :=
+  map (fun t => map (fun q => mkpiece (fst q) [] (snd q)) (bsched srcs (fst t) (snd t))) tgts.
+
+(** Its staged form: the pieces from other ranks cut and packed into rounds
+    within [budget] elements per rank ([Rounds.xrounds]). *)
+Definition brounds (budget : nat) (srcs tgts : layout) : list (list cut) :=
+  xrounds budget (map fst tgts) (bplan srcs tgts).

@@ -128,6 +128,34 @@ Qed.
 
 Definition src_dims (n : nat) (srcs : layout) : Prop := forall s, In s srcs -> length (snd s) = n.
 
+(** A box holding an index is not empty, so dropping empty boxes keeps
+    every count of [hits]. *)
+Lemma in_nonempty : forall p B, in_boxb p B = true -> nonempty B = true.
+Proof.
+  induction p as [|x p IH]; destruct B as [|iv B]; simpl; try discriminate; auto.
+  intro H. apply andb_true_iff in H as [Hx H]. unfold insideb in Hx.
+  apply andb_true_iff in Hx as [H1 H2]. apply Nat.leb_le in H1. apply Nat.ltb_lt in H2.
+  rewrite (IH B H), andb_true_r. apply Nat.ltb_lt. lia.
+Qed.
+
+Lemma hits_prune : forall p L, hits p (filter nonempty L) = hits p L.
+Proof.
+  intros p L. induction L as [|R L IH]; simpl; auto.
+  destruct (nonempty R) eqn:E; rewrite ?hits_cons, IH; auto.
+  destruct (in_boxb p R) eqn:Hp; auto. rewrite (in_nonempty _ _ Hp) in E. discriminate.
+Qed.
+
+Lemma hits_prune_pieces : forall p (L : list (nat * box)),
+  hits p (map snd (filter (fun q => nonempty (snd q)) L)) = hits p (map snd L).
+Proof.
+  intros p L. induction L as [|[r R] L IH]; simpl; auto.
+  destruct (nonempty R) eqn:E; simpl; rewrite ?hits_cons, IH; auto.
+  destruct (in_boxb p R) eqn:Hp; auto. rewrite (in_nonempty _ _ Hp) in E. discriminate.
+Qed.
+
+Lemma dims_prune : forall n L, dims n L -> dims n (filter nonempty L).
+Proof. intros n L Hd R HR. apply filter_In in HR as [HR _]. auto. Qed.
+
 (** The pieces hold every index of the missing boxes that some holder
     holds, once per missing box holding it, and nothing else. *)
 Lemma cover_hits : forall srcs rem n p, dims n rem -> src_dims n srcs ->
@@ -136,7 +164,8 @@ Proof.
   induction srcs as [|[r B] srcs IH]; intros rem n p Hd Hs; simpl; auto.
   assert (HB : length B = n) by exact (Hs (r, B) (or_introl eq_refl)).
   assert (Hs' : src_dims n srcs) by (intros s Hin; apply Hs; right; exact Hin).
-  rewrite map_app, hits_app, (hits_meets p r B rem n Hd HB), (IH _ n p (dims_subs B rem n Hd) Hs').
+  rewrite map_app, hits_app, hits_prune_pieces, (hits_meets p r B rem n Hd HB),
+    (IH _ n p (dims_prune _ _ (dims_subs B rem n Hd)) Hs'), hits_prune.
   rewrite (hits_subs p B rem n Hd HB).
   destruct (in_boxb p B), (held_by_any p srcs); simpl; lia.
 Qed.
@@ -151,11 +180,11 @@ Proof.
   assert (HB : length B = n) by exact (Hs (q, B) (or_introl eq_refl)).
   assert (Hs' : src_dims n srcs) by (intros s Hs1; apply Hs; right; exact Hs1).
   apply in_app_or in Hin as [Hin|Hin].
-  - apply in_map_iff in Hin as (R & Heq & HR). injection Heq as <- <-.
+  - apply filter_In in Hin as [Hin _]. apply in_map_iff in Hin as (R & Heq & HR). injection Heq as <- <-.
     rewrite bmeet_in in Hp by (rewrite (Hd R HR); auto).
     apply andb_true_iff in Hp as [HpR HpB]. rewrite HpB. eauto.
-  - destruct (IH _ n p r B' (dims_subs B rem n Hd) Hs' Hin Hp) as ((R' & HR' & HpR') & Hfirst).
-    apply in_flat_map in HR' as (R & HR & HR'').
+  - destruct (IH _ n p r B' (dims_prune _ _ (dims_subs B rem n Hd)) Hs' Hin Hp) as ((R' & HR' & HpR') & Hfirst).
+    apply filter_In in HR' as [HR' _]. apply in_flat_map in HR' as (R & HR & HR'').
     destruct (bsub_in R B R' p) as [HpR HpB]; auto.
     { rewrite (Hd R HR); auto. }
     rewrite HpB. eauto.

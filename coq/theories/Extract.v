@@ -14,6 +14,7 @@ From Coq Require Import Arith Extraction ExtrOcamlBasic ExtrOcamlNatInt.
 From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Validate Synth Search Traffic Pipeline Partial Pchecker Ppipeline Uchecker Upipeline Crossmesh Rounds Exchange Utraffic Puexchange Certify.
 From VS Require Import Minimal.
 From VS Require Import Puchecker.
+From VS Require Import Boxes.
 
 (** [Nat] of the prelude (what [+], [*], ... denote) *)
 Extract Inlined Constant Coq.Init.Nat.add => "(+)".
@@ -66,4 +67,4 @@ Extract Constant List.nth =>
   "let rec go n l d = match l with [] -> d | x :: t -> if n = 0 then x else go (n - 1) t d in go".
 
 Extraction "verishard_core.ml" check synthesize_best plan_problem pplan_problem pcheck lower_bound block_starts permute_table movement ucheck uplan_problem umovement xplan xrounds eplan_problem echeck ueplan_problem uecheck ulower_bound puplan_problem ubound certify_split
-  mplan_problem pucheck puplan_checked.
+  mplan_problem pucheck puplan_checked bplan brounds.

@@ -846,6 +846,60 @@ def xrounds(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks:
     return result
 
 
+Box = tuple[tuple[int, int], ...]
+Layout = Sequence[tuple[int, Box]]
+
+
+def _encode_layout(layout: Layout, k: int) -> list[int]:
+    out = [len(layout)]
+    for rank, box in layout:
+        if len(box) != k:
+            raise ShardingError(f"rank {rank}'s box {tuple(box)} has {len(box)} dimensions, not {k}")
+        out.append(int(rank))
+        for start, length in box:
+            out += [int(start), int(length)]
+    return out
+
+
+def bplan(src: Layout, dst: Layout, budget: int) -> tuple[list[list[Piece]], list[list[Cut]]]:
+    """The verified box schedule between two layouts given as explicit boxes
+    (``(world rank, ((start, length), ...))`` per holder; boxes may be empty
+    or held by several ranks): ``Boxes.bplan``'s pieces for every target of
+    ``dst`` in order (sender and global box; ``cell`` is empty), and
+    ``Boxes.brounds``'s rounds of cuts within ``budget`` elements per rank
+    (theorem ``Boxesworldproof.brounds_correct``: every target gets every
+    held index of its box exactly once, from itself where it holds it, else
+    in one cut from a rank whose box holds it).
+
+    >>> ps, rs = bplan([(0, ((0, 3),)), (1, ((3, 2),))], [(0, ((0, 2),)), (1, ((2, 3),))], 100)
+    >>> [[(p.src, p.box) for p in q] for q in ps]
+    [[(0, ((0, 2),))], [(1, ((3, 2),)), (0, ((2, 1),))]]
+    >>> [[(c.src, c.dst, c.box) for c in rd] for rd in rs]
+    [[(0, 1, ((2, 1),))]]
+    """
+    k = len(dst[0][1]) if dst else len(src[0][1]) if src else 0
+    ints = [int(budget), k] + _encode_layout(src, k) + _encode_layout(dst, k)
+    out = _call(_core.bplan, ints)
+    pos, pieces = 1, []
+    for _ in range(out[0]):
+        n, pos, ps = out[pos], pos + 1, []
+        for _ in range(n):
+            vals = out[pos + 1:pos + 1 + 2 * k]
+            ps.append(Piece(out[pos], (), tuple(zip(vals[0::2], vals[1::2]))))
+            pos += 1 + 2 * k
+        pieces.append(ps)
+    n_rounds, pos, rounds = out[pos], pos + 1, []
+    for _ in range(n_rounds):
+        n, pos, rd = out[pos], pos + 1, []
+        for _ in range(n):
+            a, b, j = out[pos:pos + 3]
+            vals = out[pos + 3:pos + 3 + 2 * k]
+            pos += 3 + 2 * k
+            rd.append(Cut(a, b, j, tuple(zip(vals[0::2], vals[1::2]))))
+        rounds.append(rd)
+    return pieces, rounds
+
+
 __all__ = ["PARTIAL_COLLECTIVES", "REASONS", "CheckOk", "reduction", "check", "Step", "PlanReport", "plan",
            "plan_checked", "eplan", "umovement", "lower_bound", "certify", "mplan", "ulower_bound", "synthesize",
-           "movement", "Piece", "xplan", "Cut", "xrounds"]
+           "movement", "Piece", "xplan", "Cut", "xrounds", "bplan"]

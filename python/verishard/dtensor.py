@@ -63,7 +63,7 @@ from .sharding import REDUCE_OPS, ArrayType
 __all__ = ["all_placements", "placements_to_tuples", "tuples_to_placements", "shard_order_dict", "full_shard_order",
            "partial_of", "from_placements", "to_placements", "from_spec", "to_spec", "device_mesh",
            "fake_process_group", "planning_mesh", "UnsupportedReduction", "UnsupportedLayout", "layout_mismatches",
-           "dtensor_extent", "uneven_text"]
+           "dtensor_extent", "dtensor_indices", "layout_boxes", "uneven_text"]
 
 
 class UnsupportedReduction(ShardingError):
@@ -270,6 +270,69 @@ def dtensor_extent(global_size: int, mesh_sizes: Sequence[int], coords: Sequence
     (length,), (offset,) = _compute_local_shape_and_global_offset(
         (global_size,), [mesh_sizes[i] for i, _ in on_dim], [coords[i] for i, _ in on_dim], [p for _, p in on_dim])
     return int(offset), int(length)
+
+
+def dtensor_indices(global_size: int, mesh_sizes: Sequence[int], coords: Sequence[int],
+                    on_dim: Sequence[tuple[int, Any]]) -> tuple[int, ...]:
+    """The global indices, in local order, of the shard DTensor gives the rank
+    at mesh coordinates ``coords`` along one tensor dimension sharded as
+    ``on_dim`` says (:func:`_on_dim`): DTensor's own split
+    (``Placement._split_tensor``, what ``distribute_tensor`` scatters) of the
+    indices, mesh dimension by mesh dimension.
+
+    >>> dtensor_indices(7, (2, 2), (1, 1), [(0, _StridedShard(0, split_factor=2)), (1, Shard(0))])
+    (6,)
+    >>> dtensor_indices(7, (2, 2), (0, 1), [(0, Shard(0)), (1, _StridedShard(0, split_factor=2))])
+    (1, 3)
+    """
+    idx = torch.arange(global_size)
+    for i, p in on_dim:
+        idx = p._split_tensor(idx, mesh_sizes[i], with_padding=False)[0][coords[i]]
+    return tuple(int(v) for v in idx.tolist())
+
+
+def _runs(indices: Sequence[int]) -> tuple[tuple[int, int, int], ...]:
+    """Maximal runs of consecutive global indices: ``(global start, local start, length)``."""
+    out: list[list[int]] = []
+    for k, g in enumerate(indices):
+        if out and out[-1][0] + out[-1][2] == g:
+            out[-1][2] += 1
+        else:
+            out.append([g, k, 1])
+    return tuple(map(tuple, out))
+
+
+Box = tuple[tuple[int, int], ...]
+
+
+def layout_boxes(global_shape: Sequence[int], mesh_sizes: Sequence[int], placements: Sequence[Any],
+                 shard_order: Any = None, ranks: Sequence[int] | None = None
+                 ) -> tuple[tuple[tuple[int, Box, tuple[int, ...]], ...], tuple[tuple[int, ...], ...]]:
+    """A DTensor layout as explicit boxes, exactly as DTensor lays it out
+    (:func:`dtensor_indices` per dimension): every ``(world rank, global box
+    ((start, length) per dimension), where the box starts in that rank's
+    local tensor)``, and every rank's local shape, ranks in mesh order
+    (``ranks``: their world ranks, default ``0..n-1``). A rank holds one box
+    per combination of runs of consecutive indices along its dimensions (one
+    box, unless ``_StridedShard`` interleaves), none when its shard is empty;
+    ``Replicate()`` and ``Partial`` mesh dimensions shard nothing.
+
+    >>> hs, shapes = layout_boxes((5, 2), (2, 2), [Shard(0), Shard(0)])     # torch.chunk of each chunk
+    >>> [b for r, b, _ in hs]
+    [((0, 2), (0, 2)), ((2, 1), (0, 2)), ((3, 1), (0, 2)), ((4, 1), (0, 2))]
+    >>> [r for r, _, _ in hs], shapes
+    ([0, 1, 2, 3], ((2, 2), (1, 2), (1, 2), (1, 2)))
+    """
+    ndim = len(global_shape)
+    ranks = tuple(range(prod(mesh_sizes))) if ranks is None else tuple(ranks)
+    on = [_on_dim(placements, shard_order, d, ndim) for d in range(ndim)]
+    holdings, shapes = [], []
+    for flat, coords in enumerate(itertools.product(*map(range, mesh_sizes))):
+        per_dim = [_runs(dtensor_indices(g, mesh_sizes, coords, on[d])) for d, g in enumerate(global_shape)]
+        shapes.append(tuple(sum(n for _, _, n in rs) for rs in per_dim))
+        for combo in itertools.product(*per_dim):
+            holdings.append((ranks[flat], tuple((g, n) for g, _, n in combo), tuple(k for _, k, _ in combo)))
+    return tuple(holdings), tuple(shapes)
 
 
 def _show_extents(extents: Sequence[tuple[int, int]], chars: int = 24) -> str:

@@ -46,14 +46,15 @@ What it takes:
   ``DTensor.redistribute`` gives it. Every shard of the source and of the
   target is compared with DTensor's own offsets
   (:func:`verishard.dtensor.layout_mismatches`, in :func:`_types`).
-  Refused, on every rank and before any rank communicates, with
-  :class:`~verishard.runtime.torch.NotSupportedYet` (a
-  ``NotImplementedError``) naming the dimension, its mesh dimensions and
-  both layouts: a dimension several mesh dimensions shard that DTensor
-  splits otherwise (chunk by chunk: 5 over 2 x 2 is 2, 1, 1, 1 for DTensor,
-  2, 2, 1, 0 for us; or interleaved by ``_StridedShard``). Partial
-  placements with an uneven shape are planned as reduce, exchange,
-  make-pending (``Puexchange.v``).
+  Where they differ (a dimension several mesh dimensions shard: chunk by
+  chunk, 5 over 2 x 2 is 2, 1, 1, 1 for DTensor, 2, 2, 1, 0 for us; or
+  interleaved by ``_StridedShard``), both layouts become explicit boxes per
+  rank read off DTensor itself (:func:`verishard.dtensor.layout_boxes`) and
+  the verified box schedule runs point to point (:func:`_box_entry`,
+  ``Boxesworldproof.brounds_correct``; Partial sources reduced first,
+  Partial targets made pending after). Partial placements with an uneven
+  shape whose layouts agree are planned as reduce, exchange, make-pending
+  (``Puexchange.v``).
 
 It is differentiable as ``DTensor.redistribute`` is: the backward
 redistributes the gradient back to the input's placements (DTensor's rule:
@@ -103,8 +104,10 @@ from .errors import VerishardError
 from .mesh import Mesh
 from .plan import Plan
 from .plan import plan as _verified_plan
-from .runtime.torch import (NotSupportedYet, RanksMissing, RedistributionRefused, agree, fingerprint, mesh_groups,
-                            run_chunked, run_plan, world)
+from .runtime.crossmesh_mpi import DEFAULT_BUDGET
+from .runtime.backend import AxisGroup
+from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, agree,
+                            fingerprint, mesh_groups, run_chunked, run_plan, world)
 
 __all__ = ["redistribute", "transfer", "plan_transfer", "enable", "disable", "enabled", "routing_info",
            "check_entry_point", "EntryPointMoved", "planning_mesh", "plan_for", "cache_info", "cache_clear",
@@ -229,6 +232,9 @@ class _Entry:
     fp: int
     record: dict
     agreed: bool = False
+    boxes: BoxPlan | None = None          # the box schedule, where the collectives cannot express the layouts
+    out_shape: tuple[int, ...] = ()       # with boxes: this rank's target local shape
+    pending: tuple = (None, (), ())       # with boxes: the reduction, the source's and the target's pending mesh dims
 
 
 _CACHE: "OrderedDict[Any, _Entry]" = OrderedDict()
@@ -307,15 +313,76 @@ def _make_entry(mesh: Mesh, s: Any, d: Any, src: DTensorSpec, dst: DTensorSpec, 
     return _Entry(p, out_spec, p.src.valid_shape(rank), fp, rec)
 
 
-def plan_for(dtensor: DTensor, placements: Sequence[Placement], *, device_mesh: DeviceMesh | None = None) -> Plan | None:
-    """The verified plan :func:`redistribute` runs for these arguments (None
-    when the local tensor is kept as it is); local, no communication. Raises
+def _holdings(spec: DTensorSpec, mesh_obj: DeviceMesh) -> tuple[tuple, tuple]:
+    """``spec``'s layout on ``mesh_obj`` as explicit boxes of world ranks, and
+    every mesh rank's local shape (:func:`verishard.dtensor.layout_boxes`)."""
+    order = None if spec.use_strided_shard_as_shard_order else spec.shard_order
+    return _conv.layout_boxes(spec.tensor_meta.shape, tuple(mesh_obj.mesh.shape), spec.placements, order,
+                              [int(r) for r in mesh_obj.mesh.flatten().tolist()])
+
+
+def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spec: DTensorSpec,
+               problems: list, what: tuple[str, str] = ("source", "target")) -> tuple[_Entry | None, list]:
+    """Where our types cannot describe a layout (``problems`` from
+    :func:`_types`: DTensor's nested ``torch.chunk`` shards, uneven
+    ``_StridedShard``), the entry of the verified box schedule between the
+    two layouts as DTensor lays them out (:func:`verishard.dtensor.layout_boxes`;
+    ``Boxesworldproof.brounds_correct``), run point to point. A Partial
+    source is reduced first (all-reduce over its pending mesh dimensions), a
+    Partial target made pending after, as the plans of collectives do
+    (the rank with index 0 in the pending group keeps the value); the
+    callers refuse the reductions our types cannot hold
+    (:func:`_partial_problems`) before."""
+    if any(k != UNSUPPORTED for k, _ in problems):
+        return None, problems
+    pending = [tuple(i for i, p in enumerate(spec.placements) if p.is_partial()) for spec in (src, dst)]
+    op = next((p.reduce_op for spec in (src, dst) for p in spec.placements if p.is_partial()), None)
+    try:
+        s, s_shapes = _holdings(src, mesh_obj)
+        d, d_shapes = _holdings(dst, mesh_obj)
+        boxes = BoxPlan.build(s, d, src.tensor_meta.dtype.itemsize, DEFAULT_BUDGET)
+    except VerishardError as err:
+        return None, [(INVALID, str(err))]
+    _STATS["plans"] += 1
+    me = [int(r) for r in mesh_obj.mesh.flatten().tolist()].index(dist.get_rank())
+    dtype, extra = _extra(src, dst)
+    fp = fingerprint(None, f"boxes|{planning_mesh(mesh_obj)}|{extra}")
+    rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{_desc(src)} -> {_desc(dst)} as boxes, {dtype}",
+           "dtype": dtype, "dtype_name": dtype}
+    return _Entry(None, out_spec, s_shapes[me], fp, rec, boxes=boxes, out_shape=d_shapes[me],
+                  pending=(op, *pending)), []
+
+
+def _move_local(entry: _Entry, local: torch.Tensor, mesh_obj: DeviceMesh) -> torch.Tensor:
+    """Move this rank's local tensor by the entry (collective over the mesh)."""
+    if entry.boxes is not None:
+        op, before, after = entry.pending
+        if before or after:
+            mesh, backend = planning_mesh(mesh_obj), TorchBackend(mesh_groups(mesh_obj))
+        if before:
+            local = backend.all_reduce(local, AxisGroup.of(mesh, before), op)
+        out = entry.boxes.run(local, entry.out_shape)
+        return backend.to_partial(out, AxisGroup.of(mesh, after), op) if after else out
+    if entry.plan is None:
+        return local
+    groups = mesh_groups(mesh_obj)
+    if entry.plan.src.uneven or entry.plan.dst.uneven:  # DTensor's torch.chunk shards: pad, run, keep the valid part
+        return run_chunked(entry.plan, local, groups)
+    return run_plan(entry.plan, local, groups)
+
+
+def plan_for(dtensor: DTensor, placements: Sequence[Placement], *,
+             device_mesh: DeviceMesh | None = None) -> Plan | BoxPlan | None:
+    """The verified plan :func:`redistribute` runs for these arguments (a
+    :class:`~verishard.runtime.torch.BoxPlan` where the collectives cannot
+    express the layouts; None when the local tensor is kept as it is);
+    local, no communication. Raises
     :class:`~verishard.runtime.torch.RedistributionRefused` naming the problem."""
     _require_initialized()
     key, entry, problems = _forward_entry(dtensor, device_mesh, placements)
     if problems:
         raise _local_error(problems)
-    return entry.plan
+    return entry.boxes if entry.boxes is not None else entry.plan
 
 
 # ---------------------------------------------------------------------------
@@ -392,7 +459,10 @@ def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Ent
         return key, None, problems
     s, d, problems = _types(mesh, src, dst)
     if problems:
-        return key, None, problems
+        e, problems = _box_entry(mesh_obj, src, dst, dst, problems)
+        if e is not None:
+            _store(key, e)
+        return key, e, problems
     try:
         e = _make_entry(mesh, s, d, src, dst, dst, mesh_groups(mesh_obj).rank)
     except VerishardError as err:
@@ -435,7 +505,10 @@ def _backward_entry(grad: Any, prev: DTensorSpec) -> tuple[Any, _Entry | None, l
     mesh = planning_mesh(mesh_obj)
     s, d, problems = _types(mesh, cur, target, what)
     if problems:
-        return key, None, problems
+        e, problems = _box_entry(mesh_obj, cur, target, out_spec, problems, what)
+        if e is not None:
+            _store(key, e)
+        return key, e, problems
     try:
         e = _make_entry(mesh, s, d, cur, target, out_spec, mesh_groups(mesh_obj).rank)
     except VerishardError as err:
@@ -496,12 +569,7 @@ def _run(x: Any, entry: _Entry | None, problems: list, policy: tuple) -> torch.T
         entry = None
     _agree_on(entry, problems, policy)
     assert entry is not None
-    if entry.plan is None:
-        return local
-    groups = mesh_groups(entry.target_spec.mesh)
-    if entry.plan.src.uneven or entry.plan.dst.uneven:  # DTensor's torch.chunk shards: pad, run, keep the valid part
-        return run_chunked(entry.plan, local, groups)
-    return run_plan(entry.plan, local, groups)
+    return _move_local(entry, local, entry.target_spec.mesh)
 
 
 # ---------------------------------------------------------------------------
@@ -526,7 +594,7 @@ class _Redistribute(torch.autograd.Function):
         _, entry, problems = _forward_entry(x, device_mesh, placements)
         out = _run(x, entry, problems, policy)
         ctx.src_spec, ctx.policy, ctx.dtype = x._spec, policy, x._local_tensor.dtype
-        if entry.plan is None:  # DTensor's short cut: the input's own spec
+        if entry.plan is None and entry.boxes is None:  # DTensor's short cut: the input's own spec
             return DTensor(out, x._spec, requires_grad=x.requires_grad)
         spec = _with_mesh(entry.target_spec, x.device_mesh if device_mesh is None else device_mesh)
         return DTensor(out, spec, requires_grad=x.requires_grad)
@@ -608,10 +676,9 @@ def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] |
     (placements of the wrong length, a dimension out of range, another
     DeviceMesh, mixed Partial reductions, ranks that disagree) and
     :class:`~verishard.runtime.torch.NotSupportedYet` for ``Partial("avg")``
-    and DTensor's other reductions, a change of the pending reduction, a
-    shape that does not divide where DTensor's shards are not verishard's
-    uneven blocks (module docstring). A DeviceMesh that does not span the default process group is
-    refused on each rank without communicating.
+    and DTensor's other reductions and a change of the pending reduction
+    (module docstring). A DeviceMesh that does not span the default process
+    group is refused on each rank without communicating.
     """
     _require_initialized()
     placements, device_mesh = _arguments(args, placements, device_mesh)
@@ -788,12 +855,7 @@ def _route(original: Any, local: torch.Tensor, cur: DTensorSpec, target: DTensor
         return _fallback(original, "local shape", args, kwargs)
     _agree_on(entry, [], ("first", None))
     _ROUTE_STATS["routed"] += 1
-    if entry.plan is None:
-        return local
-    groups = mesh_groups(cur.mesh)
-    if entry.plan.src.uneven or entry.plan.dst.uneven:
-        return run_chunked(entry.plan, local, groups)
-    return run_plan(entry.plan, local, groups)
+    return _move_local(entry, local, cur.mesh)
 
 
 def _spec_entry(cur: DTensorSpec, target: DTensorSpec) -> tuple[_Entry | None, list]:
@@ -805,7 +867,7 @@ def _spec_entry(cur: DTensorSpec, target: DTensorSpec) -> tuple[_Entry | None, l
         return None, problems
     s, d, problems = _types(mesh, cur, target)
     if problems:
-        return None, problems
+        return _box_entry(mesh_obj, cur, target, target, problems)
     try:
         return _make_entry(mesh, s, d, cur, target, target, mesh_groups(mesh_obj).rank), []
     except VerishardError as err:

@@ -27,7 +27,14 @@ the world, sub-meshes included: every rank of the world holds the DTensor
 object, those outside its mesh with DTensor's empty local tensor) or plain
 tensors replicated on the world ranks ``src_ranks`` (ranks outside pass any
 tensor of that shape and dtype, e.g. on the ``meta`` device). Targets are a
-DeviceMesh and placements per name.
+DeviceMesh and placements per name. A layout our types cannot describe (a
+dimension split unevenly by several mesh dimensions: DTensor's nested
+``torch.chunk``, uneven ``_StridedShard``), on either side, moves as explicit
+boxes of world ranks by the verified box schedule
+(:class:`~verishard.runtime.torch.BoxPlan`, ``Boxesworldproof.brounds_correct``:
+every target rank gets each element of its box once, from a rank holding
+it, receiving exactly what it does not hold), whose rounds are packed with
+the others.
 
 Importing this module imports torch; see ``docs/torch.md``.
 """
@@ -47,10 +54,11 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
 from . import dtensor as _conv
 from .crossmesh import CrossMeshPlan, crossmesh_plan
+from .crossmesh import _ranks as _check_ranks
 from .errors import VerishardError
 from .mesh import Mesh
 from .runtime.crossmesh_mpi import rounds as _verified_rounds
-from .runtime.torch import NotSupportedYet, RedistributionRefused, _device_of, agree, run_rounds
+from .runtime.torch import BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree, run_rounds
 
 __all__ = ["transfer", "plan_transfer", "TransferSchedule", "pack", "DEFAULT_BUDGET"]
 
@@ -64,12 +72,14 @@ class _Move:
     front end needs around it."""
 
     name: str
-    plan: CrossMeshPlan
+    plan: CrossMeshPlan | BoxPlan   # a BoxPlan where our types cannot describe a layout (DTensor's nested chunks)
     dtype: torch.dtype
     meta: TensorMeta
     dst_mesh: DeviceMesh
     dst_placements: tuple
     local: torch.Tensor | None     # this rank's source block (None: not a source)
+    ranks: tuple[int, ...] = ()    # both sides' world ranks
+    out_shape: tuple[int, ...] | None = None   # with a BoxPlan: this rank's target local shape (None: not a target)
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,8 @@ class TransferSchedule:
 
     def _bytes(self, rank: int, side: int) -> int:
         size = {m.name: m.dtype.itemsize for m in self.moves}
-        return sum(size[c[0]] * _volume(c[3]) for rd in self.rounds for c in rd if c[side] == rank and c[1] != c[2])
+        return sum(size[_name(c[0])] * _volume(c[3]) for rd in self.rounds for c in rd
+                   if c[side] == rank and c[1] != c[2])
 
     def sent(self, rank: int) -> int:
         """Bytes world rank ``rank`` sends."""
@@ -100,6 +111,9 @@ class TransferSchedule:
         already hold (``CrossMeshPlan.lower_bound``, from the types)."""
         out = 0
         for m in self.moves:
+            if isinstance(m.plan, BoxPlan):
+                out += m.plan.lower_bound(rank) * m.dtype.itemsize
+                continue
             j = m.plan.dst_index(rank)
             if j is not None:
                 out += m.plan.lower_bound(j) * m.dtype.itemsize
@@ -109,6 +123,9 @@ class TransferSchedule:
         """Bytes of its target blocks."""
         out = 0
         for m in self.moves:
+            if isinstance(m.plan, BoxPlan):
+                out += sum(_volume(box) for r, box, _ in m.plan.dst if r == rank) * m.dtype.itemsize
+                continue
             j = m.plan.dst_index(rank)
             if j is not None:
                 out += _volume(tuple((0, n) for n in m.plan.dst.valid_shape(j))) * m.dtype.itemsize
@@ -117,19 +134,26 @@ class TransferSchedule:
     def round_loads(self, rank: int) -> list[tuple[int, int]]:
         """(bytes sent, bytes received) by ``rank`` in each round."""
         size = {m.name: m.dtype.itemsize for m in self.moves}
-        return [(sum(size[c[0]] * _volume(c[3]) for c in rd if c[1] == rank and c[2] != rank),
-                 sum(size[c[0]] * _volume(c[3]) for c in rd if c[2] == rank and c[1] != rank)) for rd in self.rounds]
+        return [(sum(size[_name(c[0])] * _volume(c[3]) for c in rd if c[1] == rank and c[2] != rank),
+                 sum(size[_name(c[0])] * _volume(c[3]) for c in rd if c[2] == rank and c[1] != rank))
+                for rd in self.rounds]
 
     def ranks(self) -> tuple[int, ...]:
         """Every world rank on either side."""
-        return tuple(sorted({r for m in self.moves for r in m.plan.src_ranks + m.plan.dst_ranks}))
+        return tuple(sorted({r for m in self.moves for r in m.ranks}))
 
     def fingerprint(self) -> int:
         import hashlib
-        obj = [[m.name, str(m.plan.src), str(m.plan.src.mesh), list(m.plan.src_ranks), str(m.plan.dst),
+        obj = [[m.name, str(m.plan.src), str(m.plan.dst), str(m.dtype)] if isinstance(m.plan, BoxPlan) else
+               [m.name, str(m.plan.src), str(m.plan.src.mesh), list(m.plan.src_ranks), str(m.plan.dst),
                 str(m.plan.dst.mesh), list(m.plan.dst_ranks), str(m.dtype)] for m in self.moves]
         text = json.dumps([obj, self.budget_bytes])
         return int(hashlib.sha256(text.encode()).hexdigest()[:15], 16) or 1
+
+
+def _name(key: Any) -> str:
+    """The tensor a packed cut belongs to: its key, or the key's first part (a box schedule's cuts)."""
+    return key if isinstance(key, str) else key[0]
 
 
 def _volume(box) -> int:
@@ -142,8 +166,9 @@ def _volume(box) -> int:
 def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tuple]]]]],
          budget_bytes: int) -> list[list[tuple[str, int, int, tuple]]]:
     """Pack the verified rounds of several tensors (``(name, itemsize,
-    rounds)``, each round a list of ``(sender, receiver, target, box)``) first
-    fit into shared rounds in which every rank sends at most
+    rounds)``, each round a list of ``(sender, receiver, target, box)``; a
+    box schedule's cuts carry their key, a tuple, as the target and keep
+    it: ``(name, key)``) first fit into shared rounds in which every rank sends at most
     ``budget_bytes`` and receives at most ``budget_bytes``; a tensor's round
     above the budget (one slice larger than it, as ``Rounds.xrounds`` allows)
     gets a round of its own. Rounds keep their cuts' order.
@@ -165,7 +190,7 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
                     nbytes = _volume(box) * itemsize
                     send[a] = send.get(a, 0) + nbytes
                     recv[b] = recv.get(b, 0) + nbytes
-            cuts = [(name, a, b, box) for a, b, _, box in rd]
+            cuts = [(name if isinstance(t, int) else (name, t), a, b, box) for a, b, t, box in rd]
             for k, (s, r) in enumerate(loads):
                 if all(s.get(a, 0) + v <= budget_bytes for a, v in send.items()) and \
                         all(r.get(b, 0) + v <= budget_bytes for b, v in recv.items()):
@@ -194,7 +219,7 @@ def _ranks_of(mesh: DeviceMesh) -> tuple[int, ...]:
 
 
 def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world: int,
-          me: int) -> tuple[_Move | None, list]:
+          me: int, budget_bytes: int) -> tuple[_Move | None, list]:
     """The move of one tensor, or its problems (local, no communication)."""
     from .torch import _normalise, _types, planning_mesh
     if not (isinstance(target, (tuple, list)) and len(target) == 2 and isinstance(target[0], DeviceMesh)):
@@ -231,6 +256,8 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
         except VerishardError as e:
             return None, [(INVALID, f"{name}: {e}")]
         _, d, problems = _types(planning_mesh(dst_mesh), dst_spec, dst_spec)
+    if problems and all(k == UNSUPPORTED for k, _ in problems):
+        return _box_move(name, x, r1, meta, dst_spec, local, world, me, budget_bytes)
     if problems:
         return None, [(k, f"{name}: {t}") for k, t in problems]
     try:
@@ -242,7 +269,34 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
         if tuple(local.shape) != tuple(want):
             return None, [(INVALID, f"{name}: rank {me}'s source block has shape {tuple(local.shape)}, its layout "
                                     f"gives {tuple(want)}")]
-    return _Move(name, plan, meta.dtype, meta, dst_mesh, pl, local), []
+    return _Move(name, plan, meta.dtype, meta, dst_mesh, pl, local, plan.src_ranks + plan.dst_ranks), []
+
+
+def _box_move(name: str, x: Any, r1: tuple[int, ...], meta: TensorMeta, dst_spec: DTensorSpec, local: Any,
+              world: int, me: int, budget_bytes: int) -> tuple[_Move | None, list]:
+    """The move of a layout our types cannot describe (DTensor's nested
+    uneven chunks, on either side) as explicit boxes of world ranks, by the
+    verified box schedule (``Boxesworldproof.brounds_correct``); a plain
+    tensor source is the whole box on every rank of ``r1``."""
+    from .torch import _holdings
+    dst_mesh = dst_spec.mesh
+    r2 = _ranks_of(dst_mesh)
+    try:
+        r1 = _check_ranks(r1, 0, len(r1), "source", world)
+        if isinstance(x, DTensor):
+            src, src_shapes = _holdings(x._spec, x.device_mesh)
+        else:
+            whole = tuple((0, n) for n in meta.shape)
+            src, src_shapes = tuple((r, whole, (0,) * len(whole)) for r in r1), (tuple(meta.shape),) * len(r1)
+        dst, dst_shapes = _holdings(dst_spec, dst_mesh)
+        plan = BoxPlan.build(src, dst, meta.dtype.itemsize, budget_bytes)
+    except VerishardError as e:
+        return None, [(INVALID, f"{name}: {e}")]
+    if local is not None and tuple(local.shape) != src_shapes[r1.index(me)]:
+        return None, [(INVALID, f"{name}: rank {me}'s source block has shape {tuple(local.shape)}, its layout "
+                                f"gives {src_shapes[r1.index(me)]}")]
+    return _Move(name, plan, meta.dtype, meta, dst_mesh, tuple(dst_spec.placements), local, r1 + r2,
+                 dst_shapes[r2.index(me)] if me in r2 else None), []
 
 
 class _Shape:
@@ -281,14 +335,15 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any) -> tupl
     world, me = dist.get_world_size(), dist.get_rank()
     moves, problems = [], []
     for name in sorted(targets, key=str):
-        m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me)
+        m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me, budget_bytes)
         problems += p
         if m is not None:
             moves.append(m)
     if problems:
         return None, problems
-    per_tensor = [(m.name, m.dtype.itemsize, _verified_rounds(m.plan, m.dtype.itemsize, budget_bytes))
-                  for m in moves]
+    per_tensor = [(m.name, m.dtype.itemsize,
+                   [[(a, b, key, box) for key, a, b, box in rd] for rd in m.plan.rounds] if isinstance(m.plan, BoxPlan)
+                   else _verified_rounds(m.plan, m.dtype.itemsize, budget_bytes)) for m in moves]
     return TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in pack(per_tensor, budget_bytes)),
                             budget_bytes), []
 
@@ -351,6 +406,19 @@ def run_schedule(sched: TransferSchedule) -> dict[str, DTensor]:
     me = dist.get_rank()
     sources, targets, out = {}, {}, {}
     for m in sched.moves:
+        if isinstance(m.plan, BoxPlan):
+            block = None
+            if m.out_shape is not None:
+                device = m.local.device if m.local is not None else _device_of(m.dst_mesh)
+                block = torch.empty(m.out_shape, dtype=m.dtype, device=device)
+                if m.local is not None:
+                    m.plan.copy_held(m.local, block)
+                out[m.name] = DTensor(block, DTensorSpec(m.dst_mesh, m.dst_placements, tensor_meta=m.meta),
+                                      requires_grad=False)
+            held, wanted = m.plan.endpoints(m.local, block)
+            sources.update({(m.name, k): v for k, v in held.items()})
+            targets.update({(m.name, k): v for k, v in wanted.items()})
+            continue
         i, j = m.plan.src_index(me), m.plan.dst_index(me)
         if i is not None:
             sources[m.name] = (m.local, m.plan.src.block_starts(i))

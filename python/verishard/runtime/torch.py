@@ -701,3 +701,99 @@ def run_rounds(rounds: list[list[tuple[Any, int, int, tuple]]], sources: dict[An
         for out, where, buf in landed:
             out[where] = buf
         del ops, landed
+
+
+# ---------------------------------------------------------------------------
+# layouts as explicit boxes: the verified box schedule, point to point
+
+
+def _box_origin(box, local) -> tuple[int, ...]:
+    """The global index of local position 0 of a holding (its box, where the box starts locally)."""
+    return tuple(g - k for (g, _), k in zip(box, local))
+
+
+def _inside(small, big) -> bool:
+    return all(b <= s and s + n <= b + m for (s, n), (b, m) in zip(small, big))
+
+
+@dataclass(frozen=True)
+class BoxPlan:
+    """A redistribution between two layouts given as explicit boxes
+    (:func:`verishard.dtensor.layout_boxes`: ``(world rank, global box,
+    local start)`` per holding), planned by the verified core
+    (``core.bplan``: ``Boxes.bplan`` and ``Boxes.brounds``, theorem
+    ``Boxesworldproof.brounds_correct``). ``pieces[j]`` are target holding
+    ``j``'s pieces, ``rounds`` the cuts other ranks send, within the budget.
+    :meth:`run` moves a rank's local tensor with :func:`run_rounds`."""
+
+    src: tuple
+    dst: tuple
+    pieces: tuple
+    rounds: tuple           # per round: (key, sender, receiver, global box), key = (source holding, target holding)
+
+    @classmethod
+    def build(cls, src: tuple, dst: tuple, itemsize: int, budget_bytes: int) -> "BoxPlan":
+        from .. import core
+        from ..errors import LimitError, PlanError
+        from ..limits import MAX_ELEMENTS, MAX_ROUND_CUTS
+        per_round = min(max(1, budget_bytes // itemsize), MAX_ELEMENTS)
+        pieces, rounds = core.bplan([h[:2] for h in src], [h[:2] for h in dst], per_round)
+        for (r, box, _), ps in zip(dst, pieces):   # the theorem covers what some rank holds: check that is all
+            if sum(_vol(p.box) for p in ps) != _vol(box):
+                raise PlanError(f"the source layout does not hold all of rank {r}'s target box {box}")
+        if sum(map(len, rounds)) > MAX_ROUND_CUTS:
+            raise LimitError(f"the box schedule has more than {MAX_ROUND_CUTS} cuts (verishard.limits.MAX_ROUND_CUTS)")
+        keyed = tuple(tuple(((next(i for i, (r, b, _) in enumerate(src) if r == c.src and _inside(c.box, b)),
+                              c.target), c.src, c.dst, c.box) for c in rd) for rd in rounds)
+        return cls(src, dst, tuple(map(tuple, pieces)), keyed)
+
+    def received(self, rank: int) -> int:
+        """Elements world rank ``rank`` receives from other ranks."""
+        return sum(_vol(box) for rd in self.rounds for _, a, b, box in rd if b == rank and a != rank)
+
+    def lower_bound(self, rank: int) -> int:
+        """Elements of its target boxes that none of its source boxes holds
+        (from the layouts, independently of the schedule; holdings of one
+        layout are disjoint, as DTensor's are)."""
+        mine = [b for r, b, _ in self.src if r == rank]
+        out = 0
+        for r, box, _ in self.dst:
+            if r == rank:
+                out += _vol(box) - sum(_vol(tuple((max(s, t), max(0, min(s + n, t + m) - max(s, t)))
+                                                  for (s, n), (t, m) in zip(box, b))) for b in mine)
+        return out
+
+    def copy_held(self, local: torch.Tensor, out: torch.Tensor) -> None:
+        """Write into this rank's target tensor ``out`` what its source tensor ``local`` holds already."""
+        me = dist.get_rank()
+        for j, (r, box, at) in enumerate(self.dst):
+            if r != me:
+                continue
+            origin = _box_origin(box, at)
+            for p in self.pieces[j]:
+                if p.src == me:
+                    i = next(i for i, (q, b, _) in enumerate(self.src) if q == me and _inside(p.box, b))
+                    out[_box_slices(p.box, origin)] = local[_box_slices(p.box, _box_origin(*self.src[i][1:]))]
+
+    def endpoints(self, local: torch.Tensor | None, out: torch.Tensor | None) -> tuple[dict, dict]:
+        """:func:`run_rounds`'s ``sources`` and ``targets`` on this rank, by cut key."""
+        me = dist.get_rank()
+        sources = {key: (local, _box_origin(*self.src[key[0]][1:])) for rd in self.rounds for key, a, _, _ in rd
+                   if a == me}
+        targets = {key: (out, _box_origin(*self.dst[key[1]][1:])) for rd in self.rounds for key, _, b, _ in rd
+                   if b == me}
+        return sources, targets
+
+    def run(self, local: torch.Tensor, out_shape: tuple[int, ...]) -> torch.Tensor:
+        """This rank's target local tensor (collective over the ranks the schedule names)."""
+        out = local.new_empty(out_shape)
+        self.copy_held(local, out)
+        run_rounds([list(rd) for rd in self.rounds], *self.endpoints(local, out))
+        return out
+
+
+def _vol(box) -> int:
+    n = 1
+    for _, length in box:
+        n *= length
+    return n
