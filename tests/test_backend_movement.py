@@ -17,6 +17,7 @@ DeviceMesh, every rank's result compared here.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -85,3 +86,29 @@ def test_the_cases_cover_every_kind():
     assert kinds >= set(mvc.KINDS) | set(mvc.UNEVEN_KINDS) | {"AllReduce", "ReduceScatter", "ToPartial"}
     assert any(p.src.uneven or p.dst.uneven for _, p in JAX_CASES)
     assert {p.reduce for _, p in JAX_CASES if p.src.partial or p.dst.partial} == {"sum", "max", "min"}
+
+
+def test_torch_backend_moves_data_as_the_verified_movement(tmp_path):
+    pytest.importorskip("torch")
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    import subprocess
+
+    import torch_movement_job as job
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "torch_movement_job.py"), str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    tail = (proc.stdout + proc.stderr)[-4000:]
+    assert proc.returncode == 0, tail
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(job.NPROCS)]
+    assert not [rec["error"] for rec in ranks if rec["error"]], tail
+    cases = job.cases()
+    assert {k for k, _ in cases} >= set(mvc.KINDS) | set(mvc.UNEVEN_KINDS) | {"AllReduce", "ReduceScatter",
+                                                                               "ToPartial"}
+    assert all(len(rec["results"]) == len(cases) for rec in ranks)
+    bad = []
+    for i, (_, plan) in enumerate(cases):
+        ys = [np.array(rec["results"][i], dtype=np.int64) for rec in ranks]
+        bad += mvc.mismatches(plan, mvc.inputs(plan), ys)
+    assert not bad, bad[:2]
