@@ -6,7 +6,8 @@ device, as tests/test_runtime.py and tests/mpi_job.py check the simulator
 and MPI.
 
 JAX, on 8 CPU devices, through both entry points: the plan's own jitted
-``shard_map`` (``runtime.jax.compile_plan``; not for a pending max or min,
+``shard_map`` (``runtime.jax.compile_plan``, and for plain even steps
+``runtime.chunked_jax`` in two pieces; not for a pending max or min,
 which no ``PartitionSpec`` spells) with every device's source buffer set
 separately (``jax.make_array_from_single_device_arrays``: replicas differ,
 so a read from the wrong replica shows), and ``verishard.jax.reshard_local``
@@ -33,15 +34,20 @@ JAX_CASES = (mvc.even_cases("x=2,y=2,z=2", (4, 2, 4), 3) + mvc.even_cases("x=4,y
              + mvc.uneven_cases("x=2,y=3", (5, 4), 3) + mvc.partial_cases())
 
 
-def jax_compiled(plan, xs: list[np.ndarray]) -> list[np.ndarray]:
-    """Run ``plan`` by ``runtime.jax.compile_plan``, device ``r`` of its mesh
-    holding ``xs[r]``; every device's result."""
+def jax_compiled(plan, xs: list[np.ndarray], chunks: int | None = None) -> list[np.ndarray]:
+    """Run ``plan`` by ``runtime.jax.compile_plan`` (with ``chunks``: by
+    ``runtime.chunked_jax.compile_chunked`` in that many pieces), device
+    ``r`` of its mesh holding ``xs[r]``; every device's result."""
     import jax
     from jax.sharding import NamedSharding
 
     from verishard.jax_sharding import to_partition_spec
+    from verishard.runtime.chunked_jax import compile_chunked
     from verishard.runtime.jax import compile_plan, padded_global_shape
-    fn, jm = compile_plan(plan)
+    if chunks is None:
+        fn, jm = compile_plan(plan)
+    else:
+        fn, jm, _ = compile_chunked(plan, xs[0].itemsize, chunks=chunks, donate=False)
     devices = list(jm.devices.flat)       # plan rank r is the r-th device of the mesh, row-major
     sharding = NamedSharding(jm, to_partition_spec(plan.src, parts=True))
     x = jax.make_array_from_single_device_arrays(padded_global_shape(plan.src), sharding,
@@ -78,6 +84,8 @@ def test_jax_backend_moves_data_as_the_verified_movement(kind, plan):
     bad = mvc.mismatches(plan, xs, jax_local(plan, xs))
     if plan.reduce == "sum" or not (plan.src.partial or plan.dst.partial):
         bad += mvc.mismatches(plan, xs, jax_compiled(plan, xs))
+    if not (plan.src.partial or plan.dst.partial or plan.src.uneven or plan.dst.uneven):
+        bad += [f"(chunked) {b}" for b in mvc.mismatches(plan, xs, jax_compiled(plan, xs, chunks=2))]
     assert not bad, bad[:2]
 
 
@@ -86,6 +94,9 @@ def test_the_cases_cover_every_kind():
     assert kinds >= set(mvc.KINDS) | set(mvc.UNEVEN_KINDS) | {"AllReduce", "ReduceScatter", "ToPartial"}
     assert any(p.src.uneven or p.dst.uneven for _, p in JAX_CASES)
     assert {p.reduce for _, p in JAX_CASES if p.src.partial or p.dst.partial} == {"sum", "max", "min"}
+    from verishard.runtime.chunked_jax import schedule
+    plain = [p for _, p in JAX_CASES if not (p.src.partial or p.dst.partial or p.src.uneven or p.dst.uneven)]
+    assert sum(max(schedule(p, 4, chunks=2).ks) > 1 for p in plain) >= 4   # really cut in pieces (4 of 47)
 
 
 def test_torch_backend_moves_data_as_the_verified_movement(tmp_path):
