@@ -121,6 +121,7 @@ Print Assumptions VS.Crossmeshproof.sched1_traffic.
 Print Assumptions VS.Crossmeshproof.xsched_correct.
 Print Assumptions VS.Crossmeshproof.xsched_assemble.
 Print Assumptions VS.Crossmeshproof.xplan_correct.
+Print Assumptions VS.Crossmeshproof.xplan_correct_valid.
 
 From VS Require Import Rounds Roundsproof.
 Print Assumptions VS.Roundsproof.runs_count.
