@@ -95,6 +95,7 @@ Print Assumptions VS.Pchecker.pcheck_correct.
 Print Assumptions VS.Pchecker.pvalidate_spec.
 Print Assumptions VS.Ppipelineproof.pfallback_ok.
 Print Assumptions VS.Ppipelineproof.pplan_spec.
+Print Assumptions VS.Ppipelineproof.pplan_spec_user.
 Print Assumptions VS.Ppipelineproof.pplan_plain.
 
 From VS Require Import Uchecker Ucheckerproof Upipeline Upipelineproof.
