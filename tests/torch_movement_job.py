@@ -9,7 +9,6 @@ extracted movement.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
@@ -18,6 +17,7 @@ from datetime import timedelta
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import movement_cases as mvc  # noqa: E402
+from torch_job import finish_worker, fork_workers  # noqa: E402
 
 NPROCS = 4
 MESH = "x=2,y=2"
@@ -45,22 +45,9 @@ def worker(rank: int, port: int, outdir: str) -> None:
     except BaseException as e:  # noqa: BLE001 - reported through the file
         rec["error"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
     finally:
-        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-            json.dump(rec, f)
-        try:
-            dist.destroy_process_group()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-def main(outdir: str) -> None:
-    # import once, then fork (as tests/partial_job.py)
-    import torch.multiprocessing as mp
-
-    from verishard.runtime.torch import free_port
-    os.makedirs(outdir, exist_ok=True)
-    mp.start_processes(worker, args=(free_port(), outdir), nprocs=NPROCS, join=True, start_method="fork")
+        finish_worker(outdir, rank, rec)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    import verishard.runtime.torch  # noqa: F401 - imported once, then forked
+    fork_workers(worker, sys.argv[1], NPROCS)
