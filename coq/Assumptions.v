@@ -95,6 +95,7 @@ Print Assumptions VS.Pchecker.pcheck_correct.
 Print Assumptions VS.Pchecker.pvalidate_spec.
 Print Assumptions VS.Ppipelineproof.pfallback_ok.
 Print Assumptions VS.Ppipelineproof.pplan_spec.
+Print Assumptions VS.Ppipelineproof.pplan_spec_user.
 Print Assumptions VS.Ppipelineproof.pplan_plain.
 
 From VS Require Import Uchecker Ucheckerproof Upipeline Upipelineproof.
@@ -121,6 +122,7 @@ Print Assumptions VS.Crossmeshproof.sched1_traffic.
 Print Assumptions VS.Crossmeshproof.xsched_correct.
 Print Assumptions VS.Crossmeshproof.xsched_assemble.
 Print Assumptions VS.Crossmeshproof.xplan_correct.
+Print Assumptions VS.Crossmeshproof.xplan_correct_valid.
 
 From VS Require Import Rounds Roundsproof.
 Print Assumptions VS.Roundsproof.runs_count.

@@ -21,7 +21,6 @@ imported by the test file too.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
@@ -175,6 +174,7 @@ def torch_worker(rank: int, port: int, outdir: str) -> None:
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
     import verishard.runtime.torch as vrt
+    from torch_job import finish_worker
     torch.set_num_threads(1)
     rec: dict = {"rank": rank, "cases": 0, "failures": []}
     try:
@@ -203,22 +203,13 @@ def torch_worker(rank: int, port: int, outdir: str) -> None:
     except BaseException as e:  # noqa: BLE001 - reported through the file
         rec["failures"].append(f"crash: {type(e).__name__}: {e}\n{traceback.format_exc()}")
     finally:
-        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-            json.dump(rec, f)
-        try:
-            dist.destroy_process_group()
-        except Exception:  # noqa: BLE001
-            pass
+        finish_worker(outdir, rank, rec)
 
 
 def torch_main(outdir: str) -> None:
-    # import once, then fork (as tests/torch_job.py: spawning 8 torch imports is slow on 2 cores)
-    import torch.multiprocessing as mp
-
-    import verishard.runtime.torch  # noqa: F401
-    from verishard.runtime.torch import free_port
-    os.makedirs(outdir, exist_ok=True)
-    mp.start_processes(torch_worker, args=(free_port(), outdir), nprocs=NPROCS, join=True, start_method="fork")
+    import verishard.runtime.torch  # noqa: F401 - imported once, then forked
+    from torch_job import fork_workers
+    fork_workers(torch_worker, outdir, NPROCS)
 
 
 if __name__ == "__main__":

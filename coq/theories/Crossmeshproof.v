@@ -696,3 +696,59 @@ Proof.
     rewrite HL by auto. rewrite shift_cellbox. auto.
   - apply tbox_valid; auto.
 Qed.
+
+(** A position inside a target block (of any mesh) and inside a source
+    cell lies in the valid part of that source block: reading it never
+    reads the source's padding. *)
+Lemma cell_read_uvalid : forall m t m' t' c c' p, map gsize t = map gsize t' ->
+  in_boxb p (tbox m' t' c) = true -> in_boxb p (cellbox (sdims m t) (blocks m t c')) = true ->
+  uvalid_pos m t c' (unshift (cellbox (sdims m t) (blocks m t c')) p).
+Proof.
+  intros m t m' t' c c' p Hg. revert t' Hg p.
+  induction t as [|D t IH]; intros [|D' t'] Hg [|x p] H1 H2; simpl in *; try discriminate;
+    try (constructor; fail).
+  injection Hg as Hg1 Hg2.
+  apply andb_true_iff in H1 as [H1 H1']. apply andb_true_iff in H2 as [H2 H2'].
+  constructor; [|eapply IH; eauto].
+  unfold insideb in H1, H2. simpl in H1, H2. rewrite !andb_true_iff, !Nat.leb_le, !Nat.ltb_lt in H1, H2.
+  unfold uvlen, uvalid, ugidx, ucsize in *. rewrite Hg1 in *.
+  assert (x < gsize D').
+  { destruct (Nat.le_gt_cases (block m' D' c * csize (gsize D') (nprod m' (axes D')))
+                              (Nat.min (gsize D') (S (block m' D' c) * csize (gsize D') (nprod m' (axes D'))))); lia. }
+  lia.
+Qed.
+
+(** **End to end, on valid positions**: whatever the source buffers hold
+    at their padding, if every valid position of every source device's
+    block holds the array's element there, every target device assembles
+    at every valid position of its block the array's element: the schedule
+    reads valid source positions only. (The form of
+    [Exchangeproof.uexchange_correct], for two meshes and rank lists;
+    [xplan_correct] assumes every position of a source buffer holds it.) *)
+Theorem xplan_correct_valid : forall m1 r1 t1 m2 r2 t2 pss,
+  xplan m1 r1 t1 m2 r2 t2 = Some pss ->
+  forall V (A : list nat -> V) (L : nat -> list nat -> V),
+  (forall i k, i < ndevices m1 -> uvalid_pos m1 t1 (coords_of_rank m1 i) k ->
+     L (nth i r1 0) k = A (ugindex m1 t1 (coords_of_rank m1 i) k)) ->
+  forall j i, j < ndevices m2 -> uvalid_pos m2 t2 (coords_of_rank m2 j) i ->
+  assemble L (sdims m1 t1) (tbox m2 t2 (coords_of_rank m2 j)) (nth j pss []) i
+    = Some (A (ugindex m2 t2 (coords_of_rank m2 j) i)).
+Proof.
+  intros m1 r1 t1 m2 r2 t2 pss H V A L HL j i Hj Hi.
+  assert (Hg : map gsize t1 = map gsize t2).
+  { unfold xplan in H.
+    destruct (nat_list_eqb (map gsize t1) (map gsize t2)) eqn:E.
+    - apply nat_list_eqb_spec; exact E.
+    - rewrite !andb_false_r in H. discriminate. }
+  destruct (xplan_correct _ _ _ _ _ _ _ H) as [_ Hn]. destruct (Hn j Hj) as [ps [E [_ [Hcov [Hsrc _]]]]].
+  rewrite (nth_error_nth _ _ [] E).
+  pose proof (tbox_valid _ _ _ _ Hi) as Hin.
+  destruct (lsum_one_find _ (fun q => in_boxb (shift (tbox m2 t2 (coords_of_rank m2 j)) i) (pbox q)) ps)
+    as [q Ef]; [rewrite Hcov by exact Hin; lia|].
+  unfold assemble. rewrite Ef. apply find_some in Ef as [Hq Hp].
+  destruct (Hsrc q Hq) as [Hs Hbox]. destruct (Hbox _ Hp) as [HT HC].
+  apply in_srcs in Hs. destruct Hs as [i' [Hi' Es]].
+  destruct q as [qs qc qb]. simpl in *. injection Es as -> ->.
+  f_equal. rewrite HL by (auto; eapply cell_read_uvalid; eauto).
+  rewrite <- shift_cellbox, shift_unshift by exact HC. rewrite shift_tbox. reflexivity.
+Qed.

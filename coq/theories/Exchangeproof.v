@@ -251,20 +251,7 @@ Qed.
 Lemma cell_read_valid : forall m t t' c c' p, map gsize t = map gsize t' ->
   in_boxb p (tbox m t' c) = true -> in_boxb p (cellbox (sdims m t) (blocks m t c')) = true ->
   uvalid_pos m t c' (unshift (cellbox (sdims m t) (blocks m t c')) p).
-Proof.
-  intros m t t' c c' p Hg. revert t' Hg p.
-  induction t as [|D t IH]; intros [|D' t'] Hg [|x p] H1 H2; simpl in *; try discriminate;
-    try (constructor; fail).
-  injection Hg as Hg1 Hg2.
-  apply andb_true_iff in H1 as [H1 H1']. apply andb_true_iff in H2 as [H2 H2'].
-  constructor; [|eapply IH; eauto].
-  unfold insideb in H1, H2. simpl in H1, H2. rewrite !andb_true_iff, !Nat.leb_le, !Nat.ltb_lt in H1, H2.
-  unfold uvlen, uvalid, ugidx, ucsize in *. rewrite Hg1 in *.
-  assert (x < gsize D').
-  { destruct (Nat.le_gt_cases (block m D' c * csize (gsize D') (nprod m (axes D')))
-                              (Nat.min (gsize D') (S (block m D' c) * csize (gsize D') (nprod m (axes D'))))); lia. }
-  lia.
-Qed.
+Proof. intros. eapply cell_read_uvalid; eauto. Qed.
 
 (** **Data, uneven**: whatever the source buffers hold at padding
     positions, if every valid position of every device holds its element of

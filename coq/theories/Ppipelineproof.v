@@ -253,3 +253,163 @@ Proof.
   unfold pplan_problem. rewrite (pproblem_error_none _ _ _ Hpv). cbn [paxes ptyp].
   rewrite <- (plan_problem_valid m s t Hv), Hpp. eexists; reflexivity.
 Qed.
+
+(** * On the user's mesh *)
+
+(** [pplan_spec] is stated over the refined mesh. The runtime holds one
+    buffer per rank, and the refined mesh has the user's ranks; what follows
+    links the two: the refined group of a rank over the sub-axes of the
+    pending axes [P] is, member by member, the user's group of that rank
+    over [P], so the sums a representation is about are the same. *)
+
+Lemma refine_in_range_back : forall m fs t i, splits m fs -> wf m t ->
+  in_range (rmesh fs) (rtype fs t) i -> in_range m t i.
+Proof.
+  intros m fs t i Hs Ht Hi. apply in_range_iff in Hi as [Hl Hk]. apply in_range_iff.
+  unfold rtype in Hl, Hk. rewrite map_length in Hl, Hk. split; auto. intros j Hj.
+  specialize (Hk j Hj).
+  rewrite (nth_indep _ dflt (rdim fs dflt)) in Hk by (rewrite map_length; auto). rewrite map_nth in Hk.
+  rewrite (refine_lsize m) in Hk; auto. intros a Ha. apply (wf_axes_range m t (nth j t dflt)); auto.
+  apply nth_In; auto.
+Qed.
+
+Lemma coords_of_rank_out : forall m r a, length m <= a -> coords_of_rank m r a = 0.
+Proof.
+  intros m r a Ha. unfold coords_of_rank. rewrite set_digits_other; auto.
+  unfold all_axes. rewrite in_seq. lia.
+Qed.
+
+(** The rank of a device depends on its coordinates on the mesh's axes only. *)
+Lemma rank_pt : forall m c c', (forall a, a < length m -> c a = c' a) -> rank m c = rank m c'.
+Proof. intros m c c' H. unfold rank. apply mr_ext. intros a Ha. unfold all_axes in Ha. apply in_seq in Ha. apply H. lia. Qed.
+
+(** Member [k] of the group over the sub-axes of [P] of rank [n] on the
+    refined mesh is member [k] of the group over [P] of rank [n] on [m]. *)
+Lemma refine_group_rank : forall m fs P n k, splits m fs -> wf_mesh m -> NoDup P ->
+  (forall a, In a P -> a < length m) -> n < ndevices m -> k < nprod m P ->
+  rank (rmesh fs) (set_digits (rmesh fs) (raxes fs P) (coords_of_rank (rmesh fs) n) k)
+  = rank m (set_digits m P (coords_of_rank m n) k).
+Proof.
+  intros m fs P n k Hs Hm Hnd HP Hn Hk.
+  assert (Hm' : wf_mesh (rmesh fs)) by (apply (wf_rmesh m); auto).
+  set (c1 := set_digits (rmesh fs) (raxes fs P) (coords_of_rank (rmesh fs) n) k).
+  set (c2 := set_digits m P (coords_of_rank m n) k).
+  assert (Hc1 : valid (rmesh fs) c1) by (apply set_digits_valid; auto; apply coords_of_rank_valid; auto).
+  assert (Hc2 : valid m c2) by (apply set_digits_valid; auto; apply coords_of_rank_valid; auto).
+  set (n' := rank (rmesh fs) c1).
+  assert (Hn' : n' < ndevices m) by (rewrite <- (ndevices_rmesh m fs); auto; apply rank_lt; auto).
+  (* the user's coordinates of rank n' are c2's *)
+  assert (Hco : forall a, a < length m -> coords_of_rank m n' a = c2 a).
+  { intros a Ha. rewrite <- (refine_digit m fs a n') by auto.
+    rewrite (mr_ext _ _ _ c1).
+    2:{ intros b Hb. unfold n'. apply coords_of_rank_rank; auto. apply (grp_lt m fs a); auto. }
+    unfold c1, c2. destruct (in_dec Nat.eq_dec a P) as [HaP|HaP].
+    - apply in_split in HaP. destruct HaP as [L [R EP]].
+      assert (Hpos : forall b, In b (raxes fs P) -> 0 < asize (rmesh fs) b).
+      { intros b Hb. unfold raxes in Hb. apply in_flat_map in Hb as [a' [Ha' Hb]].
+        apply Hm'. apply (grp_lt m fs a'); auto. }
+      assert (Hnd' : NoDup (raxes fs P)) by (apply (nodup_flat_grp m); auto).
+      assert (Hk' : k < nprod (rmesh fs) (raxes fs P)) by (unfold raxes; rewrite (nprod_flat_grp m); auto).
+      assert (ER : raxes fs P = raxes fs L ++ grp fs a ++ raxes fs R).
+      { unfold raxes. rewrite EP, flat_map_app. simpl. reflexivity. }
+      assert (E2 : set_digits m P (coords_of_rank m n) k a = (k / nprod m R) mod asize m a).
+      { rewrite <- (mr_single m a (set_digits m P (coords_of_rank m n) k)).
+        assert (EP' : P = L ++ [a] ++ R) by (rewrite EP; reflexivity).
+        rewrite EP'. rewrite mr_set_digits_mid, nprod_single; auto.
+        - rewrite <- EP'. exact Hnd.
+        - rewrite <- EP'. intros b Hb. apply Hm, HP, Hb.
+        - rewrite <- EP'. exact Hk. }
+      rewrite E2. rewrite ER in Hpos, Hnd', Hk' |- *.
+      rewrite mr_set_digits_mid by auto.
+      unfold raxes. rewrite (nprod_flat_grp m), (nprod_grp m); auto;
+        intros b Hb; apply HP; rewrite EP; apply in_or_app; simpl; auto.
+    - rewrite (mr_ext _ _ _ (coords_of_rank (rmesh fs) n)).
+      + rewrite (refine_digit m) by auto. rewrite set_digits_other by auto. reflexivity.
+      + intros b Hb. apply set_digits_other. unfold raxes. intros Hin.
+        apply in_flat_map in Hin as [a' [Ha' Hb']].
+        apply (grp_disjoint m fs a a' b); auto. intros ->. contradiction. }
+  transitivity (rank m (coords_of_rank m n')).
+  - symmetry. apply rank_coords_of_rank; auto.
+  - apply rank_pt. exact Hco.
+Qed.
+
+(** The sum over a rank's group of a function of ranks is the same on the
+    refined mesh (sub-axes of [P]) and on [m] ([P]). *)
+Lemma refine_gsum_rank : forall M m fs P (f : nat -> carrier M) n, splits m fs -> wf_mesh m -> NoDup P ->
+  (forall a, In a P -> a < length m) -> n < ndevices m ->
+  gsum M (rmesh fs) (raxes fs P) (fun c => f (rank (rmesh fs) c)) (coords_of_rank (rmesh fs) n)
+  = gsum M m P (fun c => f (rank m c)) (coords_of_rank m n).
+Proof.
+  intros M m fs P f n Hs Hm Hnd HP Hn. unfold gsum.
+  unfold raxes at 2. rewrite (nprod_flat_grp m) by auto.
+  apply msum_ext. intros k Hk. apply in_seq in Hk. f_equal. apply (refine_group_rank m); auto. lia.
+Qed.
+
+(** **End to end for partial types, on the user's mesh**: for every valid
+    partial problem, [pplan_problem] returns a split [fs] of the user's mesh
+    and a plan the partial checker accepts over it; if rank [n] of the
+    user's mesh holds the local array [x n], and for every rank the
+    reduction over its group of the source's pending axes on the user's
+    mesh is its block of a global array [A] (over any commutative monoid),
+    then running the plan with rank [n] as the refined mesh's device of rank
+    [n] leaves local arrays whose reduction over every rank's group of the
+    target's pending axes, on the user's mesh, is its block of [A] under
+    the target. *)
+Theorem pplan_spec_user : forall m src dst, pvalid_problem m src dst ->
+  exists fs pp r, pplan_problem m src dst = Ok (fs, pp, r) /\
+    splits m fs /\ ndevices (rmesh fs) = ndevices m /\
+    pcheck (rmesh fs) (rptype fs src) (rptype fs dst) pp = Ok r /\
+    forall M A (x : nat -> list nat -> carrier M),
+      (forall n i, n < ndevices m -> in_range m (ptyp src) i ->
+         gsum M m (paxes src) (fun c => x (rank m c) i) (coords_of_rank m n) = local A m (ptyp src) (coords_of_rank m n) i) ->
+      forall n i, n < ndevices m -> in_range m (ptyp dst) i ->
+        gsum M m (paxes dst)
+          (fun c => pexec M (rmesh fs) (rptype fs src) pp (fun c' => x (rank (rmesh fs) c'))
+                      (coords_of_rank (rmesh fs) (rank m c)) i)
+          (coords_of_rank m n)
+        = local A m (ptyp dst) (coords_of_rank m n) i.
+Proof.
+  intros m src dst Hv. destruct (pplan_spec m src dst Hv) as [fs [pp [r [H [Hs [Hnd [Hc [Hdata _]]]]]]]].
+  exists fs, pp, r. split; [exact H|]. split; [exact Hs|]. split; [exact Hnd|]. split; [exact Hc|].
+  destruct Hv as [[Hsw [HsN [HsR HsU]]] [[Hdw [HdN [HdR HdU]]] _]].
+  assert (Hm : wf_mesh m) by apply Hsw.
+  assert (Hm' : wf_mesh (rmesh fs)) by (apply (wf_rmesh m); auto).
+  intros M A x Hx.
+  set (x' := fun (c' : coords) => x (rank (rmesh fs) c')).
+  assert (Hrep : represents M (rmesh fs) (rptype fs src) A x').
+  { split.
+    - intros c c' i _ Hcc _. unfold x'. f_equal. apply rank_pt. auto.
+    - intros c i Hcv Hi. simpl in Hi |- *.
+      set (n := rank (rmesh fs) c).
+      assert (Hn : n < ndevices m) by (rewrite <- Hnd; apply rank_lt; auto).
+      assert (Hcn : forall a, a < length (rmesh fs) -> coords_of_rank (rmesh fs) n a = c a)
+        by (intros; apply coords_of_rank_rank; auto).
+      transitivity (gsum M (rmesh fs) (raxes fs (paxes src)) (fun c' => x (rank (rmesh fs) c') i)
+                      (coords_of_rank (rmesh fs) n)).
+      + unfold gsum. apply msum_ext. intros k _. unfold x'. f_equal. apply rank_pt. intros a Ha.
+        apply set_digits_pt. symmetry. apply Hcn, Ha.
+      + rewrite (refine_gsum_rank M m fs (paxes src) (fun n => x n i)) by auto.
+        rewrite Hx by (auto; eapply refine_in_range_back; eauto).
+        rewrite <- (refine_local _ A m fs) by auto.
+        apply local_coords. intros a Ha. apply Hcn.
+        rewrite used_rtype in Ha. apply in_flat_map in Ha as [b [Hb Ha]].
+        apply (grp_lt m fs b); auto. apply (wf_used_lt m (ptyp src)); auto. }
+  destruct (Hdata M A x' Hrep) as [Hdev Hsum].
+  intros n i Hn Hi.
+  set (y := pexec M (rmesh fs) (rptype fs src) pp x').
+  assert (Hi' : in_range (rmesh fs) (ptyp (rptype fs dst)) i) by (simpl; apply (refine_in_range m); auto).
+  rewrite <- (refine_gsum_rank M m fs (paxes dst) (fun n => y (coords_of_rank (rmesh fs) n) i)) by auto.
+  rewrite <- (refine_local _ A m fs) by auto.
+  pose proof (Hsum (coords_of_rank (rmesh fs) n) i ltac:(apply coords_of_rank_valid; auto) Hi') as Hs'.
+  cbn [ptyp paxes rptype] in Hs'. rewrite <- Hs'.
+  unfold gsum. apply msum_ext. intros k _. cbn [ptyp paxes rptype].
+  set (c' := set_digits (rmesh fs) (raxes fs (paxes dst)) (coords_of_rank (rmesh fs) n) k).
+  assert (Hc' : valid (rmesh fs) c') by (apply set_digits_valid; auto; apply coords_of_rank_valid; auto).
+  symmetry. apply Hdev; auto. intros a.
+  destruct (Nat.lt_ge_cases a (length (rmesh fs))) as [Ha|Ha].
+  - symmetry. apply coords_of_rank_rank; auto.
+  - rewrite coords_of_rank_out by auto. unfold c'. rewrite set_digits_other.
+    + apply coords_of_rank_out; auto.
+    + unfold raxes. intros Hin. apply in_flat_map in Hin as [b [Hb Hin]].
+      pose proof (grp_lt m fs b a Hs (HdR b Hb) Hin). lia.
+Qed.

@@ -7,7 +7,9 @@ other ranks its block size less what it already holds).
 
 Local blocks are the valid part of a device's block (``ArrayType.valid_shape``;
 on even types the whole local block). A padded source buffer is accepted:
-only its valid part is read.
+only its valid part is read (``Crossmeshproof.xplan_correct_valid``: whatever
+a source's padding holds, every target's valid positions get the array's
+elements).
 
 >>> import numpy as np
 >>> from verishard import Mesh, ArrayType

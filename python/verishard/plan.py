@@ -453,19 +453,90 @@ def _minimal(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
 
 @lru_cache(maxsize=4096)
 def _eplanned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
-    return _from_report(core.eplan(mesh, src, dst))
+    return _from_report(core.eplan(mesh, src, dst), src, dst)
 
 
 @lru_cache(maxsize=4096)  # plans are immutable; a hit skips the core call and the decoding
 def _planned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
-    return _from_report(core.plan_checked(mesh, src, dst))   # (plan() checked the types are over mesh)
+    return _from_report(core.plan_checked(mesh, src, dst), src, dst)   # (plan() checked the types are over mesh)
 
 
-def _from_report(r: core.PlanReport) -> Plan:
-    """The Plan of a verified planner's report (well formed by construction): without the dataclass ``__init__``."""
+def _from_report(r: core.PlanReport, src: ArrayType, dst: ArrayType) -> Plan:
+    """The Plan of a verified planner's report for the user's problem ``src ->
+    dst`` (well formed by construction: without the dataclass ``__init__``),
+    once its first and last types are the user's ``src`` and ``dst`` over the
+    report's mesh (the one place every planned Plan passes: ``plan``,
+    ``exchange=True`` and the front ends that call them).
+
+    The planners' theorems say so (``Ppipelineproof.pplan_spec``,
+    ``Exchangeproof.eplan_spec``, ...); this checks that the bindings and
+    the decoding handed over what they state:
+
+    >>> m = Mesh.parse("x=2,y=4")
+    >>> src, dst = ArrayType.parse("[2{x}4]", m), ArrayType.parse("[1{y}4]", m)
+    >>> r = core.plan_checked(m, src, dst)
+    >>> _from_report(r, src, dst).dst
+    [1{y}4]
+    >>> _from_report(r._replace(steps=r.steps[:1]), src, dst)     # a report cut short
+    Traceback (most recent call last):
+    ...
+    verishard.errors.PlanError: the verified planner's plan for [2{x}4] -> [1{y}4] on {x:2, y:4} ends at [1{x,y.0}4] over {x:2, y:2*2}, not at the target [1{y}4]; nothing was run: this is a fault in verishard (its core, bindings or decoding), please report it
+    """
     steps = r.steps
-    return _made(raw(Plan, mesh=r.mesh, src=r.src, dst=steps[-1].type if steps else r.src, steps=steps,
-                     peak=r.peak, guaranteed=True))
+    last = steps[-1].type if steps else r.src
+    if r.src != _lifted(src, r.mesh) or last != _lifted(dst, r.mesh):
+        wrong = ("ends at " + _shown(last, dst.mesh)) if r.src == _lifted(src, r.mesh) else \
+            ("starts at " + _shown(r.src, src.mesh))
+        raise PlanError(f"the verified planner's plan for {src} -> {dst} on {src.mesh} {wrong}, not at the "
+                        f"{'target ' + str(dst) if wrong[0] == 'e' else 'source ' + str(src)}; nothing was run: "
+                        f"this is a fault in verishard (its core, bindings or decoding), please report it")
+    return _made(raw(Plan, mesh=r.mesh, src=r.src, dst=last, steps=steps, peak=r.peak, guaranteed=True))
+
+
+def _sub_parts(mesh: Mesh, finer: Mesh) -> tuple[tuple[int, ...], ...]:
+    """For each part of ``mesh``, the consecutive parts of ``finer`` it is
+    split into (``Refine.rmesh``: same axes, each part's size the product of
+    its sub-parts'); PlanError when ``finer`` is no such refinement.
+
+    >>> _sub_parts(Mesh.parse("x=2,y=4"), Mesh.parse("x=2,y=2*2"))
+    ((0,), (1, 2))
+    """
+    fine = finer.part_sizes
+    if [n for n, _ in mesh.axes] != [n for n, _ in finer.axes]:
+        raise PlanError(f"the plan's mesh {finer} is not a refinement of {mesh}: other axes")
+    out, q = [], 0
+    for u, size in enumerate(mesh.part_sizes):
+        start, prod = q, 1
+        while q < len(fine) and (q == start or prod < size):
+            prod *= fine[q]
+            q += 1
+        if prod != size or {finer._axis_of_part(k) for k in range(start, q)} != {mesh._axis_of_part(u)}:
+            raise PlanError(f"the plan's mesh {finer} is not a refinement of {mesh}: part {mesh.part_name(u)}")
+        out.append(tuple(range(start, q)))
+    if q != len(fine):
+        raise PlanError(f"the plan's mesh {finer} is not a refinement of {mesh}: parts left over")
+    return tuple(out)
+
+
+def _lifted(t: ArrayType, finer: Mesh) -> ArrayType:
+    """``t`` over ``finer``, a refinement of its mesh: each part replaced by
+    its sub-parts, major to minor (``Refine``'s lifting of a type).
+
+    >>> _lifted(ArrayType.parse("[1{y,x}8, 3]", "x=2,y=4,z=2"), Mesh.parse("x=2,y=2*2,z=2"))
+    [1{y,x}8, 3]
+    >>> _lifted(ArrayType.parse("[2{y}8] partial(max){x}", "x=2,y=4"), Mesh.parse("x=2,y=2*2")).partial
+    (0,)
+    """
+    if finer == t.mesh:
+        return t
+    sub = _sub_parts(t.mesh, finer)
+    return ArrayType(finer, [(d.global_size, tuple(q for p in d.parts for q in sub[p])) for d in t.dims],
+                     tuple(q for p in t.partial for q in sub[p]), t.reduce)
+
+
+def _shown(t: ArrayType, mesh: Mesh) -> str:
+    """``t`` (over a refinement of ``mesh``) for an error message, with its mesh when that is not ``mesh``."""
+    return str(t) if t.mesh == mesh else f"{t} over {t.mesh}"
 
 
 def express(mesh: Mesh, src: ArrayType, dst: ArrayType, fine: Mesh,
