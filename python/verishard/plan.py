@@ -448,7 +448,7 @@ def _minimal(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
         candidate, entries = found.better, found.entries
     r = core.mplan(mesh, src, dst, candidate, entries)
     # the pipeline's own plan keeps plan_spec's guarantees (Minimalproof.mplan_pipeline)
-    return _made(replace(_from_report(r), guaranteed=True if candidate is None else None, minimal=True))
+    return _made(replace(_from_report(r, src, dst), guaranteed=True if candidate is None else None, minimal=True))
 
 
 @lru_cache(maxsize=4096)
