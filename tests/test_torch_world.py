@@ -39,8 +39,20 @@ def test_crossmesh_matches_distribute_tensor_on_the_target(job):
     assert members["disjoint 0,1 -> 2,3"] == 2 and members["overlapping (2,2) -> 3,1,2"] == 3
 
 
+def test_crossmesh_partial_sources_are_reduced_then_moved(job):
+    """A Partial("sum") source on ranks 0,1 and a Partial("max") one on a
+    (2, 2) mesh (pending on its first dimension, sharded on its second), moved
+    to other rank sets: every target rank holds distribute_tensor's shard of
+    the reduced tensor (integers: exact); other ranks an empty local tensor."""
+    recs = records(job, "crossmesh_partial")
+    assert len(recs) == NPROCS * 2
+    for r, rec in recs:
+        assert "error" not in rec, (r, rec["label"], rec.get("traceback"))
+        assert rec["ok"] and rec["placements_ok"], (r, rec)
+
+
 CROSS_ERRORS = {
-    "partial source": ("NotSupportedYet", "a cross-mesh move takes plain layouts; reduce the source first"),
+    "partial target": ("NotSupportedYet", "a cross-mesh move delivers plain layouts; make it pending on the target"),
     "ranks disagree": ("RedistributionRefused", "the ranks disagree on the plan: ranks 0-2: "),
     "dim out of range": ("RedistributionRefused", "S(2) on mesh dimension 0 ('b') names no dimension"),
 }

@@ -22,7 +22,7 @@ gathered or staged whole anywhere. Before any data moves the ranks of both
 sides agree on a fingerprint of every tensor's types, rank lists, dtype and
 the budget, under the agreement deadline (:func:`verishard.runtime.torch.agree`).
 
-Sources are DTensors (Shard, Replicate, _StridedShard; on any DeviceMesh of
+Sources are DTensors (Shard, Replicate, _StridedShard, Partial; on any DeviceMesh of
 the world, sub-meshes included: every rank of the world holds the DTensor
 object, those outside its mesh with DTensor's empty local tensor) or plain
 tensors replicated on the world ranks ``src_ranks`` (ranks outside pass any
@@ -34,7 +34,11 @@ boxes of world ranks by the verified box schedule
 (:class:`~verishard.runtime.torch.BoxPlan`, ``Boxesworldproof.brounds_correct``:
 every target rank gets each element of its box once, from a rank holding
 it, receiving exactly what it does not hold), whose rounds are packed with
-the others.
+the others. A Partial source (sum, max or min) is first reduced on its own mesh,
+after the agreement: the partial types' ``AllReduce`` step over each pending
+mesh dimension, which keeps the local shape; the schedule moves the reduced
+blocks, planned as the same placements with Replicate for Partial. Partial
+targets are refused.
 
 Importing this module imports torch; see ``docs/torch.md``.
 """
@@ -43,7 +47,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -58,7 +62,7 @@ from .crossmesh import _ranks as _check_ranks
 from .errors import VerishardError
 from .mesh import Mesh
 from .runtime.crossmesh_mpi import rounds as _verified_rounds
-from .runtime.torch import BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree, run_rounds
+from .runtime.torch import _REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree, run_rounds
 
 __all__ = ["transfer", "plan_transfer", "TransferSchedule", "pack", "DEFAULT_BUDGET"]
 
@@ -80,6 +84,8 @@ class _Move:
     local: torch.Tensor | None     # this rank's source block (None: not a source)
     ranks: tuple[int, ...] = ()    # both sides' world ranks
     out_shape: tuple[int, ...] | None = None   # with a BoxPlan: this rank's target local shape (None: not a target)
+    pending: Any = None            # a Partial source DTensor, reduced on its own mesh before the schedule runs
+    reduced: tuple = ()            # ... to these placements (Replicate for Partial)
 
 
 @dataclass(frozen=True)
@@ -144,9 +150,10 @@ class TransferSchedule:
 
     def fingerprint(self) -> int:
         import hashlib
-        obj = [[m.name, str(m.plan.src), str(m.plan.dst), str(m.dtype)] if isinstance(m.plan, BoxPlan) else
-               [m.name, str(m.plan.src), str(m.plan.src.mesh), list(m.plan.src_ranks), str(m.plan.dst),
-                str(m.plan.dst.mesh), list(m.plan.dst_ranks), str(m.dtype)] for m in self.moves]
+        obj = [([m.name, str(m.plan.src), str(m.plan.dst), str(m.dtype)] if isinstance(m.plan, BoxPlan) else
+                [m.name, str(m.plan.src), str(m.plan.src.mesh), list(m.plan.src_ranks), str(m.plan.dst),
+                 str(m.plan.dst.mesh), list(m.plan.dst_ranks), str(m.dtype)])
+               + [str(tuple(m.pending.placements)) if m.pending is not None else None] for m in self.moves]
         text = json.dumps([obj, self.budget_bytes])
         return int(hashlib.sha256(text.encode()).hexdigest()[:15], 16) or 1
 
@@ -245,9 +252,18 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
     if problems:
         return None, [(k, f"{name}: {t}") for k, t in problems]
     dst_spec = DTensorSpec(dst_mesh, pl, tensor_meta=meta)
-    if any(p.is_partial() for p in pl + (tuple(spec.placements) if src_mesh is not None else ())):
-        return None, [(UNSUPPORTED, f"{name}: a Partial placement: a cross-mesh move takes plain layouts; reduce "
-                                    "the source first (redistribute it to Replicate() or Shard(d) on its own mesh)")]
+    if any(p.is_partial() for p in pl):
+        return None, [(UNSUPPORTED, f"{name}: a Partial target placement: a cross-mesh move delivers plain "
+                                    "layouts; make it pending on the target mesh afterwards")]
+    pending, reduced = None, ()
+    if src_mesh is not None and any(p.is_partial() for p in spec.placements):
+        ops = {p.reduce_op for p in spec.placements if p.is_partial()}
+        if len(ops) > 1 or not ops <= set(_REDUCE_OPS):
+            return None, [(UNSUPPORTED, f"{name}: a Partial source reduced by {', '.join(sorted(ops))}: a cross-mesh "
+                                        "move reduces one of sum, max, min; reduce it on its own mesh first")]
+        # planned as the reduced layout; the reduction itself runs after the agreement (transfer)
+        reduced = tuple(Replicate() if p.is_partial() else p for p in spec.placements)
+        pending, spec = x, DTensorSpec(src_mesh, reduced, tensor_meta=meta)
     if src_mesh is not None:
         s, d, problems = _types((planning_mesh(src_mesh), planning_mesh(dst_mesh)), spec, dst_spec)
     else:
@@ -257,7 +273,9 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
             return None, [(INVALID, f"{name}: {e}")]
         _, d, problems = _types(planning_mesh(dst_mesh), dst_spec, dst_spec)
     if problems and all(k == UNSUPPORTED for k, _ in problems):
-        return _box_move(name, x, r1, meta, dst_spec, local, world, me, budget_bytes)
+        m, p = _box_move(name, spec if src_mesh is not None else None, r1, meta, dst_spec, local, world, me,
+                         budget_bytes)
+        return (replace(m, pending=pending, reduced=reduced) if m is not None else None), p
     if problems:
         return None, [(k, f"{name}: {t}") for k, t in problems]
     try:
@@ -269,11 +287,12 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
         if tuple(local.shape) != tuple(want):
             return None, [(INVALID, f"{name}: rank {me}'s source block has shape {tuple(local.shape)}, its layout "
                                     f"gives {tuple(want)}")]
-    return _Move(name, plan, meta.dtype, meta, dst_mesh, pl, local, plan.src_ranks + plan.dst_ranks), []
+    return _Move(name, plan, meta.dtype, meta, dst_mesh, pl, local, plan.src_ranks + plan.dst_ranks,
+                 pending=pending, reduced=reduced), []
 
 
-def _box_move(name: str, x: Any, r1: tuple[int, ...], meta: TensorMeta, dst_spec: DTensorSpec, local: Any,
-              world: int, me: int, budget_bytes: int) -> tuple[_Move | None, list]:
+def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta: TensorMeta,
+              dst_spec: DTensorSpec, local: Any, world: int, me: int, budget_bytes: int) -> tuple[_Move | None, list]:
     """The move of a layout our types cannot describe (DTensor's nested
     uneven chunks, on either side) as explicit boxes of world ranks, by the
     verified box schedule (``Boxesworldproof.brounds_correct``); a plain
@@ -283,8 +302,8 @@ def _box_move(name: str, x: Any, r1: tuple[int, ...], meta: TensorMeta, dst_spec
     r2 = _ranks_of(dst_mesh)
     try:
         r1 = _check_ranks(r1, 0, len(r1), "source", world)
-        if isinstance(x, DTensor):
-            src, src_shapes = _holdings(x._spec, x.device_mesh)
+        if src_spec is not None:
+            src, src_shapes = _holdings(src_spec, src_spec.mesh)
         else:
             whole = tuple((0, n) for n in meta.shape)
             src, src_shapes = tuple((r, whole, (0,) * len(whole)) for r in r1), (tuple(meta.shape),) * len(r1)
@@ -383,7 +402,25 @@ def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh,
                   deadline_s=deadline, ranks=ranks)
     elif problems:
         raise _error(problems)
-    return run_schedule(sched)
+    return run_schedule(_reduce_pending(sched))
+
+
+def _reduce_pending(sched: TransferSchedule) -> TransferSchedule:
+    """The schedule with every Partial source reduced on its own mesh: the
+    partial types' ``AllReduce`` step over each pending mesh dimension (one
+    ``all_reduce`` per dimension, the ranks of that mesh in the schedule's
+    order of names; a sub-mesh has no plan of collectives of its own)."""
+    moves = []
+    for m in sched.moves:
+        if m.pending is not None and m.local is not None:
+            local = m.local.clone(memory_format=torch.contiguous_format)   # all_reduce works in place
+            mesh = m.pending.device_mesh
+            for i, p in enumerate(m.pending.placements):
+                if p.is_partial():
+                    dist.all_reduce(local, op=_REDUCE_OPS[p.reduce_op], group=mesh.get_group(i))
+            m = replace(m, local=local, pending=None)
+        moves.append(m)
+    return replace(sched, moves=tuple(moves))
 
 
 def _named_ranks(tensors: Any, targets: Any, src_ranks: Any) -> tuple[int, ...] | None:
