@@ -49,7 +49,8 @@ import numpy as np
 from . import checkpoint_format as F
 from .checkpoint_format import CheckpointError
 from .crossmesh import as_type, crossmesh_plan
-from .errors import VerishardError
+from .errors import ShardingError, VerishardError, refusing_raw_errors
+from .limits import MAX_ELEMENTS
 from .mesh import Mesh
 from .sharding import ArrayType
 
@@ -733,9 +734,73 @@ def _read_box(ck: _Checkpoint, e: F.Entry, b: F.Block, sbox: tuple[slice, ...], 
             g = h
 
 
-def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType, j: int, read_buffer: int) -> np.ndarray:
+Box = tuple[tuple[int, int], ...]
+
+
+class _Boxes:
+    """One rank's part of a target layout that our types cannot express
+    (DTensor's nested ``torch.chunk`` shards, uneven ``_StridedShard``), as
+    DTensor lays it out (:func:`verishard.dtensor.layout_boxes`): its global
+    boxes, each with where it starts in the local tensor, and the local
+    shape. Several boxes where ``_StridedShard`` interleaves; none where the
+    shard is empty."""
+
+    def __init__(self, global_shape: tuple[int, ...], holdings: list[tuple[Box, tuple[int, ...]]],
+                 local_shape: tuple[int, ...]):
+        self.global_shape, self.holdings, self.local_shape = tuple(global_shape), holdings, tuple(local_shape)
+
+    @classmethod
+    @refusing_raw_errors(CheckpointError)
+    def of_dtensor(cls, global_shape: tuple[int, ...], dm: Any, placements: Any, r: int) -> "_Boxes":
+        """Mesh rank ``r``'s boxes of ``placements`` on the DeviceMesh ``dm``."""
+        from .dtensor import layout_boxes
+        held, shapes = layout_boxes(global_shape, tuple(dm.mesh.shape), list(placements))
+        return cls(global_shape, [(box, at) for q, box, at in held if q == r], shapes[r])
+
+    @classmethod
+    def of_block(cls, t: ArrayType, j: int) -> "_Boxes":
+        """Device ``j``'s block of ``t`` as one box (none when empty)."""
+        shape = t.valid_shape(j)
+        box = tuple(zip(t.block_starts(j), shape))
+        return cls(t.global_shape, [(box, (0,) * len(shape))] if math.prod(shape) else [], shape)
+
+
+def _box_pieces(sources: list[Box], target: _Boxes) -> list[tuple[int, Box, tuple[slice, ...]]]:
+    """The verified box schedule (``core.bplan``: ``Boxes.bplan``, theorem
+    ``Boxesworldproof.brounds_correct``) from the stored boxes ``sources``
+    (by index) to the target rank's boxes: every piece as (source index,
+    global box, where it goes in the local tensor). Every index of every
+    target box lies in exactly one piece, inside the source it is read from."""
+    from . import core
+    n = len(sources)
+    dst = [(n + k, box) for k, (box, _) in enumerate(target.holdings)]
+    if not dst:
+        return []
+    budget = min(max(math.prod(s for _, s in box) for _, box in dst), MAX_ELEMENTS)   # one cut per piece
+    pieces, _ = core.bplan(list(enumerate(sources)), dst, budget)
+    out = []
+    for (box, at), ps in zip(target.holdings, pieces):
+        # the theorem covers what some source holds: check that is all of the box
+        if sum(math.prod(s for _, s in p.box) for p in ps) != math.prod(s for _, s in box):
+            raise CheckpointError(f"the stored blocks do not hold all of the target box {box}")
+        out += [(p.src, p.box, tuple(slice(s - g + a, s - g + a + m) for (s, m), (g, _), a in zip(p.box, box, at)))
+                for p in ps]
+    return out
+
+
+def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType | _Boxes, j: int, read_buffer: int) -> np.ndarray:
     """Target device ``j``'s block of entry ``e`` under ``t``, read piece by
-    piece along the verified schedule."""
+    piece along the verified schedule (the cross-mesh one between types, the
+    box one onto a layout our types cannot express)."""
+    if isinstance(t, _Boxes):
+        out = np.empty(t.local_shape, dtype=e.dtype)
+        pieces = _box_pieces([tuple(zip(b.start, b.shape)) for b in e.blocks], t)
+        ck.pieces += len(pieces)
+        for i, box, dst in pieces:
+            b = e.blocks[i]
+            _read_box(ck, e, b, tuple(slice(s - o, s - o + m) for (s, m), o in zip(box, b.start)), out[dst],
+                      read_buffer)
+        return out
     st = e.t
     n1 = st.mesh.num_devices
     plan = crossmesh_plan(st, t, range(n1), range(n1, n1 + t.mesh.num_devices))
@@ -747,7 +812,8 @@ def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType, j: int, read_buffer: 
 
 
 def _target(spec: Any, e: F.Entry, rank: int | None, where: str):
-    """(type, [(our rank, how to return it)] , finish) for one load target."""
+    """(type, or _Boxes where our types cannot express a DTensor layout; our ranks to load; finish: the
+    loaded blocks as the target's kind) for one load target."""
     g = e.t.global_shape
     if spec is None:
         return ArrayType.parse(f"[{', '.join(map(str, g))}]", "one=1"), [0], lambda blocks: blocks[0]
@@ -768,9 +834,21 @@ def _target(spec: Any, e: F.Entry, rank: int | None, where: str):
         from torch.distributed.tensor import DTensor
         from .dtensor import from_placements
         from .torch import planning_mesh
+        from torch.distributed.tensor.placement_types import _StridedShard
+        from .dtensor import UnsupportedLayout
         dm, placements = spec
-        t = from_placements(planning_mesh(dm), g, placements)
         r = _mesh_rank(dm) if rank is None else int(rank)
+        try:
+            t = from_placements(planning_mesh(dm), g, placements)
+        except ShardingError as err:
+            # layouts our types cannot express (uneven nested torch.chunk shards, _StridedShard interleaving
+            # that has no shard order): DTensor's own split as boxes; no pending reductions there
+            boxes = isinstance(err, UnsupportedLayout) or any(isinstance(p, _StridedShard) for p in placements)
+            if not boxes or len(placements) != dm.ndim or any(p.is_partial() for p in placements):
+                raise
+            if not 0 <= r < dm.mesh.numel():
+                raise CheckpointError(f"{where}: rank {r} is not a rank of the DeviceMesh") from None
+            t = _Boxes.of_dtensor(g, dm, placements, r)   # DTensor's own split: read its boxes
         stride = tuple(math.prod(g[d + 1:]) for d in range(len(g)))
 
         def finish(blocks):
