@@ -116,7 +116,13 @@ def test_dcp_checkpoint_onto_nested_targets(tmp_path, mesh):
             assert want.nbytes <= stats["bytes_read"] - metadata <= want.nbytes + 4096, stats
 
 
-def test_partial_nested_target_refused(tmp_path, mesh):
+def test_refusals(tmp_path, mesh):
+    """A Partial nested target, a rank outside the mesh, and saving a DTensor
+    of a nested layout (the manifest records our types): one clear error each."""
+    nested = DTensor.from_local(torch.zeros(256, 250), mesh, [Shard(0), Shard(0)], run_check=False,
+                                shape=torch.Size(SHAPE), stride=(250, 1))
+    with pytest.raises(CheckpointError, match="w: dim 0 .*torch.chunk of each chunk.*save the DTensor redistributed"):
+        checkpoint.save({"w": nested}, str(tmp_path / "nested"), save_id="s")
     checkpoint.save({"w": A}, str(tmp_path), {"w": SAVED[0]})
     with pytest.raises(CheckpointError, match="'w'"):
         checkpoint.load(str(tmp_path), {"w": (mesh, [Partial(), Shard(0)])}, rank=0)

@@ -380,10 +380,14 @@ def _blocks(obj: Any, lay: Any, rank: int | None, where: str):
         return t, {devices.index(s.device): np.asarray(s.data) for s in obj.addressable_shards}, "jax", False
     if kind == "dtensor":
         import torch.distributed as dist
-        from .dtensor import from_spec
+        from .dtensor import UnsupportedLayout, from_spec
         from .torch import planning_mesh
         dm = obj.device_mesh
-        t = from_spec(planning_mesh(dm), obj._spec)
+        try:
+            t = from_spec(planning_mesh(dm), obj._spec)
+        except UnsupportedLayout as err:
+            raise CheckpointError(f"{where}: {err}; a checkpoint stores blocks of verishard's types: save the "
+                                  f"DTensor redistributed to such a layout (it loads back onto this one)") from None
         r = _mesh_rank(dm)
         return t, {r: _torch_numpy(obj.to_local())}, "dtensor", False
     a = _torch_numpy(obj) if kind == "torch" else np.asarray(obj)
