@@ -770,25 +770,30 @@ class _Boxes:
 
 
 def _box_pieces(sources: list[Box], target: _Boxes) -> list[tuple[int, Box, tuple[slice, ...]]]:
-    """The verified box schedule (``core.bplan``: ``Boxes.bplan``, theorem
-    ``Boxesworldproof.brounds_correct``) from the stored boxes ``sources``
-    (by index) to the target rank's boxes: every piece as (source index,
-    global box, where it goes in the local tensor). Every index of every
-    target box lies in exactly one piece, inside the source it is read from."""
+    """The verified box schedule (``core.bplan``: ``Boxes.bplan`` staged by
+    ``Boxes.brounds``) from the stored boxes ``sources`` (by index) to the
+    target rank's boxes, which no source is: every cut as (source index,
+    global box, where it goes in the local tensor). Theorem
+    ``Boxesworldproof.brounds_correct``: every index of a target box that
+    some source holds arrives in exactly one cut, inside the box of the
+    source it is read from; checked here to be every index of the box."""
     from . import core
     n = len(sources)
     dst = [(n + k, box) for k, (box, _) in enumerate(target.holdings)]
     if not dst:
         return []
     budget = min(max(math.prod(s for _, s in box) for _, box in dst), MAX_ELEMENTS)   # one cut per piece
-    pieces, _ = core.bplan(list(enumerate(sources)), dst, budget)
+    _, rounds = core.bplan(list(enumerate(sources)), dst, budget)
+    cuts: list[list] = [[] for _ in dst]
+    for rd in rounds:
+        for c in rd:
+            cuts[c.target].append(c)
     out = []
-    for (box, at), ps in zip(target.holdings, pieces):
-        # the theorem covers what some source holds: check that is all of the box
-        if sum(math.prod(s for _, s in p.box) for p in ps) != math.prod(s for _, s in box):
+    for (box, at), cs in zip(target.holdings, cuts):
+        if sum(math.prod(s for _, s in c.box) for c in cs) != math.prod(s for _, s in box):
             raise CheckpointError(f"the stored blocks do not hold all of the target box {box}")
-        out += [(p.src, p.box, tuple(slice(s - g + a, s - g + a + m) for (s, m), (g, _), a in zip(p.box, box, at)))
-                for p in ps]
+        out += [(c.src, c.box, tuple(slice(s - g + a, s - g + a + m) for (s, m), (g, _), a in zip(c.box, box, at)))
+                for c in cs]
     return out
 
 
