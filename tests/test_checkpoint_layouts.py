@@ -128,6 +128,9 @@ def test_refusals(tmp_path, mesh):
         checkpoint.load(str(tmp_path), {"w": (mesh, [Partial(), Shard(0)])}, rank=0)
     with pytest.raises(CheckpointError, match="rank 4 is not a rank"):
         checkpoint.load(str(tmp_path), {"w": (mesh, [Shard(0), Shard(0)])}, rank=4)
+    for bad in ([_StridedShard(2, split_factor=2), Shard(0)], [_StridedShard(0, split_factor=0), Shard(0)]):
+        with pytest.raises(CheckpointError, match="does not shard a tensor of 2 dimensions"):
+            checkpoint.load(str(tmp_path), {"w": (mesh, bad)}, rank=0)
 
 
 def test_nested_layouts_over_gloo(tmp_path):

@@ -754,11 +754,21 @@ class _Boxes:
         self.global_shape, self.holdings, self.local_shape = tuple(global_shape), holdings, tuple(local_shape)
 
     @classmethod
-    @refusing_raw_errors(CheckpointError)
-    def of_dtensor(cls, global_shape: tuple[int, ...], dm: Any, placements: Any, r: int) -> "_Boxes":
+    def of_dtensor(cls, global_shape: tuple[int, ...], dm: Any, placements: Any, r: int, where: str) -> "_Boxes":
         """Mesh rank ``r``'s boxes of ``placements`` on the DeviceMesh ``dm``."""
+        from torch.distributed.tensor import Shard
+        from torch.distributed.tensor.placement_types import _StridedShard
         from .dtensor import layout_boxes
-        held, shapes = layout_boxes(global_shape, tuple(dm.mesh.shape), list(placements))
+        k = len(global_shape)
+        for i, p in enumerate(placements):
+            d = p.dim if isinstance(p, (Shard, _StridedShard)) else p[1] if isinstance(p, tuple) and p[:1] == ("shard",) \
+                else 0
+            factor = p.split_factor if isinstance(p, _StridedShard) else 1
+            if not (isinstance(d, int) and -k <= d < k and isinstance(factor, int) and factor >= 1):
+                raise CheckpointError(f"{where}: placement {p!r} on mesh dimension {i} does not shard a tensor of "
+                                      f"{k} dimensions (a dimension in [-{k}, {k}), a split factor of 1 or more)")
+        held, shapes = refusing_raw_errors(CheckpointError)(layout_boxes)(global_shape, tuple(dm.mesh.shape),
+                                                                         list(placements))
         return cls(global_shape, [(box, at) for q, box, at in held if q == r], shapes[r])
 
     @classmethod
@@ -857,7 +867,7 @@ def _target(spec: Any, e: F.Entry, rank: int | None, where: str):
                 raise
             if not 0 <= r < dm.mesh.numel():
                 raise CheckpointError(f"{where}: rank {r} is not a rank of the DeviceMesh") from None
-            t = _Boxes.of_dtensor(g, dm, placements, r)   # DTensor's own split: read its boxes
+            t = _Boxes.of_dtensor(g, dm, placements, r, where)   # DTensor's own split: read its boxes
         stride = tuple(math.prod(g[d + 1:]) for d in range(len(g)))
 
         def finish(blocks):
