@@ -138,7 +138,8 @@ def test_nested_layouts_over_gloo(tmp_path):
     nested uneven and _StridedShard layouts of a 2 x 2 mesh, compared bit for
     bit with distribute_tensor (tests/checkpoint_job.py layouts)."""
     res = subprocess.run([sys.executable, os.path.join(HERE, "checkpoint_job.py"), "layouts", str(tmp_path / "ck")],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     from checkpoint_job import nested_targets

@@ -761,8 +761,8 @@ class _Boxes:
         from .dtensor import layout_boxes
         k = len(global_shape)
         for i, p in enumerate(placements):
-            d = p.dim if isinstance(p, (Shard, _StridedShard)) else p[1] if isinstance(p, tuple) and p[:1] == ("shard",) \
-                else 0
+            shard = isinstance(p, (Shard, _StridedShard))
+            d = p.dim if shard else p[1] if isinstance(p, tuple) and p[:1] == ("shard",) else 0
             factor = p.split_factor if isinstance(p, _StridedShard) else 1
             if not (isinstance(d, int) and -k <= d < k and isinstance(factor, int) and factor >= 1):
                 raise CheckpointError(f"{where}: placement {p!r} on mesh dimension {i} does not shard a tensor of "
