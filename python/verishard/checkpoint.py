@@ -851,10 +851,9 @@ def _target(spec: Any, e: F.Entry, rank: int | None, where: str):
         import torch
         import torch.distributed as dist
         from torch.distributed.tensor import DTensor
-        from .dtensor import from_placements
-        from .torch import planning_mesh
         from torch.distributed.tensor.placement_types import _StridedShard
-        from .dtensor import UnsupportedLayout
+        from .dtensor import UnsupportedLayout, from_placements
+        from .torch import planning_mesh
         dm, placements = spec
         r = _mesh_rank(dm) if rank is None else int(rank)
         try:

@@ -22,8 +22,9 @@ Tiles: a block is viewed as rows (every dimension but the last; a 1-D block
 as rows of one element) by columns (the last dimension). Columns are cut at
 the block boundaries of every split into ``n <= 8`` blocks, flat (``k *
 ceil(g / n)``: the uneven blocks of our types and ``torch.chunk``) or nested
-(DTensor's ``torch.chunk`` of each chunk over several mesh dimensions and
-its ``_StridedShard`` splits, for every ordered factoring of ``n``), rows at
+(DTensor's ``torch.chunk`` of each chunk over several mesh dimensions, for
+every ordered factoring of ``n``; most of its ``_StridedShard`` splits start
+there too), rows at
 those of the first dimension and every ``G`` rows (tiles of about 64 KiB on
 average); blocks under 16 KiB are cut every ``G`` rows only. A reader
 checks any rectangle of tiles with four table entries (32 bytes): one whose
@@ -95,9 +96,10 @@ def data_name(save_id: str, process: int, ext: str = "bin") -> str:
 # --- tiles ----------------------------------------------------------------------
 
 def _factorings(n: int) -> list[tuple[int, ...]]:
-    """Every ordered factoring of ``n`` into factors of 2 or more (``(n,)`` included)."""
-    return [(f, *rest) for f in range(2, n + 1) if n % f == 0 for rest in (_factorings(n // f) or [()])
-            if f == n or rest]
+    """Every ordered factoring of ``n`` into factors of 2 or more (``(n,)`` included; ``()`` for 1)."""
+    if n == 1:
+        return [()]
+    return [(f, *rest) for f in range(2, n + 1) if n % f == 0 for rest in _factorings(n // f)]
 
 
 NESTINGS = tuple(f for n in range(2, SPLITS + 1) for f in _factorings(n))
@@ -119,7 +121,8 @@ def _cuts(g: int) -> list[int]:
     """Where the blocks of a split of ``g`` into 2..SPLITS blocks start:
     flat (``ceil(g / n)``: our uneven blocks, ``torch.chunk``) or nested
     (every ordered factoring of ``n``: DTensor's ``torch.chunk`` of each
-    chunk over several mesh dimensions, and its ``_StridedShard`` splits).
+    chunk over several mesh dimensions; its ``_StridedShard`` splits start
+    there too, but for a few uneven ones over three mesh dimensions).
 
     >>> 766 in _cuts(1021)   # [Shard(0), Shard(0)] over 2 x 2: the chunk of rows 511-1020 chunked at 511 + 255
     True
