@@ -10,6 +10,12 @@ processes save a state dict of DTensors (``Shard(0)`` on a 1-D mesh, an
 uneven ``[Shard(1), Shard(0)]`` on a 2-D one), a plain tensor and values,
 with no commit call, and the same state with ``dcp.save`` into ``DIR-dcp``;
 then LOADERS gloo processes load both as DTensors with other placements. Each rank prints ``OK`` or what was wrong.
+
+``python tests/checkpoint_job.py layouts DIR``: 4 gloo processes save
+DTensors (``Shard(0)`` on a 1-D mesh, ``[Shard(1), Shard(0)]`` on a 2 x 2
+one) with ``checkpoint.save`` and with ``dcp.save``, then load both onto
+the 2 x 2 layouts our types cannot express (:data:`NESTED`) and compare
+every rank's local tensor with ``distribute_tensor``'s, bit for bit.
 """
 
 from __future__ import annotations
@@ -100,6 +106,53 @@ def torch_rank(rank: int, world: int, phase: str, path: str, port: str) -> None:
         dist.destroy_process_group()
 
 
+def nested_targets():
+    """(name, global array, placements) on a 2 x 2 mesh: nested uneven
+    ``torch.chunk`` shards, ``_StridedShard`` (one box per rank, and
+    interleaved: two), empty shards."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.placement_types import _StridedShard as S
+    A = np.arange(5 * 6, dtype=np.float32).reshape(5, 6) - 7.25   # rows 2,1 | 1,1 by torch.chunk of chunks
+    B = (np.arange(6 * 5, dtype=np.int64).reshape(6, 5) * 13) % 29
+    C = np.arange(2 * 6, dtype=np.float64).reshape(2, 6) / 7       # rows 1,0 | 1,0: two empty shards
+    return [("a", A, [Shard(0), Shard(0)]), ("a", A, [S(0, split_factor=2), Shard(0)]),
+            ("a", A, [Shard(0), S(0, split_factor=2)]), ("b", B, [Shard(1), Shard(1)]),
+            ("b", B, [Shard(0), S(0, split_factor=2)]), ("c", C, [Shard(0), Shard(0)])]
+
+
+def layouts_rank(rank: int, world: int, path: str, port: str) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        arrays = {name: a for name, a, _ in nested_targets()}
+        m1 = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
+        m2 = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("a", "b"))
+        state = {"a": distribute_tensor(torch.from_numpy(arrays["a"]), m1, [Shard(0)]),
+                 "b": distribute_tensor(torch.from_numpy(arrays["b"]), m2, [Shard(1), Shard(0)]),
+                 "c": distribute_tensor(torch.from_numpy(arrays["c"]), m1, [Shard(1)]), "step": 4}
+        checkpoint.save(state, path)
+        dcp.save(state, checkpoint_id=path + "-dcp")
+        for where in (path, path + "-dcp"):
+            for name, full, placements in nested_targets():
+                got = checkpoint.load(where, {name: (m2, placements), "step": None})
+                # every rank holds the whole array: DTensor splits it locally (its scatter refuses uneven _StridedShard)
+                x, ref = got[name], distribute_tensor(torch.from_numpy(full), m2, placements, src_data_rank=None)
+                ok = (isinstance(x, DTensor) and tuple(x.placements) == tuple(placements)
+                      and tuple(x.shape) == full.shape and x.to_local().dtype == ref.to_local().dtype
+                      and x.to_local().shape == ref.to_local().shape
+                      and x.to_local().numpy().tobytes() == ref.to_local().numpy().tobytes()
+                      and torch.equal(x.full_tensor(), torch.from_numpy(full)) and got["step"] == 4)
+                print(f"[rank {rank}] {'dcp' if where.endswith('-dcp') else 'ours'} {name} {placements} "
+                      f"{'OK' if ok else 'WRONG'} local {tuple(x.to_local().shape)}", flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
 def torch_main(path: str, savers: int, loaders: int) -> int:
     import torch.multiprocessing as mp
     from verishard.runtime.torch import free_port
@@ -109,7 +162,16 @@ def torch_main(path: str, savers: int, loaders: int) -> int:
     return 0
 
 
+def layouts_main(path: str) -> int:
+    import torch.multiprocessing as mp
+    from verishard.runtime.torch import free_port
+    mp.start_processes(layouts_rank, args=(4, path, str(free_port())), nprocs=4, join=True, start_method="fork")
+    return 0
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "mpi":
         sys.exit(mpi_main(sys.argv[2]))
+    if sys.argv[1] == "layouts":
+        sys.exit(layouts_main(sys.argv[2]))
     sys.exit(torch_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))

@@ -49,7 +49,8 @@ import numpy as np
 from . import checkpoint_format as F
 from .checkpoint_format import CheckpointError
 from .crossmesh import as_type, crossmesh_plan
-from .errors import VerishardError
+from .errors import ShardingError, VerishardError, refusing_raw_errors
+from .limits import MAX_ELEMENTS
 from .mesh import Mesh
 from .sharding import ArrayType
 
@@ -379,10 +380,14 @@ def _blocks(obj: Any, lay: Any, rank: int | None, where: str):
         return t, {devices.index(s.device): np.asarray(s.data) for s in obj.addressable_shards}, "jax", False
     if kind == "dtensor":
         import torch.distributed as dist
-        from .dtensor import from_spec
+        from .dtensor import UnsupportedLayout, from_spec
         from .torch import planning_mesh
         dm = obj.device_mesh
-        t = from_spec(planning_mesh(dm), obj._spec)
+        try:
+            t = from_spec(planning_mesh(dm), obj._spec)
+        except UnsupportedLayout as err:
+            raise CheckpointError(f"{where}: {err}; a checkpoint stores blocks of verishard's types: save the "
+                                  f"DTensor redistributed to such a layout (it loads back onto this one)") from None
         r = _mesh_rank(dm)
         return t, {r: _torch_numpy(obj.to_local())}, "dtensor", False
     a = _torch_numpy(obj) if kind == "torch" else np.asarray(obj)
@@ -733,9 +738,88 @@ def _read_box(ck: _Checkpoint, e: F.Entry, b: F.Block, sbox: tuple[slice, ...], 
             g = h
 
 
-def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType, j: int, read_buffer: int) -> np.ndarray:
+Box = tuple[tuple[int, int], ...]
+
+
+class _Boxes:
+    """One rank's part of a target layout that our types cannot express
+    (DTensor's nested ``torch.chunk`` shards, uneven ``_StridedShard``), as
+    DTensor lays it out (:func:`verishard.dtensor.layout_boxes`): its global
+    boxes, each with where it starts in the local tensor, and the local
+    shape. Several boxes where ``_StridedShard`` interleaves; none where the
+    shard is empty."""
+
+    def __init__(self, global_shape: tuple[int, ...], holdings: list[tuple[Box, tuple[int, ...]]],
+                 local_shape: tuple[int, ...]):
+        self.global_shape, self.holdings, self.local_shape = tuple(global_shape), holdings, tuple(local_shape)
+
+    @classmethod
+    def of_dtensor(cls, global_shape: tuple[int, ...], dm: Any, placements: Any, r: int, where: str) -> "_Boxes":
+        """Mesh rank ``r``'s boxes of ``placements`` on the DeviceMesh ``dm``."""
+        from torch.distributed.tensor import Shard
+        from torch.distributed.tensor.placement_types import _StridedShard
+        from .dtensor import layout_boxes
+        k = len(global_shape)
+        for i, p in enumerate(placements):
+            shard = isinstance(p, (Shard, _StridedShard))
+            d = p.dim if shard else p[1] if isinstance(p, tuple) and p[:1] == ("shard",) else 0
+            factor = p.split_factor if isinstance(p, _StridedShard) else 1
+            if not (isinstance(d, int) and -k <= d < k and isinstance(factor, int) and factor >= 1):
+                raise CheckpointError(f"{where}: placement {p!r} on mesh dimension {i} does not shard a tensor of "
+                                      f"{k} dimensions (a dimension in [-{k}, {k}), a split factor of 1 or more)")
+        held, shapes = refusing_raw_errors(CheckpointError)(layout_boxes)(global_shape, tuple(dm.mesh.shape),
+                                                                         list(placements))
+        return cls(global_shape, [(box, at) for q, box, at in held if q == r], shapes[r])
+
+    @classmethod
+    def of_block(cls, t: ArrayType, j: int) -> "_Boxes":
+        """Device ``j``'s block of ``t`` as one box (none when empty)."""
+        shape = t.valid_shape(j)
+        box = tuple(zip(t.block_starts(j), shape))
+        return cls(t.global_shape, [(box, (0,) * len(shape))] if math.prod(shape) else [], shape)
+
+
+def _box_pieces(sources: list[Box], target: _Boxes) -> list[tuple[int, Box, tuple[slice, ...]]]:
+    """The verified box schedule (``core.bplan``: ``Boxes.bplan`` staged by
+    ``Boxes.brounds``) from the stored boxes ``sources`` (by index) to the
+    target rank's boxes, which no source is: every cut as (source index,
+    global box, where it goes in the local tensor). Theorem
+    ``Boxesworldproof.brounds_correct``: every index of a target box that
+    some source holds arrives in exactly one cut, inside the box of the
+    source it is read from; checked here to be every index of the box."""
+    from . import core
+    n = len(sources)
+    dst = [(n + k, box) for k, (box, _) in enumerate(target.holdings)]
+    if not dst:
+        return []
+    budget = min(max(math.prod(s for _, s in box) for _, box in dst), MAX_ELEMENTS)   # one cut per piece
+    _, rounds = core.bplan(list(enumerate(sources)), dst, budget)
+    cuts: list[list] = [[] for _ in dst]
+    for rd in rounds:
+        for c in rd:
+            cuts[c.target].append(c)
+    out = []
+    for (box, at), cs in zip(target.holdings, cuts):
+        if sum(math.prod(s for _, s in c.box) for c in cs) != math.prod(s for _, s in box):
+            raise CheckpointError(f"the stored blocks do not hold all of the target box {box}")
+        out += [(c.src, c.box, tuple(slice(s - g + a, s - g + a + m) for (s, m), (g, _), a in zip(c.box, box, at)))
+                for c in cs]
+    return out
+
+
+def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType | _Boxes, j: int, read_buffer: int) -> np.ndarray:
     """Target device ``j``'s block of entry ``e`` under ``t``, read piece by
-    piece along the verified schedule."""
+    piece along the verified schedule (the cross-mesh one between types, the
+    box one onto a layout our types cannot express)."""
+    if isinstance(t, _Boxes):
+        out = np.empty(t.local_shape, dtype=e.dtype)
+        pieces = _box_pieces([tuple(zip(b.start, b.shape)) for b in e.blocks], t)
+        ck.pieces += len(pieces)
+        for i, box, dst in pieces:
+            b = e.blocks[i]
+            _read_box(ck, e, b, tuple(slice(s - o, s - o + m) for (s, m), o in zip(box, b.start)), out[dst],
+                      read_buffer)
+        return out
     st = e.t
     n1 = st.mesh.num_devices
     plan = crossmesh_plan(st, t, range(n1), range(n1, n1 + t.mesh.num_devices))
@@ -747,7 +831,8 @@ def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType, j: int, read_buffer: 
 
 
 def _target(spec: Any, e: F.Entry, rank: int | None, where: str):
-    """(type, [(our rank, how to return it)] , finish) for one load target."""
+    """(type, or _Boxes where our types cannot express a DTensor layout; our ranks to load; finish: the
+    loaded blocks as the target's kind) for one load target."""
     g = e.t.global_shape
     if spec is None:
         return ArrayType.parse(f"[{', '.join(map(str, g))}]", "one=1"), [0], lambda blocks: blocks[0]
@@ -766,11 +851,22 @@ def _target(spec: Any, e: F.Entry, rank: int | None, where: str):
         import torch
         import torch.distributed as dist
         from torch.distributed.tensor import DTensor
-        from .dtensor import from_placements
+        from torch.distributed.tensor.placement_types import _StridedShard
+        from .dtensor import UnsupportedLayout, from_placements
         from .torch import planning_mesh
         dm, placements = spec
-        t = from_placements(planning_mesh(dm), g, placements)
         r = _mesh_rank(dm) if rank is None else int(rank)
+        try:
+            t = from_placements(planning_mesh(dm), g, placements)
+        except ShardingError as err:
+            # layouts our types cannot express (uneven nested torch.chunk shards, _StridedShard interleaving
+            # that has no shard order): DTensor's own split as boxes; no pending reductions there
+            boxes = isinstance(err, UnsupportedLayout) or any(isinstance(p, _StridedShard) for p in placements)
+            if not boxes or len(placements) != dm.ndim or any(p.is_partial() for p in placements):
+                raise
+            if not 0 <= r < dm.mesh.numel():
+                raise CheckpointError(f"{where}: rank {r} is not a rank of the DeviceMesh") from None
+            t = _Boxes.of_dtensor(g, dm, placements, r, where)   # DTensor's own split: read its boxes
         stride = tuple(math.prod(g[d + 1:]) for d in range(len(g)))
 
         def finish(blocks):

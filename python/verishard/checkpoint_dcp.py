@@ -13,10 +13,12 @@ place, row run by row run, from the storage's first byte. Plain values
 (DCP's byte items) are ``torch.load``-ed with ``weights_only=True``.
 
 When a tensor's chunks are the blocks of one of our types (DTensor
-``Shard`` saves: a grid of ``ceil(g / n)`` blocks), the pieces each target
-block needs come from the verified cross-mesh schedule, as for our own
-checkpoints; otherwise every chunk the block meets is read where it meets
-it (plain interval intersection). DCP stores no checksums, so nothing is
+``Shard`` saves: a grid of ``ceil(g / n)`` blocks) and the target is a type,
+the pieces each target block needs come from the verified cross-mesh
+schedule, as for our own checkpoints; otherwise (other chunks, or a DTensor
+target our types cannot express: nested uneven shards, uneven
+``_StridedShard``) from the verified box schedule between the chunks and the
+target rank's boxes (``core.bplan``). DCP stores no checksums, so nothing is
 checked beyond the archive's structure, the sizes and the dtypes.
 """
 
@@ -312,27 +314,26 @@ def _read_into(chunk: _Chunk, box: tuple[tuple[int, int], ...], out: np.ndarray,
         pos += run // isz
 
 
-def _load_tensor(ck: DCPCheckpoint, fqn: str, t: ArrayType, j: int) -> np.ndarray:
+def _load_tensor(ck: DCPCheckpoint, fqn: str, t: Any, j: int) -> np.ndarray:
+    """Target device ``j``'s block under ``t`` (our type, or the target
+    rank's boxes of a layout our types cannot express), piece by piece."""
+    from .checkpoint import _box_pieces, _Boxes
     from .crossmesh import crossmesh_plan
     shape, dtype, chunks = ck.tensor(fqn)
     if t.global_shape != shape:
         raise CheckpointError(f"{ck.path}: {fqn!r} has global shape {shape}, the target {t.global_shape}")
-    out = np.empty(t.valid_shape(j), dtype=dtype)
-    grid = _grid_type(shape, chunks)
-    if grid is not None:   # the verified schedule
+    grid = _grid_type(shape, chunks) if isinstance(t, ArrayType) else None
+    if grid is not None:   # the verified cross-mesh schedule between types
+        out = np.empty(t.valid_shape(j), dtype=dtype)
         st, order = grid
         n1 = st.mesh.num_devices
         plan = crossmesh_plan(st, t, range(n1), range(n1, n1 + t.mesh.num_devices))
         pieces = [(chunks[order[p.src]], p.box, plan.dst_local(j, p)) for p in plan.pieces[j]]
-    else:   # chunks of no grid: every chunk the block meets
-        lo, sz = t.block_starts(j), t.valid_shape(j)
-        pieces = []
-        for c in chunks:
-            a = [max(x, y) for x, y in zip(lo, c.offsets)]
-            b = [min(x + n, y + m) for x, n, y, m in zip(lo, sz, c.offsets, c.sizes)]
-            if all(x < y for x, y in zip(a, b)):
-                box = tuple((x, y - x) for x, y in zip(a, b))
-                pieces.append((c, box, tuple(slice(x - s, y - s) for x, y, s in zip(a, b, lo))))
+    else:   # chunks of no grid, or a target of no type: the verified box schedule
+        boxes = t if isinstance(t, _Boxes) else _Boxes.of_block(t, j)
+        out = np.empty(boxes.local_shape, dtype=dtype)
+        pieces = [(chunks[i], box, dst) for i, box, dst in
+                  _box_pieces([tuple(zip(c.offsets, c.sizes)) for c in chunks], boxes)]
     for c, box, dst in pieces:
         piece = np.empty(tuple(n for _, n in box), dtype=dtype)
         _read_into(c, box, piece, dtype, ck.counter)

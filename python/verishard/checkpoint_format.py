@@ -20,15 +20,18 @@ A checkpoint directory holds:
 
 Tiles: a block is viewed as rows (every dimension but the last; a 1-D block
 as rows of one element) by columns (the last dimension). Columns are cut at
-the block boundaries ``k * ceil(g / n)`` of every split into ``n <= 8``
-blocks (the uneven blocks of our types and ``torch.chunk``), rows at those
-of the first dimension and every ``G`` rows (tiles of about 64 KiB on
+the block boundaries of every split into ``n <= 8`` blocks, flat (``k *
+ceil(g / n)``: the uneven blocks of our types and ``torch.chunk``) or nested
+(DTensor's ``torch.chunk`` of each chunk over several mesh dimensions, for
+every ordered factoring of ``n``; most of its ``_StridedShard`` splits start
+there too), rows at
+those of the first dimension and every ``G`` rows (tiles of about 64 KiB on
 average); blocks under 16 KiB are cut every ``G`` rows only. A reader
 checks any rectangle of tiles with four table entries (32 bytes): one whose
 box starts and ends on cuts (any target that splits a dimension into at
-most 8 blocks) reads exactly its bytes plus 32 per rectangle; otherwise it
-reads the tiles around its box. The table costs 8 bytes per tile (at most
-about 23 x 23 tiles plus the row groups per block).
+most 8 blocks, flat or nested) reads exactly its bytes plus 32 per
+rectangle; otherwise it reads the tiles around its box. The table costs 8
+bytes per tile (at most about 40 x 40 tiles plus the row groups per block).
 
 >>> cols = tiles((4096, 64), (0, 0), (2048, 64), 4)[1]   # columns: where 2..8 blocks of 64 start
 >>> cols[:5], 22 in cols, 11 in cols                       # 3 blocks of 22, 6 of 11, ...
@@ -61,7 +64,7 @@ __all__ = ["FORMAT", "VERSION", "MANIFEST", "digest", "data_name", "tiles", "tab
 
 FORMAT = "verishard-checkpoint"
 BLOCK_FORMAT = "verishard-block"
-VERSION = 2
+VERSION = 3                        # 3: tiles also cut where nested splits start
 MANIFEST = "manifest.json"
 LOCK = ".lock"
 MAX_MANIFEST_BYTES = 64 << 20      # a manifest is names and offsets: far below this
@@ -92,9 +95,42 @@ def data_name(save_id: str, process: int, ext: str = "bin") -> str:
 
 # --- tiles ----------------------------------------------------------------------
 
+def _factorings(n: int) -> list[tuple[int, ...]]:
+    """Every ordered factoring of ``n`` into factors of 2 or more (``(n,)`` included; ``()`` for 1)."""
+    if n == 1:
+        return [()]
+    return [(f, *rest) for f in range(2, n + 1) if n % f == 0 for rest in _factorings(n // f)]
+
+
+NESTINGS = tuple(f for n in range(2, SPLITS + 1) for f in _factorings(n))
+
+
+def _nested_starts(lo: int, g: int, splits: tuple[int, ...], out: set) -> None:
+    """Where the pieces of ``torch.chunk`` of [lo, lo + g) into ``splits[0]``, each chunked again by the rest, start."""
+    c = -(-g // splits[0])
+    for k in range(splits[0]):
+        if k * c >= g:
+            break
+        out.add(lo + k * c)
+        if len(splits) > 1:
+            _nested_starts(lo + k * c, min(g - k * c, c), splits[1:], out)
+
+
+@lru_cache(maxsize=4096)
 def _cuts(g: int) -> list[int]:
-    """Where the blocks of a split of ``g`` into 2..SPLITS blocks start."""
-    return sorted({k * -(-g // n) for n in range(2, SPLITS + 1) for k in range(1, n) if k * -(-g // n) < g})
+    """Where the blocks of a split of ``g`` into 2..SPLITS blocks start:
+    flat (``ceil(g / n)``: our uneven blocks, ``torch.chunk``) or nested
+    (every ordered factoring of ``n``: DTensor's ``torch.chunk`` of each
+    chunk over several mesh dimensions; its ``_StridedShard`` splits start
+    there too, but for a few uneven ones over three mesh dimensions).
+
+    >>> 766 in _cuts(1021)   # [Shard(0), Shard(0)] over 2 x 2: the chunk of rows 511-1020 chunked at 511 + 255
+    True
+    """
+    out: set = set()
+    for splits in NESTINGS:
+        _nested_starts(0, g, splits, out)
+    return sorted(out - {0})
 
 
 @lru_cache(maxsize=4096)
