@@ -9,8 +9,8 @@
     with its type block" (the type planner, [Exchangeproof.ueplan_spec])
     say the same thing; [lplan_spec] states both branches in boxes. *)
 From Coq Require Import List Arith Lia Bool Permutation.
-From VS Require Import Prelude Mesh Types Uneven Unevenproof Uchecker Upipeline Upipelineproof Crossmesh
-  Crossmeshproof Rounds Exchange Exchangeproof Boxes Boxesproof Boxesworldproof Layoutchoice.
+From VS Require Import Prelude Mesh Types Refine Uneven Unevenproof Uchecker Ucheckerproof Upipeline Upipelineproof Crossmesh
+  Crossmeshproof Rounds Roundsproof Exchange Exchangeproof Boxes Boxesproof Boxesworldproof Layoutchoice.
 Import ListNotations.
 
 (** The local position of a global index [x] of a rank's box under a type:
@@ -51,4 +51,95 @@ Proof.
   rewrite nth_error_nth' with (d := 0) in Ek by (rewrite seq_length; exact Hj).
   rewrite seq_nth in Ek by exact Hj. injection Ek as <-.
   split; [exact Hj|]. split; [|auto]. rewrite <- E1. unfold ranks. rewrite seq_nth by exact Hj. reflexivity.
+Qed.
+
+(** What the box schedule guarantees ([Boxesworldproof.brounds_correct]'s
+    conclusion): for every target rank, every index of its box that some
+    rank holds arrives exactly once (from itself or in one cut addressed to
+    it), each cut inside a piece from another rank holding it, a piece
+    coming from the target itself exactly where it holds the index. *)
+Definition boxes_ok (budget : nat) (ls lt : layout) (rds : list (list cut)) : Prop :=
+  Permutation (concat rds) (xcuts budget (map fst lt) (bplan ls lt)) /\
+  (forall rd, In rd rds -> bounded budget rd) /\
+  forall j self T, nth_error lt j = Some (self, T) ->
+  exists ps, nth_error (bplan ls lt) j = Some ps /\
+    (forall q p, In q ps -> in_boxb p (pbox q) = true ->
+       in_boxb p T = true /\ (exists S, In (psrc q, S) ls /\ in_boxb p S = true) /\
+       (psrc q = self <-> exists S, In (self, S) ls /\ in_boxb p S = true)) /\
+    (forall p, in_boxb p T = true ->
+       lsum (fun q => if psrc q =? self then (if in_boxb p (pbox q) then 1 else 0) else 0) ps
+       + lsum (fun c => if ctgt c =? j then (if in_boxb p (cbox c) then 1 else 0) else 0) (concat rds)
+       = if held_by_any p ls then 1 else 0) /\
+    (forall c, In c (concat rds) -> ctgt c = j ->
+       cdst c = self /\ exists q, In q ps /\ psrc q <> self /\ csrc c = psrc q /\
+         forall p, in_boxb p (cbox c) = true -> in_boxb p (pbox q) = true).
+
+(** **The choice, end to end**: [lplan] takes the type planner only when
+    the proposed types describe exactly the two layouts (each rank [j] of
+    the mesh holding its type box) and form a valid problem; then, in its
+    two answers, every target rank ends with every index [x] of its box
+    holding the element [A x] of any global array (at its local position
+    [unshift T x], a valid position by [tbox_unshift]): after the
+    collectives run on the padded source distribution, or assembled by the
+    exchange, where each rank receives exactly the elements of its box it
+    does not hold. Otherwise it returns the box schedule, of which
+    [boxes_ok] holds whenever every source box has its target boxes'
+    number of dimensions: every target rank gets every index of its box
+    that some rank holds exactly once, from a rank holding it, receiving
+    exactly what it does not hold. *)
+Theorem lplan_spec : forall budget m types ls lt,
+  match lplan budget m types ls lt with
+  | ByTypes t t' out =>
+      types = Some (t, t') /\ ls = tlayout m t /\ lt = tlayout m t' /\ uvalid_problem m t t' /\
+      ueplan_problem m t t' = Ok out /\
+      match out with
+      | Collectives fs p r =>
+          uplan_problem m t t' = Ok (fs, p, r) /\ ucheck (rmesh fs) (rtype fs t) (rtype fs t') p = Ok r /\
+          forall j self T, nth_error lt j = Some (self, T) ->
+          forall V (A : list nat -> V) pad x, in_boxb x T = true ->
+            uexec pad (rmesh fs) (rtype fs t) p (ulocal A pad (rmesh fs) (rtype fs t))
+              (coords_of_rank (rmesh fs) self) (unshift T x) = A x
+      | Exchanged _ rx =>
+          exists pss, exchange m t t' = Some pss /\ rx = exchange_recv m pss /\
+          forall j self T, nth_error lt j = Some (self, T) ->
+            Crossmesh.traffic self (nth j pss []) = vol T - held (sdims m t) (srcs m (ranks m) t) self T /\
+            forall V (A : list nat -> V) pad x, in_boxb x T = true ->
+              assemble (fun r => ulocal A pad m t (coords_of_rank m r)) (sdims m t) T (nth j pss []) (unshift T x)
+              = Some (A x)
+      end
+  | ByBoxes rds =>
+      rds = brounds budget ls lt /\
+      ((forall tg, In tg lt -> src_dims (length (snd tg)) ls) -> boxes_ok budget ls lt rds)
+  end.
+Proof.
+  intros budget m types ls lt.
+  assert (Hb : (forall tg, In tg lt -> src_dims (length (snd tg)) ls) ->
+               boxes_ok budget ls lt (brounds budget ls lt)) by (intros H; apply brounds_correct; exact H).
+  unfold lplan.
+  destruct types as [[t t']|]; [|split; [reflexivity|exact Hb]].
+  destruct (layout_eqb ls (tlayout m t) && layout_eqb lt (tlayout m t')) eqn:Eq;
+    [|split; [reflexivity|exact Hb]].
+  destruct (ueplan_problem m t t') as [out|e] eqn:Ep; [|split; [reflexivity|exact Hb]].
+  apply andb_true_iff in Eq as [E1 E2]. unfold layout_eqb in E1, E2.
+  destruct (layout_eq_dec ls (tlayout m t)) as [->|]; [|discriminate].
+  destruct (layout_eq_dec lt (tlayout m t')) as [->|]; [|discriminate].
+  assert (Hv : uvalid_problem m t t').
+  { unfold ueplan_problem, uplan_problem in Ep.
+    destruct (uproblem_error m t t') eqn:Ee; [discriminate|]. apply uproblem_error_spec; exact Ee. }
+  split; [reflexivity|]. split; [reflexivity|]. split; [reflexivity|]. split; [exact Hv|]. split; [exact Ep|].
+  destruct (ueplan_spec m t t' Hv) as [out' [Ep' Hs]]. rewrite Ep in Ep'. injection Ep' as <-.
+  destruct out as [fs p r|och rx].
+  - destruct (uplan_spec m t t' Hv) as [fs' [p' [r' [Hpp [_ [_ [Hck [_ Hex]]]]]]]].
+    rewrite Hs in Hpp. injection Hpp as <- <- <-.
+    split; [exact Hs|]. split; [exact Hck|].
+    intros j self T E V A pad x Hx. destruct (tlayout_nth _ _ _ _ _ E) as [Hj [-> ->]].
+    destruct (tbox_unshift _ _ _ _ Hx) as [Hvp Hg].
+    rewrite (Hex V A pad j _ Hj Hvp), Hg. reflexivity.
+  - destruct Hs as [fs [p [r [pss [_ [Ex [Hrx [_ [_ [Htr Hdat]]]]]]]]]].
+    exists pss. split; [exact Ex|]. split; [exact Hrx|].
+    intros j self T E. destruct (tlayout_nth _ _ _ _ _ E) as [Hj [-> ->]].
+    split; [exact (Htr j Hj)|].
+    intros V A pad x Hx. destruct (tbox_unshift _ _ _ _ Hx) as [Hvp Hg].
+    rewrite (Hdat V A (ulocal A pad m t)); [rewrite Hg; reflexivity| |exact Hj|exact Hvp].
+    intros r0 k _ Hk. unfold ulocal. apply uvalid_posb_spec in Hk. rewrite Hk. reflexivity.
 Qed.
