@@ -68,6 +68,12 @@ def test_empty_trailing_blocks_match_the_core():
     assert core.type_layout(s)[3][1][0][1] == 0
     got = core.lplan(m, core.type_layout(s), core.type_layout(d), 100, (s, d))
     assert isinstance(got, core.PlanReport)
+    # DTensor's boxes leave empty shards out: the same non-empty boxes still take the types
+    held = [h for h in core.type_layout(s) if h[1][0][1]]
+    assert isinstance(core.lplan(m, held, core.type_layout(d), 100, (s, d)), core.PlanReport)
+    # a non-empty box that differs does not
+    other = held[:-1] + [(3, ((4, 1),))]
+    assert core.lplan(m, other, core.type_layout(d), 100, (s, d)) == core.bplan(other, core.type_layout(d), 100)[1]
 
 
 def test_bad_input_is_refused():

@@ -7,7 +7,7 @@
     collectives exceed the padded bound); any other layout, or types the
     type planner refuses, to the box schedule ([Boxes.brounds]). The types
     are only a proposal: [lplan] checks that they describe exactly the
-    given boxes before it uses them.
+    given boxes (the same non-empty box per rank) before it uses them.
 
     Definitions only; proofs in [Layoutchoiceproof.v]. *)
 From Coq Require Import List Arith Bool.
@@ -23,6 +23,11 @@ Proof. repeat decide equality. Defined.
 
 Definition layout_eqb (a b : layout) : bool := if layout_eq_dec a b then true else false.
 
+(** The entries of a layout that hold some index: a rank with an empty box
+    holds nothing, whether a layout lists it (a type's layout lists every
+    device) or not (DTensor's boxes leave out empty shards). *)
+Definition held_part (l : layout) : layout := filter (fun h => nonempty (snd h)) l.
+
 (** The path taken: the type planner's answer for the types [t], [t'], or
     the box schedule's rounds. *)
 Inductive lchoice :=
@@ -30,12 +35,15 @@ Inductive lchoice :=
 | ByBoxes (rounds : list (list cut)).
 
 (** From layout [ls] to layout [lt] on mesh [m], with the proposed types
-    [types] if any, rounds of at most [budget] elements per rank. *)
+    [types] if any, rounds of at most [budget] elements per rank. The types
+    are taken when they describe the same non-empty boxes, in the same
+    order, as the layouts. *)
 Definition lplan (budget : nat) (m : mesh) (types : option (atype * atype)) (ls lt : layout) : lchoice :=
   let boxes := ByBoxes (brounds budget ls lt) in
   match types with
   | Some (t, t') =>
-      if layout_eqb ls (tlayout m t) && layout_eqb lt (tlayout m t') then
+      if layout_eqb (held_part ls) (held_part (tlayout m t))
+         && layout_eqb (held_part lt) (held_part (tlayout m t')) then
         match ueplan_problem m t t' with
         | Ok out => ByTypes t t' out
         | Err _ => boxes

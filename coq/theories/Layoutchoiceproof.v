@@ -53,6 +53,18 @@ Proof.
   split; [exact Hj|]. split; [|auto]. rewrite <- E1. unfold ranks. rewrite seq_nth by exact Hj. reflexivity.
 Qed.
 
+(** An entry of a type's layout holding some index, wherever a layout with
+    the same non-empty boxes lists it: rank [self] of the mesh with its box. *)
+Lemma held_part_tlayout : forall m t l self T, held_part l = held_part (tlayout m t) ->
+  In (self, T) l -> nonempty T = true ->
+  self < ndevices m /\ T = tbox m t (coords_of_rank m self).
+Proof.
+  intros m t l self T E H Hn.
+  assert (H' : In (self, T) (held_part (tlayout m t))) by (rewrite <- E; apply filter_In; auto).
+  apply filter_In in H' as [H' _]. apply In_nth_error in H' as [j Ej].
+  destruct (tlayout_nth _ _ _ _ _ Ej) as [Hj [-> ->]]. auto.
+Qed.
+
 (** What the box schedule guarantees ([Boxesworldproof.brounds_correct]'s
     conclusion): for every target rank, every index of its box that some
     rank holds arrives exactly once (from itself or in one cut addressed to
@@ -75,8 +87,9 @@ Definition boxes_ok (budget : nat) (ls lt : layout) (rds : list (list cut)) : Pr
          forall p, in_boxb p (cbox c) = true -> in_boxb p (pbox q) = true).
 
 (** **The choice, end to end**: [lplan] takes the type planner only when
-    the proposed types describe exactly the two layouts (each rank [j] of
-    the mesh holding its type box) and form a valid problem; then, in its
+    the proposed types describe exactly the two layouts (the same non-empty
+    boxes in the same order: rank [j] of the mesh holding its type box) and
+    form a valid problem; then, in its
     two answers, every target rank ends with every index [x] of its box
     holding the element [A x] of any global array (at its local position
     [unshift T x], a valid position by [tbox_unshift]): after the
@@ -90,21 +103,21 @@ Definition boxes_ok (budget : nat) (ls lt : layout) (rds : list (list cut)) : Pr
 Theorem lplan_spec : forall budget m types ls lt,
   match lplan budget m types ls lt with
   | ByTypes t t' out =>
-      types = Some (t, t') /\ ls = tlayout m t /\ lt = tlayout m t' /\ uvalid_problem m t t' /\
-      ueplan_problem m t t' = Ok out /\
+      types = Some (t, t') /\ held_part ls = held_part (tlayout m t) /\ held_part lt = held_part (tlayout m t') /\
+      uvalid_problem m t t' /\ ueplan_problem m t t' = Ok out /\
       match out with
       | Collectives fs p r =>
           uplan_problem m t t' = Ok (fs, p, r) /\ ucheck (rmesh fs) (rtype fs t) (rtype fs t') p = Ok r /\
-          forall j self T, nth_error lt j = Some (self, T) ->
+          forall self T, In (self, T) lt ->
           forall V (A : list nat -> V) pad x, in_boxb x T = true ->
             uexec pad (rmesh fs) (rtype fs t) p (ulocal A pad (rmesh fs) (rtype fs t))
               (coords_of_rank (rmesh fs) self) (unshift T x) = A x
       | Exchanged _ rx =>
           exists pss, exchange m t t' = Some pss /\ rx = exchange_recv m pss /\
-          forall j self T, nth_error lt j = Some (self, T) ->
-            Crossmesh.traffic self (nth j pss []) = vol T - held (sdims m t) (srcs m (ranks m) t) self T /\
+          forall self T, In (self, T) lt -> nonempty T = true ->
+            Crossmesh.traffic self (nth self pss []) = vol T - held (sdims m t) (srcs m (ranks m) t) self T /\
             forall V (A : list nat -> V) pad x, in_boxb x T = true ->
-              assemble (fun r => ulocal A pad m t (coords_of_rank m r)) (sdims m t) T (nth j pss []) (unshift T x)
+              assemble (fun r => ulocal A pad m t (coords_of_rank m r)) (sdims m t) T (nth self pss []) (unshift T x)
               = Some (A x)
       end
   | ByBoxes rds =>
@@ -117,28 +130,30 @@ Proof.
                boxes_ok budget ls lt (brounds budget ls lt)) by (intros H; apply brounds_correct; exact H).
   unfold lplan.
   destruct types as [[t t']|]; [|split; [reflexivity|exact Hb]].
-  destruct (layout_eqb ls (tlayout m t) && layout_eqb lt (tlayout m t')) eqn:Eq;
+  destruct (layout_eqb (held_part ls) (held_part (tlayout m t))
+            && layout_eqb (held_part lt) (held_part (tlayout m t'))) eqn:Eq;
     [|split; [reflexivity|exact Hb]].
   destruct (ueplan_problem m t t') as [out|e] eqn:Ep; [|split; [reflexivity|exact Hb]].
   apply andb_true_iff in Eq as [E1 E2]. unfold layout_eqb in E1, E2.
-  destruct (layout_eq_dec ls (tlayout m t)) as [->|]; [|discriminate].
-  destruct (layout_eq_dec lt (tlayout m t')) as [->|]; [|discriminate].
+  destruct (layout_eq_dec (held_part ls) (held_part (tlayout m t))) as [Hls|]; [|discriminate].
+  destruct (layout_eq_dec (held_part lt) (held_part (tlayout m t'))) as [Hlt|]; [|discriminate].
   assert (Hv : uvalid_problem m t t').
   { unfold ueplan_problem, uplan_problem in Ep.
     destruct (uproblem_error m t t') eqn:Ee; [discriminate|]. apply uproblem_error_spec; exact Ee. }
-  split; [reflexivity|]. split; [reflexivity|]. split; [reflexivity|]. split; [exact Hv|]. split; [exact Ep|].
+  split; [reflexivity|]. split; [exact Hls|]. split; [exact Hlt|]. split; [exact Hv|]. split; [exact Ep|].
   destruct (ueplan_spec m t t' Hv) as [out' [Ep' Hs]]. rewrite Ep in Ep'. injection Ep' as <-.
   destruct out as [fs p r|och rx].
   - destruct (uplan_spec m t t' Hv) as [fs' [p' [r' [Hpp [_ [_ [Hck [_ Hex]]]]]]]].
     rewrite Hs in Hpp. injection Hpp as <- <- <-.
     split; [exact Hs|]. split; [exact Hck|].
-    intros j self T E V A pad x Hx. destruct (tlayout_nth _ _ _ _ _ E) as [Hj [-> ->]].
+    intros self T Hin V A pad x Hx.
+    destruct (held_part_tlayout _ _ _ _ _ Hlt Hin (in_nonempty _ _ Hx)) as [Hj ->].
     destruct (tbox_unshift _ _ _ _ Hx) as [Hvp Hg].
-    rewrite (Hex V A pad j _ Hj Hvp), Hg. reflexivity.
+    rewrite (Hex V A pad self _ Hj Hvp), Hg. reflexivity.
   - destruct Hs as [fs [p [r [pss [_ [Ex [Hrx [_ [_ [Htr Hdat]]]]]]]]]].
     exists pss. split; [exact Ex|]. split; [exact Hrx|].
-    intros j self T E. destruct (tlayout_nth _ _ _ _ _ E) as [Hj [-> ->]].
-    split; [exact (Htr j Hj)|].
+    intros self T Hin Hn. destruct (held_part_tlayout _ _ _ _ _ Hlt Hin Hn) as [Hj ->].
+    split; [exact (Htr self Hj)|].
     intros V A pad x Hx. destruct (tbox_unshift _ _ _ _ Hx) as [Hvp Hg].
     rewrite (Hdat V A (ulocal A pad m t)); [rewrite Hg; reflexivity| |exact Hj|exact Hvp].
     intros r0 k _ Hk. unfold ulocal. apply uvalid_posb_spec in Hk. rewrite Hk. reflexivity.

@@ -922,7 +922,8 @@ def lplan(mesh: Mesh, src: Layout, dst: Layout, budget: int,
     """The verified choice of path between two layouts given as boxes
     (``Layoutchoice.lplan``, theorem ``Layoutchoiceproof.lplan_spec``): with
     ``types`` proposed, the core checks that they describe exactly the two
-    layouts (:func:`type_layout` of each) and form a valid problem; then the
+    layouts (the same non-empty boxes as :func:`type_layout` of each, in
+    order; ranks with empty boxes may be left out) and form a valid problem; then the
     type planner's plan (``Exchange.ueplan_problem``: collectives, or the
     exchange), as :func:`eplan` returns it. Otherwise the box schedule's
     rounds within ``budget`` elements per rank, as :func:`bplan` returns them.
