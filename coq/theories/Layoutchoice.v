@@ -39,15 +39,16 @@ Inductive lchoice :=
     are taken when they describe the same non-empty boxes, in the same
     order, as the layouts. *)
 Definition lplan (budget : nat) (m : mesh) (types : option (atype * atype)) (ls lt : layout) : lchoice :=
-  let boxes := ByBoxes (brounds budget ls lt) in
+  (* the box schedule written out in each branch, not bound once: the
+     extracted code is strict and would build it on the type path too *)
   match types with
   | Some (t, t') =>
       if layout_eqb (held_part ls) (held_part (tlayout m t))
          && layout_eqb (held_part lt) (held_part (tlayout m t')) then
         match ueplan_problem m t t' with
         | Ok out => ByTypes t t' out
-        | Err _ => boxes
+        | Err _ => ByBoxes (brounds budget ls lt)
         end
-      else boxes
-  | None => boxes
+      else ByBoxes (brounds budget ls lt)
+  | None => ByBoxes (brounds budget ls lt)
   end.
