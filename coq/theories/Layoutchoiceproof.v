@@ -65,27 +65,6 @@ Proof.
   destruct (tlayout_nth _ _ _ _ _ Ej) as [Hj [-> ->]]. auto.
 Qed.
 
-(** What the box schedule guarantees ([Boxesworldproof.brounds_correct]'s
-    conclusion): for every target rank, every index of its box that some
-    rank holds arrives exactly once (from itself or in one cut addressed to
-    it), each cut inside a piece from another rank holding it, a piece
-    coming from the target itself exactly where it holds the index. *)
-Definition boxes_ok (budget : nat) (ls lt : layout) (rds : list (list cut)) : Prop :=
-  Permutation (concat rds) (xcuts budget (map fst lt) (bplan ls lt)) /\
-  (forall rd, In rd rds -> bounded budget rd) /\
-  forall j self T, nth_error lt j = Some (self, T) ->
-  exists ps, nth_error (bplan ls lt) j = Some ps /\
-    (forall q p, In q ps -> in_boxb p (pbox q) = true ->
-       in_boxb p T = true /\ (exists S, In (psrc q, S) ls /\ in_boxb p S = true) /\
-       (psrc q = self <-> exists S, In (self, S) ls /\ in_boxb p S = true)) /\
-    (forall p, in_boxb p T = true ->
-       lsum (fun q => if psrc q =? self then (if in_boxb p (pbox q) then 1 else 0) else 0) ps
-       + lsum (fun c => if ctgt c =? j then (if in_boxb p (cbox c) then 1 else 0) else 0) (concat rds)
-       = if held_by_any p ls then 1 else 0) /\
-    (forall c, In c (concat rds) -> ctgt c = j ->
-       cdst c = self /\ exists q, In q ps /\ psrc q <> self /\ csrc c = psrc q /\
-         forall p, in_boxb p (cbox c) = true -> in_boxb p (pbox q) = true).
-
 (** **The choice, end to end**: [lplan] takes the type planner only when
     the proposed types describe exactly the two layouts (the same non-empty
     boxes in the same order: rank [j] of the mesh holding its type box) and
