@@ -419,6 +419,17 @@ let read_layout next k =
     check_within max_elements "2^50 elements" (List.map snd b);
     (r, b)) n
 
+(* Rounds of cuts: [number of rounds; for each round: number of cuts; for
+   each cut: sending rank, receiving rank, target index, then per
+   dimension: start, length]. *)
+let put_box_rounds buf rs =
+  Buffer.add_int buf (List.length rs);
+  List.iter (fun rd ->
+    Buffer.add_int buf (List.length rd);
+    List.iter (fun c ->
+      Buffer.add_int buf c.csrc; Buffer.add_int buf c.cdst; Buffer.add_int buf c.ctgt;
+      List.iter (fun (s, l) -> Buffer.add_int buf s; Buffer.add_int buf l) c.cbox) rd) rs
+
 let bplan_fn a =
   let next = reader a in
   let budget = next () in
@@ -432,12 +443,7 @@ let bplan_fn a =
   List.iter (fun ps ->
     Buffer.add_int buf (List.length ps);
     List.iter (fun q -> Buffer.add_int buf q.psrc; put_box q.pbox) ps) pss;
-  let rs = brounds budget srcs tgts in
-  Buffer.add_int buf (List.length rs);
-  List.iter (fun rd ->
-    Buffer.add_int buf (List.length rd);
-    List.iter (fun c ->
-      Buffer.add_int buf c.csrc; Buffer.add_int buf c.cdst; Buffer.add_int buf c.ctgt; put_box c.cbox) rd) rs;
+  put_box_rounds buf (brounds budget srcs tgts);
   finish buf
 
 (* Plans that may hold an exchange: tag 7 then the target type; tags 0-3
@@ -475,21 +481,47 @@ let opt_dim = function Some d -> d + 1 | None -> 0
    checker's report on the one-step plan; running that checker here would
    build the exchange's schedule, a piece per source block each target
    meets). *)
+let put_eplanned buf bound_of (peak, types, received) m src dst = function
+  | Collectives (fs, p, r) -> put_planned buf put_coll put_type fs (peak r) p (types r) (received r)
+  | Exchanged (ch, rx) -> List.iter (Buffer.add_int buf) [2; opt_dim ch; bound_of m src dst; rx]
+
 let eplan_with planner bound_of peak_fields a =
   let next = reader a in
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
   let buf = Buffer.create () in
-  let (peak, types, received) = peak_fields in
   (match planner m src dst with
    | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
-   | Ok (Collectives (fs, p, r)) -> put_planned buf put_coll put_type fs (peak r) p (types r) (received r)
-   | Ok (Exchanged (ch, rx)) -> List.iter (Buffer.add_int buf) [2; opt_dim ch; bound_of m src dst; rx]);
+   | Ok out -> put_eplanned buf bound_of peak_fields m src dst out);
   finish buf
 
 let echeck_fn = echeck_with echeck report_fields
 let uecheck_fn = echeck_with uecheck ureport_fields
 let eplan_fn = eplan_with eplan_problem bound report_fields
 let ueplan_fn = eplan_with ueplan_problem ubound ureport_fields
+
+(* [Layoutchoice.lplan]: the path for two layouts given as boxes, with
+   types optionally proposed. Input: budget; the mesh; 1 then the source and
+   target types, or 0; k dimensions; the source layout, then the target
+   layout, as [bplan_fn] reads them. Answer: [0] then [ueplan_fn]'s answer
+   when the core took the types (they describe exactly the two layouts and
+   the type planner answers), else [1] then the rounds as [put_box_rounds]
+   writes them. *)
+let lplan_fn a =
+  let next = reader a in
+  let budget = next () in
+  if budget > max_elements then raise (Bad_input "a budget of more than 2^50 elements");
+  let m = read_mesh next in
+  let types = match next () with
+    | 0 -> None
+    | 1 -> let t = read_type next in let t' = read_type next in Some (t, t')
+    | _ -> raise (Bad_input "unknown types tag") in
+  let k = next () in
+  let srcs = read_layout next k in let tgts = read_layout next k in
+  let buf = Buffer.create () in
+  (match lplan budget m types srcs tgts with
+   | ByTypes (t, t', out) -> Buffer.add_int buf 0; put_eplanned buf ubound ureport_fields m t t' out
+   | ByBoxes rs -> Buffer.add_int buf 1; put_box_rounds buf rs);
+  finish buf
 
 (* Exceptions become a message for the C side, never a crash: [Core_error]
    carries the message itself (stubs.c reads it by the name "vs_error"). *)
@@ -520,6 +552,7 @@ let () =
   Callback.register "vs_xplan" (guard xplan_fn);
   Callback.register "vs_xrounds" (guard xrounds_fn);
   Callback.register "vs_bplan" (guard bplan_fn);
+  Callback.register "vs_lplan" (guard lplan_fn);
   Callback.register "vs_synthesize" (guard synthesize_fn);
   Callback.register "vs_blocks" (guard blocks_fn);
   Callback.register "vs_permute" (guard permute_fn);

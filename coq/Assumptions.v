@@ -203,3 +203,7 @@ Print Assumptions VS.Pucheckerproof.puplan_checked_ok.
 Print Assumptions VS.Pucheckerproof.puplan_checked_total.
 From VS Require Import Boxesworldproof.
 Print Assumptions VS.Boxesworldproof.brounds_correct.
+
+From VS Require Import Layoutchoice Layoutchoiceproof.
+Print Assumptions VS.Layoutchoiceproof.tbox_exact.
+Print Assumptions VS.Layoutchoiceproof.lplan_spec.

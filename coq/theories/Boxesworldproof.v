@@ -17,25 +17,32 @@ Lemma bplan_nth : forall srcs tgts j self T, nth_error tgts j = Some (self, T) -
   nth_error (bplan srcs tgts) j = Some (map (fun q => mkpiece (fst q) [] (snd q)) (bsched srcs self T)).
 Proof. intros srcs tgts j self T E. unfold bplan. rewrite nth_error_map, E. reflexivity. Qed.
 
-Theorem brounds_correct : forall srcs tgts budget,
-  (forall t, In t tgts -> src_dims (length (snd t)) srcs) ->
-  Permutation (concat (brounds budget srcs tgts)) (xcuts budget (map fst tgts) (bplan srcs tgts)) /\
-  (forall rd, In rd (brounds budget srcs tgts) -> bounded budget rd) /\
-  forall j self T, nth_error tgts j = Some (self, T) ->
-  exists ps, nth_error (bplan srcs tgts) j = Some ps /\
+(** What rounds [rds] of the box schedule from layout [ls] to layout [lt]
+    guarantee ([brounds_correct]: [brounds]' do): for every target rank, every index of its box that some
+    rank holds arrives exactly once (from itself or in one cut addressed to
+    it), each cut inside a piece from another rank holding it, a piece
+    coming from the target itself exactly where it holds the index. *)
+Definition boxes_ok (budget : nat) (ls lt : layout) (rds : list (list cut)) : Prop :=
+  Permutation (concat rds) (xcuts budget (map fst lt) (bplan ls lt)) /\
+  (forall rd, In rd rds -> bounded budget rd) /\
+  forall j self T, nth_error lt j = Some (self, T) ->
+  exists ps, nth_error (bplan ls lt) j = Some ps /\
     (forall q p, In q ps -> in_boxb p (pbox q) = true ->
-       in_boxb p T = true /\ (exists S, In (psrc q, S) srcs /\ in_boxb p S = true) /\
-       (psrc q = self <-> exists S, In (self, S) srcs /\ in_boxb p S = true)) /\
+       in_boxb p T = true /\ (exists S, In (psrc q, S) ls /\ in_boxb p S = true) /\
+       (psrc q = self <-> exists S, In (self, S) ls /\ in_boxb p S = true)) /\
     (forall p, in_boxb p T = true ->
        lsum (fun q => if psrc q =? self then (if in_boxb p (pbox q) then 1 else 0) else 0) ps
-       + lsum (fun c => if ctgt c =? j then (if in_boxb p (cbox c) then 1 else 0) else 0)
-              (concat (brounds budget srcs tgts))
-       = if held_by_any p srcs then 1 else 0) /\
-    (forall c, In c (concat (brounds budget srcs tgts)) -> ctgt c = j ->
+       + lsum (fun c => if ctgt c =? j then (if in_boxb p (cbox c) then 1 else 0) else 0) (concat rds)
+       = if held_by_any p ls then 1 else 0) /\
+    (forall c, In c (concat rds) -> ctgt c = j ->
        cdst c = self /\ exists q, In q ps /\ psrc q <> self /\ csrc c = psrc q /\
          forall p, in_boxb p (cbox c) = true -> in_boxb p (pbox q) = true).
+
+Theorem brounds_correct : forall (srcs tgts : layout) budget,
+  (forall t, In t tgts -> src_dims (length (snd t)) srcs) ->
+  boxes_ok budget srcs tgts (brounds budget srcs tgts).
 Proof.
-  intros srcs tgts budget Hdims.
+  intros srcs tgts budget Hdims. unfold boxes_ok.
   set (pss := bplan srcs tgts). set (tr := map fst tgts).
   pose proof (pack_perm budget (xcuts budget tr pss)) as Hp.
   split; [exact Hp|]. split; [apply pack_bounded|].

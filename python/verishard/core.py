@@ -888,6 +888,11 @@ def bplan(src: Layout, dst: Layout, budget: int) -> tuple[list[list[Piece]], lis
             ps.append(Piece(out[pos], (), tuple(zip(vals[0::2], vals[1::2]))))
             pos += 1 + 2 * k
         pieces.append(ps)
+    return pieces, _decode_box_rounds(out, pos, k)
+
+
+def _decode_box_rounds(out: Sequence[int], pos: int, k: int) -> list[list[Cut]]:
+    """Rounds of cuts of ``k`` dimensions from ``out[pos:]`` (``put_box_rounds`` in bindings/glue.ml)."""
     n_rounds, pos, rounds = out[pos], pos + 1, []
     for _ in range(n_rounds):
         n, pos, rd = out[pos], pos + 1, []
@@ -897,9 +902,58 @@ def bplan(src: Layout, dst: Layout, budget: int) -> tuple[list[list[Piece]], lis
             pos += 3 + 2 * k
             rd.append(Cut(a, b, j, tuple(zip(vals[0::2], vals[1::2]))))
         rounds.append(rd)
-    return pieces, rounds
+    return rounds
+
+
+def type_layout(t: ArrayType) -> list[tuple[int, Box]]:
+    """The layout of type ``t`` as boxes (``Layoutchoice.tlayout``): device
+    ``j`` of its mesh, as rank ``j``, holding the valid part of its block.
+
+    >>> from verishard import Mesh, ArrayType
+    >>> type_layout(ArrayType.parse("[2{x}3]", Mesh.parse("x=2")))
+    [(0, ((0, 2),)), (1, ((2, 1),))]
+    """
+    return [(j, tuple((int(s), int(v)) for s, v in zip(t.block_starts(j), t.valid_shape(j))))
+            for j in range(t.mesh.num_devices)]
+
+
+def lplan(mesh: Mesh, src: Layout, dst: Layout, budget: int,
+          types: tuple[ArrayType, ArrayType] | None = None) -> PlanReport | list[list[Cut]]:
+    """The verified choice of path between two layouts given as boxes
+    (``Layoutchoice.lplan``, theorem ``Layoutchoiceproof.lplan_spec``): with
+    ``types`` proposed, the core checks that they describe exactly the two
+    layouts (the same non-empty boxes as :func:`type_layout` of each, in
+    order; ranks with empty boxes may be left out) and form a valid problem; then the
+    type planner's plan (``Exchange.ueplan_problem``: collectives, or the
+    exchange), as :func:`eplan` returns it. Otherwise the box schedule's
+    rounds within ``budget`` elements per rank, as :func:`bplan` returns them.
+
+    >>> from verishard import Mesh, ArrayType
+    >>> m = Mesh.parse("x=2")
+    >>> s, d = ArrayType.parse("[2{x}4]", m), ArrayType.parse("[4]", m)
+    >>> lplan(m, type_layout(s), type_layout(d), 100, (s, d)).collectives
+    (AllGather(dim=0, axes=('x',)),)
+    >>> lplan(m, type_layout(s), [(0, ((0, 4),)), (1, ((1, 2),))], 100, (s, d))
+    [[Cut(src=1, dst=0, target=0, box=((2, 2),)), Cut(src=0, dst=1, target=1, box=((1, 1),))]]
+    """
+    k = len(dst[0][1]) if dst else len(src[0][1]) if src else 0
+    ints = [int(budget)] + mesh.encode()
+    if types is None:
+        ints.append(0)
+    else:
+        _same_mesh(mesh, *types)
+        ints += [1] + types[0].encode() + types[1].encode()
+    ints += [k] + _encode_layout(src, k) + _encode_layout(dst, k)
+    out = _call(_core.lplan, ints)
+    if out[0] == 1:
+        return _decode_box_rounds(out, 1, k)
+    out = out[1:]
+    if out[0] == 2:   # the exchange, as in eplan
+        dim = out[1] - 1 if out[1] else None
+        return PlanReport(mesh, types[0], (Step(Exchange(types[1], dim), types[1], out[3]),), out[2])
+    return _planned(mesh, out, _DECODE)
 
 
 __all__ = ["PARTIAL_COLLECTIVES", "REASONS", "CheckOk", "reduction", "check", "Step", "PlanReport", "plan",
            "plan_checked", "eplan", "umovement", "lower_bound", "certify", "mplan", "ulower_bound", "synthesize",
-           "movement", "Piece", "xplan", "Cut", "xrounds", "bplan"]
+           "movement", "Piece", "xplan", "Cut", "xrounds", "bplan", "type_layout", "lplan"]

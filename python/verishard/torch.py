@@ -52,7 +52,12 @@ What it takes:
   rank read off DTensor itself (:func:`verishard.dtensor.layout_boxes`) and
   the verified box schedule runs point to point (:func:`_box_entry`,
   ``Boxesworldproof.brounds_correct``; Partial sources reduced first,
-  Partial targets made pending after). Partial placements with an uneven
+  Partial targets made pending after). The core takes that decision:
+  where our types convert, they are only proposed, with DTensor's boxes of
+  both layouts, to ``Layoutchoice.lplan``, which takes the type planner
+  only when the types describe those boxes exactly
+  (``Layoutchoiceproof.lplan_spec``; :func:`_core_choice`), else the box
+  schedule. Partial placements with an uneven
   shape whose layouts agree are planned as reduce, exchange, make-pending
   (``Puexchange.v``).
 
@@ -99,6 +104,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor.placement_types import Placement, _StridedShard
 
+from . import core
 from . import dtensor as _conv
 from .errors import VerishardError
 from .mesh import Mesh
@@ -321,6 +327,26 @@ def _holdings(spec: DTensorSpec, mesh_obj: DeviceMesh) -> tuple[tuple, tuple]:
                               [int(r) for r in mesh_obj.mesh.flatten().tolist()])
 
 
+def _core_choice(mesh_obj: DeviceMesh, mesh: Mesh, src: DTensorSpec, dst: DTensorSpec, s: Any, d: Any,
+                 what: tuple[str, str] = ("source", "target")) -> list:
+    """Whether the verified core takes our types ``s``, ``d`` for the two
+    layouts: ``Layoutchoice.lplan`` on DTensor's own boxes of both layouts
+    (:func:`_holdings`, world ranks read as device indices) with the types
+    proposed takes them only when they describe those boxes exactly and the
+    type planner answers (theorem ``Layoutchoiceproof.lplan_spec``). No
+    problems when it does; else the one that sends the pair to the box
+    schedule (:func:`_box_entry`)."""
+    index = {r: j for j, r in enumerate(int(r) for r in mesh_obj.mesh.flatten().tolist())}
+    try:
+        ls, lt = ([(index[r], box) for r, box, _ in _holdings(spec, mesh_obj)[0]] for spec in (src, dst))
+        per_round = max(1, DEFAULT_BUDGET // src.tensor_meta.dtype.itemsize)
+        taken = isinstance(core.lplan(mesh, ls, lt, per_round, (s.plain, d.plain)), core.PlanReport)
+    except VerishardError as err:
+        return [(INVALID, str(err))]
+    return [] if taken else [(UNSUPPORTED, f"our types {s.plain} -> {d.plain} do not describe DTensor's layouts of "
+                                           f"the {what[0]} and the {what[1]} (Layoutchoice.lplan)")]
+
+
 def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spec: DTensorSpec,
                problems: list, what: tuple[str, str] = ("source", "target")) -> tuple[_Entry | None, list]:
     """Where our types cannot describe a layout (``problems`` from
@@ -458,6 +484,7 @@ def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Ent
     if problems:
         return key, None, problems
     s, d, problems = _types(mesh, src, dst)
+    problems = problems or _core_choice(mesh_obj, mesh, src, dst, s, d)
     if problems:
         e, problems = _box_entry(mesh_obj, src, dst, dst, problems)
         if e is not None:
@@ -504,6 +531,7 @@ def _backward_entry(grad: Any, prev: DTensorSpec) -> tuple[Any, _Entry | None, l
         return key, None, problems
     mesh = planning_mesh(mesh_obj)
     s, d, problems = _types(mesh, cur, target, what)
+    problems = problems or _core_choice(mesh_obj, mesh, cur, target, s, d, what)
     if problems:
         e, problems = _box_entry(mesh_obj, cur, target, out_spec, problems, what)
         if e is not None:
