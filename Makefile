@@ -107,9 +107,13 @@ bench: deps all
 	$(PY) bench/partition.py
 	$(PY) bench/checkpoint.py
 	$(PY) bench/butterfly.py
+	$(PY) bench/torch_redistribute.py
 	$(PY) bench/torch_redistribute.py --overhead-only
 	$(PY) bench/torch_redistribute.py --layouts 300
 	$(PY) bench/weight_sync.py
+	$(PY) bench/jax_eager.py
+	$(PY) bench/cli_startup.py --repeat 9
+	$(PY) bench/fuzz.py --inputs 12000 --seed 0 --hang 10
 
 clean:
 	rm -rf build coq/extract $(CORE_SO)
