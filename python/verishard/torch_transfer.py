@@ -85,7 +85,6 @@ class _Move:
     ranks: tuple[int, ...] = ()    # both sides' world ranks
     out_shape: tuple[int, ...] | None = None   # with a BoxPlan: this rank's target local shape (None: not a target)
     pending: Any = None            # a Partial source DTensor, reduced on its own mesh before the schedule runs
-    reduced: tuple = ()            # ... to these placements (Replicate for Partial)
 
 
 @dataclass(frozen=True)
@@ -255,15 +254,15 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
     if any(p.is_partial() for p in pl):
         return None, [(UNSUPPORTED, f"{name}: a Partial target placement: a cross-mesh move delivers plain "
                                     "layouts; make it pending on the target mesh afterwards")]
-    pending, reduced = None, ()
+    pending = None
     if src_mesh is not None and any(p.is_partial() for p in spec.placements):
         ops = {p.reduce_op for p in spec.placements if p.is_partial()}
         if len(ops) > 1 or not ops <= set(_REDUCE_OPS):
             return None, [(UNSUPPORTED, f"{name}: a Partial source reduced by {', '.join(sorted(ops))}: a cross-mesh "
                                         "move reduces one of sum, max, min; reduce it on its own mesh first")]
         # planned as the reduced layout; the reduction itself runs after the agreement (transfer)
-        reduced = tuple(Replicate() if p.is_partial() else p for p in spec.placements)
-        pending, spec = x, DTensorSpec(src_mesh, reduced, tensor_meta=meta)
+        pending, spec = x, DTensorSpec(src_mesh, tuple(Replicate() if p.is_partial() else p for p in spec.placements),
+                                       tensor_meta=meta)
     if src_mesh is not None:
         s, d, problems = _types((planning_mesh(src_mesh), planning_mesh(dst_mesh)), spec, dst_spec)
     else:
@@ -275,7 +274,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
     if problems and all(k == UNSUPPORTED for k, _ in problems):
         m, p = _box_move(name, spec if src_mesh is not None else None, r1, meta, dst_spec, local, world, me,
                          budget_bytes)
-        return (replace(m, pending=pending, reduced=reduced) if m is not None else None), p
+        return (replace(m, pending=pending) if m is not None else None), p
     if problems:
         return None, [(k, f"{name}: {t}") for k, t in problems]
     try:
@@ -288,7 +287,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
             return None, [(INVALID, f"{name}: rank {me}'s source block has shape {tuple(local.shape)}, its layout "
                                     f"gives {tuple(want)}")]
     return _Move(name, plan, meta.dtype, meta, dst_mesh, pl, local, plan.src_ranks + plan.dst_ranks,
-                 pending=pending, reduced=reduced), []
+                 pending=pending), []
 
 
 def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta: TensorMeta,
