@@ -331,7 +331,9 @@ def test_cache_hits_do_not_plan_or_compile_again(monkeypatch, data):
     ys = [vj.reshard(x, dst) for _ in range(5)]
     assert len(calls) == 1 and vj.cache_info() == {"plans": 1, "executors": 1, "hits": 4, "misses": 1}
     fn = vj._EAGER[(x.shape, x.dtype, x.sharding, dst)]
-    assert fn.jitted._cache_size() == 1  # traced and compiled once
+    # on CPU devices the eager call runs the plan on the host (no program); else compiled once
+    assert fn.on_host if all(d.platform == "cpu" for d in x.sharding.mesh.devices.flat) \
+        else fn.jitted._cache_size() == 1
     # another dtype: another executor, the same plan (cached)
     vj.reshard(x.astype(jnp.bfloat16), dst)
     assert len(calls) == 1 and vj.cache_info()["executors"] == 2

@@ -592,21 +592,22 @@ def cache_case(job: Job, dm) -> None:
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     import verishard.core as core
     import verishard.torch as vt
-    # Count calls of the planner verishard.torch uses (verishard.plan) and of
-    # the verified core's planning call underneath (a shape planned nowhere
-    # else in this job, so verishard.plan's own memo does not answer it).
-    real_plan, real_core = vt._verified_plan, core.plan_checked
+    # Count the verified core's planning calls verishard.torch makes: the one
+    # call that chooses and plans (core.lplan), and any second planning call
+    # (core.plan_checked, under verishard.plan; none for a pair with nothing
+    # pending). A shape planned nowhere else in this job.
+    real_lplan, real_core = core.lplan, core.plan_checked
     calls = {"plan": 0, "core": 0}
 
-    def counting_plan(*a, **k):
+    def counting_lplan(*a, **k):
         calls["plan"] += 1
-        return real_plan(*a, **k)
+        return real_lplan(*a, **k)
 
     def counting_core(*a, **k):
         calls["core"] += 1
         return real_core(*a, **k)
 
-    vt._verified_plan, core.plan_checked = counting_plan, counting_core
+    core.lplan, core.plan_checked = counting_lplan, counting_core
     try:
         vt.cache_clear()
         G = global_tensor((40, 24), torch.float32, seed=5)
@@ -623,7 +624,7 @@ def cache_case(job: Job, dm) -> None:
         vt.redistribute(distribute_tensor(G.double(), dm, src, src_data_rank=None), dst)
         counts.append(dict(calls))
     finally:
-        vt._verified_plan, core.plan_checked = real_plan, real_core
+        core.lplan, core.plan_checked = real_lplan, real_core
     job.add(case="cache", counts=counts, info=info)
 
 

@@ -51,7 +51,7 @@ from .plan import Plan
 from .plan import plan as synthesize
 from .runtime.backend import execute as run_steps
 from .runtime.backend import step_call, validate_plan
-from .runtime.jax import JaxBackend, compile_plan, execute, padded_global_shape, rewrap
+from .runtime.jax import JaxBackend, compile_plan, execute, host_executor, host_runs, padded_global_shape, rewrap
 from .sharding import ArrayType
 from .notation import parse_partition_spec
 
@@ -397,12 +397,27 @@ def _executor(r: _Redistribution, in_sh: NamedSharding | None, out_sh: NamedShar
     return fn
 
 
+def _on_host(run_host: Callable, donate: bool) -> Callable:
+    """The eager executor on CPU devices (:func:`verishard.runtime.jax.host_executor`):
+    no program; with ``donate`` the source is deleted when the call returns."""
+    run = run_host
+    if donate:
+        def run(x):
+            y = run_host(x)
+            x.delete()
+            return y
+    run.on_host = True
+    return run
+
+
 def _build(r: _Redistribution, in_sh, out_sh, donate: bool = False) -> Callable:
     if out_sh is not None and not r.moves:
         return _relabel(out_sh, donate)
     # donate: where the local shapes agree XLA aliases the source's buffers to the result (no
     # second copy while the plan runs); elsewhere XLA cannot use them (it would warn), so the
     # source is deleted when the call returns. Either way it does not outlive the call.
+    if in_sh is not None and out_sh is not None and host_runs(r.plan, in_sh.mesh):
+        return _on_host(host_executor(r.plan, in_sh, out_sh), donate)
     alias = donate and r.src.local_shape == r.dst.local_shape
     fn = jax.jit(functools.partial(_body, r), in_shardings=in_sh, out_shardings=out_sh,
                  donate_argnums=(0,) if alias else ())

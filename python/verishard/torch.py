@@ -109,7 +109,7 @@ from . import dtensor as _conv
 from .errors import VerishardError
 from .mesh import Mesh
 from .plan import Plan
-from .plan import plan as _verified_plan
+from .plan import _from_report, plan as _verified_plan
 from .runtime.crossmesh_mpi import DEFAULT_BUDGET
 from .runtime.backend import AxisGroup
 from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, agree,
@@ -305,16 +305,15 @@ def _identity_entry(mesh: Mesh, src: DTensorSpec, local_shape: tuple[int, ...]) 
     return _Entry(None, src, local_shape, fp, rec)
 
 
-def _make_entry(mesh: Mesh, s: Any, d: Any, src: DTensorSpec, dst: DTensorSpec, out_spec: DTensorSpec,
+def _make_entry(mesh: Mesh, p: Plan, src: DTensorSpec, dst: DTensorSpec, out_spec: DTensorSpec,
                 rank: int) -> _Entry:
-    """Plan ``s -> d`` (our types of ``src`` and ``dst``) for plan rank
-    ``rank``, whose input is the valid part of its source block (the padded
-    buffers exist only while the plan runs, :func:`run_chunked`)."""
+    """The entry of the verified plan ``p`` for plan rank ``rank``, whose
+    input is the valid part of its source block (the padded buffers exist
+    only while the plan runs, :func:`run_chunked`)."""
     dtype, extra = _extra(src, dst)
-    p = _verified_plan(mesh, s, d)
     _STATS["plans"] += 1
     fp = fingerprint(p, extra)
-    rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{s} -> {d} on {mesh}, {dtype}", "dtype": dtype,
+    rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{p.src} -> {p.dst} on {mesh}, {dtype}", "dtype": dtype,
            "dtype_name": dtype}
     return _Entry(p, out_spec, p.src.valid_shape(rank), fp, rec)
 
@@ -328,23 +327,52 @@ def _holdings(spec: DTensorSpec, mesh_obj: DeviceMesh) -> tuple[tuple, tuple]:
 
 
 def _core_choice(mesh_obj: DeviceMesh, mesh: Mesh, src: DTensorSpec, dst: DTensorSpec, s: Any, d: Any,
-                 what: tuple[str, str] = ("source", "target")) -> list:
-    """Whether the verified core takes our types ``s``, ``d`` for the two
-    layouts: ``Layoutchoice.lplan`` on DTensor's own boxes of both layouts
-    (:func:`_holdings`, world ranks read as device indices) with the types
-    proposed takes them only when they describe those boxes exactly and the
-    type planner answers (theorem ``Layoutchoiceproof.lplan_spec``). No
-    problems when it does; else the one that sends the pair to the box
-    schedule (:func:`_box_entry`)."""
+                 what: tuple[str, str] = ("source", "target")) -> tuple[Plan | None, list]:
+    """The verified core's choice for the two layouts, one call:
+    ``Layoutchoice.lplan`` on DTensor's own boxes of both layouts
+    (:func:`_holdings`, world ranks read as device indices) with our types
+    ``s``, ``d`` proposed takes them only when they describe those boxes
+    exactly, and then answers with the type planner's plan
+    (``Exchange.ueplan_problem``: collectives, or the exchange where it
+    receives strictly less; theorem ``Layoutchoiceproof.lplan_spec``). That
+    plan is returned. With a Partial type the core is given the array types
+    (lplan plans nothing pending): where it takes them, the plan is the
+    pending pipeline's (``Ppipeline.pplan_problem``, :func:`verishard.plan`).
+    Otherwise the problem that sends the pair to the box schedule
+    (:func:`_box_entry`)."""
     index = {r: j for j, r in enumerate(int(r) for r in mesh_obj.mesh.flatten().tolist())}
     try:
         ls, lt = ([(index[r], box) for r, box, _ in _holdings(spec, mesh_obj)[0]] for spec in (src, dst))
         per_round = max(1, DEFAULT_BUDGET // src.tensor_meta.dtype.itemsize)
-        taken = isinstance(core.lplan(mesh, ls, lt, per_round, (s.plain, d.plain)), core.PlanReport)
+        answer = core.lplan(mesh, ls, lt, per_round, (s.plain, d.plain))
+        if not isinstance(answer, core.PlanReport):
+            return None, [(UNSUPPORTED, f"our types {s.plain} -> {d.plain} do not describe DTensor's layouts of "
+                                        f"the {what[0]} and the {what[1]} (Layoutchoice.lplan)")]
+        if s.partial or d.partial:
+            return _verified_plan(mesh, s, d), []
+        return _from_report(answer, s, d), []
     except VerishardError as err:
-        return [(INVALID, str(err))]
-    return [] if taken else [(UNSUPPORTED, f"our types {s.plain} -> {d.plain} do not describe DTensor's layouts of "
-                                           f"the {what[0]} and the {what[1]} (Layoutchoice.lplan)")]
+        return None, [(INVALID, str(err))]
+
+
+def _entry_for(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spec: DTensorSpec,
+               what: tuple[str, str] = ("source", "target")) -> tuple[_Entry | None, list]:
+    """The entry for ``src -> dst`` on ``mesh_obj`` (the output's spec
+    ``out_spec``), or the problems: the one place a forward call, a
+    gradient's reverse call and a routed DTensor redistribution plan.
+    Reductions our types cannot hold are refused; the core chooses between
+    our types' plan and the box schedule (:func:`_core_choice`)."""
+    problems = _partial_problems(src, dst, mesh_obj, what)
+    if problems:
+        return None, problems
+    mesh = planning_mesh(mesh_obj)
+    s, d, problems = _types(mesh, src, dst, what)
+    p = None
+    if not problems:
+        p, problems = _core_choice(mesh_obj, mesh, src, dst, s, d, what)
+    if problems:
+        return _box_entry(mesh_obj, src, dst, out_spec, problems, what)
+    return _make_entry(mesh, p, src, dst, out_spec, mesh_groups(mesh_obj).rank), []
 
 
 def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spec: DTensorSpec,
@@ -480,24 +508,14 @@ def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Ent
         _store(key, e)
         return key, e, []
     dst = DTensorSpec(mesh_obj, pl, tensor_meta=src.tensor_meta)
-    problems = _partial_problems(src, dst, mesh_obj)
+    e, problems = _entry_for(mesh_obj, src, dst, dst)
     if problems:
         return key, None, problems
-    s, d, problems = _types(mesh, src, dst)
-    problems = problems or _core_choice(mesh_obj, mesh, src, dst, s, d)
-    if problems:
-        e, problems = _box_entry(mesh_obj, src, dst, dst, problems)
-        if e is not None:
-            _store(key, e)
-        return key, e, problems
-    try:
-        e = _make_entry(mesh, s, d, src, dst, dst, mesh_groups(mesh_obj).rank)
-    except VerishardError as err:
-        return key, None, [(INVALID, str(err))]
     if local_shape != e.local_shape:
         return key, None, [(INVALID, f"the DTensor's local tensor has shape {local_shape}, but placements "
                                      f"{src.placements} of the global shape {tuple(x.shape)} give local shape "
-                                     f"{e.local_shape}" + (" on this rank" if s.uneven else ""))]
+                                     f"{e.local_shape}" + (" on this rank" if e.plan is not None and e.plan.src.uneven
+                                                           else ""))]
     _store(key, e)
     return key, e, []
 
@@ -525,24 +543,10 @@ def _backward_entry(grad: Any, prev: DTensorSpec) -> tuple[Any, _Entry | None, l
                          use_strided_shard_as_shard_order=prev.use_strided_shard_as_shard_order)
     out_spec = DTensorSpec(mesh_obj, pl, tensor_meta=TensorMeta(meta.shape, meta.stride, meta.dtype),
                            use_strided_shard_as_shard_order=prev.use_strided_shard_as_shard_order)
-    what = ("gradient", "input's layout")
-    problems = _partial_problems(cur, target, mesh_obj, what)
-    if problems:
-        return key, None, problems
-    mesh = planning_mesh(mesh_obj)
-    s, d, problems = _types(mesh, cur, target, what)
-    problems = problems or _core_choice(mesh_obj, mesh, cur, target, s, d, what)
-    if problems:
-        e, problems = _box_entry(mesh_obj, cur, target, out_spec, problems, what)
-        if e is not None:
-            _store(key, e)
-        return key, e, problems
-    try:
-        e = _make_entry(mesh, s, d, cur, target, out_spec, mesh_groups(mesh_obj).rank)
-    except VerishardError as err:
-        return key, None, [(INVALID, str(err))]
-    _store(key, e)
-    return key, e, []
+    e, problems = _entry_for(mesh_obj, cur, target, out_spec, ("gradient", "input's layout"))
+    if e is not None:
+        _store(key, e)
+    return key, e, problems
 
 
 def _local_error(problems: list) -> RedistributionRefused:
@@ -888,15 +892,4 @@ def _route(original: Any, local: torch.Tensor, cur: DTensorSpec, target: DTensor
 
 def _spec_entry(cur: DTensorSpec, target: DTensorSpec) -> tuple[_Entry | None, list]:
     """The entry for DTensor's (current spec, target spec), or the problems."""
-    mesh_obj = cur.mesh
-    mesh = planning_mesh(mesh_obj)
-    problems = _partial_problems(cur, target, mesh_obj)
-    if problems:
-        return None, problems
-    s, d, problems = _types(mesh, cur, target)
-    if problems:
-        return _box_entry(mesh_obj, cur, target, target, problems)
-    try:
-        return _make_entry(mesh, s, d, cur, target, target, mesh_groups(mesh_obj).rank), []
-    except VerishardError as err:
-        return None, [(INVALID, str(err))]
+    return _entry_for(cur.mesh, cur, target, target)

@@ -33,7 +33,7 @@ from .backend import execute as run_steps
 
 _REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
-__all__ = ["JaxBackend", "compile_plan", "execute", "rewrap", "padded_global_shape"]
+__all__ = ["JaxBackend", "compile_plan", "execute", "rewrap", "padded_global_shape", "host_runs", "host_executor"]
 
 
 class JaxBackend(Backend):
@@ -287,6 +287,68 @@ def compile_plan(plan: Plan, mesh: JaxMesh | Sequence | None = None):
         types = (AxisType.Explicit,) * len(plan.mesh.parts) if _pending(plan) else None
         jm = cached_jax_mesh(plan.mesh, tuple(d.id for d in devs), types)
     return _compiled(plan, jm), jm
+
+
+def host_runs(plan: Plan, jmesh: JaxMesh) -> bool:
+    """Whether :func:`host_executor` runs ``plan`` on ``jmesh``: every device a
+    CPU device of this process (they share the host's memory), even types
+    with nothing pending (JAX places no uneven or unreduced arrays from host
+    blocks)."""
+    return (all(d.platform == "cpu" and d.process_index == jax.process_index() for d in jmesh.devices.flat)
+            and not (plan.src.uneven or plan.dst.uneven or _pending(plan)))
+
+
+def host_executor(plan: Plan, in_sharding: NamedSharding, out_sharding: NamedSharding):
+    """A function that runs ``plan`` on an array laid out as ``in_sharding``
+    over CPU devices (:func:`host_runs`) and returns it laid out as
+    ``out_sharding``, with no XLA program: the devices' blocks are read in
+    place (NumPy views of their buffers), the plan's steps run on them as
+    the simulator moves data (:class:`~verishard.runtime.simulator.HostBackend`,
+    driven step by step by :func:`verishard.runtime.backend.run_step`), and
+    each device is handed its block of the result (one batched transfer, as
+    ``jax.device_put`` hands out host data). XLA's CPU collectives are
+    rendezvous of threads, slower than host copies on small arrays; on
+    CPU devices ``jax.device_put`` copies through the host too.
+
+    >>> from verishard import plan
+    >>> p = plan("x=2", "[2{x}4]", "[4]")
+    >>> jm = jax_mesh(p.mesh, jax.devices()[:2])
+    >>> run = host_executor(p, to_named_sharding(p.src, jm), to_named_sharding(p.dst, jm))
+    >>> y = run(jax.device_put(jnp.arange(4), to_named_sharding(p.src, jm)))
+    >>> [s.data.tolist() for s in y.addressable_shards], y.sharding.spec
+    ([[0, 1, 2, 3], [0, 1, 2, 3]], P())
+    """
+    from jax._src import core as jax_core
+    from jax._src.interpreters import pxla
+    from .backend import run_step, step_call
+    from .simulator import HostBackend
+
+    devices = list(in_sharding.mesh.devices.flat)      # plan rank r is the mesh's r-th device (row-major)
+    if list(out_sharding.mesh.devices.flat) != devices:
+        raise ShardingError("host_executor: the source and the target sharding must be over the same devices")
+    rank_of = {d: r for r, d in enumerate(devices)}
+    backend = HostBackend(len(devices))
+    calls, t = [], plan.src
+    for step in plan.steps:
+        call = step_call(plan.mesh, t, step.collective, plan.reduce)
+        if call is not None:
+            calls.append((call, t, step.type))
+        t = step.type
+    avals: dict = {}
+
+    def run(x: jax.Array) -> jax.Array:
+        xs: list = [None] * len(devices)
+        for shard in x.addressable_shards:
+            xs[rank_of[shard.device]] = np.asarray(shard.data)
+        for call, t1, t2 in calls:
+            xs = run_step(backend, call, xs, t1, t2)
+        aval = avals.get(x.dtype)
+        if aval is None:
+            aval = avals[x.dtype] = jax_core.update_aval_with_sharding(
+                jax_core.ShapedArray(x.shape, x.dtype), out_sharding)
+        return pxla.batched_device_put(aval, out_sharding, xs, devices)
+
+    return run
 
 
 def rewrap(x: jax.Array, sharding: NamedSharding) -> jax.Array:

@@ -261,6 +261,53 @@ class SimBackend(Backend):
                 for r, x in enumerate(xs)]
 
 
+class HostBackend(SimBackend):
+    """The simulator's data movement over every device's array in one
+    process, without its accounting, for a runtime whose devices share the
+    host's memory (JAX's CPU devices, :func:`verishard.runtime.jax.run_on_host`).
+    Arrays are never written after a step makes them, so a step hands out
+    blocks without copying them: the members of a gather group share the one
+    concatenation, a slice is a view, a permute passes the array on. The
+    values are the simulator's, step for step (tests/test_jax_host.py).
+
+    >>> from verishard import Mesh
+    >>> b, g = HostBackend(2), AxisGroup.of(Mesh.parse("x=2"), (0,))
+    >>> ys = b.all_gather([np.array([0, 1]), np.array([2, 3])], 0, g)
+    >>> [y.tolist() for y in ys], ys[0] is ys[1]
+    ([[0, 1, 2, 3], [0, 1, 2, 3]], True)
+    """
+
+    name = "host"
+
+    def all_gather(self, xs, dim, group: AxisGroup):
+        out = [None] * self.n
+        for members in group.members:
+            y = np.concatenate([xs[r] for r in members], axis=dim)
+            for r in members:
+                out[r] = y
+        return out
+
+    def dyn_slice(self, xs, dim, group: AxisGroup):
+        out = []
+        for r, x in enumerate(xs):
+            l = x.shape[dim] // group.size
+            k = int(group.index[r])
+            out.append(x[(slice(None),) * dim + (slice(k * l, k * l + l),)])
+        return out
+
+    def all_to_all(self, xs, src_dim, dst_dim, group: AxisGroup):
+        n = group.size
+        out = [None] * self.n
+        for members in group.members:
+            pieces = [np.split(xs[s], n, axis=dst_dim) for s in members]  # pieces[k][j]: k sends to j
+            for j, r in enumerate(members):
+                out[r] = np.concatenate([pieces[k][j] for k in range(n)], axis=src_dim)
+        return out
+
+    def all_permute(self, xs, sources):
+        return [xs[int(s)] for s in sources]
+
+
 @dataclass(frozen=True)
 class SimStep:
     """Per-device figures of one step (int64 arrays over ranks, in bytes).
