@@ -4,6 +4,11 @@
 between ``NamedSharding``\\ s of one mesh by a verified plan, eagerly and
 under ``jax.jit``, ``jax.grad`` (and ``jvp``), and ``jax.vmap``.
 
+Eagerly on CPU devices it runs the plan's steps on the devices' blocks in
+host memory (:func:`verishard.runtime.jax.host_executor`, as
+``jax.device_put`` copies through the host there); elsewhere, the plan's
+compiled ``shard_map``.
+
 Under a trace, :func:`reshard` binds one JAX primitive, ``verishard_reshard``,
 whose parameter is the planned redistribution: it lowers to the plan's
 ``shard_map``; it is linear, and its transpose (what ``jax.grad`` and

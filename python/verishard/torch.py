@@ -56,8 +56,9 @@ What it takes:
   where our types convert, they are only proposed, with DTensor's boxes of
   both layouts, to ``Layoutchoice.lplan``, which takes the type planner
   only when the types describe those boxes exactly
-  (``Layoutchoiceproof.lplan_spec``; :func:`_core_choice`), else the box
-  schedule. Partial placements with an uneven
+  (``Layoutchoiceproof.lplan_spec``; :func:`_core_choice`), and then
+  answers with the plan that runs (``Exchange.ueplan_problem``'s), else the
+  box schedule. Partial placements with an uneven
   shape whose layouts agree are planned as reduce, exchange, make-pending
   (``Puexchange.v``).
 

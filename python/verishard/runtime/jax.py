@@ -306,7 +306,8 @@ def host_executor(plan: Plan, in_sharding: NamedSharding, out_sharding: NamedSha
     the simulator moves data (:class:`~verishard.runtime.simulator.HostBackend`,
     driven step by step by :func:`verishard.runtime.backend.run_step`), and
     each device is handed its block of the result (one batched transfer, as
-    ``jax.device_put`` hands out host data). XLA's CPU collectives are
+    ``jax.device_put`` hands out host data; the blocks are made read-only,
+    so JAX takes them without copying and keeps them alive). XLA's CPU collectives are
     rendezvous of threads, slower than host copies on small arrays; on
     CPU devices ``jax.device_put`` copies through the host too.
 
@@ -342,6 +343,8 @@ def host_executor(plan: Plan, in_sharding: NamedSharding, out_sharding: NamedSha
             xs[rank_of[shard.device]] = np.asarray(shard.data)
         for call, t1, t2 in calls:
             xs = run_step(backend, call, xs, t1, t2)
+        for y in xs:   # read-only, as nothing writes them again: JAX then takes them without a copy
+            y.flags.writeable = False
         aval = avals.get(x.dtype)
         if aval is None:
             aval = avals[x.dtype] = jax_core.update_aval_with_sharding(

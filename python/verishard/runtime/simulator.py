@@ -279,10 +279,25 @@ class HostBackend(SimBackend):
 
     name = "host"
 
+    @staticmethod
+    def _empty(shape, dtype) -> np.ndarray:
+        """A new C-order array at a 64-byte boundary (XLA's CPU client takes
+        such a buffer without copying it; NumPy's large arrays start at 16)."""
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        raw = np.empty(nbytes + 64, np.uint8)
+        start = -raw.ctypes.data % 64
+        return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+    def _concatenate(self, blocks, axis) -> np.ndarray:
+        shape = list(blocks[0].shape)
+        shape[axis] = sum(b.shape[axis] for b in blocks)
+        return np.concatenate(blocks, axis=axis, out=self._empty(shape, blocks[0].dtype))
+
     def all_gather(self, xs, dim, group: AxisGroup):
         out = [None] * self.n
         for members in group.members:
-            y = np.concatenate([xs[r] for r in members], axis=dim)
+            y = self._concatenate([xs[r] for r in members], dim)
             for r in members:
                 out[r] = y
         return out
@@ -301,7 +316,7 @@ class HostBackend(SimBackend):
         for members in group.members:
             pieces = [np.split(xs[s], n, axis=dst_dim) for s in members]  # pieces[k][j]: k sends to j
             for j, r in enumerate(members):
-                out[r] = np.concatenate([pieces[k][j] for k in range(n)], axis=src_dim)
+                out[r] = self._concatenate([pieces[k][j] for k in range(n)], src_dim)
         return out
 
     def all_permute(self, xs, sources):

@@ -9,9 +9,10 @@ coordinates, ``docs/model.md`` section 1) is the process at position ``r`` of
 ``device_mesh.mesh.flatten()``.
 
 - ``AllGather``: ``all_gather_single`` (``all_gather_into_tensor`` before
-  torch 2.13) over the group's process group; along dimension 0 straight
-  into the output, along another dimension in rounds over dimension 0 whose
-  blocks are written into the output in order of the verified group index.
+  torch 2.13) over the group's process group, in rounds over dimension 0
+  whose received blocks are written into the output in order of the
+  verified group index (:func:`row_chunks` on what a round receives); with
+  one round along dimension 0, straight into the output.
 - ``AllToAll``: ``all_to_all_single``: the pieces along the target dimension
   (piece ``j`` for the member with group index ``j``) are exchanged and land
   along the source dimension in order of the sender's group index, in rounds
@@ -112,10 +113,11 @@ class NotSupportedYet(RedistributionRefused, NotImplementedError):
 # ---------------------------------------------------------------------------
 # layout helpers (pure tensor code, no communication)
 
-# Temporary buffers: an all-to-all (and a gather along a dimension other than
-# 0) runs in rounds over dimension 0 so that its send and receive buffers stay
-# below max(local size / 8, ROUND_BYTES); the output is written in place.
-ROUND_BYTES = 8 << 20
+# Temporary buffers: an all-to-all and an all-gather run in rounds over
+# dimension 0 so that a round's send and receive buffers stay below
+# max(size / 8, ROUND_BYTES) (size: the all-to-all's input, the gather's
+# output); the output is written in place.
+ROUND_BYTES = 1 << 20
 MAX_ROUNDS = 8
 
 
@@ -324,19 +326,24 @@ class TorchBackend(Backend):
         shape = list(x.shape)
         shape[dim] *= n
         out = x.new_empty(shape)
-        if dim == 0 and g.rank_of_index is None:  # the blocks land in place
+        if out.numel() == 0:   # (every member's block is empty too: one type)
+            return out
+        # rounds over dimension 0 sized by what a round receives (n pieces);
+        # gloo gathers into a flat buffer of its own and copies it out, so a
+        # gather straight into a large output would hold it twice
+        chunks = row_chunks(x.shape[0], n * x.nbytes)
+        if dim == 0 and g.rank_of_index is None and len(chunks) == 1:  # the blocks land in place
             _all_gather_single(out, x, group=g.pg)
             return out
         blocks = blocks_view(out, n, dim)  # blocks[k]: the block of group index k
-        rows = x.shape[0] if dim != 0 else None
-        for a, b in (row_chunks(rows, x.nbytes) if rows is not None else [(None, None)]):
-            part = x if a is None else x[a:b]
+        for a, b in chunks:
+            part = x[a:b]
             buf = part.new_empty((n * part.shape[0],) + tuple(part.shape[1:]))
             _all_gather_single(buf, part, group=g.pg)
             got = buf.unflatten(0, (n, part.shape[0]))  # in group-rank order
             if g.rank_of_index is not None:
                 got = got.index_select(0, g.rank_of_index)
-            (blocks if a is None else blocks[:, a:b]).copy_(got)
+            blocks[:, a:b].copy_(got)
             del buf, got
         return out
 
