@@ -104,3 +104,20 @@ def test_host_runs_only_even_types_with_nothing_pending():
     assert host_runs(verishard.plan(m, "[2{x}4]", "[4]"), jm)
     assert not host_runs(verishard.plan(m, "[2{x}3]", "[3]"), jm)
     assert not host_runs(verishard.plan(m, "[4] partial{x}", "[2{x}4]"), jm)
+
+
+def test_host_executor_on_plans_over_split_axes():
+    """On (2, 4) plans may run over the parts y.0, y.1 of y (ranks unchanged):
+    every pair of rank-2 types, against device_put, with at least one such plan."""
+    m = Mesh.parse("x=2,y=4")
+    jm = vj.jax_mesh(m)
+    A = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    split = 0
+    for s, d in itertools.product(all_types(m, A.shape), repeat=2):
+        p = verishard.plan(m, s, d)
+        split += len(p.mesh.parts) > len(p.mesh.axes)
+        in_sh, out_sh = vj.to_named_sharding(s, jm), vj.to_named_sharding(d, jm)
+        y = host_executor(p, in_sh, out_sh)(jax.device_put(A, in_sh))
+        assert y.sharding == out_sh and np.array_equal(np.asarray(y), A), (s, d)
+        assert all(np.array_equal(np.asarray(sh.data), A[sh.index]) for sh in y.addressable_shards), (s, d)
+    assert split > 0

@@ -317,7 +317,7 @@ def host_executor(plan: Plan, in_sharding: NamedSharding, out_sharding: NamedSha
     >>> run = host_executor(p, to_named_sharding(p.src, jm), to_named_sharding(p.dst, jm))
     >>> y = run(jax.device_put(jnp.arange(4), to_named_sharding(p.src, jm)))
     >>> [s.data.tolist() for s in y.addressable_shards], y.sharding.spec
-    ([[0, 1, 2, 3], [0, 1, 2, 3]], P())
+    ([[0, 1, 2, 3], [0, 1, 2, 3]], P(None,))
     """
     from jax._src import core as jax_core
     from jax._src.interpreters import pxla
