@@ -100,7 +100,6 @@ bench: deps all
 	$(PY) bench/scaling.py
 	$(PY) bench/optimality.py
 	$(PY) bench/certify.py --core --normal-form
-	$(PY) bench/jax_reshard.py
 	$(PY) bench/jax_timing.py
 	$(PY) bench/jax_memory.py --sizes 256,1024 --time-max 256
 	$(PY) bench/partial.py

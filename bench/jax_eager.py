@@ -9,6 +9,8 @@ mesh (2, 4) of ``jax.make_mesh``, over a few placement pairs. For each pair, aft
 ``--rounds`` rounds call each of these once, in a new random order every round, each waited for
 with ``block_until_ready``; a time is the median:
 
+- *planning*: the core's planning alone (``verishard.plan``, its cache empty); *first call*: the
+  first ``reshard`` with every cache empty (planning, building the executor, running);
 - *ours*: ``verishard.jax.reshard(x, dst)``, its executor cached (the call a training loop makes).
   On CPU devices it runs the verified plan's steps on the devices' blocks in host memory
   (``verishard.runtime.jax.host_executor``: no XLA program), then hands each device its block;
@@ -49,6 +51,7 @@ import jax  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 import verishard.jax as vj  # noqa: E402
+vplan = sys.modules["verishard.plan"]  # the module (verishard.plan is also the function)
 from report import emit_report  # noqa: E402  (bench/: this script's directory)
 
 PAIRS = [(P("x", None), P(None, "x")), (P("x", "y"), P("y", "x")), (P("x"), P()), (P(None, "y"), P("x", None)),
@@ -65,7 +68,7 @@ def xla_peak(fn, x) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mib", type=float, default=4.0)
-    ap.add_argument("--rounds", type=int, default=41)
+    ap.add_argument("--rounds", type=int, default=101)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "jax_eager.md"))
     args = ap.parse_args(argv)
@@ -78,7 +81,19 @@ def main(argv=None) -> int:
     for src, dst in PAIRS:
         x = jax.device_put(A, NamedSharding(jm, src))
         target = NamedSharding(jm, dst)
-        vj.reshard(x, target)  # plans and builds the executor: the calls below are cached
+        # the first call with every cache empty (planning, building the executor, running), and
+        # the core's planning alone
+        m = vj.mesh_from_jax(jm)
+        ts, td = vj.from_partition_spec(m, A.shape, src), vj.from_partition_spec(m, A.shape, dst)
+        vplan._planned.cache_clear()
+        t0 = time.perf_counter()
+        vj.synthesize(m, ts, td)
+        planning = (time.perf_counter() - t0) * 1e3
+        vj.clear_cache()
+        vplan._planned.cache_clear()
+        t0 = time.perf_counter()
+        vj.reshard(x, target).block_until_ready()  # the calls below are cached
+        first = (time.perf_counter() - t0) * 1e3
         assert getattr(vj._EAGER[(x.shape, x.dtype, x.sharding, target)], "on_host", False)
         program = jax.jit(lambda v, d=target: vj.reshard(v, d))
         xla = jax.jit(lambda v, d=target: jax.sharding.reshard(v, d))
@@ -111,7 +126,8 @@ def main(argv=None) -> int:
         ratios.append(med["ours"] / med["device_put"])
         fresh_ratios.append(med["ours, fresh"] / med["device_put, fresh"])
         prog_ratios.append(med["program"] / med["device_put"])
-        rows.append(f"| `{src}` -> `{dst}` | {med['ours']:.2f} | {med['program']:.2f} | {med['XLA jit']:.2f} | "
+        rows.append(f"| `{src}` -> `{dst}` | {', '.join(map(str, vj.plan_for(x, target).collectives))} | "
+                    f"{planning:.2f} | {first:.1f} | {med['ours']:.2f} | {med['program']:.2f} | {med['XLA jit']:.2f} | "
                     f"{med['device_put']:.2f} | {ratios[-1]:.2f}x | {med['ours, fresh']:.2f} | {med['device_put, fresh']:.2f} | "
                     f"{fresh_ratios[-1]:.2f}x | {plain / local:.2f} | {donated / local:.2f} | "
                     f"{'yes' if xd.is_deleted() else 'no'} |")
@@ -122,9 +138,10 @@ def main(argv=None) -> int:
         f"8 CPU devices, mesh (2, 4); a float32 array {side}x{side} ({A.nbytes / 2**20:.1f} MiB); median of "
         f"{args.rounds} interleaved rounds, milliseconds.",
         "",
-        "| pair | ours | program | XLA jit | device_put | ours / device_put | ours, fresh x | "
-        "device_put, fresh x | ratio, fresh x | peak, no donation | peak, donate=True | source deleted |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| pair | plan | planning | first call | ours | program | XLA jit | device_put | ours / device_put | "
+        "ours, fresh x | device_put, fresh x | ratio, fresh x | peak, no donation | peak, donate=True | "
+        "source deleted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         f"Median over the pairs: ours / device_put **{statistics.median(ratios):.2f}x** on the same `x`, "
