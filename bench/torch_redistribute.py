@@ -720,7 +720,7 @@ def main(argv=None) -> int:
                            "calls": args.calls, "device": args.device, "nprocs": args.nprocs}, f)
         text = report(results, args, time.time() - start, command)
     emit_report(text, args.out)
-    if args.out != "-":
+    if args.out != "-" and not args.overhead_only:   # (the per-pair figures are the sweep's)
         write_csv(results, os.path.join(os.path.dirname(args.out), "torch_pairs.csv"))
     return 0
 
