@@ -10,7 +10,9 @@ JAX, on 8 CPU devices, through both entry points: the plan's own jitted
 ``runtime.chunked_jax`` in two pieces; not for a pending max or min,
 which no ``PartitionSpec`` spells) with every device's source buffer set
 separately (``jax.make_array_from_single_device_arrays``: replicas differ,
-so a read from the wrong replica shows), and ``verishard.jax.reshard_local``
+so a read from the wrong replica shows), the eager path on CPU devices for
+even plans with nothing pending (``runtime.jax.host_executor``: the plan's
+steps on the host blocks), and ``verishard.jax.reshard_local``
 inside a ``shard_map`` of the test's own; every device's result read back. torch:
 one 4-process gloo run of tests/torch_movement_job.py on a (2, 2)
 DeviceMesh, every rank's result compared here.
@@ -76,6 +78,27 @@ def jax_local(plan, xs: list[np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(y[r]) for r in range(len(xs))]
 
 
+def jax_host(plan, xs: list[np.ndarray]) -> list[np.ndarray]:
+    """Run ``plan`` by ``runtime.jax.host_executor`` (the eager path on CPU
+    devices: the plan's steps on the host), device ``r`` holding ``xs[r]``;
+    every device's result."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    from verishard.jax_sharding import jax_mesh, to_partition_spec
+    from verishard.runtime.jax import host_executor
+    jm = jax_mesh(plan.mesh)
+    devices = list(jm.devices.flat)
+    in_sh, out_sh = (NamedSharding(jm, to_partition_spec(t, parts=True)) for t in (plan.src, plan.dst))
+    x = jax.make_array_from_single_device_arrays(plan.src.global_shape, in_sh,
+                                                 [jax.device_put(a, d) for a, d in zip(xs, devices)])
+    rank = {d: r for r, d in enumerate(devices)}
+    out = [None] * len(devices)
+    for s in host_executor(plan, in_sh, out_sh)(x).addressable_shards:
+        out[rank[s.device]] = np.asarray(s.data)
+    return out
+
+
 @pytest.mark.parametrize("kind,plan", JAX_CASES, ids=[f"{k}-{i}" for i, (k, _) in enumerate(JAX_CASES)])
 def test_jax_backend_moves_data_as_the_verified_movement(kind, plan):
     from jax_devices import jax_or_skip
@@ -86,6 +109,7 @@ def test_jax_backend_moves_data_as_the_verified_movement(kind, plan):
         bad += mvc.mismatches(plan, xs, jax_compiled(plan, xs))
     if not (plan.src.partial or plan.dst.partial or plan.src.uneven or plan.dst.uneven):
         bad += [f"(chunked) {b}" for b in mvc.mismatches(plan, xs, jax_compiled(plan, xs, chunks=2))]
+        bad += [f"(host) {b}" for b in mvc.mismatches(plan, xs, jax_host(plan, xs))]
     assert not bad, bad[:2]
 
 

@@ -345,11 +345,35 @@ def host_executor(plan: Plan, in_sharding: NamedSharding, out_sharding: NamedSha
             xs = run_step(backend, call, xs, t1, t2)
         for y in xs:   # read-only, as nothing writes them again: JAX then takes them without a copy
             y.flags.writeable = False
-        aval = avals.get(x.dtype)
-        if aval is None:
-            aval = avals[x.dtype] = jax_core.update_aval_with_sharding(
-                jax_core.ShapedArray(x.shape, x.dtype), out_sharding)
-        return pxla.batched_device_put(aval, out_sharding, xs, devices)
+        if out_sharding.is_fully_replicated and any(y is not xs[0] for y in xs):
+            return place_replicated(x, xs)
+        return pxla.batched_device_put(aval_of(x, out_sharding), out_sharding, xs, devices)
+
+    def aval_of(x, sharding):
+        key = (x.dtype, sharding)
+        if key not in avals:
+            avals[key] = jax_core.update_aval_with_sharding(jax_core.ShapedArray(x.shape, x.dtype), sharding)
+        return avals[key]
+
+    sub_shardings: dict = {}
+
+    def place_replicated(x, xs):
+        # JAX's batched put takes one value for a replicated sharding (its replicas are equal by
+        # contract); the plan gave each gather group its own array: each goes to its own devices
+        # (as one replicated put each), and the result is assembled from the devices' arrays
+        holders: dict = {}
+        for r, y in enumerate(xs):
+            holders.setdefault(id(y), (y, []))[1].append(r)
+        singles = [None] * len(devices)
+        for y, ranks in holders.values():
+            sub = sub_shardings.get(tuple(ranks))
+            if sub is None:
+                sub = sub_shardings[tuple(ranks)] = NamedSharding(
+                    JaxMesh(np.array([devices[r] for r in ranks]), ("holders",)), PartitionSpec())
+            put = pxla.batched_device_put(aval_of(x, sub), sub, [y] * len(ranks), [devices[r] for r in ranks])
+            for shard in put.addressable_shards:
+                singles[rank_of[shard.device]] = shard.data
+        return jax.make_array_from_single_device_arrays(x.shape, out_sharding, singles)
 
     return run
 
