@@ -418,11 +418,11 @@ def _on_host(run_host: Callable, donate: bool) -> Callable:
 def _build(r: _Redistribution, in_sh, out_sh, donate: bool = False) -> Callable:
     if out_sh is not None and not r.moves:
         return _relabel(out_sh, donate)
+    if in_sh is not None and out_sh is not None and host_runs(r.plan, in_sh.mesh):
+        return _on_host(host_executor(r.plan, in_sh, out_sh), donate)
     # donate: where the local shapes agree XLA aliases the source's buffers to the result (no
     # second copy while the plan runs); elsewhere XLA cannot use them (it would warn), so the
     # source is deleted when the call returns. Either way it does not outlive the call.
-    if in_sh is not None and out_sh is not None and host_runs(r.plan, in_sh.mesh):
-        return _on_host(host_executor(r.plan, in_sh, out_sh), donate)
     alias = donate and r.src.local_shape == r.dst.local_shape
     fn = jax.jit(functools.partial(_body, r), in_shardings=in_sh, out_shardings=out_sh,
                  donate_argnums=(0,) if alias else ())

@@ -373,7 +373,10 @@ def _entry_for(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spe
         p, problems = _core_choice(mesh_obj, mesh, src, dst, s, d, what)
     if problems:
         return _box_entry(mesh_obj, src, dst, out_spec, problems, what)
-    return _make_entry(mesh, p, src, dst, out_spec, mesh_groups(mesh_obj).rank), []
+    try:
+        return _make_entry(mesh, p, src, dst, out_spec, mesh_groups(mesh_obj).rank), []
+    except VerishardError as err:
+        return None, [(INVALID, str(err))]
 
 
 def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spec: DTensorSpec,

@@ -307,9 +307,9 @@ def host_executor(plan: Plan, in_sharding: NamedSharding, out_sharding: NamedSha
     driven step by step by :func:`verishard.runtime.backend.run_step`), and
     each device is handed its block of the result (one batched transfer, as
     ``jax.device_put`` hands out host data; the blocks are made read-only,
-    so JAX takes them without copying and keeps them alive). XLA's CPU collectives are
-    rendezvous of threads, slower than host copies on small arrays; on
-    CPU devices ``jax.device_put`` copies through the host too.
+    so JAX takes them without copying and keeps them alive). XLA's CPU
+    collectives are rendezvous of threads, slower than host copies on small
+    arrays; on CPU devices ``jax.device_put`` copies through the host too.
 
     >>> from verishard import plan
     >>> p = plan("x=2", "[2{x}4]", "[4]")
