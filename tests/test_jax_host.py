@@ -121,3 +121,17 @@ def test_host_executor_on_plans_over_split_axes():
         assert y.sharding == out_sh and np.array_equal(np.asarray(y), A), (s, d)
         assert all(np.array_equal(np.asarray(sh.data), A[sh.index]) for sh in y.addressable_shards), (s, d)
     assert split > 0
+
+
+def test_a_deleted_array_is_refused_with_the_projects_error():
+    from verishard.errors import ShardingError
+    jm = jax.make_mesh((2, 4), ("x", "y"))
+    target = NamedSharding(jm, P())
+    for cached in (False, True):
+        vj.clear_cache()
+        x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(jm, P("x")))
+        if cached:
+            vj.reshard(x, target)
+        vj.reshard(x, target, donate=True)
+        with pytest.raises(ShardingError, match="deleted"):
+            vj.reshard(x, target)

@@ -467,8 +467,10 @@ def reshard(x: jax.Array, sharding: NamedSharding | PartitionSpec, *,
     ``PartitionSpec``); ``src`` is checked against ``x`` wherever ``x``'s
     layout is known. A sharding that does not divide the shape (an uneven
     type) runs under ``jax.jit`` on Auto axes, the only place JAX has one.
-    The plan comes from :func:`verishard.plan` (or ``plan``, re-checked) and
-    is compiled once per shape, dtype, source and target (:func:`cache_info`).
+    The plan comes from :func:`verishard.plan` (or ``plan``, re-checked); what
+    runs it is built once per shape, dtype, source and target
+    (:func:`cache_info`): on CPU devices its steps on the host blocks, else
+    its compiled ``shard_map``.
     Rank-0 arrays pass through. ``x`` may be a pytree of arrays (tuples,
     lists, dicts), with one ``sharding`` (and ``src``) for all or a matching
     tree of them. :func:`plan_for` gives the plan without running it.
@@ -494,7 +496,7 @@ def reshard(x: jax.Array, sharding: NamedSharding | PartitionSpec, *,
             fn = _EAGER.get(_eager_key(x, x.sharding, sharding, donate))
         except TypeError:  # an unhashable "sharding": refused below
             fn = None
-        if fn is not None:
+        if fn is not None and not x.is_deleted():
             _STATS["hits"] += 1
             return fn(x)
     if isinstance(x, (tuple, list, dict)) and not isinstance(x, jax.Array):
@@ -614,6 +616,9 @@ def _reshard(x, sharding, src, plan, donate=False, only_plan=False):
         raise ShardingError(f"reshard needs a jax.Array laid out on the mesh, not {type(x).__name__}; "
                             f"use jax.device_put for host data")
     concrete = not isinstance(x, jax.core.Tracer)
+    if concrete and x.is_deleted():
+        raise ShardingError("reshard: the array has been deleted (by x.delete() or donated to an earlier call, "
+                            "reshard(..., donate=True) included); pass a live array")
     if donate and not concrete:
         raise ShardingError("reshard(..., donate=True) hands over a concrete array; under a trace (jax.jit, "
                             "jax.grad, jax.vmap) donate the jitted function's argument (donate_argnums) instead")
