@@ -77,6 +77,15 @@ class SimBackend(Backend):
         self.last_received = np.zeros(self.n, dtype=np.int64)
         return self.last_sent, self.last_received
 
+    @staticmethod
+    def _piece(x: np.ndarray, dim: int, group: AxisGroup, r: int) -> np.ndarray:
+        """The piece of ``x`` along ``dim`` that device ``r`` keeps (its group index's; a view)."""
+        l, k = x.shape[dim] // group.size, int(group.index[r])
+        return x[(slice(None),) * dim + (slice(k * l, k * l + l),)]
+
+    def _concatenate(self, blocks, axis) -> np.ndarray:
+        return np.concatenate(blocks, axis=axis, dtype=blocks[0].dtype)
+
     def all_gather(self, xs, dim, group: AxisGroup):
         """Every device gets its group's arrays concatenated along ``dim``.
 
@@ -106,14 +115,7 @@ class SimBackend(Backend):
         ([[0, 1], [2, 3]], [0, 0])
         """
         self._reset()
-        out = []
-        for r, x in enumerate(xs):
-            l = x.shape[dim] // group.size
-            k = int(group.index[r])
-            idx = [slice(None)] * x.ndim
-            idx[dim] = slice(k * l, k * l + l)
-            out.append(np.array(x[tuple(idx)], order="C", copy=True))
-        return out
+        return [np.array(self._piece(x, dim, group, r), order="C", copy=True) for r, x in enumerate(xs)]
 
     def all_to_all(self, xs, src_dim, dst_dim, group: AxisGroup):
         """Split along ``dst_dim``, exchange pieces, concatenate along ``src_dim``.
@@ -129,7 +131,7 @@ class SimBackend(Backend):
         for members in group.members:
             pieces = [np.split(xs[s], n, axis=dst_dim) for s in members]  # pieces[k][j]: k sends to j
             for j, r in enumerate(members):
-                out[r] = np.concatenate([pieces[k][j] for k in range(n)], axis=src_dim, dtype=xs[r].dtype)
+                out[r] = self._concatenate([pieces[k][j] for k in range(n)], src_dim)
                 for k, s in enumerate(members):
                     if k != j:
                         sent[s] += pieces[k][j].nbytes
@@ -239,10 +241,7 @@ class SimBackend(Backend):
         red = self._reduced(xs, group, op)
         out = []
         for r, x in enumerate(xs):
-            l, k = x.shape[dim] // group.size, int(group.index[r])
-            idx = [slice(None)] * x.ndim
-            idx[dim] = slice(k * l, k * l + l)
-            out.append(np.array(red[int(group.key[r])][tuple(idx)], order="C", copy=True))
+            out.append(np.array(self._piece(red[int(group.key[r])], dim, group, r), order="C", copy=True))
             moved = (group.size - 1) * out[-1].nbytes
             sent[r] += moved
             recv[r] += moved
@@ -263,11 +262,12 @@ class SimBackend(Backend):
 
 class HostBackend(SimBackend):
     """The simulator's data movement over every device's array in one
-    process, without its accounting, for a runtime whose devices share the
-    host's memory (JAX's CPU devices, :func:`verishard.runtime.jax.run_on_host`).
+    process, without the copies a runtime whose devices share the host's
+    memory does not need (JAX's CPU devices, :func:`verishard.runtime.jax.host_executor`).
     Arrays are never written after a step makes them, so a step hands out
     blocks without copying them: the members of a gather group share the one
-    concatenation, a slice is a view, a permute passes the array on. The
+    concatenation, a slice is a view, a permute passes the array on; an
+    all-to-all is the simulator's, into aligned buffers. The
     values are the simulator's, step for step (tests/test_jax_host.py).
 
     >>> from verishard import Mesh
@@ -303,21 +303,7 @@ class HostBackend(SimBackend):
         return out
 
     def dyn_slice(self, xs, dim, group: AxisGroup):
-        out = []
-        for r, x in enumerate(xs):
-            l = x.shape[dim] // group.size
-            k = int(group.index[r])
-            out.append(x[(slice(None),) * dim + (slice(k * l, k * l + l),)])
-        return out
-
-    def all_to_all(self, xs, src_dim, dst_dim, group: AxisGroup):
-        n = group.size
-        out = [None] * self.n
-        for members in group.members:
-            pieces = [np.split(xs[s], n, axis=dst_dim) for s in members]  # pieces[k][j]: k sends to j
-            for j, r in enumerate(members):
-                out[r] = self._concatenate([pieces[k][j] for k in range(n)], src_dim)
-        return out
+        return [self._piece(x, dim, group, r) for r, x in enumerate(xs)]
 
     def all_permute(self, xs, sources):
         return [xs[int(s)] for s in sources]
