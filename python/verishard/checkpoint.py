@@ -38,8 +38,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import itertools
+import json
 import math
 import os
+import re
+import stat
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -88,7 +91,7 @@ def _directory(path: str, create: bool = False):
 
 @contextlib.contextmanager
 def _flock(dirfd: int, name: str, mode: int):
-    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=dirfd)
+    fd = F.open_regular(dirfd, name, name, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, mode)
         yield fd
@@ -96,12 +99,30 @@ def _flock(dirfd: int, name: str, mode: int):
         os.close(fd)
 
 
-def _is_dead(dirfd: int, marker: str) -> bool:
-    """True when no live process holds the writer marker (its writer ended or was killed)."""
+# What save writes besides manifest.json, and nothing else matches: a writer's marker
+# (.writer-<token>), its temporary files (.tmp-<token>+<final name>), a commit's temporary manifest;
+# a token is <save id>~<pid>-<8 hex digits>.
+TOKEN = rf"(?:{F.ID_RE.pattern})~\d{{1,10}}-[0-9a-f]{{8}}"
+MARKER_RE = re.compile(rf"\.writer-({TOKEN})")
+TMP_RE = re.compile(rf"\.tmp-({TOKEN}|commit-[0-9a-f]{{8}})\+(?:{F.FILE_RE.pattern}|{re.escape(F.MANIFEST)})")
+
+
+def _is_regular(dirfd: int, name: str) -> bool:
     try:
-        fd = os.open(marker, os.O_RDWR | os.O_NOFOLLOW, dir_fd=dirfd)
+        return stat.S_ISREG(os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode)
     except OSError:
+        return False
+
+
+def _is_dead(dirfd: int, marker: str) -> bool | None:
+    """True when no live process holds the writer marker (its writer ended or
+    was killed); None when it is not a regular file (not a marker save made)."""
+    try:
+        fd = F.open_regular(dirfd, marker, marker, os.O_RDWR)
+    except FileNotFoundError:
         return True
+    except CheckpointError:
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
@@ -111,29 +132,58 @@ def _is_dead(dirfd: int, marker: str) -> bool:
         os.close(fd)
 
 
+def _written_by_save(dirfd: int, name: str, save_id: str, ext: str) -> bool:
+    """Whether the data file or note ``name`` of save ``save_id`` holds what a
+    save writes there (a block header of that save first; a note of that
+    save): the proof ``_sweep`` needs before it removes a file whose name
+    merely looks like a save's."""
+    try:
+        fd = F.open_regular(dirfd, name, name)
+    except (OSError, CheckpointError):
+        return False
+    try:
+        head = os.pread(fd, F.MAX_HEADER_BYTES, 0)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    if ext == "json":   # a note's canonical JSON starts with its sorted first keys
+        return head.startswith(F.canonical({"format": F.FORMAT, "id": save_id})[:-1] + b",")
+    try:
+        header, _ = json.JSONDecoder().raw_decode(head.decode("latin-1"))
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(header, dict) and header.get("format") == F.BLOCK_FORMAT and header.get("id") == save_id
+
+
 def _sweep(dirfd: int, committed: str | None) -> None:
     """Remove what killed writers left (temporary files, markers) and, once a
     save is committed (``committed``: its id), every other save's files
-    whose writers are gone. Called under the commit lock."""
+    whose writers are gone. Only files save wrote are removed: names of the
+    patterns above (which carry a save's token), and data files and notes
+    whose content shows they are a save's (:func:`_written_by_save`); a
+    user's file whose name merely looks like one stays. Called under the
+    commit lock."""
     names = os.listdir(dirfd)
     live_ids, live_tokens = set(), set()
     for n in names:
-        if n.startswith(".writer-"):
-            token = n[len(".writer-"):]
-            if _is_dead(dirfd, n):
-                with contextlib.suppress(OSError):
-                    os.unlink(n, dir_fd=dirfd)
-            else:
-                live_tokens.add(token)
-                live_ids.add(token.rsplit("~", 1)[0])
+        m = MARKER_RE.fullmatch(n)
+        if m is None:
+            continue
+        dead = _is_dead(dirfd, n)
+        if dead:
+            with contextlib.suppress(OSError):
+                os.unlink(n, dir_fd=dirfd)
+        elif dead is not None:
+            live_tokens.add(m.group(1))
+            live_ids.add(m.group(1).rsplit("~", 1)[0])
     for n in names:
         stale = False
-        if n.startswith(".tmp-"):
-            stale = n[len(".tmp-"):].split("+", 1)[0] not in live_tokens
-        elif committed is not None:
-            m = F.FILE_RE.fullmatch(n)
-            stale = (m is not None and (m.group(1) != committed or m.group(3) == "json")   # notes once committed
-                     and m.group(1) not in live_ids)
+        if (m := TMP_RE.fullmatch(n)) is not None:
+            stale = m.group(1) not in live_tokens and _is_regular(dirfd, n)
+        elif committed is not None and (m := F.FILE_RE.fullmatch(n)) is not None:
+            stale = ((m.group(1) != committed or m.group(3) == "json")   # notes once committed
+                     and m.group(1) not in live_ids and _written_by_save(dirfd, n, m.group(1), m.group(3)))
         if stale:
             with contextlib.suppress(OSError):
                 os.unlink(n, dir_fd=dirfd)
@@ -189,10 +239,14 @@ class _Writer:
     def add(self, path: tuple[str, ...], rank: int, block: np.ndarray, t: ArrayType, like: str,
             scalar: bool) -> None:
         valid = t.valid_shape(rank)
-        if block.ndim != len(valid) or any(a < v for a, v in zip(block.shape, valid)):
-            raise CheckpointError(f"{'/'.join(path)!r}, rank {rank}: local block of shape {block.shape}, "
-                                  f"expected {valid} for {t}")
-        data = np.ascontiguousarray(block[tuple(slice(0, v) for v in valid)])
+        if tuple(block.shape) != valid:   # larger is as wrong as smaller: which part would be rank's?
+            starts = t.block_starts(rank)
+            box = ", ".join(f"{s}:{s + v}" for s, v in zip(starts, valid))
+            raise CheckpointError(f"{'/'.join(path)!r}, rank {rank}: a local block of shape {tuple(block.shape)}; "
+                                  f"{t} on {t.mesh} gives rank {rank} the block [{box}] of the global "
+                                  f"{t.global_shape}, shape {valid}: pass exactly that block (or save the global "
+                                  f"array without rank=)")
+        data = np.ascontiguousarray(block)
         F.parse_dtype(data.dtype.str, f"{'/'.join(path)!r}")
         header = F.canonical(F.header_fields(self.id, path, rank, data.dtype, t))
         header += b" " * (-len(header) % 8)
@@ -213,6 +267,9 @@ class _Writer:
         os.fsync(self.fd)
         os.close(self.fd)
         self.fd = None
+        if not self.offset:   # no block: no file (the manifest lists none), nothing to leave behind
+            os.unlink(self.tmp, dir_fd=self.dirfd)
+            return {"file": {"name": self.name, "bytes": 0}, "entries": self.entries}
         try:
             os.link(self.tmp, self.name, src_dir_fd=self.dirfd, dst_dir_fd=self.dirfd)
         except FileExistsError:
@@ -610,25 +667,29 @@ class _Checkpoint:
             raw = os.pread(fd, size + 1, 0)
         finally:
             os.close(fd)
-        self.man = F.Manifest(F.parse_json(raw, where), where)
         self.fds: dict[str, int] = {}
         try:
-            for name, size in self.man.files.items():
-                try:
-                    fd = F.open_in(dirfd, name, path)
-                except FileNotFoundError:
-                    raise _Missing(self.man.id, name) from None
-                self.fds[name] = fd
-                got = os.fstat(fd).st_size
-                if got != size:
-                    raise CheckpointError(f"{name}: {got} bytes, the manifest says {size} (truncated or "
-                                          f"overwritten)")
+            self.man = F.Manifest(F.parse_json(raw, where), where, lambda man: self._open_files(dirfd, man))
         except BaseException:
             self.close()
             raise
         self.bytes_read = 0
         self.pieces = 0
-        self.headers_checked: set[tuple[str, int]] = set()
+        self.headers_checked: set[tuple] = set()
+
+    def _open_files(self, dirfd: int, man: F.Manifest) -> None:
+        """Open every data file the manifest lists and check its size (before
+        its entries are read: their offsets are checked against these sizes)."""
+        for name, size in man.files.items():
+            try:
+                fd = F.open_in(dirfd, name, self.path)
+            except FileNotFoundError:
+                raise _Missing(man.id, name) from None
+            self.fds[name] = fd
+            got = os.fstat(fd).st_size
+            if got != size:
+                raise CheckpointError(f"{name}: {got} bytes, the manifest says {size} (truncated or "
+                                      f"overwritten)")
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -644,12 +705,17 @@ class _Checkpoint:
         return memoryview(buf)[:n]
 
     def check_header(self, e: F.Entry, b: F.Block) -> None:
-        if (b.file, b.header) in self.headers_checked:
+        """The header of block ``b`` of entry ``e`` against everything it binds
+        (save id, name, rank, dtype, global shape, start, shape), read once per
+        block: the cache key is where the header lies and all it must say, so
+        a header that another block or name points at is checked for each."""
+        want = F.header_fields(self.man.id, e.path, b.rank, e.dtype, e.t)
+        key = (b.file, b.header, b.header_bytes, F.canonical(want))
+        if key in self.headers_checked:
             return
         raw = bytes(self.pread(b.file, b.header_bytes, b.header))
-        F.check_header(raw, F.header_fields(self.man.id, e.path, b.rank, e.dtype, e.t),
-                       f"{b.file} ({'/'.join(e.path)!r}, rank {b.rank})")
-        self.headers_checked.add((b.file, b.header))
+        F.check_header(raw, want, f"{b.file} ({'/'.join(e.path)!r}, rank {b.rank})")
+        self.headers_checked.add(key)
 
 
 class _Missing(Exception):

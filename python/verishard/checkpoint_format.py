@@ -41,14 +41,17 @@ bytes per tile (at most about 40 x 40 tiles plus the row groups per block).
 from __future__ import annotations
 
 import bisect
+import errno
+import fcntl
 import hashlib
 import json
 import math
 import os
 import re
+import stat
 import struct
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -60,7 +63,7 @@ from .sharding import ArrayType
 __all__ = ["FORMAT", "VERSION", "MANIFEST", "digest", "data_name", "tiles", "table_entries", "as_rows",
            "tile_hash", "tile_sum", "table_of", "span", "parse_json", "canonical", "manifest_digest", "need",
            "need_int", "need_text", "need_list", "need_path", "parse_layout", "parse_dtype", "value_to_json",
-           "value_from_json", "Block", "Entry", "Manifest", "check_header", "header_fields", "open_in"]
+           "value_from_json", "Block", "Entry", "Manifest", "check_header", "header_fields", "open_regular", "open_in"]
 
 FORMAT = "verishard-checkpoint"
 BLOCK_FORMAT = "verishard-block"
@@ -357,16 +360,30 @@ class Block:
         self.data = need_int(raw, "data", where)
         self.start, self.shape = t.block_starts(self.rank), t.valid_shape(self.rank)
         self.nbytes = math.prod(self.shape) * dtype.itemsize
-        self.row_cuts, self.col_cuts = tiles(t.global_shape, self.start, self.shape, dtype.itemsize)
         if self.table != self.header + self.header_bytes:
             raise CheckpointError(f"{where}: digest table at byte {self.table}, its header ends at "
                                   f"{self.header + self.header_bytes}")
+        if self.data < self.table or self.data + self.nbytes > files[self.file]:
+            raise CheckpointError(f"{where}: the block's data (bytes {self.data}-{self.data + self.nbytes}) is "
+                                  f"not between its digest table (byte {self.table}) and the end of {self.file} "
+                                  f"({files[self.file]} bytes)")
+        # the table's size before the cuts are listed: at least one row cut per MAX_TILE_BYTES of rows, so
+        # a type of huge (or empty but long) blocks in a small file is refused without listing them
+        rows = math.prod(self.shape[:-1]) if len(self.shape) > 1 else self.shape[0]
+        row_bytes = max(1, (self.shape[-1] if len(self.shape) > 1 else 1) * dtype.itemsize)
+        least = -(-rows // max(1, MAX_TILE_BYTES // row_bytes)) + 1
+        if DIGEST_BYTES * least > self.data - self.table:
+            raise CheckpointError(f"{where}: a digest table of {self.data - self.table} bytes, the block "
+                                  f"{self.shape} of {dtype} needs at least {DIGEST_BYTES * least}")
+        self.row_cuts, self.col_cuts = tiles(t.global_shape, self.start, self.shape, dtype.itemsize)
         end = self.table + DIGEST_BYTES * table_entries(self.row_cuts, self.col_cuts)
         if self.data != end:
             raise CheckpointError(f"{where}: data at byte {self.data}, the digest table ends at {end}")
-        if self.data + self.nbytes > files[self.file]:
-            raise CheckpointError(f"{where}: the block ends at byte {self.data + self.nbytes}, past the end of "
-                                  f"{self.file} ({files[self.file]} bytes)")
+
+    @property
+    def end(self) -> int:
+        """Where the block's bytes (header, table, data) end in its file."""
+        return self.data + self.nbytes
 
 
 class Entry:
@@ -389,6 +406,9 @@ class Entry:
         self.dtype = parse_dtype(need_text(raw, "dtype", where, limit=8), where)
         self.like = need_text(raw, "like", where, limit=16)
         self.scalar = need(raw, "scalar", bool, where)
+        if self.scalar and self.t.global_shape != (1,):
+            raise CheckpointError(f"{where}: a scalar (field 'scalar' true) is saved as one element, global shape "
+                                  f"(1,), not {self.t.global_shape}")
         if math.prod(self.t.global_shape) * self.dtype.itemsize > MAX_ELEMENTS:
             raise CheckpointError(f"{where}: {self.t.global_shape} of {self.dtype} is larger than 2**50 bytes")
         blocks = need_list(raw, "blocks", where, self.t.mesh.num_devices)
@@ -403,7 +423,11 @@ class Entry:
 class Manifest:
     """A manifest read from a directory and validated in full before use."""
 
-    def __init__(self, raw: Any, where: str):
+    def __init__(self, raw: Any, where: str, check_files: Callable[["Manifest"], None] | None = None):
+        """``check_files`` runs once ``id`` and ``files`` (names and sizes) are
+        read, before the entries: a reader opens the files there and checks
+        their sizes, so that every offset and length of a block is checked
+        against a real file's size."""
         if not isinstance(raw, dict):
             raise CheckpointError(f"{where}: the manifest is a JSON {type(raw).__name__}, not an object")
         fmt = raw.get("format")
@@ -422,7 +446,11 @@ class Manifest:
         self.files: dict[str, int] = {}
         for k, f in enumerate(files):
             name = need_text(f, "name", f"{where}, files[{k}]", pattern=FILE_RE)
+            if name in self.files:
+                raise CheckpointError(f"{where}: file {name} listed twice")
             self.files[name] = need_int(f, "bytes", f"{where}, files[{k}]")
+        if check_files is not None:
+            check_files(self)
         entries = need_list(raw, "entries", where, MAX_ENTRIES)
         self.entries: dict[tuple[str, ...], Entry] = {}
         for k, e in enumerate(entries):
@@ -430,7 +458,21 @@ class Manifest:
             if entry.path in self.entries:
                 raise CheckpointError(f"{where}: name {'/'.join(entry.path)!r} saved twice")
             self.entries[entry.path] = entry
+        self._refuse_aliases(where)
         self.raw = raw
+
+    def _refuse_aliases(self, where: str) -> None:
+        """Every block has bytes of its own: a save writes each block (header,
+        table, data) once, one after another, so two blocks (of one name or of
+        two) whose byte ranges overlap are a rewritten manifest pointing them
+        at one place, refused whatever their headers say."""
+        spans = sorted((b.file, b.header, b.end, "/".join(e.path), b.rank)
+                       for e in self.entries.values() if e.t is not None for b in e.blocks)
+        for (f0, a0, z0, n0, r0), (f1, a1, z1, n1, r1) in zip(spans, spans[1:]):
+            if f0 == f1 and a1 < z0:
+                raise CheckpointError(f"{where}: {n0!r} rank {r0} and {n1!r} rank {r1} both point at bytes "
+                                      f"{a1}-{min(z0, z1)} of {f0} (every block has bytes of its own: the "
+                                      f"manifest was rewritten)")
 
 
 def check_header(raw: bytes, want: dict, where: str) -> None:
@@ -451,23 +493,50 @@ def header_fields(save_id: str, path: tuple[str, ...], rank: int, dtype: np.dtyp
             "shape": list(t.valid_shape(rank))}
 
 
-def open_in(dirfd: int, name: str, where: str, flags: int = os.O_RDONLY) -> int:
-    """Open the file ``name`` of the directory ``dirfd``: a plain name (no
-    path separator, no leading dot), never through a symbolic link, and only
-    a regular file."""
-    if not FILE_RE.fullmatch(name) and name != MANIFEST:
-        raise CheckpointError(f"{where}: {show(name)} is not a file name of this format")
+def open_regular(dirfd: int, name: str, where: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """Open ``name`` in the directory ``dirfd`` as a regular file, and nothing
+    else: a plain name (no path separator), never through a symbolic link
+    (``O_NOFOLLOW``), and opened ``O_NONBLOCK`` then ``fstat``-checked before
+    the descriptor is returned, so that a FIFO, a device or a socket of that
+    name is refused at once instead of blocking the open or a later read or
+    lock. ``O_NONBLOCK`` is cleared again on the returned descriptor (regular
+    files ignore it; it is cleared so that nothing depends on that).
+    ``FileNotFoundError`` (without ``O_CREAT``) is left to the caller; every
+    other failure is one :class:`CheckpointError`."""
+    if not name or "/" in name or "\0" in name or name in (".", ".."):
+        raise CheckpointError(f"{where}: {show(name)} is not a plain file name")
     try:
-        fd = os.open(name, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dirfd)
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode, dir_fd=dirfd)
     except FileNotFoundError:
         raise
     except OSError as e:
-        if e.errno in (getattr(os, "ELOOP", -1), getattr(os, "EMLINK", -1)):
+        if e.errno in (errno.ELOOP, getattr(errno, "EMLINK", -1)):
             raise CheckpointError(f"{where}: {name} is a symbolic link; a checkpoint's files must lie in its "
                                   f"directory") from None
+        if e.errno in (errno.ENXIO, errno.EISDIR, errno.ENODEV, errno.EOPNOTSUPP):   # a FIFO without reader, ...
+            raise CheckpointError(f"{where}: {name} is not a regular file") from None
         raise CheckpointError(f"{where}: cannot open {name} ({e.strerror})") from None
-    import stat
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{where}: {name} is not a regular file (a "
+                                  f"{_KINDS.get(stat.S_IFMT(st.st_mode), 'special file')}); a checkpoint "
+                                  f"directory holds regular files only")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
         os.close(fd)
-        raise CheckpointError(f"{where}: {name} is not a regular file")
+        raise
     return fd
+
+
+_KINDS = {stat.S_IFIFO: "FIFO", stat.S_IFCHR: "character device", stat.S_IFBLK: "block device",
+          stat.S_IFSOCK: "socket", stat.S_IFDIR: "directory"}
+
+
+def open_in(dirfd: int, name: str, where: str, flags: int = os.O_RDONLY) -> int:
+    """Open the file ``name`` of the checkpoint directory ``dirfd``: a name of
+    this format (no path separator, no leading dot), through
+    :func:`open_regular`."""
+    if not FILE_RE.fullmatch(name) and name != MANIFEST:
+        raise CheckpointError(f"{where}: {show(name)} is not a file name of this format")
+    return open_regular(dirfd, name, where, flags)
