@@ -189,6 +189,21 @@ def _sweep(dirfd: int, committed: str | None) -> None:
                 os.unlink(n, dir_fd=dirfd)
 
 
+def _refuse_odd_manifest(dirfd: int) -> None:
+    """A save replaces ``manifest.json``: only ever a regular file (a FIFO, a
+    symbolic link or a directory of that name is not a checkpoint's, and
+    stays)."""
+    try:
+        mode = os.stat(F.MANIFEST, dir_fd=dirfd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise CheckpointError(f"{F.MANIFEST}: cannot check it ({e.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise CheckpointError(f"{F.MANIFEST} is not a regular file ({F.file_kind(mode)}): not a checkpoint's; "
+                              f"save elsewhere or remove it")
+
+
 def _committed_id(dirfd: int) -> str | None:
     """The id of the committed manifest, or None (none, or unreadable)."""
     try:
@@ -218,6 +233,11 @@ class _Writer:
             self.marker = os.open(f".writer-{self.token}", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                                   0o644, dir_fd=dirfd)
             fcntl.flock(self.marker, fcntl.LOCK_EX)
+            try:
+                _refuse_odd_manifest(dirfd)
+            except CheckpointError:
+                self.release()
+                raise
             _sweep(dirfd, None)
             if _committed_id(dirfd) == save_id:
                 self.release()
@@ -349,6 +369,7 @@ def _commit_manifest(dirfd: int, man: dict) -> None:
         raise CheckpointError(f"the manifest would have {len(raw)} bytes (at most {F.MAX_MANIFEST_BYTES})")
     F.Manifest(F.parse_json(raw, F.MANIFEST), F.MANIFEST)   # what a reader will check, checked now
     with _flock(dirfd, F.LOCK, fcntl.LOCK_EX):
+        _refuse_odd_manifest(dirfd)
         for f in man["files"]:
             try:
                 size = os.stat(f["name"], dir_fd=dirfd, follow_symlinks=False).st_size

@@ -63,7 +63,7 @@ from .sharding import ArrayType
 __all__ = ["FORMAT", "VERSION", "MANIFEST", "digest", "data_name", "tiles", "table_entries", "as_rows",
            "tile_hash", "tile_sum", "table_of", "span", "parse_json", "canonical", "manifest_digest", "need",
            "need_int", "need_text", "need_list", "need_path", "parse_layout", "parse_dtype", "value_to_json",
-           "value_from_json", "Block", "Entry", "Manifest", "check_header", "header_fields", "open_regular", "open_in"]
+           "value_from_json", "Block", "Entry", "Manifest", "check_header", "header_fields", "file_kind", "open_regular", "open_in"]
 
 FORMAT = "verishard-checkpoint"
 BLOCK_FORMAT = "verishard-block"
@@ -136,10 +136,10 @@ def _cuts(g: int) -> list[int]:
     return sorted(out - {0})
 
 
-@lru_cache(maxsize=4096)
-def tiles(global_shape: tuple[int, ...], start: tuple[int, ...], shape: tuple[int, ...],
-          itemsize: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Row cuts and column cuts of a block (module docstring)."""
+def _grid(global_shape: tuple[int, ...], start: tuple[int, ...], shape: tuple[int, ...],
+          itemsize: int) -> tuple[int, int, bool, tuple[int, ...], int]:
+    """A block's rows, rows per dimension-0 index, whether it is small, its
+    column cuts and its rows per row group (module docstring)."""
     if len(shape) == 1:
         rows, cols, lead = shape[0], 1, 1
     else:
@@ -150,10 +150,27 @@ def tiles(global_shape: tuple[int, ...], start: tuple[int, ...], shape: tuple[in
         col_cuts |= {b - start[-1] for b in _cuts(global_shape[-1]) if start[-1] < b < start[-1] + cols}
     row_bytes = max(1, cols * itemsize)
     per = max(1, min(-(-TILE_BYTES * (len(col_cuts) - 1) // row_bytes), MAX_TILE_BYTES // row_bytes))
+    return rows, lead, small, tuple(sorted(col_cuts)), per
+
+
+def least_table_entries(global_shape: tuple[int, ...], start: tuple[int, ...], shape: tuple[int, ...],
+                        itemsize: int) -> int:
+    """A lower bound of :func:`table_entries` of a block, without listing its
+    cuts (a reader checks it against the bytes the table has in its file
+    before listing them)."""
+    rows, _, _, col_cuts, per = _grid(global_shape, start, shape, itemsize)
+    return (-(-rows // per) + 1) * len(col_cuts)
+
+
+@lru_cache(maxsize=4096)
+def tiles(global_shape: tuple[int, ...], start: tuple[int, ...], shape: tuple[int, ...],
+          itemsize: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Row cuts and column cuts of a block (module docstring)."""
+    rows, lead, small, col_cuts, per = _grid(global_shape, start, shape, itemsize)
     row_cuts = set(range(0, rows, per)) | {rows}
     if not small:
         row_cuts |= {(b - start[0]) * lead for b in _cuts(global_shape[0]) if start[0] < b < start[0] + shape[0]}
-    return tuple(sorted(row_cuts)), tuple(sorted(col_cuts))
+    return tuple(sorted(row_cuts)), col_cuts
 
 
 def table_entries(row_cuts, col_cuts) -> int:
@@ -367,11 +384,9 @@ class Block:
             raise CheckpointError(f"{where}: the block's data (bytes {self.data}-{self.data + self.nbytes}) is "
                                   f"not between its digest table (byte {self.table}) and the end of {self.file} "
                                   f"({files[self.file]} bytes)")
-        # the table's size before the cuts are listed: at least one row cut per MAX_TILE_BYTES of rows, so
-        # a type of huge (or empty but long) blocks in a small file is refused without listing them
-        rows = math.prod(self.shape[:-1]) if len(self.shape) > 1 else self.shape[0]
-        row_bytes = max(1, (self.shape[-1] if len(self.shape) > 1 else 1) * dtype.itemsize)
-        least = -(-rows // max(1, MAX_TILE_BYTES // row_bytes)) + 1
+        # the table's size before its cuts are listed: a type of huge (or empty but long) blocks in a small
+        # file is refused without listing them
+        least = least_table_entries(t.global_shape, self.start, self.shape, dtype.itemsize)
         if DIGEST_BYTES * least > self.data - self.table:
             raise CheckpointError(f"{where}: a digest table of {self.data - self.table} bytes, the block "
                                   f"{self.shape} of {dtype} needs at least {DIGEST_BYTES * least}")
@@ -519,9 +534,8 @@ def open_regular(dirfd: int, name: str, where: str, flags: int = os.O_RDONLY, mo
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise CheckpointError(f"{where}: {name} is not a regular file (a "
-                                  f"{_KINDS.get(stat.S_IFMT(st.st_mode), 'special file')}); a checkpoint "
-                                  f"directory holds regular files only")
+            raise CheckpointError(f"{where}: {name} is not a regular file ({file_kind(st.st_mode)}); a "
+                                  f"checkpoint directory holds regular files only")
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     except BaseException:
         os.close(fd)
@@ -529,8 +543,11 @@ def open_regular(dirfd: int, name: str, where: str, flags: int = os.O_RDONLY, mo
     return fd
 
 
-_KINDS = {stat.S_IFIFO: "FIFO", stat.S_IFCHR: "character device", stat.S_IFBLK: "block device",
-          stat.S_IFSOCK: "socket", stat.S_IFDIR: "directory"}
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words (for errors)."""
+    return {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+            stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link",
+            stat.S_IFREG: "a regular file"}.get(stat.S_IFMT(mode), "a special file")
 
 
 def open_in(dirfd: int, name: str, where: str, flags: int = os.O_RDONLY) -> int:
