@@ -386,3 +386,30 @@ def test_every_field_with_hostile_values(saved, value):
                     f"{what} = {value!r}: wrong data"
             outcomes.add("loaded")
     assert "refused" in outcomes
+
+
+def test_a_committed_save_whose_writer_is_slow_to_let_go_is_still_swept(tmp_path, monkeypatch):
+    """Save 1 commits, and before its writer lets go of its marker save 2
+    commits: save 1's files go with save 2's sweep (they are not a running
+    save's any more), so no stale data file stays behind."""
+    committed, go = threading.Event(), threading.Event()
+    release = checkpoint._Writer.release
+    main = threading.current_thread()
+
+    def held(self):   # the other thread's writer lets go only once told to
+        if threading.current_thread() is not main:
+            committed.set()
+            go.wait(SECONDS)
+        release(self)
+    monkeypatch.setattr(checkpoint._Writer, "release", held)
+    t = threading.Thread(target=checkpoint.save, args=({"w": A}, str(tmp_path), {"w": LAYOUT}))
+    t.start()
+    assert committed.wait(SECONDS)
+    first = set(checkpoint.read_manifest(str(tmp_path)).files)
+    checkpoint.save({"w": A + 1}, str(tmp_path), {"w": LAYOUT})
+    go.set()
+    t.join(SECONDS)
+    files = set(checkpoint.read_manifest(str(tmp_path)).files)
+    assert not files & first
+    assert sorted(os.listdir(tmp_path)) == sorted([".lock", "manifest.json", *files])
+    assert np.array_equal(checkpoint.load(str(tmp_path), {"w": None})["w"], A + 1)

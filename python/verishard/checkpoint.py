@@ -24,13 +24,16 @@ Saving: every file is written under a temporary name, flushed, and linked
 to its final name (never over an existing file: every save has a fresh id);
 the manifest is written last the same way and renamed over the previous
 one under a lock, then the files of other saves are removed (except those
-of a save still running, whose writer holds a lock on its marker). A crash
-at any point leaves the previous complete checkpoint or none; leftovers of
-killed writers are removed by the next save. Loading opens every file
-first (a load racing a re-save reads the old or the new checkpoint, or
-says the checkpoint changed), checks the manifest's digest and schema, each
-block's header against the manifest, and every tile it reads against its
-digest; every failure is one :class:`~verishard.errors.CheckpointError`.
+of a save still running, whose writer holds a lock on its marker; and only
+files a save provably wrote: ``_sweep``). A crash at any point leaves the
+previous complete checkpoint or none; leftovers of killed writers are
+removed by the next save. Every file of the directory is opened as a
+regular file only (``checkpoint_format.open_regular``: a FIFO is refused,
+never waited on). Loading opens every file first (a load racing a re-save
+reads the old or the new checkpoint, or says the checkpoint changed),
+checks the manifest's digest and schema (no two blocks sharing bytes),
+each block's header against the manifest, and every tile it reads against
+its digest; every failure is one :class:`~verishard.errors.CheckpointError`.
 """
 
 from __future__ import annotations
@@ -387,6 +390,13 @@ def _commit_manifest(dirfd: int, man: dict) -> None:
             os.close(fd)
         os.replace(tmp, F.MANIFEST, src_dir_fd=dirfd, dst_dir_fd=dirfd)
         _fsync_dir(dirfd)
+        # its writers' markers go now: they kept its files from other saves' sweeps until this commit, and
+        # once a later save is committed those files must go even while a writer has not let go yet
+        for n in os.listdir(dirfd):
+            m = MARKER_RE.fullmatch(n)
+            if m is not None and m.group(1).rsplit("~", 1)[0] == man["id"] and _is_regular(dirfd, n):
+                with contextlib.suppress(OSError):
+                    os.unlink(n, dir_fd=dirfd)
         _sweep(dirfd, man["id"])
 
 

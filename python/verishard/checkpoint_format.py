@@ -14,9 +14,13 @@ A checkpoint directory holds:
   shape, block start and shape), a digest table, then the block's valid
   part in C order. The digest table holds the 2-D prefix sums (mod 2**64)
   of a 64-bit blake2b digest per *tile* (:func:`tiles`, :func:`table_of`).
-* while a save runs: ``.tmp-*`` files, ``.writer-*`` markers (a live writer
-  holds an ``flock`` on its marker) and, for ranks saving without a
-  communicator, ``<id>-p00003.json`` notes; ``.lock`` serialises commits.
+* while a save runs: ``.tmp-<token>+<name>`` files, ``.writer-<token>``
+  markers (a token is ``<id>~<pid>-<8 hex>``; a live writer holds an
+  ``flock`` on its marker) and, for ranks saving without a communicator,
+  ``<id>-p00003.json`` notes; ``.lock`` serialises commits.
+
+Blocks never share bytes (a manifest whose blocks overlap is refused), and
+every file is opened by :func:`open_regular` (regular files only).
 
 Tiles: a block is viewed as rows (every dimension but the last; a 1-D block
 as rows of one element) by columns (the last dimension). Columns are cut at
