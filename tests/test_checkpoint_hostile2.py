@@ -413,3 +413,21 @@ def test_a_committed_save_whose_writer_is_slow_to_let_go_is_still_swept(tmp_path
     assert not files & first
     assert sorted(os.listdir(tmp_path)) == sorted([".lock", "manifest.json", *files])
     assert np.array_equal(checkpoint.load(str(tmp_path), {"w": None})["w"], A + 1)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda d: checkpoint.load(3), "directory name .* not int"),
+    (lambda d: checkpoint.verify(None), "directory name .* not NoneType"),
+    (lambda d: checkpoint.read_manifest(b"x"), "directory name .* not bytes"),
+    (lambda d: checkpoint.commit(1.5, "s1"), "directory name .* not float"),
+    (lambda d: checkpoint.load(d, read_buffer="x"), "read_buffer 'x'"),
+    (lambda d: checkpoint.load(d, read_buffer=0), "read_buffer 0"),
+    (lambda d: checkpoint.load(d, {"a": LAYOUT}, rank="0"), "rank '0'"),
+    (lambda d: checkpoint.load(d, {"a": LAYOUT}, rank=True), "rank True"),
+    (lambda d: checkpoint.save({"a": A[:2]}, d, {"a": LAYOUT}, rank=-1, save_id="s2"), "rank -1"),
+    (lambda d: checkpoint.save({"a": A[:2]}, d, {"a": LAYOUT}, rank="a", save_id="s2"), "rank 'a'"),
+    (lambda d: checkpoint.save({"a": A}, d, [("a", LAYOUT)]), "layouts is a dict"),
+])
+def test_api_arguments(saved, call, match):
+    with pytest.raises(CheckpointError, match=match):
+        call(str(saved))

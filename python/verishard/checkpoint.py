@@ -73,8 +73,27 @@ def _fsync_dir(dirfd: int) -> None:
         os.fsync(dirfd)
 
 
+def _dir_name(path: Any, what: str) -> str:
+    """The checkpoint directory argument as a path string, else one error."""
+    p = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(p, str):
+        raise CheckpointError(f"{what}: the checkpoint path must be a directory name (str or os.PathLike), not "
+                              f"{type(path).__name__}")
+    return p
+
+
+def _count(v: Any, name: str, lo: int, none: bool = False) -> int | None:
+    """An integer argument (rank, read_buffer) of at least ``lo``, else one error."""
+    if v is None and none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise CheckpointError(f"{name} {v!r}: an integer of at least {lo}{' or None' if none else ''}")
+    return int(v)
+
+
 @contextlib.contextmanager
-def _directory(path: str, create: bool = False):
+def _directory(path: Any, create: bool = False):
+    path = _dir_name(path, "checkpoint")
     if create:
         try:
             os.makedirs(path, exist_ok=True)
@@ -575,9 +594,10 @@ def save(state: Any, path: Any = None, layouts: Any = None, legacy_path: str | N
             directory, lay = (legacy_path if legacy_path is not None else "."), (path, layouts)
         return save({"array": state}, directory, {"array": lay} if lay is not None else None, rank=rank,
                     comm=comm, save_id=save_id)
-    if not isinstance(path, (str, os.PathLike)):
-        raise CheckpointError(f"save: path must be a directory name, not {type(path).__name__}")
-    path = os.fspath(path)
+    path = _dir_name(path, "save")
+    rank = _count(rank, "rank", 0, none=True)
+    if layouts is not None and not isinstance(layouts, Mapping):
+        raise CheckpointError(f"save: layouts is a dict of the state's names, not {type(layouts).__name__}")
     layouts = dict(layouts or {})
     group = _Group(comm)
     items = _flatten(state)
@@ -1017,8 +1037,9 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
 
     ``load(path, mesh, type, rank)`` loads the one array of a one-array
     checkpoint as before."""
-    if read_buffer < 1:
-        raise CheckpointError(f"read_buffer {read_buffer} must be positive")
+    path = _dir_name(path, "load")
+    read_buffer = _count(read_buffer, "read_buffer", 1)
+    rank = _count(rank, "rank", 0, none=True)
     if os.path.isfile(os.path.join(path, ".metadata")) and not os.path.exists(os.path.join(path, F.MANIFEST)):
         from . import checkpoint_dcp
         return checkpoint_dcp.load(path, targets, type, rank, dtype=dtype, read_buffer=read_buffer, stats=stats)
@@ -1098,6 +1119,7 @@ def reshard(src: str, dst: str, mesh: Mesh | str, type: ArrayType | str, *,
     """Offline: rewrite the one-array checkpoint ``src`` as ``dst`` with
     ``type`` on ``mesh``, one target block at a time (memory: the largest
     target block plus the read buffer)."""
+    read_buffer = _count(read_buffer, "read_buffer", 1)
     m = Mesh.coerce(mesh)
     t = as_type(type, m, "target")
     save_id = _new_id()
