@@ -268,6 +268,11 @@ def test_cli_reshard_checkpoint_with_a_fifo_exits_2(tmp_path):
         assert f"{fifo} is not a regular file" in p.stderr and "Traceback" not in p.stderr, p.stderr
         os.remove(saved / fifo)
         (saved / fifo).write_bytes(keep)
+    os.makedirs(tmp_path / "out")
+    os.mkfifo(tmp_path / "out" / ".lock")   # in the directory it writes
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert p.returncode == 2 and ".lock is not a regular file" in p.stderr, p.stderr
+    os.remove(tmp_path / "out" / ".lock")
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)   # restored: it works
     assert p.returncode == 0, p.stderr
 

@@ -67,7 +67,8 @@ from .sharding import ArrayType
 __all__ = ["FORMAT", "VERSION", "MANIFEST", "digest", "data_name", "tiles", "table_entries", "as_rows",
            "tile_hash", "tile_sum", "table_of", "span", "parse_json", "canonical", "manifest_digest", "need",
            "need_int", "need_text", "need_list", "need_path", "parse_layout", "parse_dtype", "value_to_json",
-           "value_from_json", "Block", "Entry", "Manifest", "check_header", "header_fields", "file_kind", "open_regular", "open_in"]
+           "value_from_json", "Block", "Entry", "Manifest", "check_header", "header_fields", "file_kind",
+           "open_regular", "open_in", "least_table_entries"]
 
 FORMAT = "verishard-checkpoint"
 BLOCK_FORMAT = "verishard-block"
@@ -384,10 +385,11 @@ class Block:
         if self.table != self.header + self.header_bytes:
             raise CheckpointError(f"{where}: digest table at byte {self.table}, its header ends at "
                                   f"{self.header + self.header_bytes}")
-        if self.data < self.table or self.data + self.nbytes > files[self.file]:
-            raise CheckpointError(f"{where}: the block's data (bytes {self.data}-{self.data + self.nbytes}) is "
-                                  f"not between its digest table (byte {self.table}) and the end of {self.file} "
-                                  f"({files[self.file]} bytes)")
+        if self.data < self.table:
+            raise CheckpointError(f"{where}: data at byte {self.data}, before its digest table at {self.table}")
+        if self.data + self.nbytes > files[self.file]:
+            raise CheckpointError(f"{where}: the block ends at byte {self.data + self.nbytes}, past the end of "
+                                  f"{self.file} ({files[self.file]} bytes)")
         # the table's size before its cuts are listed: a type of huge (or empty but long) blocks in a small
         # file is refused without listing them
         least = least_table_entries(t.global_shape, self.start, self.shape, dtype.itemsize)
