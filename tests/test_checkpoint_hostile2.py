@@ -236,6 +236,12 @@ def test_fifo_lock_refused_by_save_and_commit(saved):
     assert np.array_equal(checkpoint.load(str(saved), {"a": None})["a"], A)   # the checkpoint is untouched
 
 
+def test_fifo_as_the_directory(tmp_path):
+    os.mkfifo(tmp_path / "ck")
+    refused_within(lambda: checkpoint.load(str(tmp_path / "ck"), {"a": None}), "Not a directory")
+    refused_within(lambda: checkpoint.save({"a": A}, str(tmp_path / "ck")), "exists and is not a directory")
+
+
 def test_fifo_note_refused_by_commit(tmp_path):
     checkpoint.save({"a": A[:2]}, str(tmp_path), {"a": LAYOUT}, rank=0, save_id="s1")
     os.mkfifo(tmp_path / "s1-p00001.json")

@@ -97,6 +97,8 @@ def _directory(path: Any, create: bool = False):
     if create:
         try:
             os.makedirs(path, exist_ok=True)
+        except FileExistsError:
+            raise CheckpointError(f"{path}: exists and is not a directory") from None
         except OSError as e:
             raise CheckpointError(f"{path}: cannot create the checkpoint directory ({e.strerror})") from None
     try:
