@@ -11,8 +11,12 @@
     verishard demo
 
 Exit codes: 0 success; 1 a plan was rejected by the verified checker (or a
-demo case failed); 2 bad input (one line on stderr naming the problem and
-the offending token); 3 an internal error. ``--debug`` adds the traceback.
+demo case failed, or standard output is closed or cannot be written: one
+line on stderr, nothing else); 2 bad input (one line on stderr naming the
+problem and the offending token), a missing optional package included (the
+line names the ``pip install 'verishard[extra]'`` that brings it); 3 an
+internal error. ``--debug`` adds the traceback. ``verishard --version``
+prints the version.
 
 Everything the CLI prints about a plan comes from :mod:`verishard.plan`,
 that is from the verified checker's report.
@@ -44,23 +48,31 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
+import shutil
 import sys
 import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from .errors import ParseError, PlanError, ShardingError, VerishardError, show
-from .limits import MAX_DEVICES, MAX_DIMS, check_count, check_int, check_text, parse_int
+from .limits import DEMO_RANKS_PER_CPU, MAX_DEVICES, MAX_DIMS, check_count, check_int, check_text, parse_int
 from .mesh import Mesh
 from .sharding import ArrayType
 
 __all__ = ["main", "SCHEMA", "dumps", "plan_document", "guarantees", "check_document", "load_plan_file", "DEMO_CASES",
-           "int_option"]
+           "int_option", "OPTIONAL_PACKAGES", "OutputLost", "demo_rank_cap"]
 
 SCHEMA = "verishard.plan/1"
 MAX_PLAN_FILE = 16 * 2**20
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+# The optional packages a command may need, and the extra of pyproject.toml that installs each
+# (``verishard partition`` needs the whole ``partition`` extra, whichever of them is missing).
+OPTIONAL_PACKAGES = {"matplotlib": "picture", "networkx": "partition", "scipy": "partition", "torch": "torch",
+                     "jax": "jax", "jaxlib": "jax", "mpi4py": "mpi", "ml_dtypes": "jax"}
+DEMO_RANKS = 8  # the MPI demo's own rank count (verishard.runtime.demo_job.NRANKS), never capped below
 
 
 class UsageError(VerishardError):
@@ -736,7 +748,33 @@ def _run_demo_case(i: int, title: str, mesh: str, src: str, dst: str, what: str,
     return True
 
 
+def demo_rank_cap() -> int:
+    """The most ranks ``verishard demo --nranks`` starts on this machine:
+    :data:`~verishard.limits.DEMO_RANKS_PER_CPU` per core (``os.cpu_count()``),
+    and never fewer than the demo's own :data:`DEMO_RANKS`.
+
+    >>> demo_rank_cap() >= DEMO_RANKS
+    True
+    """
+    return max(DEMO_RANKS, (os.cpu_count() or 1) * DEMO_RANKS_PER_CPU)
+
+
+def _mpi_missing() -> str | None:
+    """Why the MPI demo cannot run here (None: it can): mpi4py or mpirun missing."""
+    try:
+        importlib.import_module("mpi4py")   # the package only: importing mpi4py.MPI would start MPI
+    except ImportError:
+        return "mpi4py is not installed (pip install 'verishard[mpi]')"
+    if not (shutil.which("mpirun") or shutil.which("mpiexec")):
+        return "mpirun is not on PATH (install Open MPI: apt-get install openmpi-bin libopenmpi-dev)"
+    return None
+
+
 def _run_mpi_demo(nranks: int, out) -> bool:
+    missing = _mpi_missing()
+    if missing:
+        out.write(f"\nMPI demo: skipped: {missing}\n")
+        return True
     try:
         runtime = importlib.import_module("verishard.runtime")
     except ModuleNotFoundError as e:
@@ -782,7 +820,10 @@ def cmd_crossmesh(args, out) -> int:
 
 def cmd_demo(args, out) -> int:
     """``verishard demo``: plan and check :data:`DEMO_CASES`, then (unless
-    ``--no-mpi``) run the MPI demo; 0 when everything passed.
+    ``--no-mpi``) run the MPI demo where mpi4py and mpirun are installed
+    (else one line says which is missing and it is skipped); 0 when
+    everything that ran passed. ``--nranks`` above :func:`demo_rank_cap` is
+    a usage error.
 
     >>> cmd_demo(build_parser().parse_args(["demo", "--no-mpi"]), sys.stdout)  # doctest: +ELLIPSIS
     verishard demo: redistributions planned and checked through the verified core
@@ -790,8 +831,14 @@ def cmd_demo(args, out) -> int:
     == 1. the spec's worked example: {x:2, y:3}  [3{x}6] -> [2{y}6]
     ...
     13 of 13 redistributions planned and checked
+    <BLANKLINE>
+    MPI demo: skipped (--no-mpi)
     0
     """
+    if not args.no_mpi and args.nranks > demo_rank_cap():
+        raise UsageError(f"--nranks {args.nranks} is more than this machine runs: at most {demo_rank_cap()} "
+                         f"({DEMO_RANKS_PER_CPU} per core of {os.cpu_count() or 1}, "
+                         f"verishard.limits.DEMO_RANKS_PER_CPU; the demo itself uses {DEMO_RANKS})")
     out.write("verishard demo: redistributions planned and checked through the verified core\n")
     ok = 0
     for i, case in enumerate(DEMO_CASES, 1):
@@ -801,6 +848,8 @@ def cmd_demo(args, out) -> int:
     failed = total - ok
     out.write(f"\n{ok} of {total} redistributions planned and checked"
               + (f"; {failed} FAILED\n" if failed else "\n"))
+    if args.no_mpi:
+        out.write("\nMPI demo: skipped (--no-mpi)\n")
     mpi_ok = True if args.no_mpi else _run_mpi_demo(args.nranks, out)
     out.flush()
     return EXIT_OK if not failed and mpi_ok else EXIT_REJECTED
@@ -868,6 +917,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print a traceback on errors")
     parser = _Parser(prog="verishard", description="Verified array redistribution for SPMD programs.",
                      parents=[common])
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"verishard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="{plan,check,show,demo,partition,crossmesh,reshard-checkpoint}", parser_class=_Parser)
     sub.required = True
 
@@ -897,8 +949,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", parents=[common], help="plan and check a dozen redistributions (make demo)",
                        description="Plan and check a dozen instructive redistributions, then run the MPI demo.")
     d.add_argument("--no-mpi", action="store_true", help="skip the MPI runtime demo")
-    d.add_argument("--nranks", type=int_option("--nranks", 1, MAX_DEVICES), default=8,
-                   help="MPI ranks for the runtime demo (default 8)")
+    d.add_argument("--nranks", type=int_option("--nranks", 1, MAX_DEVICES), default=DEMO_RANKS,
+                   help=f"MPI ranks for the runtime demo (default {DEMO_RANKS}; at most {DEMO_RANKS_PER_CPU} per "
+                        f"core, and at least {DEMO_RANKS} allowed)")
     from .partition.cli import add_parser as _add_partition_parser  # verishard.partition owns its options
 
     _add_partition_parser(sub, common)
@@ -919,23 +972,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    if sys.stdout is None:   # started with stdout closed (verishard plan ... >&-): no result can be written
+        return _output_lost("standard output is closed")
     out = _Out(sys.stdout)
+    command = None
     try:
         args = build_parser().parse_args(argv)
+        command = args.command
         handler = {"plan": cmd_plan, "check": cmd_check, "show": cmd_show, "demo": cmd_demo,
                    "partition": cmd_partition, "crossmesh": cmd_crossmesh,
                    "reshard-checkpoint": cmd_crossmesh}[args.command]
         code = handler(args, out)
         out.flush()
         return code
+    except OutputLost as e:
+        return _output_lost(str(e))
     except PlanError as e:
         return _fail(e, EXIT_REJECTED if (e.step is not None or e.reason is not None) else EXIT_USAGE, debug)
     except VerishardError as e:
         return _fail(e, EXIT_USAGE, debug)
-    except SystemExit as e:  # --help
+    except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else EXIT_OK
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader left (verishard demo | head): what it read is all it wanted
+        _silence_stdout()
         return EXIT_OK
+    except ModuleNotFoundError as e:
+        missing = _missing_package(e, command)
+        if missing is None:
+            return _fail(e, EXIT_INTERNAL, debug, internal=True)
+        return _fail(missing, EXIT_USAGE, debug)
     except OSError as e:  # a path named on the command line: missing, unreadable, a directory, existing, ...
         where = f" {show(e.filename, 200)}" if e.filename is not None else ""
         return _fail(UsageError(f"cannot use{where}: {e.strerror or e}"), EXIT_USAGE, debug)
@@ -947,10 +1012,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(e, EXIT_INTERNAL, debug, internal=True)
 
 
+class OutputLost(VerishardError):
+    """Standard output cannot be written (closed, a full disk): exit 1, one line on stderr."""
+
+
+def _missing_package(e: ModuleNotFoundError, command: str | None) -> UsageError | None:
+    """The usage error for an optional package that is not installed (None:
+    ``e`` is about another module, a bug).
+
+    >>> print(_missing_package(ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"), "show"))
+    verishard show needs matplotlib, which is not installed: pip install 'verishard[picture]'
+    >>> _missing_package(ModuleNotFoundError("No module named 'verishard._core'", name="verishard._core"), "plan")
+    """
+    top = (e.name or "").split(".")[0]
+    if top not in OPTIONAL_PACKAGES:
+        return None
+    extra = "partition" if command == "partition" else OPTIONAL_PACKAGES[top]
+    return UsageError(f"verishard {command or ''}".rstrip() + f" needs {top}, which is not installed: "
+                      f"pip install 'verishard[{extra}]'")
+
+
+def _silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so that the interpreter's last
+    flush of what is still buffered does not fail again at exit."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
+def _output_lost(why: str) -> int:
+    if sys.stdout is not None:
+        _silence_stdout()
+    if sys.stderr is not None:
+        try:
+            print(f"verishard: error: {why}; nothing was written", file=_Out(sys.stderr))
+        except (OSError, VerishardError):
+            pass
+    return EXIT_REJECTED
+
+
 class _Out:
     """A text stream whose ``write`` escapes what the stream cannot encode
     (a lone surrogate from a command-line argument echoed back) instead of
-    raising ``UnicodeEncodeError``.
+    raising ``UnicodeEncodeError``, and reports a stream that cannot be
+    written (closed, ``/dev/full``) as :class:`OutputLost`.
     """
 
     def __init__(self, stream):
@@ -959,9 +1067,22 @@ class _Out:
     def write(self, text: str) -> int:
         encoding = getattr(self.stream, "encoding", None) or "utf-8"
         try:
-            return self.stream.write(text)
-        except UnicodeEncodeError:
-            return self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+            try:
+                return self.stream.write(text)
+            except UnicodeEncodeError:
+                return self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as e:   # ValueError: a closed file object
+            raise OutputLost(f"cannot write to standard output: {getattr(e, 'strerror', None) or e}") from None
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as e:
+            raise OutputLost(f"cannot write to standard output: {getattr(e, 'strerror', None) or e}") from None
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)
@@ -977,7 +1098,11 @@ def _fail(e: BaseException, code: int, debug: bool, internal: bool = False) -> i
         sys.stdout.flush()
     except Exception:  # noqa: BLE001
         pass
-    print(f"verishard: error: {msg}", file=_Out(sys.stderr))
+    if sys.stderr is not None:
+        try:
+            print(f"verishard: error: {msg}", file=_Out(sys.stderr))
+        except (OSError, VerishardError):
+            pass
     return code
 
 
