@@ -64,6 +64,7 @@ __all__ = ["main", "SCHEMA", "dumps", "plan_document", "guarantees", "check_docu
            "int_option", "OPTIONAL_PACKAGES", "OutputLost", "demo_rank_cap"]
 
 SCHEMA = "verishard.plan/1"
+BOX_SCHEMA = "verishard.boxes/1"  # a box schedule printed with --format json (not read back by `check`)
 MAX_PLAN_FILE = 16 * 2**20
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -527,7 +528,7 @@ def _problem(args) -> tuple[Mesh, ArrayType, ArrayType, str | None]:
             if kind == "jax":
                 t = notation.from_partition_spec(mesh, shape, notation.parse_partition_spec(text))
             elif kind == "dtensor":
-                t = notation.from_placements(mesh, shape, notation.parse_placements(text))
+                t = _dtensor_type(mesh, shape, notation.parse_placements(text))
             else:
                 t = ArrayType.parse(text, mesh)
                 if shape is not None and t.global_shape != shape:
@@ -537,10 +538,84 @@ def _problem(args) -> tuple[Mesh, ArrayType, ArrayType, str | None]:
             raise _in(type(e)(f"{e}{hint}") if hint else e, f"--{opt}") from None
         types.append(t)
     src, dst = types
+    if isinstance(src, DTensorLayout) or isinstance(dst, DTensorLayout):
+        return mesh, src, dst, kind
     if src.global_shape != dst.global_shape:
         raise ShardingError(f"global shapes differ: --src {src} has {src.global_shape}, "
                             f"--dst {dst} has {dst.global_shape}")
     return mesh, src, dst, kind
+
+
+class DTensorLayout(tuple):
+    """DTensor placements (notation tuples) whose layout verishard's types do
+    not describe: a dimension that several mesh axes shard unevenly, which
+    DTensor splits by ``torch.chunk`` of each chunk. Planned as a box schedule,
+    as :func:`verishard.torch.redistribute` does."""
+
+    shape: tuple[int, ...]
+
+
+def _dtensor_type(mesh: Mesh, shape: tuple[int, ...], placements: tuple) -> "ArrayType | DTensorLayout":
+    """The type of DTensor placements as the Python API reads them
+    (:func:`verishard.dtensor.from_placements`): even shapes through the
+    notation (numpy only), uneven ones our blocks where DTensor's shards are
+    those blocks (read with torch, which says where DTensor puts each shard),
+    else a :class:`DTensorLayout`."""
+    from . import notation
+
+    t = notation.from_placements(mesh, shape, placements, uneven=True)
+    if not t.uneven:
+        return t
+    from . import dtensor   # needs torch: DTensor's own shard offsets decide
+
+    try:
+        return dtensor.from_placements(mesh, shape, dtensor.tuples_to_placements(placements))
+    except dtensor.UnsupportedLayout:
+        layout = DTensorLayout(placements)
+        layout.shape = shape
+        return layout
+
+
+def _box_schedule(mesh: Mesh, shape: tuple[int, ...], placements: tuple[tuple, tuple], dtype_name: str):
+    """The verified box schedule between two DTensor layouts (notation
+    tuples), what :func:`verishard.torch.redistribute` runs where the types
+    cannot describe one of them (:func:`verishard.dtensor.layout_boxes`,
+    ``BoxPlan.build``), for elements of ``dtype_name``; and the placements as objects."""
+    import torch
+
+    from . import dtensor
+    from .runtime.crossmesh_mpi import DEFAULT_BUDGET
+    from .runtime.torch import BoxPlan
+
+    name = dtype_name.removeprefix("torch.")
+    dtype = getattr(torch, name, None) if name.isidentifier() else None
+    if not isinstance(dtype, torch.dtype):
+        raise UsageError(f"--dtype {show(dtype_name)} names no torch dtype; give e.g. float32, bfloat16, int64")
+    ops = {p[1] for pl in placements for p in pl if p[0] == "partial"}
+    if len(ops) > 1:
+        raise ShardingError(f"the source and the target pend different reductions ({' and '.join(sorted(ops))}): a "
+                            f"redistribution keeps the pending reduction")
+    objs = tuple(dtensor.tuples_to_placements(pl) for pl in placements)
+    s, _ = dtensor.layout_boxes(shape, mesh.axis_sizes, objs[0])
+    d, _ = dtensor.layout_boxes(shape, mesh.axis_sizes, objs[1])
+    return BoxPlan.build(s, d, dtype.itemsize, DEFAULT_BUDGET), objs, name
+
+
+def _box_notes(mesh: Mesh, placements: tuple) -> str:
+    """What happens around the pieces when a side is Partial (as verishard.torch does it)."""
+    names = mesh.axis_names
+    lines = []
+    for what, pl in zip(("source", "target"), placements):
+        pending = [names[i] for i, p in enumerate(pl) if p.is_partial()]
+        if not pending:
+            continue
+        op = next(p.reduce_op for p in pl if p.is_partial())
+        if what == "source":
+            lines.append(f"first: the source's pending {op} is all-reduced over {', '.join(pending)}")
+        else:
+            lines.append(f"then: the target is made pending {op} over {', '.join(pending)} (the rank with index 0 "
+                         f"of each group keeps the value, the others the identity)")
+    return "".join(line + "\n" for line in lines)
 
 
 def _notation_hint(text: str, kind: str | None) -> str:
@@ -590,8 +665,43 @@ def _plan_from_args(args):
             raise UsageError("give either a plan file or --mesh/--src/--dst, not both")
         return check_document(load_plan_file(args.file)), None
     mesh, src, dst, kind = _problem(args)
+    if isinstance(src, DTensorLayout) or isinstance(dst, DTensorLayout):
+        from . import notation
+
+        placements = (notation.parse_placements(args.src), notation.parse_placements(args.dst))
+        shape = src.shape if isinstance(src, DTensorLayout) else src.global_shape
+        boxes, objs, dtype = _box_schedule(mesh, shape, placements, args.dtype)
+        return BoxSchedule(mesh, src, dst, shape, boxes, placements, objs, dtype), kind
     return synthesize(mesh, src, dst, exchange=bool(getattr(args, "exchange", False)),
                       minimal=bool(getattr(args, "minimal", False))), kind
+
+
+class BoxSchedule:
+    """A box schedule the CLI prints: the problem as given (a type, or a
+    :class:`DTensorLayout`, per side), the verified ``BoxPlan``, the
+    placements it was built from and the element type."""
+
+    def __init__(self, mesh, src, dst, shape, boxes, placements, objects, dtype: str):
+        self.mesh, self.src, self.dst, self.shape = mesh, src, dst, shape
+        self.boxes, self.placements, self.objects, self.dtype = boxes, placements, objects, dtype
+
+    def _placements_text(self) -> tuple[str, str]:
+        from . import notation
+
+        return tuple(notation.format_placements(pl) for pl in self.placements)
+
+    def text(self) -> str:
+        head = "".join(f"{what} {pl} = {'(DTensor layout; no type describes it)' if isinstance(t, DTensorLayout) else t}\n"
+                       for what, pl, t in zip(("source", "target"), self._placements_text(), (self.src, self.dst)))
+        why = (f"DTensor splits a dimension that several mesh axes shard unevenly by torch.chunk of each chunk, "
+               f"which no type describes: planned as boxes of {self.dtype} elements (--dtype), as "
+               f"verishard.torch.redistribute does\n")
+        return head + why + _box_notes(self.mesh, self.objects) + str(self.boxes)
+
+    def document(self) -> dict[str, Any]:
+        src, dst = self._placements_text()
+        return {"schema": BOX_SCHEMA, "mesh": str(self.mesh), "shape": list(self.shape), "src": src, "dst": dst,
+                "dtype": self.dtype} | self.boxes.to_json()
 
 
 # ---------------------------------------------------------------------------
@@ -619,7 +729,9 @@ def cmd_plan(args, out) -> int:
     0
     """
     p, kind = _plan_from_args(args)
-    if args.format == "json":
+    if isinstance(p, BoxSchedule):
+        _emit(dumps(p.document()) if args.format == "json" else p.text(), out)
+    elif args.format == "json":
         _emit(dumps(plan_document(p)), out)
     else:
         _emit(_notation_lines(p, kind) + str(p) + "\n" + _format_guarantees(p), out)
@@ -682,6 +794,12 @@ def cmd_show(args, out) -> int:
     from . import picture
 
     p, kind = _plan_from_args(args)
+    if isinstance(p, BoxSchedule):
+        if args.picture:
+            raise UsageError("--picture draws plans of types; this DTensor layout is a box schedule, printed "
+                             "without --picture")
+        _emit(p.text(), out)
+        return EXIT_OK
     text = _notation_lines(p, kind) + str(p) + "\n\n" + picture.text_picture(p)
     if args.picture:
         n = picture.draw(p, args.picture)
@@ -868,6 +986,9 @@ def _problem_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--jax", action="store_true", help="--src/--dst are JAX PartitionSpecs: \"P('x', None)\"")
     g.add_argument("--dtensor", action="store_true",
                    help="--src/--dst are DTensor placements, one per mesh axis: \"Shard(0),Replicate()\"")
+    p.add_argument("--dtype", default="float32",
+                   help="with --dtensor: the element type of a box schedule (its bytes and per-round budget), "
+                        "as torch names it (default float32)")
 
 
 _PLAN_EXAMPLES = """examples:
