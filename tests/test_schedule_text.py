@@ -160,3 +160,15 @@ def test_cli_show_of_a_box_schedule(tmp_path):
     code, out, err = main("show", "--mesh", "x=2,y=2", "--shape", "5,6", "--dtensor", "--src", "Shard(0),Shard(0)",
                           "--dst", "Replicate(),Shard(1)", "--picture", str(tmp_path / "p.png"))
     assert code == 2 and "--picture draws plans of types" in one_error_line(err)
+
+
+def test_cli_dtensor_takes_placements_as_dtensor_prints_them():
+    """``[Shard(0), Shard(0)]`` (DTensor's own printing) is placements, not our notation: it plans, and an
+    error in it gets no hint to drop --dtensor (the wrong hint of issue 40)."""
+    code, out, err = main(*DTENSOR, "--src", "[Shard(0), Shard(0)]", "--dst", "(Replicate(), Shard(1))")
+    assert code == 0 and len(rows(out)) == 12, err
+    code, _, err = main(*DTENSOR, "--src", "[Shard(2), Replicate()]", "--dst", "Replicate(),Shard(1)")
+    line = one_error_line(err)
+    assert code == 2 and "Shard(2) on mesh axis 'x' names no dimension" in line and "drop --dtensor" not in line
+    code, _, err = main(*DTENSOR, "--src", "[3{x}5, 6]", "--dst", "Replicate(),Shard(1)")
+    assert code == 2 and "this looks like our type notation: drop --dtensor" in one_error_line(err)

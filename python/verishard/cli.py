@@ -628,13 +628,17 @@ def _notation_hint(text: str, kind: str | None) -> str:
     ' (this looks like our type notation: drop --jax)'
     >>> _notation_hint("[3{x}6", None)
     ''
+    >>> _notation_hint("[Shard(0), Shard(0)]", "dtensor"), _notation_hint("[Shard(0)]", None)
+    ('', ' (this looks like DTensor placements: add --dtensor and --shape)')
     """
     head = text.lstrip()
+    # "[Shard(0), Shard(0)]" is how DTensor prints placements, not our notation
+    placements = head.lstrip("[(").lstrip().startswith(("Shard(", "Replicate(", "Partial(", "_StridedShard("))
     if head.startswith(("P(", "PartitionSpec(", "P (")) and kind != "jax":
         return " (this looks like a JAX PartitionSpec: add --jax and --shape)"
-    if head.startswith(("Shard(", "Replicate(", "Partial(", "_StridedShard(")) and kind != "dtensor":
+    if placements and kind != "dtensor":
         return " (this looks like DTensor placements: add --dtensor and --shape)"
-    if head.startswith("[") and kind is not None:
+    if head.startswith("[") and kind is not None and not placements:
         return f" (this looks like our type notation: drop --{kind})"
     return ""
 
@@ -881,8 +885,12 @@ def _mpi_missing() -> str | None:
     """Why the MPI demo cannot run here (None: it can): mpi4py or mpirun missing."""
     try:
         importlib.import_module("mpi4py")   # the package only: importing mpi4py.MPI would start MPI
-    except ImportError:
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "mpi4py":
+            return f"mpi4py cannot be imported ({e})"
         return "mpi4py is not installed (pip install 'verishard[mpi]')"
+    except ImportError as e:   # installed but broken: say so rather than "not installed"
+        return f"mpi4py cannot be imported ({' '.join(str(e).split())[:200]})"
     if not (shutil.which("mpirun") or shutil.which("mpiexec")):
         return "mpirun is not on PATH (install Open MPI: apt-get install openmpi-bin libopenmpi-dev)"
     return None
