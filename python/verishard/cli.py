@@ -53,6 +53,7 @@ import shutil
 import sys
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import ParseError, PlanError, ShardingError, VerishardError, show
@@ -546,12 +547,14 @@ def _problem(args) -> tuple[Mesh, ArrayType, ArrayType, str | None]:
     return mesh, src, dst, kind
 
 
-class DTensorLayout(tuple):
-    """DTensor placements (notation tuples) whose layout verishard's types do
-    not describe: a dimension that several mesh axes shard unevenly, which
-    DTensor splits by ``torch.chunk`` of each chunk. Planned as a box schedule,
-    as :func:`verishard.torch.redistribute` does."""
+@dataclass(frozen=True)
+class DTensorLayout:
+    """DTensor placements (notation tuples) over an array of ``shape`` whose
+    layout verishard's types do not describe: a dimension that several mesh
+    axes shard unevenly, which DTensor splits by ``torch.chunk`` of each
+    chunk. Planned as a box schedule, as :func:`verishard.torch.redistribute` does."""
 
+    placements: tuple
     shape: tuple[int, ...]
 
 
@@ -571,9 +574,7 @@ def _dtensor_type(mesh: Mesh, shape: tuple[int, ...], placements: tuple) -> "Arr
     try:
         return dtensor.from_placements(mesh, shape, dtensor.tuples_to_placements(placements))
     except dtensor.UnsupportedLayout:
-        layout = DTensorLayout(placements)
-        layout.shape = shape
-        return layout
+        return DTensorLayout(placements, shape)
 
 
 def _box_schedule(mesh: Mesh, shape: tuple[int, ...], placements: tuple[tuple, tuple], dtype_name: str):
