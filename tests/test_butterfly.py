@@ -38,6 +38,19 @@ def test_from_dense_refuses_non_finite_before_the_svd(bad, monkeypatch):
     assert not called
 
 
+def test_from_dense_of_a_complex_matrix_keeps_its_imaginary_part():
+    m = Monarch(8, 8, nblocks=2, bias=False, dtype=torch.complex128, seed=0)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        m.R.add_(1j * torch.randn(m.R.shape, dtype=F64, generator=g))
+        m.L.add_(1j * torch.randn(m.L.shape, dtype=F64, generator=g))
+    D = m.to_dense().detach()
+    assert D.imag.abs().max() > 0.1
+    again = Monarch.from_dense(D, nblocks=2)     # a Monarch matrix is its own projection, complex too
+    assert again.R.dtype == torch.complex128
+    torch.testing.assert_close(again.to_dense().detach(), D, rtol=0, atol=1e-12)
+
+
 def test_from_dense_refuses_meta_and_mismatched_devices():
     with pytest.raises(LayerError, match="meta device and holds no values"):
         Monarch.from_dense(torch.empty(8, 8, device="meta"), nblocks=2)

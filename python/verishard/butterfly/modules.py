@@ -236,7 +236,8 @@ class Monarch(_Structured):
                 raise LayerError(f"from_dense: W is on {W.device} but bias is on {bias.device}; put both on one "
                                  f"device")
         layer_dtype(W.dtype)   # a floating or complex matrix, before anything is built
-        host = W.detach().cpu().double().numpy()
+        W = W.detach()
+        host = (W.to(torch.complex128) if W.is_complex() else W.double()).cpu().numpy()   # never drop a part
         forms.check_finite(host)   # before the layer's init and before the SVD (which never returns on inf)
         layer = cls(W.shape[1], W.shape[0], bias is not None, nblocks=nblocks, dtype=W.dtype, device=W.device)
         R, L = forms.monarch_project(host, layer.shape)
