@@ -73,7 +73,7 @@ EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 # The optional packages a command may need, and the extra of pyproject.toml that installs each
 # (``verishard partition`` needs the whole ``partition`` extra, whichever of them is missing).
 OPTIONAL_PACKAGES = {"matplotlib": "picture", "networkx": "partition", "scipy": "partition", "torch": "torch",
-                     "jax": "jax", "jaxlib": "jax", "mpi4py": "mpi", "ml_dtypes": "jax"}
+                     "jax": "jax", "jaxlib": "jax", "mpi4py": "mpi"}
 DEMO_RANKS = 8  # the MPI demo's own rank count (verishard.runtime.demo_job.NRANKS), never capped below
 
 
