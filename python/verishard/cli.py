@@ -696,7 +696,8 @@ class BoxSchedule:
         return tuple(notation.format_placements(pl) for pl in self.placements)
 
     def text(self) -> str:
-        head = "".join(f"{what} {pl} = {'(DTensor layout; no type describes it)' if isinstance(t, DTensorLayout) else t}\n"
+        untyped = "(DTensor layout; no type describes it)"
+        head = "".join(f"{what} {pl} = {untyped if isinstance(t, DTensorLayout) else t}\n"
                        for what, pl, t in zip(("source", "target"), self._placements_text(), (self.src, self.dst)))
         why = (f"DTensor splits a dimension that several mesh axes shard unevenly by torch.chunk of each chunk, "
                f"which no type describes: planned as boxes of {self.dtype} elements (--dtype), as "

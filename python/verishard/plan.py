@@ -629,8 +629,8 @@ def table_lines(rows: Sequence[Sequence[str]], left: Sequence[int] = ()) -> list
          1  AllGather
     """
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
-    return ["  " + "  ".join(c.ljust(w) if k in left else c.rjust(w) for k, (c, w) in enumerate(zip(r, widths))).rstrip()
-            for r in rows]
+    return ["  " + "  ".join(c.ljust(w) if k in left else c.rjust(w)
+                             for k, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
 
 
 def box_text(box: Sequence[tuple[int, int]]) -> str:

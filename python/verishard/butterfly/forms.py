@@ -149,8 +149,8 @@ class ButterflyShape:
         n = block << log_n
         sh = ButterflyShape(in_features, out_features, block, n, log_n, -(-out_features // n), nblocks,
                             bool(increasing_stride))
-        check_parameters(f"Butterfly({show_int(in_features)}, {show_int(out_features)}, block={block}, nblocks={nblocks})",
-                         sh.parameters)
+        check_parameters(f"Butterfly({show_int(in_features)}, {show_int(out_features)}, block={block}, "
+                         f"nblocks={nblocks})", sh.parameters)
         return sh
 
     @property
@@ -407,8 +407,8 @@ class PixelflyShape:
                  f"factors must be in 0..{log_m} (log2 of the number of blocks), got {factors!r}")
         _require(isinstance(rank, int) and rank >= 0, f"rank must be a non-negative integer, got {rank!r}")
         sh = PixelflyShape(in_features, out_features, block, factors, rank, block << log_m)
-        check_parameters(f"Pixelfly({show_int(in_features)}, {show_int(out_features)}, block={block}, factors={factors}, rank={show_int(rank)})",
-                         sh.parameters)
+        check_parameters(f"Pixelfly({show_int(in_features)}, {show_int(out_features)}, block={block}, "
+                         f"factors={factors}, rank={show_int(rank)})", sh.parameters)
         return sh
 
     def columns(self) -> np.ndarray:
