@@ -48,6 +48,7 @@ def test_box_schedule_prints_a_table_of_every_piece():
     worst = max(per_rank.values())
     assert lines[-1].startswith(f"received: at most {worst} bytes per rank")
     assert all(len(line) < 200 for line in lines)                     # not a one-line dump
+    assert repr(bp) == "<BoxPlan: 4 source boxes -> 4 target boxes on ranks 0..3, 12 pieces in 1 rounds, itemsize 2>"
 
 
 def test_long_schedules_are_elided_with_a_count():

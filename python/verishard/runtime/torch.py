@@ -766,6 +766,11 @@ class BoxPlan:
                                                           if recv == lack else ""))
         return "\n".join(lines)
 
+    def __repr__(self) -> str:   # the fields are long tuples of boxes: str() has the table
+        pieces = sum(1 for rd in self.rounds for _, a, b, _ in rd if a != b)
+        return (f"<BoxPlan: {len(self.src)} source boxes -> {len(self.dst)} target boxes on ranks "
+                f"{ranks_text(self.ranks())}, {pieces} pieces in {len(self.rounds)} rounds, itemsize {self.itemsize}>")
+
     def to_json(self) -> dict[str, Any]:
         """Plain data: the two layouts' boxes (rank, global box, where it starts
         locally), every piece sent (its round, 1 first) and the per-rank figures (bytes)."""
