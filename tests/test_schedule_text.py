@@ -94,6 +94,7 @@ def test_plan_for_and_plan_transfer_print_tables():
     assert sum(int(r[-1]) for r in table if r[4] == "2") == sched.received(2)
     assert lines[-1] == f"received: at most {sched.received(2)} bytes per rank (rank 2); lower bound " \
                         f"{sched.lower_bound(2)} bytes"
+    assert repr(sched) == "<TransferSchedule: 2 tensors over ranks 0..3, 8 pieces in 1 rounds, budget 67108864 bytes>"
     doc = json.loads(json.dumps(sched.to_json()))
     assert doc["kind"] == "transfer" and len(doc["pieces"]) == 8
     assert {r["rank"]: r["received"] for r in doc["ranks"]} == {r: sched.received(r) for r in range(4)}

@@ -183,6 +183,10 @@ class TransferSchedule:
             lines.append(f"received: at most {recv[worst]} bytes per rank (rank {worst}); lower bound {lack} bytes")
         return "\n".join(lines)
 
+    def __repr__(self) -> str:   # the fields hold tensors and long tuples of boxes: str() has the table
+        return (f"<TransferSchedule: {len(self.moves)} tensors over ranks {ranks_text(self.ranks())}, "
+                f"{len(self._pieces())} pieces in {len(self.rounds)} rounds, budget {self.budget_bytes} bytes>")
+
     def to_json(self) -> dict[str, Any]:
         """Plain data: the tensors, every piece sent (its round, 1 first) and the per-rank figures (bytes)."""
         moves = []
