@@ -1,0 +1,56 @@
+"""The core never aborts the process for want of memory: a call whose heap
+would outgrow what the process may still obtain stops with a LimitError
+(bindings/glue.ml, ``watch_heap``), and the process goes on.
+
+Each case runs in a subprocess (an abort would end it, not pytest) under an
+address-space limit a little above what it has mapped after a first core
+call (the core's stack reservation included), bounded in time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PRELUDE = """
+import resource
+import verishard as vs
+from verishard import core
+from verishard.errors import LimitError
+
+def limit_memory(extra):
+    core.lower_bound(vs.ArrayType.parse("[2{x}4]", "x=2"), vs.ArrayType.parse("[4]", "x=2"))  # the core's stack is reserved
+    mapped = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + extra, resource.RLIM_INFINITY))
+
+def refused(fn):
+    try:
+        fn()
+    except LimitError as e:
+        print("LimitError:", e)
+    else:
+        print("no error")
+"""
+
+# certify on 12 axes of 2 with the replicated type as an entry: its steps
+# enumerate every arrangement of the 12 axes (over 10^9), which filled 8 GiB
+# and aborted with "Fatal error: out of memory" before the glue's bound.
+CERTIFY = """
+m = vs.Mesh.parse(",".join(f"a{i}=2" for i in range(12)))
+s = vs.ArrayType.parse("[4096]", m)
+d = vs.ArrayType.parse("[1{" + ",".join(f"a{i}" for i in range(12)) + "}4096]", m)
+limit_memory(768 << 20)
+refused(lambda: core.certify(s, d, 4096, [(s, 0)], 0))
+print(vs.plan("x=2,y=2", "[2{x}4, 4]", "[4, 2{y}4]").traffic)   # the process goes on
+"""
+
+
+@pytest.mark.parametrize("case", [CERTIFY], ids=["certify-12-axes"])
+def test_core_stops_before_its_heap_runs_out(case):
+    run = subprocess.run([sys.executable, "-c", PRELUDE + case], capture_output=True, text=True, timeout=180)
+    assert "Fatal error" not in run.stderr, run.stderr[-2000:]
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("LimitError: problem too large for this process's memory"), run.stdout
+    assert lines[1] == "4", run.stdout
