@@ -478,9 +478,8 @@ let opt_dim = function Some d -> d + 1 | None -> 0
    ([ch]: [opt_dim] of the free dimension it runs in pieces along; peak and
    received: [bound m src dst] (uneven: [ubound]) and the planner's [rx],
    which [Exchangeproof.eplan_spec] / [ueplan_spec] prove to be the exchange
-   checker's report on the one-step plan; running that checker here would
-   build the exchange's schedule, a piece per source block each target
-   meets). *)
+   checker's report on the one-step plan; neither builds the exchange's
+   schedule, a piece per source block each target meets). *)
 let put_eplanned buf bound_of (peak, types, received) m src dst = function
   | Collectives (fs, p, r) -> put_planned buf put_coll put_type fs (peak r) p (types r) (received r)
   | Exchanged (ch, rx) -> List.iter (Buffer.add_int buf) [2; opt_dim ch; bound_of m src dst; rx]

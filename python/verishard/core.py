@@ -818,7 +818,9 @@ def xrounds(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks:
     """The rounds of the verified staged cross-mesh transfer (``Rounds.xrounds``
     on ``Crossmesh.xplan``'s schedule; theorem ``Roundsproof.xrounds_correct``):
     every piece a target receives from another rank cut into slices that fit
-    ``budget`` elements, packed first fit into rounds where each rank sends at
+    ``budget`` elements, packed first fit (each cut into the first round with
+    room for it, searched from the first rounds where its sender and receiver
+    still have room: near linear in the cuts) into rounds where each rank sends at
     most ``budget`` and receives at most ``budget`` elements, or moves a single
     cut; None when the core refuses the problem. A budget above 2**50 elements
     raises :class:`LimitError` (the core's integers stay below 2**51).

@@ -54,7 +54,7 @@ MAX_DIGITS = 30  # 2**62 has 19 digits; longer tokens are refused before int() (
 MAX_TEXT = 10_000  # characters of one mesh, type, PartitionSpec, placements or collective text
 MAX_MESH_PARTS = 64  # axes of a mesh, each factor of a split axis counted
 MAX_DIMS = 64  # dimensions of an array type (numpy's own limit)
-MAX_ROUND_CUTS = 4096  # cuts of a staged cross-mesh transfer (the first-fit packing grows faster than n**2 in them)
+MAX_ROUND_CUTS = 4096  # cuts of a staged cross-mesh transfer (each cut is one message)
 
 _INT = re.compile(r"-?[0-9]+\Z")
 
