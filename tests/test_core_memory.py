@@ -11,8 +11,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 PRELUDE = """
 import resource
 import verishard as vs
@@ -41,16 +39,40 @@ m = vs.Mesh.parse(",".join(f"a{i}=2" for i in range(12)))
 s = vs.ArrayType.parse("[4096]", m)
 d = vs.ArrayType.parse("[1{" + ",".join(f"a{i}" for i in range(12)) + "}4096]", m)
 limit_memory(768 << 20)
+"""
+
+# The glue's bound itself: the Python layer's count of the certificate's
+# steps (core.certify_steps) switched off, so that the core builds them.
+GLUE = CERTIFY + """
+core._check_certificate_size = lambda entries, cap: None
 refused(lambda: core.certify(s, d, 4096, [(s, 0)], 0))
 print(vs.plan("x=2,y=2", "[2{x}4, 4]", "[4, 2{y}4]").traffic)   # the process goes on
 """
 
+# The Python layer's count: refused before the core is called, at once.
+COUNTED = CERTIFY + """
+import time
+t0 = time.perf_counter()
+refused(lambda: core.certify(s, d, 4096, [(s, 0)], 0))
+print(round(time.perf_counter() - t0))
+"""
 
-@pytest.mark.parametrize("case", [CERTIFY], ids=["certify-12-axes"])
-def test_core_stops_before_its_heap_runs_out(case):
+
+def run_case(case: str) -> list[str]:
     run = subprocess.run([sys.executable, "-c", PRELUDE + case], capture_output=True, text=True, timeout=180)
     assert "Fatal error" not in run.stderr, run.stderr[-2000:]
     assert run.returncode == 0, run.stderr[-2000:]
-    lines = run.stdout.splitlines()
-    assert lines[0].startswith("LimitError: problem too large for this process's memory"), run.stdout
-    assert lines[1] == "4", run.stdout
+    return run.stdout.splitlines()
+
+
+def test_core_stops_before_its_heap_runs_out():
+    lines = run_case(GLUE)
+    assert lines[0].startswith("LimitError: problem too large for this process's memory"), lines
+    assert lines[1] == "4", lines
+
+
+def test_certificate_too_large_to_check_is_refused_first():
+    lines = run_case(COUNTED)
+    assert lines[0].startswith("LimitError: the certificate entry [4096] on"), lines
+    assert "1302061345 steps" in lines[0] and "MAX_CERTIFY_STEPS" in lines[0], lines
+    assert lines[1] == "0", lines   # no time spent in the core

@@ -22,6 +22,13 @@ dimensions (:func:`check_count`). A mesh of ``2**20`` devices has at most
 20 axes of size 2 or more, and numpy's arrays at most 64 dimensions, so
 these leave room for any real program while keeping every plan quick.
 
+A certificate entry (``core.certify``, ``core.mplan``) from which the
+checker would enumerate more than :data:`MAX_CERTIFY_STEPS` steps
+(``core.certify_steps``: every arrangement of the mesh's free axes, factorial
+in their number) is refused before the core is called; whatever a call
+builds, the glue stops it with a :class:`~verishard.errors.LimitError`
+before the process runs out of memory (``bindings/glue.ml``).
+
 So every size, product, offset and traffic figure the core computes stays
 below ``2**51``. The binding checks again, refusing any integer outside
 ``[0, 2**62)`` with a :class:`ValueError`.
@@ -55,6 +62,7 @@ MAX_TEXT = 10_000  # characters of one mesh, type, PartitionSpec, placements or 
 MAX_MESH_PARTS = 64  # axes of a mesh, each factor of a split axis counted
 MAX_DIMS = 64  # dimensions of an array type (numpy's own limit)
 MAX_ROUND_CUTS = 4096  # cuts of a staged cross-mesh transfer (each cut is one message)
+MAX_CERTIFY_STEPS = 2**20  # steps the certificate checker enumerates from one entry (core.certify_steps)
 
 _INT = re.compile(r"-?[0-9]+\Z")
 
@@ -179,5 +187,5 @@ def parse_int(token: str, what: str, error: type = ParseError) -> int:
 
 
 __all__ = ["MAX_DEVICES", "MAX_ELEMENTS", "MAX_INDEX", "CORE_INT_LIMIT", "MAX_DIGITS", "MAX_TEXT",
-           "MAX_MESH_PARTS", "MAX_DIMS", "MAX_ROUND_CUTS", "check_int", "show_int", "check_text", "check_count",
+           "MAX_MESH_PARTS", "MAX_DIMS", "MAX_ROUND_CUTS", "MAX_CERTIFY_STEPS", "check_int", "show_int", "check_text", "check_count",
            "parse_int"]
