@@ -11,6 +11,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 PRELUDE = """
 import resource
 import verishard as vs
@@ -65,8 +67,20 @@ def run_case(case: str) -> list[str]:
     return run.stdout.splitlines()
 
 
-def test_core_stops_before_its_heap_runs_out():
-    lines = run_case(GLUE)
+# Another entry: the movement of an all-gather of 2^28 elements (an answer as
+# large as the array, meant for small cases) outgrows the same limit.
+MOVEMENT = """
+m = vs.Mesh.parse("x=2")
+t, t2 = vs.ArrayType.parse(f"[{2**27}{{x}}{2**28}]", m), vs.ArrayType.parse(f"[{2**28}]", m)
+limit_memory(768 << 20)
+refused(lambda: core.movement(t, vs.AllGather(0, "x"), t2))
+print(vs.plan("x=2,y=2", "[2{x}4, 4]", "[4, 2{y}4]").traffic)
+"""
+
+
+@pytest.mark.parametrize("case", [GLUE, MOVEMENT], ids=["certify-12-axes", "movement-2^28"])
+def test_core_stops_before_its_heap_runs_out(case):
+    lines = run_case(case)
     assert lines[0].startswith("LimitError: problem too large for this process's memory"), lines
     assert lines[1] == "4", lines
 
