@@ -454,3 +454,73 @@ def test_non_regular_files_refused_at_once(tmp_path):
     # the DCP reader names the file; checkpoint.load reads a folder whose
     # .metadata is not a regular file as one of its own format (no manifest)
     assert all("not a regular file" in ln for ln in lines[:1] + lines[2:]), lines
+
+
+def test_shared_chunks_and_dimensions_bounded(saved):
+    """A pickle may share one chunk list among many entries (each walked
+    and loaded again: a load quadratic in the file) or give a tensor
+    thousands of dimensions: both refused, as DCP writes neither."""
+    raw = (saved / ".metadata").read_bytes()
+    md = pickle.loads(raw)
+    w = md.state_dict_metadata["w"]
+    md.state_dict_metadata["w2"] = type(w)(properties=w.properties, size=w.size, chunks=w.chunks)
+    rewrite_metadata(saved, md)
+    refused(saved, "'w2' shares its chunks")
+    md = pickle.loads(raw)
+    md.state_dict_metadata["w"].size = torch.Size([1] * 65)
+    rewrite_metadata(saved, md)
+    refused(saved, "65 dimensions; at most 64")
+
+
+# what torch's DCP and torch.save write: the whole allowlist (docs/checkpoint.md)
+METADATA_GLOBALS = {(MD, n) for n in ("Metadata", "StorageMeta", "TensorStorageMetadata", "ChunkStorageMetadata",
+                                      "TensorProperties", "BytesStorageMetadata", "MetadataIndex",
+                                      "_MEM_FORMAT_ENCODING")} | {
+    (FS, "_StorageInfo"), ("torch", "Size"), ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath")}
+CHUNK_GLOBALS = {("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor_v3"),
+                 ("collections", "OrderedDict"), ("torch.storage", "UntypedStorage")}
+
+
+def test_real_saves_name_only_the_allowlist(tmp_path):
+    """A real save of every storage kind (typed storages; float8 through
+    UntypedStorage and _rebuild_tensor_v3): its pickles name only the
+    allowlisted pairs (dtypes and storage classes of torch aside), and its
+    entries numpy holds load exactly."""
+    dtypes = [torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8, torch.int16, torch.int32,
+              torch.int64, torch.bool, torch.complex64, torch.bfloat16, torch.float8_e4m3fn]
+    state = {str(dt).split(".")[1]: (torch.arange(6) % 2).to(dt).reshape(2, 3) for dt in dtypes}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(state, checkpoint_id=str(tmp_path), no_dist=True)
+    named = {".metadata": set(), "data.pkl": set()}
+
+    class Recorder(pickle.Unpickler):   # our own fresh save: trusted here
+        def __init__(self, raw, into):
+            super().__init__(io.BytesIO(raw))
+            self.into = into
+
+        def find_class(self, module, name):
+            self.into.add((module, name))
+            return super().find_class(module, name)
+
+        def persistent_load(self, pid):
+            return None
+
+    md = Recorder((tmp_path / ".metadata").read_bytes(), named[".metadata"]).load()
+    for info in md.storage_data.values():
+        blob = (tmp_path / info.relative_path).read_bytes()[info.offset:info.offset + info.length]
+        z = zipfile.ZipFile(io.BytesIO(blob))
+        try:
+            Recorder(z.read(next(n for n in z.namelist() if n.endswith("/data.pkl"))), named["data.pkl"]).load()
+        except Exception:   # noqa: BLE001  (rebuilding from a None storage fails after every global is named)
+            pass
+    torch_names = {(m, n) for m, n in named[".metadata"] | named["data.pkl"] if m == "torch" and n != "Size"}
+    assert all(isinstance(getattr(torch, n), torch.dtype) or n.endswith("Storage") for _, n in torch_names)
+    assert named[".metadata"] - torch_names <= METADATA_GLOBALS, named[".metadata"]
+    assert named["data.pkl"] - torch_names <= CHUNK_GLOBALS, named["data.pkl"]
+    assert all("." not in n for _, n in named[".metadata"] | named["data.pkl"])
+    ck = checkpoint_dcp.DCPCheckpoint(str(tmp_path))   # every entry's metadata and schema
+    ck.close()
+    holdable = [k for k in state if k not in ("bfloat16", "float8_e4m3fn")]   # numpy's own dtypes
+    got = checkpoint.load(str(tmp_path), {k: None for k in holdable})
+    assert all(np.array_equal(got[k], state[k].numpy()) and got[k].dtype == state[k].numpy().dtype for k in holdable)

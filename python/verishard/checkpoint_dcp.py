@@ -3,14 +3,54 @@
 loaded onto any target of :func:`verishard.checkpoint.load`, reading only the
 byte ranges of the stored chunks that the target's blocks need.
 
-DCP's ``.metadata`` is a pickle: it is read by an unpickler that builds only
-DCP's metadata classes and the few torch objects they hold (sizes, dtypes,
-layouts), anything else being refused. Each stored tensor chunk is a
-``torch.save`` archive (a zip, stored uncompressed) inside a ``.distcp``
-file; its central directory and ``data.pkl`` (the storage key, offset, size
-and stride) are read and parsed the same way, and the data is then read in
-place, row run by row run, from the storage's first byte. Plain values
-(DCP's byte items) are ``torch.load``-ed with ``weights_only=True``.
+Each stored tensor chunk is a ``torch.save`` archive (a zip, stored
+uncompressed) inside a ``.distcp`` file; its central directory and
+``data.pkl`` (the storage, offset, size and stride) are read, and the data
+is then read in place, row run by row run. Plain values (DCP's byte items)
+are ``torch.load``-ed with ``weights_only=True``.
+
+Nothing in a checkpoint runs. ``.metadata`` and each ``data.pkl`` are
+pickles, read by Python's own pure-Python unpickler with its opcodes
+narrowed to an exact allowlist (:class:`_Unpickler`):
+
+- a global (GLOBAL, STACK_GLOBAL) is one of an exact list of ``(module,
+  name)`` pairs, never a dotted name. ``.metadata``: DCP's dataclasses
+  ``Metadata``, ``StorageMeta``, ``TensorStorageMetadata``,
+  ``ChunkStorageMetadata``, ``TensorProperties``, ``BytesStorageMetadata``,
+  ``MetadataIndex`` (``torch.distributed.checkpoint.metadata``) and
+  ``_StorageInfo`` (``.filesystem``), the enum ``_MEM_FORMAT_ENCODING``,
+  ``torch.Size``, ``torch.serialization._get_layout``, ``pathlib.PosixPath``
+  and torch's dtypes by their canonical names. ``data.pkl``:
+  ``torch._utils._rebuild_tensor_v2``/``_v3``, ``collections.OrderedDict``,
+  torch's twelve typed storage classes, ``torch.storage.UntypedStorage`` and
+  the dtypes. What comes back is a marker, never the object itself;
+- REDUCE calls only our own constructor for the marker (a ``torch.Size`` of
+  ints, a layout by its name, a memory format code, a pure path of strings,
+  an empty OrderedDict, a tensor record of type-checked fields), NEWOBJ
+  makes only an empty DCP dataclass, BUILD fills only a DCP dataclass not
+  yet filled, only with the fields of DCP's schema, each of its type (never
+  ``__setstate__``: ``TensorProperties``' tuple is read by our code), and
+  appends and item sets go only to lists, dicts and sets;
+- a persistent id is only ``("storage", storage class, key of digits,
+  location, count >= 0)``; the other opcodes that build objects (INST, OBJ,
+  NEWOBJ_EX, EXT*, out-of-band buffers) and protocol 0's text opcodes but
+  GLOBAL are refused.
+
+This is tighter than torch's weights-only unpickler (which calls the
+allowlisted classes' own ``__setstate__`` and torch's rebuild functions,
+and allows many more globals), which also cannot read DCP's protocol-4
+``.metadata``. Then every value is checked against DCP's schema before a
+byte of tensor data is read: each object of its class with all its fields;
+names strings; tensor sizes and chunk offsets and sizes ints in [0,
+2**62), at most ``MAX_DIMS`` of them, each chunk inside its tensor and the
+chunks' elements summing to the tensor's (DCP's chunks partition a tensor),
+no chunk list shared; storage offsets and lengths ints >= 0 lying inside
+their file, which is a plain name of the directory. Per chunk: the archive's
+``data.pkl`` stored and small, the storage's dtype the metadata's, its byte
+count (count x element size) the archive member's, the tensor (C order,
+from an element offset >= 0) inside the storage and the storage inside the
+chunk's byte range. Every file is opened ``O_NOFOLLOW | O_NONBLOCK`` and
+refused unless ``fstat`` says it is a regular file, before any read.
 
 When a tensor's chunks are the blocks of one of our types (DTensor
 ``Shard`` saves: a grid of ``ceil(g / n)`` blocks) and the target is a type,
@@ -18,8 +58,10 @@ the pieces each target block needs come from the verified cross-mesh
 schedule, as for our own checkpoints; otherwise (other chunks, or a DTensor
 target our types cannot express: nested uneven shards, uneven
 ``_StridedShard``) from the verified box schedule between the chunks and the
-target rank's boxes (``core.bplan``). DCP stores no checksums, so nothing is
-checked beyond the archive's structure, the sizes and the dtypes.
+target rank's boxes (``core.bplan``). DCP stores no checksums: a chunk whose
+bytes were changed, or whose metadata and ``data.pkl`` were changed alike
+(both saying int32), loads what its bytes say. An empty tensor (a size of
+0) loads whole only, as an empty array: no type of ours has a size of 0.
 """
 
 from __future__ import annotations
@@ -41,12 +83,14 @@ import numpy as np
 
 from .checkpoint_format import MAX_MANIFEST_BYTES
 from .errors import CheckpointError, VerishardError, show
+from .limits import CORE_INT_LIMIT, MAX_DIMS
 from .sharding import ArrayType
 
 __all__ = ["DCPCheckpoint", "load"]
 
 METADATA = ".metadata"
-_MAX_INT = 1 << 62   # offsets, lengths and sizes above this are no file's
+_MAX_INT = CORE_INT_LIMIT   # offsets, lengths and sizes this large are no file's
+_ARCHIVE_READ = 1 << 20     # a chunk's torch.save directory and data.pkl (one tensor): a few hundred bytes
 # torch.save's legacy storage classes (a frozen set: newer dtypes are saved as
 # UntypedStorage with _rebuild_tensor_v3) and the dtype each holds
 _TYPED_STORAGES = {"ByteStorage": "uint8", "CharStorage": "int8", "ShortStorage": "int16", "IntStorage": "int32",
@@ -187,7 +231,8 @@ def _allowlists() -> tuple[dict, dict, dict, dict]:
                      ("torch", "Size"): _Global("torch.Size", size),
                      ("torch.serialization", "_get_layout"): _Global("_get_layout", layout),
                      ("pathlib", "PosixPath"): _Global("PosixPath", posix_path), **dtypes})
-    chunk = {("torch._utils", "_rebuild_tensor_v2"): _Global("_rebuild_tensor_v2", lambda *a: _rebuild_tensor(a, False)),
+    chunk = {("torch._utils", "_rebuild_tensor_v2"): _Global("_rebuild_tensor_v2",
+                                                           lambda *a: _rebuild_tensor(a, False)),
              ("torch._utils", "_rebuild_tensor_v3"): _Global("_rebuild_tensor_v3", lambda *a: _rebuild_tensor(a, True)),
              ("collections", "OrderedDict"): _Global("OrderedDict", ordered_dict),
              ("torch.storage", "UntypedStorage"): _StorageType(None), **dtypes}
@@ -233,7 +278,8 @@ class _Unpickler(pickle._Unpickler):
 
     def load_newobj(self):
         args, cls = self.stack.pop(), self.stack.pop()
-        _want(type(cls) is _Global and cls.cls is not None and args == (), f"an object of {show(cls)}")
+        _want(type(cls) is _Global and cls.cls is not None and type(args) is tuple and not args,
+              f"an object of {show(cls)}")
         self.append(object.__new__(cls.cls))
 
     def load_build(self):
@@ -311,12 +357,16 @@ def _check_metadata(md: Any, where: str) -> None:
             raise CheckpointError(f"{where}: {what} has no {', '.join(missing)}")
 
     def sizes(seq, what):
+        if len(seq) > MAX_DIMS:
+            raise CheckpointError(f"{where}: {what} has {len(seq)} dimensions; at most {MAX_DIMS} "
+                                  f"(verishard.limits.MAX_DIMS)")
         if not all(0 <= x < _MAX_INT for x in seq):
             raise CheckpointError(f"{where}: {what} {list(seq)} is not ints >= 0")
 
     if type(md) is not M.Metadata:
         raise CheckpointError(f"{where}: not DCP metadata (a {type(md).__name__})")
     complete(md, M.Metadata, "the metadata")
+    seen: set[int] = set()
     for fqn, meta in md.state_dict_metadata.items():
         what = f"entry {show(fqn)}"
         if type(fqn) is not str:
@@ -324,6 +374,12 @@ def _check_metadata(md: Any, where: str) -> None:
         if type(meta) is M.BytesStorageMetadata:
             continue
         complete(meta, M.TensorStorageMetadata, what)
+        # each tensor's chunk list is its own (as DCP writes them): the walk
+        # and the loads stay linear in the file, whatever a pickle shares
+        if id(meta.chunks) in seen or any(id(c) in seen for c in meta.chunks):
+            raise CheckpointError(f"{where}: {what} shares its chunks with another entry")
+        seen.update(map(id, meta.chunks))
+        seen.add(id(meta.chunks))
         complete(meta.properties, M.TensorProperties, f"{what}'s properties")
         if meta.properties.layout is not torch.strided:
             raise CheckpointError(f"{where}: {what} has layout {meta.properties.layout}; only dense (strided) "
@@ -350,8 +406,8 @@ def _check_metadata(md: Any, where: str) -> None:
 class _Window(io.RawIOBase):
     """Bytes [start, start + length) of an open file, as a seekable file (for
     zipfile), counting what is read; one read returns at most
-    MAX_MANIFEST_BYTES (a torch.save archive's directory and data.pkl are
-    small), so a hostile archive cannot make zipfile allocate more."""
+    ``_ARCHIVE_READ`` bytes, so a hostile archive cannot make zipfile
+    allocate more (nor read a directory larger than that)."""
 
     def __init__(self, fd: int, start: int, length: int, counter: list):
         self.fd, self.start, self.length, self.pos, self.counter = fd, start, length, 0, counter
@@ -371,7 +427,7 @@ class _Window(io.RawIOBase):
 
     def read(self, n=-1):
         n = self.length - self.pos if n is None or n < 0 else n
-        b = bytearray(max(0, min(n, self.length - self.pos, MAX_MANIFEST_BYTES)))
+        b = bytearray(max(0, min(n, self.length - self.pos, _ARCHIVE_READ)))
         return bytes(b[:self.readinto(b)])
 
     def readall(self):
@@ -513,7 +569,7 @@ class DCPCheckpoint:
         try:
             z = zipfile.ZipFile(win)
             pkls = [m for m in z.infolist() if m.filename.endswith("/data.pkl")]
-            if len(pkls) != 1 or pkls[0].compress_type != zipfile.ZIP_STORED or pkls[0].file_size > MAX_MANIFEST_BYTES:
+            if len(pkls) != 1 or pkls[0].compress_type != zipfile.ZIP_STORED or pkls[0].file_size > _ARCHIVE_READ:
                 raise CheckpointError(f"{where}: not a torch.save archive (no single stored data.pkl)")
             rebuilt = _unpickle(z.read(pkls[0]), where, chunk=True)
             if not isinstance(rebuilt, _Rebuilt):
