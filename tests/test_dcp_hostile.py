@@ -40,9 +40,9 @@ def s(x: str) -> bytes:
     return pickle.BINUNICODE + struct.pack("<I", len(b)) + b
 
 
-def i(n: int) -> bytes:   # LONG1: any int, negative or huge
+def i(n: int) -> bytes:   # LONG1 or LONG4: any int, negative or huge
     b = n.to_bytes(max(1, (n.bit_length() + 8) // 8), "little", signed=True)
-    return pickle.LONG1 + bytes([len(b)]) + b
+    return pickle.LONG1 + bytes([len(b)]) + b if len(b) < 256 else pickle.LONG4 + struct.pack("<i", len(b)) + b
 
 
 def stack_global(module: str, name: str) -> bytes:
@@ -293,11 +293,12 @@ def test_bad_persistent_ids_refused(saved, pid):
 # --- every value checked before a byte is read ---------------------------------
 
 @pytest.mark.parametrize("kw,match", [
-    ({"offset": i(-3)}, "storage offset '-3'"),                      # bytes before the chunk
+    ({"offset": i(-3)}, "storage offset -3"),                      # bytes before the chunk
     ({"offset": b"G" + struct.pack(">d", 1.5)}, "storage offset"),   # not an int
     ({"offset": s("0")}, "storage offset"),
     ({"offset": i(1)}, "shorter than the chunk"),                  # the tensor's bytes past the storage
     ({"offset": i(1 << 70)}, "storage offset"),
+    ({"offset": i(10**5000)}, r"storage offset ~2\*\*16609"),   # more digits than str() gives
     ({"numel": 11}, "has 48 bytes, data.pkl says 44"),             # storage bytes against the archive
     ({"numel": 1 << 61}, "not a DCP pickle|data.pkl says"),
     ({"storage": ("torch", "IntStorage")}, "holds torch.int32, the metadata says torch.float32"),
@@ -336,7 +337,8 @@ def _edit_storage(d, **fields):
     ({"offset": -1}, "not ints >= 0"), ({"offset": 1.5}, "not a DCP pickle"), ({"offset": "0"}, "not a DCP pickle"),
     ({"length": -5}, "not ints >= 0"), ({"length": 1 << 63}, "not ints >= 0"), ({"length": 1 << 61}, "which has"),
     ({"length": (1 << 40)}, "which has"), ({"offset": 1 << 40}, "which has"),
-    ({"length": 2.0}, "not a DCP pickle"),
+    ({"length": 2.0}, "not a DCP pickle"), ({"length": -10**5000}, r"-~2\*\*16609 bytes long: not ints >= 0"),
+    ({"offset": 10**5000}, "at byte ~2"),
     ({"relative_path": "../elsewhere.distcp"}, "not a file of the directory"),
     ({"relative_path": "/etc/passwd"}, "not a file of the directory"),
     ({"relative_path": 3}, "not a DCP pickle"),

@@ -83,7 +83,7 @@ import numpy as np
 
 from .checkpoint_format import MAX_MANIFEST_BYTES
 from .errors import CheckpointError, VerishardError, show
-from .limits import CORE_INT_LIMIT, MAX_DIMS
+from .limits import CORE_INT_LIMIT, MAX_DIMS, show_int
 from .sharding import ArrayType
 
 __all__ = ["DCPCheckpoint", "load"]
@@ -102,6 +102,10 @@ _TYPED_STORAGES = {"ByteStorage": "uint8", "CharStorage": "int8", "ShortStorage"
 def _want(ok: bool, what: str) -> None:
     if not ok:
         raise pickle.UnpicklingError(what)
+
+
+def _show(v: Any) -> str:   # an int of any size (str() refuses 4,300 digits), or a token
+    return show_int(v) if type(v) is int else show(v)
 
 
 def _is_ints(seq: Any) -> bool:
@@ -149,7 +153,7 @@ def _rebuild_tensor(args: tuple, v3: bool) -> _Rebuilt:
     _want(len(args) in (n, n + 1), f"a tensor rebuilt from {len(args)} arguments")
     storage, offset, size, stride, requires_grad, hooks = args[:6]
     _want(type(storage) is _StorageRef, "a tensor whose storage is not a storage")
-    _want(type(offset) is int and 0 <= offset < _MAX_INT, f"a storage offset {show(offset)}, not an int >= 0")
+    _want(type(offset) is int and 0 <= offset < _MAX_INT, f"a storage offset {_show(offset)}, not an int >= 0")
     _want(_is_ints(size) and all(0 <= x < _MAX_INT for x in size) and _is_ints(stride)
           and all(0 <= x < _MAX_INT for x in stride), "a tensor size or stride that is not ints >= 0")
     _want(type(requires_grad) is bool and type(hooks) is collections.OrderedDict and not hooks,
@@ -399,8 +403,8 @@ def _check_metadata(md: Any, where: str) -> None:
             sizes(k.offset, f"the storage key offset of {show(k.fqn)}")
         complete(v, filesystem._StorageInfo, f"the storage of {show(k.fqn)}")
         if not (0 <= v.offset < _MAX_INT and 0 <= v.length < _MAX_INT):
-            raise CheckpointError(f"{where}: the storage of {show(k.fqn)} at byte {v.offset}, {v.length} bytes long: "
-                                  f"not ints >= 0")
+            raise CheckpointError(f"{where}: the storage of {show(k.fqn)} at byte {show_int(v.offset)}, "
+                                  f"{show_int(v.length)} bytes long: not ints >= 0")
 
 
 class _Window(io.RawIOBase):
