@@ -526,3 +526,41 @@ def test_real_saves_name_only_the_allowlist(tmp_path):
     holdable = [k for k in state if k not in ("bfloat16", "float8_e4m3fn")]   # numpy's own dtypes
     got = checkpoint.load(str(tmp_path), {k: None for k in holdable})
     assert all(np.array_equal(got[k], state[k].numpy()) and got[k].dtype == state[k].numpy().dtype for k in holdable)
+
+
+def _loads_exactly_or_refuses(d) -> str:
+    """'refused' on a CheckpointError; 'loaded' when every array loaded is
+    W exactly and every other value the saved step (a changed name may load
+    under that name); anything else fails the test."""
+    try:
+        got = checkpoint.load(str(d))
+    except CheckpointError:
+        return "refused"
+    for name, v in got.items():
+        assert (isinstance(v, np.ndarray) and v.dtype == W.dtype and np.array_equal(v, W)) or \
+            (not isinstance(v, np.ndarray) and v == 3), (name, v)
+    return "loaded"
+
+
+def test_every_one_byte_change_refused_or_exact(saved):
+    """Every byte of .metadata and of data.pkl changed (its low bit
+    flipped: an opcode, a length, an int, a letter of a name becomes its
+    neighbour), and truncations every 16 bytes: each gives a CheckpointError
+    or the saved values exactly, never another exception or wrong data."""
+    meta = (saved / ".metadata").read_bytes()
+    files = {p.name: p.read_bytes() for p in saved.iterdir()}
+    seen = {"refused": 0, "loaded": 0}
+
+    def changed(raw: bytes) -> list[bytes]:
+        return [raw[:k] + bytes([raw[k] ^ 1]) + raw[k + 1:] for k in range(len(raw))] + \
+            [raw[:k] for k in range(0, len(raw), 16)]
+
+    for raw in changed(meta):
+        (saved / ".metadata").write_bytes(raw)
+        seen[_loads_exactly_or_refuses(saved)] += 1
+    for raw in changed(data_pkl()):
+        for name, blob in files.items():
+            (saved / name).write_bytes(blob)
+        plant_data_pkl(saved, raw)
+        seen[_loads_exactly_or_refuses(saved)] += 1
+    assert seen["refused"] > 0 and seen["loaded"] > 0, seen   # the changes reach both outcomes
