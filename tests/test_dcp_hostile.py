@@ -292,6 +292,13 @@ def test_bad_persistent_ids_refused(saved, pid):
 
 # --- every value checked before a byte is read ---------------------------------
 
+def _id(x: dict) -> str:
+    """A test id of a parameter dict: its fields and values, huge ints as 2^k."""
+    big = (lambda v: isinstance(v, int) and abs(v).bit_length() > 40)
+    return ",".join(f"{k}={('-' if v < 0 else '') + f'2^{abs(v).bit_length() - 1}' if big(v) else repr(v)}"
+                    for k, v in x.items())
+
+
 @pytest.mark.parametrize("kw,match", [
     ({"offset": i(-3)}, "storage offset -3"),                      # bytes before the chunk
     ({"offset": b"G" + struct.pack(">d", 1.5)}, "storage offset"),   # not an int
@@ -309,7 +316,9 @@ def test_bad_persistent_ids_refused(saved, pid):
     ({"more": (i(5),)}, "a tensor with metadata"),
     ({"more": (pickle.NONE, pickle.NONE)}, "rebuilt from 8 arguments"),
     ({"rebuild": "_rebuild_tensor_v3"}, "arguments"),
-], ids=lambda x: x if isinstance(x, str) else "-".join(map(str, x)))
+], ids=["offset=-3", "offset=1.5", "offset='0'", "offset=1", "offset=2^70", "offset=10^5000", "numel=11",
+        "numel=2^61", "IntStorage", "DoubleStorage", "size-4x3", "stride-1x3", "size-negative", "metadata-5",
+        "8-arguments", "v3-of-6"])
 def test_chunk_values_checked(saved, kw, match):
     plant_data_pkl(saved, data_pkl(**kw))
     refused(saved, match)
@@ -333,7 +342,7 @@ def _edit_storage(d, **fields):
     rewrite_metadata(d, md)
 
 
-@pytest.mark.parametrize("fields,match", [
+STORAGE_CASES = [
     ({"offset": -1}, "not ints >= 0"), ({"offset": 1.5}, "not a DCP pickle"), ({"offset": "0"}, "not a DCP pickle"),
     ({"length": -5}, "not ints >= 0"), ({"length": 1 << 63}, "not ints >= 0"), ({"length": 1 << 61}, "which has"),
     ({"length": (1 << 40)}, "which has"), ({"offset": 1 << 40}, "which has"),
@@ -342,7 +351,10 @@ def _edit_storage(d, **fields):
     ({"relative_path": "../elsewhere.distcp"}, "not a file of the directory"),
     ({"relative_path": "/etc/passwd"}, "not a file of the directory"),
     ({"relative_path": 3}, "not a DCP pickle"),
-])
+]
+
+
+@pytest.mark.parametrize("fields,match", STORAGE_CASES, ids=[_id(f) for f, _ in STORAGE_CASES])
 def test_storage_ranges_checked(saved, fields, match):
     """Offsets and lengths in the metadata: ints >= 0 inside the file (no
     TypeError, MemoryError or OSError), paths inside the folder."""
