@@ -67,6 +67,7 @@ bytes were changed, or whose metadata and ``data.pkl`` were changed alike
 from __future__ import annotations
 
 import collections
+import errno
 import functools
 import io
 import itertools
@@ -493,8 +494,11 @@ class DCPCheckpoint:
             except FileNotFoundError:
                 raise CheckpointError(f"{self.path}/{name}: missing") from None
             except OSError as e:
-                raise CheckpointError(f"{self.path}/{name}: cannot open ({e.strerror}; symbolic links are "
-                                      f"refused)") from None
+                if e.errno == errno.ELOOP:
+                    raise CheckpointError(f"{self.path}/{name}: a symbolic link; symbolic links are refused (a "
+                                          f"checkpoint's files lie in its directory)") from None
+                raise CheckpointError(f"{self.path}/{name}: cannot open ({e.strerror}); a DCP checkpoint's files "
+                                      f"are regular files") from None
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
                 raise CheckpointError(f"{self.path}/{name}: not a regular file (a FIFO, device or directory); a DCP "
