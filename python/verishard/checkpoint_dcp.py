@@ -100,9 +100,11 @@ _TYPED_STORAGES = {"ByteStorage": "uint8", "CharStorage": "int8", "ShortStorage"
                    "ComplexFloatStorage": "complex64", "ComplexDoubleStorage": "complex128"}
 
 
-def _want(ok: bool, what: str) -> None:
+def _want(ok: bool, what) -> None:
+    """Refuse unless ``ok``; ``what`` says why (a string, or a function
+    giving it, so that a message is only formatted when it is raised)."""
     if not ok:
-        raise pickle.UnpicklingError(what)
+        raise pickle.UnpicklingError(what() if callable(what) else what)
 
 
 def _show(v: Any) -> str:   # an int of any size (str() refuses 4,300 digits), or a token
@@ -154,7 +156,7 @@ def _rebuild_tensor(args: tuple, v3: bool) -> _Rebuilt:
     _want(len(args) in (n, n + 1), f"a tensor rebuilt from {len(args)} arguments")
     storage, offset, size, stride, requires_grad, hooks = args[:6]
     _want(type(storage) is _StorageRef, "a tensor whose storage is not a storage")
-    _want(type(offset) is int and 0 <= offset < _MAX_INT, f"a storage offset {_show(offset)}, not an int >= 0")
+    _want(type(offset) is int and 0 <= offset < _MAX_INT, lambda: f"a storage offset {_show(offset)}, not an int >= 0")
     _want(_is_ints(size) and all(0 <= x < _MAX_INT for x in size) and _is_ints(stride)
           and all(0 <= x < _MAX_INT for x in stride), "a tensor size or stride that is not ints >= 0")
     _want(type(requires_grad) is bool and type(hooks) is collections.OrderedDict and not hooks,
@@ -249,52 +251,56 @@ class _Unpickler(pickle._Unpickler):
     """Python's own unpickler (the pure-Python one, whose opcodes can be
     replaced one by one) with an exact allowlist: the protocol 2-5 opcodes
     that build plain data (no INST, OBJ, NEWOBJ_EX, EXT*, out-of-band
-    buffers or text opcodes), and the few that can call code replaced by
-    ours: GLOBAL/STACK_GLOBAL give only a marker of an allowed ``(module,
-    name)`` (never a dotted name), REDUCE calls only our constructors of
-    checked arguments, NEWOBJ makes only an empty DCP dataclass, BUILD fills
-    only a DCP dataclass not yet filled, field by field against DCP's schema
-    (never ``__setstate__``), and appends and item sets go only to lists,
-    dicts and sets."""
+    buffers, nor protocol 0's text opcodes but GLOBAL), and the few that can
+    call code replaced by ours: GLOBAL/STACK_GLOBAL give only a marker of an
+    allowed ``(module, name)`` (never a dotted name), REDUCE calls only our
+    constructors of checked arguments, NEWOBJ makes only an empty DCP
+    dataclass, BUILD fills only a DCP dataclass not yet filled, field by
+    field against DCP's schema (never ``__setstate__``), and appends and
+    item sets go only to lists, dicts and sets. About 2.6 times as slow as
+    the C unpickler (2.5 MB of metadata, 16,000 chunks: 2.6 s against 1.0
+    s on the shared cores), and only ``.metadata`` is large."""
 
     def __init__(self, raw: bytes, allowed: dict, schema: dict, states: dict):
         super().__init__(io.BytesIO(raw), fix_imports=False)
         self.allowed, self.schema, self.states = allowed, schema, states
 
     def find_class(self, module: str, name: str):
-        _want("." not in name, f"the dotted name {show(module)}, {show(name)} (a walk through attributes)")
+        _want("." not in name, lambda: f"the dotted name {show(module)}, {show(name)} (a walk through attributes)")
         found = self.allowed.get((module, name))
-        _want(found is not None, f"{show(f'{module}.{name}', 80)} is not part of a DCP checkpoint")
+        _want(found is not None, lambda: f"{show(f'{module}.{name}', 80)} is not part of a DCP checkpoint")
         return found
 
     def persistent_load(self, pid):
-        _want(type(pid) is tuple and len(pid) == 5 and pid[0] == "storage", f"persistent id {show(pid)} is not a "
-              f"storage")
+        _want(type(pid) is tuple and len(pid) == 5 and pid[0] == "storage",
+              lambda: f"persistent id {show(pid)} is not a storage")
         _, kind, key, location, numel = pid
         _want(type(kind) is _StorageType and type(key) is str and key.isdigit() and len(key) <= 20
               and type(location) is str and type(numel) is int and 0 <= numel < _MAX_INT,
-              f"persistent id {show(pid)} is not (\"storage\", a storage class, a key, a location, a count)")
+              lambda: f"persistent id {show(pid)} is not (\"storage\", a storage class, a key, a location, a "
+                      f"count)")
         return _StorageRef(kind.dtype, key, numel * (kind.dtype.itemsize if kind.dtype is not None else 1))
 
     def load_reduce(self):
         args, func = self.stack.pop(), self.stack[-1]
-        _want(type(func) is _Global and func.call is not None and type(args) is tuple, f"a call of {show(func)}")
+        _want(type(func) is _Global and func.call is not None and type(args) is tuple,
+              lambda: f"a call of {show(func)}")
         self.stack[-1] = func.call(*args)
 
     def load_newobj(self):
         args, cls = self.stack.pop(), self.stack.pop()
         _want(type(cls) is _Global and cls.cls is not None and type(args) is tuple and not args,
-              f"an object of {show(cls)}")
+              lambda: f"an object of {show(cls)}")
         self.append(object.__new__(cls.cls))
 
     def load_build(self):
         state, inst = self.stack.pop(), self.stack[-1]
         fields = self.schema.get(type(inst))
-        _want(fields is not None and not vars(inst), f"a BUILD (__setstate__) of {show(type(inst).__name__)}")
+        _want(fields is not None and not vars(inst), lambda: f"a BUILD (__setstate__) of {show(type(inst).__name__)}")
         if type(inst) in self.states:   # a tuple, read as DCP's __setstate__ reads it
             state = self.states[type(inst)](state)
         _want(type(state) is dict and all(type(k) is str and k in fields and fields[k](v) for k, v in state.items()),
-              f"{type(inst).__name__} with fields of other names or types than DCP's")
+              lambda: f"{type(inst).__name__} with fields of other names or types than DCP's")
         vars(inst).update(state)
 
     def load_append(self):
