@@ -27,7 +27,8 @@ Surfaces:
   calls, BUILDs and persistent ids); metadata fields set to hostile values;
   FIFOs for its files. Clean as for ``checkpoint``; a payload that ran (its
   marker file exists) or wrote outside the folder (a file there emptied)
-  is an escape.
+  is an escape. DCP stores no checksum a reader of pieces can check, so
+  flips go anywhere but in the tensor's bytes (which load as they are).
 
 Any input taking over ``--hang`` seconds (default 10) counts as a hang.
 Writes bench/results/fuzz.md with the command.
@@ -299,8 +300,9 @@ def checkpoint_case(rng: random.Random, base: str, A: np.ndarray, tmp: str):
     return f"{how} {name}", run
 
 
-def dcp_base(tmp: str) -> tuple[str, np.ndarray] | None:
-    """A small DCP checkpoint (one float32 tensor, one value), or None without torch."""
+def dcp_base(tmp: str) -> tuple[str, np.ndarray, range] | None:
+    """A small DCP checkpoint (one float32 tensor, one value) and where the
+    tensor's bytes lie in its .distcp; None without torch."""
     try:
         import warnings
         import torch
@@ -312,10 +314,13 @@ def dcp_base(tmp: str) -> tuple[str, np.ndarray] | None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dcp.save({"w": torch.from_numpy(W.copy()), "step": 3}, checkpoint_id=base, no_dist=True)
-    return base, W
+    names = [n for n in os.listdir(base) if n.endswith(".distcp")]
+    blob = open(os.path.join(base, names[0]), "rb").read()
+    at = blob.index(W.tobytes())   # the one place these 48 bytes occur
+    return base, W, range(at, at + W.nbytes)
 
 
-def dcp_case(rng: random.Random, base: str, W: np.ndarray, tmp: str):
+def dcp_case(rng: random.Random, base: str, W: np.ndarray, data: range, tmp: str):
     import pickle
     from pathlib import Path as P
     import test_dcp_hostile as td   # its pickle builders and payloads
@@ -331,15 +336,16 @@ def dcp_case(rng: random.Random, base: str, W: np.ndarray, tmp: str):
     label = how if how == "edit" else f"{how} {shown}"
     if how in ("flip", "cut", "append"):
         f = dst / (".metadata" if where == ".metadata" else next(n for n in os.listdir(dst) if n.endswith(".distcp")))
-        data = bytearray(f.read_bytes())
+        raw = bytearray(f.read_bytes())
         if how == "flip":
             for _ in range(rng.randint(1, 4)):
-                data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+                k = rng.choice([k for k in range(len(raw)) if f.name == ".metadata" or k not in data])
+                raw[k] ^= 1 << rng.randrange(8)
         elif how == "cut":
-            data = data[:rng.randrange(len(data) + 1)]
+            raw = raw[:rng.randrange(len(raw) + 1)]
         else:
-            data += bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
-        f.write_bytes(bytes(data))
+            raw += bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
+        f.write_bytes(bytes(raw))
     elif how in ("payload", "soup"):
         if how == "payload":
             name = rng.choice(sorted(payloads))

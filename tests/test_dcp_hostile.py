@@ -576,3 +576,26 @@ def test_every_one_byte_change_refused_or_exact(saved):
         plant_data_pkl(saved, raw)
         seen[_loads_exactly_or_refuses(saved)] += 1
     assert seen["refused"] > 0 and seen["loaded"] > 0, seen   # the changes reach both outcomes
+
+
+def test_storage_header_changes_refused_or_exact(saved):
+    """Every bit of the storage's zip local header (its name and extra
+    field lengths say where the tensor's bytes start; no checksum a reader of
+    pieces can check covers them) and of its name and extra field flipped:
+    a CheckpointError or W exactly, never bytes read from a shifted place."""
+    md = genuine_metadata(saved)
+    info = next(v for k, v in md.storage_data.items() if k.fqn == "w")
+    f = saved / info.relative_path
+    blob = f.read_bytes()
+    z = zipfile.ZipFile(io.BytesIO(blob[info.offset:info.offset + info.length]))
+    m = next(m for m in z.infolist() if m.filename.endswith("/data/0"))
+    at = info.offset + m.header_offset
+    name_len, extra_len = struct.unpack("<HH", blob[at + 26:at + 30])
+    seen = {"refused": 0, "loaded": 0}
+    for k in range(at, at + 30 + name_len + min(extra_len, 8)):
+        for bit in range(8):
+            changed = bytearray(blob)
+            changed[k] ^= 1 << bit
+            f.write_bytes(bytes(changed))
+            seen[_loads_exactly_or_refuses(saved)] += 1
+    assert seen["refused"] > 0, seen

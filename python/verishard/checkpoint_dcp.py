@@ -47,9 +47,10 @@ chunks' elements summing to the tensor's (DCP's chunks partition a tensor),
 no chunk list shared; storage offsets and lengths ints >= 0 lying inside
 their file, which is a plain name of the directory. Per chunk: the archive's
 ``data.pkl`` stored and small, the storage's dtype the metadata's, its byte
-count (count x element size) the archive member's, the tensor (C order,
-from an element offset >= 0) inside the storage and the storage inside the
-chunk's byte range. Every file is opened ``O_NOFOLLOW | O_NONBLOCK`` and
+count (count x element size) the archive member's, its zip entry header the
+directory's (name, CRC and sizes, an extra field of whole records: where
+the data starts hangs on it), the tensor (C order, from an element offset
+>= 0) inside the storage and the storage inside the chunk's byte range. Every file is opened ``O_NOFOLLOW | O_NONBLOCK`` and
 refused unless ``fstat`` says it is a regular file, before any read.
 
 When a tensor's chunks are the blocks of one of our types (DTensor
@@ -58,9 +59,10 @@ the pieces each target block needs come from the verified cross-mesh
 schedule, as for our own checkpoints; otherwise (other chunks, or a DTensor
 target our types cannot express: nested uneven shards, uneven
 ``_StridedShard``) from the verified box schedule between the chunks and the
-target rank's boxes (``core.bplan``). DCP stores no checksums: a chunk whose
-bytes were changed, or whose metadata and ``data.pkl`` were changed alike
-(both saying int32), loads what its bytes say. An empty tensor (a size of
+target rank's boxes (``core.bplan``). DCP stores no checksums a reader of
+pieces can check (the zip's CRC-32 of a storage covers all of it): a chunk
+whose tensor bytes were changed, or whose metadata and ``data.pkl`` were
+changed alike (both saying int32), loads what its bytes say. An empty tensor (a size of
 0) loads whole only, as an empty array: no type of ours has a size of 0.
 """
 
@@ -521,6 +523,18 @@ class DCPCheckpoint:
                                   f"{info.relative_path}, which has {size} (truncated?)")
         return fd
 
+    def _local_header(self, fd: int, at: int, member: zipfile.ZipInfo, where: str) -> int:
+        """The length of ``member``'s local header at byte ``at``, checked."""
+        local = bytes(os.pread(fd, 30, at))
+        if len(local) == 30:
+            name_len, extra_len = struct.unpack("<HH", local[26:30])
+            local += bytes(os.pread(fd, name_len + extra_len, at + 30))
+        self.counter[0] += len(local)
+        n = _local_header_length(local, member)
+        if n is None:
+            raise CheckpointError(f"{where}: the zip entry header of its storage is not the directory's (changed?)")
+        return n
+
     def close(self) -> None:
         for fd in self.fds.values():
             os.close(fd)
@@ -603,12 +617,7 @@ class DCPCheckpoint:
                                   f"{rebuilt.storage.nbytes}")
         if not 0 <= member.header_offset <= info.length - 30:
             raise CheckpointError(f"{where}: bad zip entry header")
-        local = bytes(os.pread(fd, 30, info.offset + member.header_offset))
-        self.counter[0] += 30
-        if len(local) != 30 or local[:4] != b"PK\x03\x04":
-            raise CheckpointError(f"{where}: bad zip entry header")
-        name_len, extra_len = struct.unpack("<HH", local[26:30])
-        start = member.header_offset + 30 + name_len + extra_len
+        start = member.header_offset + self._local_header(fd, info.offset + member.header_offset, member, where)
         contiguous = tuple(math.prod(rebuilt.size[d + 1:]) for d in range(len(rebuilt.size)))
         if (rebuilt.size or (1,)) != sizes or (math.prod(sizes) > 1 and rebuilt.stride != contiguous):
             raise CheckpointError(f"{where}: stored as {rebuilt.size} with stride {rebuilt.stride}, the metadata "
@@ -619,6 +628,28 @@ class DCPCheckpoint:
         if start + member.file_size > info.length:
             raise CheckpointError(f"{where}: its storage ends after the chunk's {info.length} bytes")
         return _Chunk(offsets, sizes, fd, info.offset + start + rebuilt.offset * dtype.itemsize, info.relative_path)
+
+
+def _local_header_length(local: bytes, member: zipfile.ZipInfo) -> int | None:
+    """The length of the zip local header ``local`` (its 30 fixed bytes, then
+    at least its name and extra field) of ``member``, if it is that member's:
+    the signature, the name the central directory's, the CRC and sizes too
+    where the header holds them, and the extra field whole records; else
+    None. Where the storage's bytes start hangs on it, and no checksum a
+    reader of pieces can check covers that."""
+    if len(local) < 30 or local[:4] != b"PK\x03\x04":
+        return None
+    flags, crc, csize, size, name_len, extra_len = struct.unpack("<xxxxxxH6xIIIHH", local[:30])
+    name = member.orig_filename.encode("utf-8" if flags & 0x800 else "cp437", "replace")
+    if len(local) < 30 + name_len + extra_len or local[30:30 + name_len] != name:
+        return None
+    if not flags & 0x08 and (crc != member.CRC or (size != 0xFFFFFFFF and (csize, size) !=
+                                                   (member.compress_size, member.file_size))):
+        return None
+    extra, k = local[30 + name_len:30 + name_len + extra_len], 0
+    while k + 4 <= len(extra):
+        k += 4 + struct.unpack("<H", extra[k + 2:k + 4])[0]
+    return 30 + name_len + extra_len if k == len(extra) else None
 
 
 def _grid_type(shape: tuple[int, ...], chunks: list[_Chunk]) -> tuple[ArrayType, list[int]] | None:
