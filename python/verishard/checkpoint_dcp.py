@@ -465,6 +465,11 @@ class DCPCheckpoint:
     """A DCP directory opened for reading: metadata, open files, chunk locations."""
 
     def __init__(self, path: str):
+        try:
+            import torch.distributed.checkpoint  # noqa: F401  (DCP's classes: what its metadata is made of)
+        except ImportError as e:
+            raise CheckpointError(f"{path}: a PyTorch DCP checkpoint; reading it needs torch with "
+                                  f"torch.distributed ({e})") from None
         self.path, self.fds, self.counter = path, {}, [0]
         try:
             self.dirfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
