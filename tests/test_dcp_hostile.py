@@ -490,7 +490,8 @@ def test_shared_chunks_and_dimensions_bounded(saved):
 METADATA_GLOBALS = {(MD, n) for n in ("Metadata", "StorageMeta", "TensorStorageMetadata", "ChunkStorageMetadata",
                                       "TensorProperties", "BytesStorageMetadata", "MetadataIndex",
                                       "_MEM_FORMAT_ENCODING")} | {
-    (FS, "_StorageInfo"), ("torch", "Size"), ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath")}
+    (FS, "_StorageInfo"), ("torch", "Size"), ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PureWindowsPath")}
 CHUNK_GLOBALS = {("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor_v3"),
                  ("collections", "OrderedDict"), ("torch.storage", "UntypedStorage")}
 
@@ -599,3 +600,15 @@ def test_storage_header_changes_refused_or_exact(saved):
             f.write_bytes(bytes(changed))
             seen[_loads_exactly_or_refuses(saved)] += 1
     assert seen["refused"] > 0, seen
+
+
+def test_checkpoint_id_paths_load(saved):
+    """The checkpoint's name in StorageMeta, as DCP keeps what it was given
+    (a str, a POSIX or a Windows path): built as a pure path, and loads."""
+    import pathlib
+    raw = (saved / ".metadata").read_bytes()
+    for p in (pathlib.PureWindowsPath("C:/runs/ck"), pathlib.PurePosixPath("/runs/ck"), "/runs/ck", None):
+        md = pickle.loads(raw)
+        md.storage_meta.checkpoint_id = p
+        rewrite_metadata(saved, md)
+        assert np.array_equal(checkpoint.load(str(saved))["w"], W)

@@ -19,8 +19,9 @@ narrowed to an exact allowlist (:class:`_Unpickler`):
   ``ChunkStorageMetadata``, ``TensorProperties``, ``BytesStorageMetadata``,
   ``MetadataIndex`` (``torch.distributed.checkpoint.metadata``) and
   ``_StorageInfo`` (``.filesystem``), the enum ``_MEM_FORMAT_ENCODING``,
-  ``torch.Size``, ``torch.serialization._get_layout``, ``pathlib.PosixPath``
-  and torch's dtypes by their canonical names. ``data.pkl``:
+  ``torch.Size``, ``torch.serialization._get_layout``, ``pathlib``'s
+  ``PosixPath``, ``WindowsPath`` and their pure forms (the checkpoint's
+  name, built as a pure path) and torch's dtypes by their canonical names. ``data.pkl``:
   ``torch._utils._rebuild_tensor_v2``/``_v3``, ``collections.OrderedDict``,
   torch's twelve typed storage classes, ``torch.storage.UntypedStorage`` and
   the dtypes. What comes back is a marker, never the object itself;
@@ -189,7 +190,8 @@ def _allowlists() -> tuple[dict, dict, dict, dict]:
     schema = {
         M.Metadata: {"state_dict_metadata": is_(dict), "planner_data": lambda v: True, "storage_data": is_(dict),
                      "storage_meta": opt(M.StorageMeta), "version": opt(str)},
-        M.StorageMeta: {"checkpoint_id": lambda v: v is None or type(v) in (str, pathlib.PurePosixPath),
+        M.StorageMeta: {"checkpoint_id": lambda v: v is None or type(v) in (str, pathlib.PurePosixPath,
+                                                                           pathlib.PureWindowsPath),
                         "save_id": opt(str), "load_id": opt(str), "modules": strs},
         M.TensorStorageMetadata: {"properties": is_(M.TensorProperties), "size": is_(Size), "chunks": is_(list)},
         M.ChunkStorageMetadata: {"offsets": is_(Size), "sizes": is_(Size)},
@@ -216,9 +218,11 @@ def _allowlists() -> tuple[dict, dict, dict, dict]:
         _want(len(args) == 1 and type(args[0]) is int, "not a memory format code")
         return M._MEM_FORMAT_ENCODING(args[0])
 
-    def posix_path(*args):
-        _want(all(type(a) is str for a in args), "a path of something other than strings")
-        return pathlib.PurePosixPath(*args)   # a name only: never a path that touches the file system
+    def pure_path(pure: type):   # a name only: never a path object that touches the file system
+        def make(*args):
+            _want(all(type(a) is str for a in args), "a path of something other than strings")
+            return pure(*args)
+        return make
 
     formats = {M._MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT: torch.contiguous_format,
                M._MEM_FORMAT_ENCODING.TORCH_CHANNELS_LAST: torch.channels_last,
@@ -239,7 +243,10 @@ def _allowlists() -> tuple[dict, dict, dict, dict]:
     metadata.update({(M.__name__, "_MEM_FORMAT_ENCODING"): _Global("_MEM_FORMAT_ENCODING", mem_format),
                      ("torch", "Size"): _Global("torch.Size", size),
                      ("torch.serialization", "_get_layout"): _Global("_get_layout", layout),
-                     ("pathlib", "PosixPath"): _Global("PosixPath", posix_path), **dtypes})
+                     **{("pathlib", n): _Global(n, pure_path(pure)) for n, pure in (
+                         ("PosixPath", pathlib.PurePosixPath), ("PurePosixPath", pathlib.PurePosixPath),
+                         ("WindowsPath", pathlib.PureWindowsPath), ("PureWindowsPath", pathlib.PureWindowsPath))},
+                     **dtypes})
     chunk = {("torch._utils", "_rebuild_tensor_v2"): _Global("_rebuild_tensor_v2",
                                                            lambda *a: _rebuild_tensor(a, False)),
              ("torch._utils", "_rebuild_tensor_v3"): _Global("_rebuild_tensor_v3", lambda *a: _rebuild_tensor(a, True)),
