@@ -264,9 +264,28 @@ BUILD_TRICKS = {
 }
 
 
-@pytest.mark.parametrize("name", list(BUILD_TRICKS))
-def test_build_and_setstate_tricks_refused(saved, name):
-    (saved / ".metadata").write_bytes(whole(BUILD_TRICKS[name]))
+_ORDERED_DICT = call(text_global("collections", "OrderedDict"))
+CHUNK_TRICKS = {
+    # torch's weights-only unpickler lets BUILD update an OrderedDict's __dict__
+    "BUILD on OrderedDict": _ORDERED_DICT + dict_(x=pickle.NONE) + pickle.BUILD,
+    "BUILD on the tensor": data_pkl()[2:-1] + dict_(x=pickle.NONE) + pickle.BUILD,
+    "NEWOBJ of OrderedDict": text_global("collections", "OrderedDict") + pickle.EMPTY_TUPLE + pickle.NEWOBJ,
+    "REDUCE of a storage class": call(text_global("torch", "FloatStorage"), i(3)),
+    "SETITEM on OrderedDict": _ORDERED_DICT + s("k") + s("v") + pickle.SETITEM,
+    "APPEND to a storage": tup(s("storage"), text_global("torch", "FloatStorage"), s("0"), s("cpu"), i(12))
+    + pickle.BINPERSID + pickle.NONE + pickle.APPEND,
+    "DCP's classes": text_global(MD, "Metadata") + pickle.EMPTY_TUPLE + pickle.NEWOBJ,
+}
+
+
+@pytest.mark.parametrize("where,name", [(".metadata", n) for n in BUILD_TRICKS]
+                         + [("data.pkl", n) for n in CHUNK_TRICKS])
+def test_build_and_setstate_tricks_refused(saved, where, name):
+    """BUILD, NEWOBJ, REDUCE and item tricks on what each pickle may name."""
+    if where == ".metadata":
+        (saved / ".metadata").write_bytes(whole(BUILD_TRICKS[name]))
+    else:
+        plant_data_pkl(saved, whole(CHUNK_TRICKS[name]))
     refused(saved, "not a DCP pickle")
 
 
