@@ -38,8 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint_format import MAX_MANIFEST_BYTES
-from .errors import CheckpointError, VerishardError, show
+from .checkpoint_format import MAX_MANIFEST_BYTES, dtype_name
+from . import dtypes
+from .errors import CheckpointError, DtypeError, VerishardError, show
 from .sharding import ArrayType
 
 __all__ = ["DCPCheckpoint", "load"]
@@ -71,11 +72,11 @@ class _Unpickler(pickle.Unpickler):
         if module == "torch" and isinstance(getattr(torch, name, None), (torch.dtype, torch.memory_format,
                                                                          torch.layout)):
             return getattr(torch, name)
-        if module == "torch" and name.endswith("Storage"):
-            return name
+        if module == "torch" and name.endswith("Storage") or (module, name) == ("torch.storage", "UntypedStorage"):
+            return name   # (UntypedStorage: the storage of uint16/32/64 tensors, rebuilt by _rebuild_tensor_v3)
         if (module, name) in (("torch.serialization", "_get_layout"),):
             return super().find_class(module, name)
-        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+        if (module, name) in (("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor_v3")):
             return _Rebuilt
         if (module, name) in (("collections", "OrderedDict"), ("pathlib", "PosixPath"),
                               ("pathlib", "PurePosixPath")):
@@ -207,10 +208,9 @@ class DCPCheckpoint:
         if not isinstance(meta, M.TensorStorageMetadata):
             raise CheckpointError(f"{self.path}: {fqn!r} is not a tensor")
         try:
-            dtype = torch.empty(0, dtype=meta.properties.dtype).numpy().dtype
-        except (TypeError, RuntimeError):
-            raise CheckpointError(f"{self.path}: {fqn!r} has dtype {meta.properties.dtype}, which numpy does "
-                                  f"not hold") from None
+            dtype = dtypes.numpy_dtype(dtypes.name_of(meta.properties.dtype))   # bfloat16, float8: ml_dtypes
+        except DtypeError as e:
+            raise CheckpointError(f"{self.path}: {fqn!r}: {e}") from None
         shape = tuple(int(s) for s in meta.size) or (1,)   # a 0-d tensor: one element
         chunks = [self._chunk(fqn, c, dtype) for c in meta.chunks]
         return shape, dtype, chunks
@@ -305,7 +305,7 @@ def _read_into(chunk: _Chunk, box: tuple[tuple[int, int], ...], out: np.ndarray,
     pos = 0
     for idx in itertools.product(*heads):
         off = chunk.data + sum(i * st for i, st in zip(idx, strides)) + local[t][0] * strides[t]
-        buf = memoryview(flat[pos:pos + run // isz]).cast("B") if run else b""
+        buf = memoryview(flat[pos:pos + run // isz].view(np.uint8)) if run else b""   # (ml_dtypes: no buffer)
         if run:
             got = os.preadv(chunk.fd, [buf], off)
             if got != run:
@@ -367,8 +367,8 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
                 out[key] = ck.value(fqn)
                 continue
             shape, dt, _ = ck.tensor(fqn)
-            if dtype is not None and np.dtype(dtype) != dt:
-                raise CheckpointError(f"{path}: {fqn!r} is {dt}, not {np.dtype(dtype)}")
+            if dtype is not None and dtype_name(dtype, path) != dtypes.name_of(dt):
+                raise CheckpointError(f"{path}: {fqn!r} is {dt}, not {dtype_name(dtype, path)}")
             entry = _Shape(shape)
             try:
                 t, ranks, finish = _target(spec, entry, rank, f"{path}: {fqn!r}")

@@ -62,7 +62,8 @@ from .crossmesh import _ranks as _check_ranks
 from .errors import VerishardError
 from .mesh import Mesh
 from .runtime.crossmesh_mpi import rounds as _verified_rounds
-from .runtime.torch import _REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree, run_rounds
+from .runtime.torch import (_REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree,
+                            reduction_problem, run_rounds)
 
 __all__ = ["transfer", "plan_transfer", "TransferSchedule", "pack", "DEFAULT_BUDGET"]
 
@@ -260,6 +261,10 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
         if len(ops) > 1 or not ops <= set(_REDUCE_OPS):
             return None, [(UNSUPPORTED, f"{name}: a Partial source reduced by {', '.join(sorted(ops))}: a cross-mesh "
                                         "move reduces one of sum, max, min; reduce it on its own mesh first")]
+        dim = next(i for i, p in enumerate(spec.placements) if p.is_partial())
+        why = reduction_problem(meta.dtype, next(iter(ops)), src_mesh.get_group(dim), src_mesh.device_type)
+        if why:
+            return None, [(UNSUPPORTED, f"{name}: {why}")]
         # planned as the reduced layout; the reduction itself runs after the agreement (transfer)
         pending, spec = x, DTensorSpec(src_mesh, tuple(Replicate() if p.is_partial() else p for p in spec.placements),
                                        tensor_meta=meta)
