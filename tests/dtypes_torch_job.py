@@ -13,6 +13,8 @@ values that are not numbers of the dtype, compare as bytes):
   (``torch.chunk`` per mesh dimension), byte for byte, and its dtype;
 - ``transfer``: ``verishard.torch.transfer`` of the tensor from the (2, 2)
   mesh to a 1-D mesh of the ranks in another order, compared the same way;
+- ``checkpoint``: ``verishard.checkpoint.save`` of a DTensor of every dtype
+  from all ranks, loaded onto the 1-D mesh as DTensors, compared the same way;
 - ``partial``: a ``Partial("sum")`` source reduced to ``Replicate()``: where
   gloo reduces the dtype, byte for byte DTensor's own result (a float sum
   may quiet a NaN or turn -0 into 0: DTensor is the reference, not the
@@ -138,6 +140,22 @@ def worker(rank, port, outdir):
             except Exception as e:  # noqa: BLE001 - reported
                 rec["error"] = f"{type(e).__name__}: {e}"
             records.append(rec)
+        # a checkpoint of DTensors of every dtype, saved by all ranks, loaded onto the 1-D mesh as DTensors
+        from verishard import checkpoint
+        sp = placements("S0,S1")
+        state = {name: DTensor.from_local(shard_of(random_tensor(name, (4, 6), 3000 + k), sp, coords), mesh, sp,
+                                          run_check=False, shape=(4, 6), stride=(6, 1))
+                 for k, name in enumerate(dtypes.NAMES)}
+        path = os.path.join(outdir, "checkpoint")
+        checkpoint.save(state, path)
+        back = checkpoint.load(path, {name: (line, [Shard(1)]) for name in dtypes.NAMES})
+        pos = [3, 2, 1, 0].index(rank)
+        for k, name in enumerate(dtypes.NAMES):
+            g = random_tensor(name, (4, 6), 3000 + k)
+            want = torch.chunk(g, 4, 1)[pos] if pos < len(torch.chunk(g, 4, 1)) else g[:, :0]
+            y = back[name]
+            records.append({"case": "checkpoint", "dtype": name, "ok": isinstance(y, DTensor) and
+                            as_bytes(y.to_local()) == as_bytes(want), "dtype_kept": y.to_local().dtype == g.dtype})
     except BaseException as e:  # noqa: BLE001 - reported through the file
         records.append({"case": "crash", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
     finally:

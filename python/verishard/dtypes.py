@@ -78,7 +78,7 @@ def name_of(dtype: Any) -> str:
     try:
         dt = np.dtype(dtype)
     except TypeError:
-        raise DtypeError(f"{show(dtype)} is not a dtype ({_SUMMARY})") from None
+        raise DtypeError(f"dtype {show(dtype)} is not a number type verishard moves ({_SUMMARY})") from None
     if dt.name in NUMPY_NAMES and dt.kind in "biufc":
         return dt.name
     if dt.name in LOW_PRECISION and dt.names is None and dt == numpy_dtype(dt.name):
@@ -119,7 +119,7 @@ def numpy_to_torch(a: np.ndarray):
     name = name_of(a.dtype)
     if name in NUMPY_NAMES:
         return torch.from_numpy(a)
-    raw = np.ascontiguousarray(a).view(same_size_uint(a.dtype.itemsize))
+    raw = (a if a.flags.c_contiguous else a.copy(order="C")).view(same_size_uint(a.dtype.itemsize))   # (0-d kept)
     return torch.from_numpy(raw).view(torch_dtype(name))
 
 

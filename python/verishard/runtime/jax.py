@@ -33,7 +33,7 @@ from .backend import execute as run_steps
 
 _REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
-__all__ = ["JaxBackend", "compile_plan", "execute", "rewrap", "padded_global_shape", "host_runs", "host_executor"]
+__all__ = ["JaxBackend", "run_bits", "compile_plan", "execute", "rewrap", "padded_global_shape", "host_runs", "host_executor"]
 
 
 class JaxBackend(Backend):
@@ -250,6 +250,18 @@ def _same_layout_mesh(plan: Plan, jmesh: JaxMesh) -> JaxMesh:
     return cached_jax_mesh(plan.mesh, tuple(d.id for d in jmesh.devices.flat), types)
 
 
+def run_bits(plan: Plan, x, backend: "JaxBackend"):
+    """The plan's steps on one device's block ``x`` (traced, inside a
+    ``shard_map``), bit-exact: where no step reduces, a floating ``x`` moves
+    as the unsigned integers of its width (a free bitcast), since XLA's
+    collectives on CPU quiet float8_e5m2's signalling NaNs (``jax.device_put``
+    changes them the same way); reductions run on the dtype itself."""
+    if _pending(plan) or not jnp.issubdtype(x.dtype, jnp.floating):
+        return run_steps(plan, x, backend)
+    bits = jnp.dtype(f"uint{8 * jnp.dtype(x.dtype).itemsize}")
+    return lax.bitcast_convert_type(run_steps(plan, lax.bitcast_convert_type(x, bits), backend), x.dtype)
+
+
 @functools.lru_cache(maxsize=512)
 def _compiled(plan: Plan, jm: JaxMesh):
     in_spec = to_partition_spec(plan.src, parts=True)
@@ -257,7 +269,7 @@ def _compiled(plan: Plan, jm: JaxMesh):
     backend = JaxBackend(plan.mesh)
 
     def body(x):
-        return run_steps(plan, x, backend)
+        return run_bits(plan, x, backend)
 
     return jax.jit(jax.shard_map(body, mesh=jm, in_specs=in_spec, out_specs=out_spec, check_vma=False))
 
