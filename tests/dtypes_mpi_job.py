@@ -5,7 +5,9 @@ compares its result with its block of the global array, byte for byte:
 
 - plain types on the mesh ``x=2,y=2`` (all-gather, all-to-all, permute,
   slice), of an array of random bytes (NaNs and all), whole and in pieces
-  (``chunks=2``: :mod:`verishard.runtime.chunked`);
+  (``chunks=2``: :mod:`verishard.runtime.chunked`), and across meshes
+  (``verishard.runtime.crossmesh_mpi.reshard``, from ranks 0-1 to 2-3, the
+  target-only ranks passing the dtype by name);
 - pending reductions (``max`` for every dtype, ``sum`` for every dtype with
   a zero): each rank's term is small integers, so that every sum is exact in
   every dtype; the result against numpy's reduction of the terms (the
@@ -44,7 +46,9 @@ def random_array(name: str, shape, seed: int) -> np.ndarray:
 
 def main() -> int:
     from mpi4py import MPI
+    from verishard.crossmesh import crossmesh_plan
     from verishard.runtime import mpi
+    from verishard.runtime.crossmesh_mpi import reshard
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     cases = failures = 0
@@ -64,6 +68,17 @@ def main() -> int:
                 cases += 1
                 if out.dtype != want.dtype or out.tobytes() != want.tobytes():
                     fail(f"{name}: {a} -> {b} in {chunks or 1} piece(s)")
+        # across meshes: rows on ranks 0-1 to columns on ranks 2-3, point to point in small rounds; the
+        # target-only ranks name the dtype (verishard.dtypes' name)
+        p = crossmesh_plan(ArrayType.parse("[2{x}4, 6]", "x=2"), ArrayType.parse("[4, 3{x}6]", "x=2"), [0, 1], [2, 3])
+        i, j = p.src_index(rank), p.dst_index(rank)
+        out = reshard(comm, p, local_block(g, "x=2", "[2{x}4, 6]", i) if i is not None else None, dtype=name,
+                      budget=16)
+        if j is not None:
+            cases += 1
+            want = local_block(g, "x=2", "[4, 3{x}6]", j)
+            if out.dtype != want.dtype or out.tobytes() != want.tobytes():
+                fail(f"{name}: across meshes")
         # pending reductions over y (the group of this rank's x coordinate): AllReduce, then ReduceScatter
         for op in ("max",) + (("sum",) if name != "float8_e8m0fnu" else ()):
             dt = dtypes.numpy_dtype(name)

@@ -254,8 +254,9 @@ def run_bits(plan: Plan, x, backend: "JaxBackend"):
     """The plan's steps on one device's block ``x`` (traced, inside a
     ``shard_map``), bit-exact: where no step reduces, a floating ``x`` moves
     as the unsigned integers of its width (a free bitcast), since XLA's
-    collectives on CPU quiet float8_e5m2's signalling NaNs (``jax.device_put``
-    changes them the same way); reductions run on the dtype itself."""
+    collectives on CPU quiet float8_e5m2's signalling NaNs (XLA's own
+    resharding, a jitted ``with_sharding_constraint``, changes them too);
+    reductions run on the dtype itself."""
     if _pending(plan) or not jnp.issubdtype(x.dtype, jnp.floating):
         return run_steps(plan, x, backend)
     bits = jnp.dtype(f"uint{8 * jnp.dtype(x.dtype).itemsize}")

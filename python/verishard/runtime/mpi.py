@@ -40,7 +40,9 @@ How it runs:
   (``backend.run_step``), whole (no chunked schedule).
 
 Data goes straight from and into numpy memory (buffer protocol with
-explicit MPI datatypes), never pickled.
+explicit MPI datatypes), never pickled. Movement uses datatypes of the
+element's bytes, so every dtype moves bit for bit, bfloat16 and the float8
+types of ``ml_dtypes`` included (``tests/test_dtypes.py``).
 
 Validation: every rank re-checks the plan with the verified checker and
 checks its input (shape, dtype, communicator size) before anything is sent;
