@@ -116,7 +116,8 @@ def worker(rank, port, outdir):
                     out = transfer({"w": x}, {"w": (line, [Shard(1)])})["w"]
                     pos = [3, 2, 1, 0].index(rank)
                     want = torch.chunk(g, 4, 1)[pos] if pos < len(torch.chunk(g, 4, 1)) else g[:, :0]
-                    rec.update(ok=as_bytes(out.to_local()) == as_bytes(want), dtype_kept=out.to_local().dtype == g.dtype)
+                    rec.update(ok=as_bytes(out.to_local()) == as_bytes(want),
+                               dtype_kept=out.to_local().dtype == g.dtype)
                 except Exception as e:  # noqa: BLE001 - reported
                     rec["error"] = f"{type(e).__name__}: {e}"
                 records.append(rec)

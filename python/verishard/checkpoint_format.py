@@ -60,8 +60,8 @@ from .sharding import ArrayType
 
 __all__ = ["FORMAT", "VERSION", "MANIFEST", "digest", "data_name", "tiles", "table_entries", "as_rows",
            "tile_hash", "tile_sum", "table_of", "span", "parse_json", "canonical", "manifest_digest", "need",
-           "need_int", "need_text", "need_list", "need_path", "parse_layout", "parse_dtype", "dtype_name", "value_to_json",
-           "value_from_json", "Block", "Entry", "Manifest", "check_header", "header_fields", "open_in"]
+           "need_int", "need_text", "need_list", "need_path", "parse_layout", "parse_dtype", "dtype_name",
+           "value_to_json", "value_from_json", "Block", "Entry", "Manifest", "check_header", "header_fields", "open_in"]
 
 FORMAT = "verishard-checkpoint"
 BLOCK_FORMAT = "verishard-block"

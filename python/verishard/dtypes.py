@@ -27,8 +27,8 @@ import numpy as np
 
 from .errors import DtypeError, show
 
-__all__ = ["NAMES", "LOW_PRECISION", "numpy_dtype", "name_of", "torch_dtype", "torch_to_numpy", "numpy_to_torch",
-           "same_size_uint", "has_infinity", "reduction_unit"]
+__all__ = ["NAMES", "NUMPY_NAMES", "LOW_PRECISION", "numpy_dtype", "name_of", "torch_dtype", "torch_to_numpy",
+           "numpy_to_torch", "same_size_uint", "has_infinity", "reduction_unit"]
 
 # the dtypes numpy holds itself
 NUMPY_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

@@ -23,6 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jax.sharding import AxisType
 
+from .. import dtypes
 from ..errors import ShardingError
 from ..jax_sharding import (devices_of, cached_jax_mesh, from_named_sharding, jax_mesh, mesh_from_jax,
                             part_axis_types, to_named_sharding, to_partition_spec)
@@ -33,7 +34,8 @@ from .backend import execute as run_steps
 
 _REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
-__all__ = ["JaxBackend", "run_bits", "compile_plan", "execute", "rewrap", "padded_global_shape", "host_runs", "host_executor"]
+__all__ = ["JaxBackend", "run_bits", "compile_plan", "execute", "rewrap", "padded_global_shape", "host_runs",
+           "host_executor"]
 
 
 class JaxBackend(Backend):
@@ -252,12 +254,13 @@ def _same_layout_mesh(plan: Plan, jmesh: JaxMesh) -> JaxMesh:
 
 def run_bits(plan: Plan, x, backend: "JaxBackend"):
     """The plan's steps on one device's block ``x`` (traced, inside a
-    ``shard_map``), bit-exact: where no step reduces, a floating ``x`` moves
-    as the unsigned integers of its width (a free bitcast), since XLA's
-    collectives on CPU quiet float8_e5m2's signalling NaNs (XLA's own
-    resharding, a jitted ``with_sharding_constraint``, changes them too);
-    reductions run on the dtype itself."""
-    if _pending(plan) or not jnp.issubdtype(x.dtype, jnp.floating):
+    ``shard_map``), bit-exact: where no step reduces, bfloat16 and the
+    float8 types (``verishard.dtypes.LOW_PRECISION``) move as the unsigned
+    integers of their width (a bitcast), since XLA's collectives on CPU
+    change their NaN payloads (XLA's own resharding, a jitted
+    ``with_sharding_constraint``, changes them too; float16, float32 and
+    float64 keep them). Reductions run on the dtype itself."""
+    if _pending(plan) or np.dtype(x.dtype).name not in dtypes.LOW_PRECISION:
         return run_steps(plan, x, backend)
     bits = jnp.dtype(f"uint{8 * jnp.dtype(x.dtype).itemsize}")
     return lax.bitcast_convert_type(run_steps(plan, lax.bitcast_convert_type(x, bits), backend), x.dtype)

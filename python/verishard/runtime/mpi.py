@@ -563,7 +563,8 @@ def _local_check(plan: Any, local: Any, comm: MPI.Comm) -> tuple[Plan | None, di
         rec["errors"].append(f"the local input is a {type(local).__name__}, not a numpy array")
     else:
         # numpy's text and name: ml_dtypes' float8 types share one text ("<V1")
-        rec["dtype"] = f"{local.dtype.str} {local.dtype.name}" if local.dtype.fields is None else repr(local.dtype.descr)
+        rec["dtype"] = (f"{local.dtype.str} {local.dtype.name}" if local.dtype.fields is None
+                        else repr(local.dtype.descr))
         rec["dtype_name"] = str(local.dtype)
         if local.dtype.hasobject:
             rec["errors"].append(f"dtype {local.dtype} holds Python objects, which cannot be sent without pickling")
