@@ -382,7 +382,7 @@ def _blocks(obj: Any, lay: Any, rank: int | None, where: str):
     """(type, {rank: local block}, like, scalar) of one array to save."""
     kind = _kind(obj)
     if kind == "jax" and _single_device(obj):
-        kind, obj = "jax", np.asarray(obj)   # one device's array: a global array like numpy's
+        obj = np.asarray(obj)   # one device's array: a global array, like numpy's
     elif kind == "jax":
         from .jax_sharding import from_named_sharding
         sh = obj.sharding

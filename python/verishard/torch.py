@@ -191,8 +191,7 @@ def _partial_problems(src: DTensorSpec, dst: DTensorSpec, device_mesh: DeviceMes
     if not out and src.tensor_meta is not None:   # the dtype: a unit for the reduction, a group that runs it
         reduced = [i for i in ops[0][1] if i not in ops[1][1]]   # the source's pending dimensions reduced here
         for (op, dims), w, over in zip(ops, what, (reduced, ())):
-            why = reduction_problem(src.tensor_meta.dtype, op, device_mesh.get_group(over[0]) if over else None,
-                                    device_mesh.device_type) if dims else None
+            why = reduction_problem(src.tensor_meta.dtype, op, bool(over), device_mesh.device_type) if dims else None
             if why:
                 out.append((UNSUPPORTED, f"the {w}: {why}"))
                 break

@@ -261,8 +261,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
         if len(ops) > 1 or not ops <= set(_REDUCE_OPS):
             return None, [(UNSUPPORTED, f"{name}: a Partial source reduced by {', '.join(sorted(ops))}: a cross-mesh "
                                         "move reduces one of sum, max, min; reduce it on its own mesh first")]
-        dim = next(i for i, p in enumerate(spec.placements) if p.is_partial())
-        why = reduction_problem(meta.dtype, next(iter(ops)), src_mesh.get_group(dim), src_mesh.device_type)
+        why = reduction_problem(meta.dtype, next(iter(ops)), True, src_mesh.device_type)
         if why:
             return None, [(UNSUPPORTED, f"{name}: {why}")]
         # planned as the reduced layout; the reduction itself runs after the agreement (transfer)

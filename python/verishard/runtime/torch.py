@@ -333,21 +333,22 @@ def moved_back(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return y if y.dtype == dtype else y.view(dtype).squeeze(-1)
 
 
-def reduction_problem(dtype: torch.dtype, op: str, group: Any, device_type: str) -> str | None:
+def reduction_problem(dtype: torch.dtype, op: str, reduced: bool, device_type: str) -> str | None:
     """Why ``dtype`` cannot be pending ``op`` (no unit: float8_e8m0fnu has no
-    zero) or, with a process group ``group`` that reduces it, why that group
-    cannot (gloo, the CPU backend: int16, uint16-64 and the float8 types, and
-    the max or min of complex numbers; DTensor's own redistribution fails
-    there too); None when it can. No reduction is run in a wider type:
-    DTensor does not."""
+    zero) or, where a pending ``op`` is ``reduced`` by a collective, why the
+    default group's backend for ``device_type`` cannot run it (gloo, the
+    CPU backend: int16, uint16-64 and the float8 types, and the max or min of
+    complex numbers; DTensor's own redistribution fails there too); None when
+    it can. No reduction is run in a wider type: DTensor does not. Local: no
+    process group is created or joined."""
     try:
         _identity(dtype, op)
     except VerishardError as e:
         return str(e)
-    if group is None:
+    if not reduced:
         return None
     try:
-        backend = str(dist.get_backend(group))
+        backend = str(dist.get_backend())
     except (RuntimeError, ValueError):
         return None
     gloo = backend == "gloo" or ("gloo" in backend and device_type == "cpu")
