@@ -76,8 +76,8 @@ import torch
 import torch.distributed as dist
 
 from .. import dtypes
-from ..errors import VerishardError
 from ..collectives import AllPermute, Exchange
+from ..errors import VerishardError
 from ..plan import Plan
 from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
 from .mpi import _ranks, _verdict
@@ -304,9 +304,9 @@ def _identity(dtype: torch.dtype, op: str):
     return dtypes.reduction_unit(dtypes.name_of(dtype), op)
 
 
-# Dtypes every torch.distributed backend moves in its collectives: gloo lacks int16, uint16-64 and the
-# float8 types (all_gather, all_to_all: "Invalid scalar type"). The others move as their bytes
-# (:func:`as_moved`), which is bit-exact and costs no copy.
+# Dtypes gloo and NCCL both move in their collectives: gloo lacks int16, uint16-64 and the float8 types
+# (all_gather, all_to_all: "Invalid scalar type"). The others move as their bytes (:func:`as_moved`),
+# which is bit-exact and costs no copy.
 _MOVED_AS_IS = frozenset({torch.bool, torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16,
                           torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128})
 # What gloo reduces (all_reduce, reduce_scatter): sum, max and min of these; complex: sum only.
