@@ -13,6 +13,8 @@ compares its result with its block of the global array, byte for byte:
   every dtype; the result against numpy's reduction of the terms (the
   ufunc ml_dtypes defines for bfloat16 and float8).
 
+Ranks holding different float8 types must be refused, naming them.
+
 Failures are printed as ``[rank r] FAIL ...``; rank 0 prints ``DTYPES mpi OK
 cases=N`` (or ``FAILED``).
 """
@@ -97,6 +99,16 @@ def main() -> int:
                 cases += 1
                 if out.dtype != total.dtype or out.tobytes() != np.ascontiguousarray(want).tobytes():
                     fail(f"{name}: pending {op} -> {target}")
+    # ranks holding different float8 types (numpy's text is "<V1" for both) are refused, naming them
+    p = plan(MESH, "[2{x}4, 6]", "[4, 6]")
+    name = "float8_e4m3fn" if rank % 2 else "float8_e8m0fnu"
+    cases += 1
+    try:
+        mpi.redistribute(p, local_block(random_array(name, (4, 6), 0), MESH, "[2{x}4, 6]", rank))
+        fail("ranks with different float8 dtypes were not refused")
+    except mpi.RedistributionRefused as e:
+        if "disagree on the dtype" not in str(e) or "float8_e8m0fnu" not in str(e):
+            fail(f"the refusal does not name the dtypes: {e}")
     counts = comm.gather((cases, failures), root=0)
     if rank == 0:
         n, f = sum(c for c, _ in counts), sum(x for _, x in counts)

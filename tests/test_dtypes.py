@@ -30,12 +30,17 @@ NAMES = dtypes.NAMES
 
 
 def random_array(name: str, shape=(4, 6), seed: int = 0) -> np.ndarray:
-    """Random bytes viewed as the dtype (every bit pattern; bool: 0 or 1)."""
+    """Random bytes viewed as the dtype (bool: 0 or 1), element k < 256 with k
+    as its most significant byte: every sign and exponent of a 1- or 2-byte
+    float, NaNs and infinities among them, in an array of 256 elements."""
     dt = dtypes.numpy_dtype(name)
-    raw = np.random.default_rng(seed).integers(0, 256, int(np.prod(shape)) * dt.itemsize, dtype=np.uint8)
+    n = int(np.prod(shape))
+    raw = np.random.default_rng(seed).integers(0, 256, n * dt.itemsize, dtype=np.uint8).reshape(n, dt.itemsize)
+    top = dt.itemsize - 1 if name not in ("complex64", "complex128") else dt.itemsize // 2 - 1   # (little-endian)
+    raw[:256, top] = np.arange(min(n, 256))
     if name == "bool":
         raw %= 2
-    return raw.view(dt).reshape(shape)
+    return raw.reshape(-1).view(dt).reshape(shape)
 
 
 def same(a, b) -> bool:
@@ -223,7 +228,7 @@ def test_jax_reshard_every_dtype():
     bad = []
     with jax.enable_x64(True):
         for k, name in enumerate(NAMES):
-            a = random_array(name, (8, 8), k)
+            a = random_array(name, (16, 16), k)   # every sign and exponent of bfloat16 and float8: NaNs too
             for src, dst in pairs:
                 x = jax.device_put(a, NamedSharding(jm, src))
                 s = NamedSharding(jm, dst)
