@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint_format import MAX_MANIFEST_BYTES, dtype_name
 from . import dtypes
+from .checkpoint_format import MAX_MANIFEST_BYTES, dtype_name
 from .errors import CheckpointError, DtypeError, VerishardError, show
 from .sharding import ArrayType
 
