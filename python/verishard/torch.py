@@ -114,7 +114,7 @@ from .plan import _from_report, plan as _verified_plan
 from .runtime.crossmesh_mpi import DEFAULT_BUDGET
 from .runtime.backend import AxisGroup
 from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, agree,
-                            fingerprint, mesh_groups, run_chunked, run_plan, world)
+                            fingerprint, mesh_groups, reduction_problem, run_chunked, run_plan, world)
 
 __all__ = ["redistribute", "transfer", "plan_transfer", "enable", "disable", "enabled", "routing_info",
            "check_entry_point", "EntryPointMoved", "planning_mesh", "plan_for", "cache_info", "cache_clear",
@@ -171,7 +171,9 @@ def _partial_problems(src: DTensorSpec, dst: DTensorSpec, device_mesh: DeviceMes
                       what: tuple[str, str] = ("source", "target")) -> list[tuple[str, str]]:
     """Partial placements our types cannot hold (``verishard.dtensor.partial_of``:
     ``Partial("avg")``, other reductions, Partial subclasses: unsupported;
-    two reductions in one tuple: invalid, DTensor refuses them too), and a
+    two reductions in one tuple: invalid, DTensor refuses them too), a
+    reduction the dtype or the mesh's process group cannot run
+    (:func:`verishard.runtime.torch.reduction_problem`: unsupported), and a
     target pending another reduction than the source (unsupported: a plan
     keeps the reduction)."""
     names = tuple(device_mesh.mesh_dim_names) if device_mesh.mesh_dim_names else None
@@ -186,6 +188,13 @@ def _partial_problems(src: DTensorSpec, dst: DTensorSpec, device_mesh: DeviceMes
             out.append((INVALID, f"the {w}: {e}"))
             continue
         ops.append((op, dims))
+    if not out and src.tensor_meta is not None:   # the dtype: a unit for the reduction, a group that runs it
+        reduced = [i for i in ops[0][1] if i not in ops[1][1]]   # the source's pending dimensions reduced here
+        for (op, dims), w, over in zip(ops, what, (reduced, ())):
+            why = reduction_problem(src.tensor_meta.dtype, op, bool(over), device_mesh.device_type) if dims else None
+            if why:
+                out.append((UNSUPPORTED, f"the {w}: {why}"))
+                break
     if not out and ops[0][1] and ops[1][1] and ops[0][0] != ops[1][0]:
         (a, da), (b, db) = ops
         on = lambda dims: ", ".join(_dim_label(device_mesh, i) for i in dims)  # noqa: E731

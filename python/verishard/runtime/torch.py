@@ -75,7 +75,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .. import dtypes
 from ..collectives import AllPermute, Exchange
+from ..errors import VerishardError
 from ..plan import Plan, box_text, pieces_table, ranks_text
 from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
 from .mpi import _ranks, _verdict
@@ -293,20 +295,67 @@ _NO_REDUCE_SCATTER: set[Any] = set()
 
 
 def _identity(dtype: torch.dtype, op: str):
-    """The unit of reduction ``op`` for ``dtype``: 0, the lowest or the highest value.
+    """The unit of reduction ``op`` for ``dtype``: 0, the lowest or the highest value
+    (:func:`verishard.dtypes.reduction_unit`: the finite extremes of the float8 types without infinities).
 
-    >>> _identity(torch.int32, "max"), _identity(torch.bfloat16, "min"), _identity(torch.bool, "min")
-    (-2147483648, inf, True)
+    >>> _identity(torch.int32, "max"), _identity(torch.bfloat16, "min"), _identity(torch.float8_e4m3fn, "max")
+    (-2147483648, inf, -448.0)
     """
-    if op == "sum":
-        return 0
-    high = op == "min"
-    if dtype == torch.bool:
-        return high
-    if dtype.is_floating_point:
-        return float("inf") if high else float("-inf")
-    info = torch.iinfo(dtype)
-    return info.max if high else info.min
+    return dtypes.reduction_unit(dtypes.name_of(dtype), op)
+
+
+# Dtypes gloo and NCCL both move in their collectives: gloo lacks int16, uint16-64 and the float8 types
+# (all_gather, all_to_all: "Invalid scalar type"). The others move as their bytes (:func:`as_moved`),
+# which is bit-exact and costs no copy.
+_MOVED_AS_IS = frozenset({torch.bool, torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16,
+                          torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128})
+# What gloo reduces (all_reduce, reduce_scatter): sum, max and min of these; complex: sum only.
+_GLOO_REDUCES = frozenset({torch.bool, torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16,
+                           torch.bfloat16, torch.float32, torch.float64})
+
+
+def as_moved(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as a tensor every backend's collectives move: ``x`` itself, or for
+    the dtypes some lack its bytes, a view with a trailing dimension of
+    ``itemsize`` uint8 (the leading dimensions, which the collectives cut,
+    unchanged). :func:`moved_back` restores the dtype.
+
+    >>> y = as_moved(torch.zeros(2, 3, dtype=torch.float8_e4m3fn)); y.shape, y.dtype
+    (torch.Size([2, 3, 1]), torch.uint8)
+    """
+    if x.dtype in _MOVED_AS_IS:
+        return x
+    return x.unsqueeze(-1).view(torch.uint8)   # a view of x, whatever its strides (writes land in x)
+
+
+def moved_back(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The inverse of :func:`as_moved` (a view)."""
+    return y if y.dtype == dtype else y.view(dtype).squeeze(-1)
+
+
+def reduction_problem(dtype: torch.dtype, op: str, reduced: bool, device_type: str) -> str | None:
+    """Why ``dtype`` cannot be pending ``op`` (no unit: float8_e8m0fnu has no
+    zero) or, where a pending ``op`` is ``reduced`` by a collective, why the
+    default group's backend for ``device_type`` cannot run it (gloo, the
+    CPU backend: int16, uint16-64 and the float8 types, and the max or min of
+    complex numbers; DTensor's own redistribution fails there too); None when
+    it can. No reduction is run in a wider type: DTensor does not. Local: no
+    process group is created or joined."""
+    try:
+        _identity(dtype, op)
+    except VerishardError as e:
+        return str(e)
+    if not reduced:
+        return None
+    try:
+        backend = str(dist.get_backend())
+    except (RuntimeError, ValueError):
+        return None
+    gloo = backend == "gloo" or ("gloo" in backend and device_type == "cpu")
+    if gloo and not (dtype in _GLOO_REDUCES or dtype in (torch.complex64, torch.complex128) and op == "sum"):
+        return (f"a Partial({op}) of dtype {dtype}: the gloo backend does not reduce {dtype} by {op} (neither does "
+                f"DTensor's redistribute on it); reduce it in a wider dtype (e.g. .to(torch.float32)) first")
+    return None
 
 
 class TorchBackend(Backend):
@@ -320,6 +369,8 @@ class TorchBackend(Backend):
         self.rank = groups.rank
 
     def all_gather(self, x: torch.Tensor, dim: int, group: AxisGroup) -> torch.Tensor:
+        if x.dtype not in _MOVED_AS_IS:
+            return moved_back(self.all_gather(as_moved(x), dim, group), x.dtype)
         g = self.groups.group(group)
         n = g.size
         x = x.contiguous()
@@ -353,6 +404,8 @@ class TorchBackend(Backend):
         return x.narrow(dim, k * length, length).clone(memory_format=torch.contiguous_format)
 
     def all_to_all(self, x: torch.Tensor, src_dim: int, dst_dim: int, group: AxisGroup) -> torch.Tensor:
+        if x.dtype not in _MOVED_AS_IS:
+            return moved_back(self.all_to_all(as_moved(x), src_dim, dst_dim, group), x.dtype)
         g = self.groups.group(group)
         n = g.size
         x = x.contiguous()
@@ -441,8 +494,8 @@ class TorchBackend(Backend):
         x = x.contiguous()
         out = torch.empty_like(x)
         ranks = self.groups.global_ranks
-        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, ranks[dest]),
-                                        dist.P2POp(dist.irecv, out, ranks[src])])
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, as_moved(x), ranks[dest]),
+                                        dist.P2POp(dist.irecv, as_moved(out), ranks[src])])
         for w in works:
             w.wait()
         return out
@@ -452,6 +505,11 @@ class TorchBackend(Backend):
         """One ``all_to_all_single`` with split sizes over the whole mesh: the
         verified schedule's pieces for each receiver packed in its order,
         unpacked into this rank's block; what it holds is copied locally."""
+        if x.dtype not in _MOVED_AS_IS:
+            if out is None:
+                out = (torch.zeros if schedule.padded else torch.empty)(schedule.out_shape, dtype=x.dtype,
+                                                                        device=x.device)
+            return moved_back(self.exchange(as_moved(x), schedule, as_moved(out)), x.dtype)
         mesh = schedule.src.mesh
         g = self.groups.group(AxisGroup.of(mesh, tuple(range(len(mesh.part_sizes)))))
         pg_rank = (lambda r: r) if g.rank_of_index is None else (lambda r: int(g.rank_of_index[r]))
@@ -471,7 +529,8 @@ class TorchBackend(Backend):
             else:
                 boxes[pg_rank(r)] = b
         in_splits = [0 if v is None else v.numel() for v in sends]
-        out_splits = [0 if b is None else int(np.prod([s.stop - s.start for s in b])) for b in boxes]
+        unit = int(np.prod(x.shape[len(schedule.out_shape):]))   # the bytes of an element moved as bytes, else 1
+        out_splits = [0 if b is None else int(np.prod([s.stop - s.start for s in b])) * unit for b in boxes]
         send = torch.cat([v for v in sends if v is not None]) if any(in_splits) else x.new_empty(0)
         recv = x.new_empty(sum(out_splits))
         dist.all_to_all_single(recv, send, out_splits, in_splits, group=g.pg)
@@ -697,11 +756,11 @@ def run_rounds(rounds: list[list[tuple[Any, int, int, tuple]]], sources: dict[An
             if b == me and a != me:
                 out, starts = targets[key]
                 buf = out.new_empty(tuple(length for _, length in box))
-                ops.append(dist.P2POp(dist.irecv, buf, a, tag=tag))
+                ops.append(dist.P2POp(dist.irecv, as_moved(buf), a, tag=tag))
                 landed.append((out, _box_slices(box, starts), buf))
             elif a == me and b != me:
                 local, starts = sources[key]
-                ops.append(dist.P2POp(dist.isend, local[_box_slices(box, starts)].contiguous(), b, tag=tag))
+                ops.append(dist.P2POp(dist.isend, as_moved(local[_box_slices(box, starts)].contiguous()), b, tag=tag))
         if ops:
             for w in dist.batch_isend_irecv(ops):
                 w.wait()
