@@ -180,6 +180,29 @@ def _new_group(ranks: list[int]):
         return dist.new_group(ranks)
 
 
+_LOCAL_GROUPS: dict[Any, Any] = {}   # (default group, sorted world ranks) -> process group made among its members
+
+
+def _local_group(ranks: list[int]):
+    """A process group over ``ranks`` made by its members only
+    (``use_local_synchronization``: the sub-meshes of a 2-D or 3-D model, whose
+    other ranks do not call). One per rank set and default group: torch names
+    such groups by their ranks, so a set is made once (the order table of
+    :meth:`MeshGroups.group` absorbs a different member order)."""
+    key = (world(), tuple(sorted(ranks)))
+    pg = _LOCAL_GROUPS.get(key)
+    if pg is None:
+        if len(_LOCAL_GROUPS) > 256:  # groups of default groups destroyed since
+            for k in [k for k in _LOCAL_GROUPS if k[0] is not key[0]]:
+                del _LOCAL_GROUPS[k]
+        try:
+            pg = dist.new_group(ranks, use_local_synchronization=True, sort_ranks=False)
+        except TypeError:
+            pg = dist.new_group(ranks, use_local_synchronization=True)
+        _LOCAL_GROUPS[key] = pg
+    return pg
+
+
 class MeshGroups:
     """The process groups of one ``DeviceMesh`` for the plans run on it.
 
@@ -231,6 +254,10 @@ class MeshGroups:
         dim = self._whole_dim(g)
         if dim is not None:
             pg = self.device_mesh.get_group(dim)
+        elif len(self.global_ranks) != dist.get_world_size():
+            # A sub-mesh: the ranks outside it do not call, so each member
+            # makes only its own group, synchronised among that group's members.
+            pg = _local_group([self.global_ranks[int(r)] for r in members[mine]])
         else:
             pg = None
             for k, row in enumerate(members):
