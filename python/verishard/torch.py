@@ -20,8 +20,10 @@ What it takes:
 
 - ``Shard(d)``, ``Replicate()`` and ``_StridedShard`` placements (and a
   source with a non-default ``shard_order``), on a ``DeviceMesh`` of any
-  number of dimensions, named or not, that spans every rank of the default
-  process group;
+  number of dimensions, named or not, over every rank of the default
+  process group or over some of them (a sub-mesh such as ``mesh["tp"]``:
+  its ranks plan, agree and run among themselves; a rank outside it gets
+  its local tensor back, as with DTensor);
 - ``Partial("sum" | "max" | "min")`` in the source and in the target (a
   pending reduction; the plan is ``verishard.plan``'s over the partial
   types, ``Ppipelineproof.pplan_spec``, with all-reduce, reduce-scatter and
@@ -82,11 +84,14 @@ ranks agree when a rank first uses a cached plan (``check_agreement=True``
 or ``"first"``); ``"always"`` agrees on every call, ``False`` never (a
 problem is then raised on the ranks that see it).
 
-Another ``device_mesh`` than the DTensor's, or a DeviceMesh over some ranks
-of the world only, runs the verified cross-mesh schedule point to point
-(:mod:`verishard.torch_transfer`, which also holds :func:`transfer`, a whole
-state dict in one schedule). :func:`enable` routes DTensor's own
-redistributions through verified plans.
+DTensor's keywords ``forward_dtype``, ``backward_dtype`` and ``async_op``
+mean what they mean there (:func:`redistribute`). Under ``torch.compile``
+a call is one graph break (``torch.compiler.disable``).
+
+Another ``device_mesh`` than the DTensor's runs the verified cross-mesh
+schedule point to point (:mod:`verishard.torch_transfer`, which also holds
+:func:`transfer`, a whole state dict in one schedule). :func:`enable` routes
+DTensor's own redistributions through verified plans.
 
 Importing this module imports torch; see ``docs/torch.md``.
 """
@@ -850,13 +855,16 @@ def check_entry_point() -> Any:
 def enable(*, force: bool = False) -> None:
     """Route DTensor's own redistributions (``DTensor.redistribute``, the
     implicit ones inside ops and their backward) through verified plans:
-    every call of torch's ``redistribute_local_tensor`` on a mesh over every
-    rank of the default group is planned and run as :func:`redistribute`
-    runs it (agreeing on a plan's first use); what the verified planner
-    refuses, or what DTensor computes differently by design (a target
-    Partial where the source is not: DTensor divides the value; tracing;
-    another or a partial mesh), goes to DTensor's own path and is counted
-    (:func:`routing_info`). Nested calls stack; :func:`disable` undoes one.
+    every call of torch's ``redistribute_local_tensor`` (in every module of
+    torch that holds it, :func:`_holders`) is planned and run as
+    :func:`redistribute` runs it, on the DTensor's mesh or sub-mesh (agreeing
+    among its ranks on a plan's first use), with DTensor's own local steps
+    of ``_MaskPartial``, ``_NormPartial`` and Replicate -> Partial around
+    the verified plan (:func:`_routed_steps`); what the verified planner
+    refuses, or what only DTensor's order of steps decides (tracing;
+    docs/torch.md lists every reason), goes to DTensor's own path and is
+    counted (:func:`routing_info`). Nested calls stack; :func:`disable`
+    undoes one.
 
     Checked against torch's internals first (:func:`check_entry_point`);
     on a torch release other than :data:`TESTED_TORCH` it refuses unless
