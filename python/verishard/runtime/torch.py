@@ -39,7 +39,10 @@ Process groups (:class:`MeshGroups`): one per set of mesh parts a plan's
 collectives run over, created with ``dist.new_group`` with its members listed
 in the order of the verified group index (``AxisGroup.members``) and cached
 per ``DeviceMesh``; a group over one whole mesh dimension is the DeviceMesh's
-own. Every group's rank order is read back from the process group and compared
+own. On a mesh over some ranks of the world (a ``tp`` or ``dp`` sub-mesh),
+whose other ranks do not call, each member makes only its own group, among
+that group's members (``use_local_synchronization``, one per rank set).
+Every group's rank order is read back from the process group and compared
 with the verified group index; where they differ (a backend that sorts the
 ranks), the backend reorders the blocks by that table.
 
