@@ -88,13 +88,36 @@ def test_forward_dtype_backward_dtype_and_async_op_are_dtensors(nprocs, job2, jo
 
 @pytest.mark.parametrize("nprocs", [2, 4])
 def test_compiled_redistribute_matches_compiled_dtensor(nprocs, job2, job4):
-    """torch.compile with backend "eager" and "aot_eager": a function
-    calling verishard.torch.redistribute twice gives DTensor's compiled
-    output and gradient bit for bit; each call is one graph break
-    (torch.compiler.disable) and compiling raises no warnings."""
-    recs = records({2: job2, 4: job4}[nprocs], "compile")
-    assert sorted(rec["backend"] for _, rec in recs) == sorted(["eager", "aot_eager"] * nprocs)
+    """torch.compile with backend "eager" and "aot_eager", with and without
+    fullgraph=True: a function calling verishard.torch.redistribute twice
+    gives DTensor's compiled output and gradient bit for bit, with no graph
+    break and no warning while compiling; the AOT graphs hold the cached
+    plans' collectives as functional collectives (an all-to-all and an
+    all-gather forward, the all-to-all back)."""
+    job = {2: job2, 4: job4}[nprocs]
+    recs = records(job, "compile")
+    assert sorted((rec["backend"], rec["fullgraph"]) for _, rec in recs) == sorted(
+        [(b, f) for b in ("eager", "aot_eager") for f in (False, True)] * nprocs)
     for r, rec in recs:
         assert rec["out"] and rec["grad"], (r, rec)
-        assert rec["breaks"] == 2 and rec["reasons"] == ["Skip calling `torch.compiler.disable()`d function"], rec
-        assert rec["warnings"] == [], (r, rec["warnings"])
+        assert rec["breaks"] == 0 and rec["warnings"] == [], (r, rec)
+    for r, rec in records(job, "compile-graphs"):
+        forward, backward = rec["ops"]
+        assert {"torch.ops._c10d_functional.all_to_all_single.default",
+                "torch.ops._c10d_functional.all_gather_into_tensor.default"} <= set(forward), (r, rec)
+        assert "torch.ops._c10d_functional.all_to_all_single.default" in backward, (r, rec)
+
+
+def test_compiled_box_layouts_break_the_graph_or_are_refused_with_the_reason(job4):
+    """A layout only explicit boxes describe moves point to point, which a
+    graph cannot hold: compiled without fullgraph it runs eagerly (Dynamo
+    breaks the graph there), equal to DTensor's; with fullgraph=True
+    torch.compile fails, our reason among the causes."""
+    recs = {(r, rec["fullgraph"]): rec for r, rec in records(job4, "compile-boxes")}
+    assert len(recs) == 8
+    for (r, fullgraph), rec in recs.items():
+        if not fullgraph:
+            assert rec["error"] is None and rec["same"], (r, rec)
+        else:
+            assert any(c.startswith("NotSupportedYet: redistribution refused while torch.compile traces")
+                       for c in rec["error"]), (r, rec)

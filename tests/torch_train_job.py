@@ -19,9 +19,12 @@ Cases:
   against ``DTensor.redistribute`` with the same keywords: local values,
   dtypes and placements of the result and of the gradient.
 - ``compile``: a function calling ``verishard.torch.redistribute`` compiled
-  with ``backend="eager"`` and ``"aot_eager"`` against the same function
-  calling ``DTensor.redistribute``: outputs and gradients bit for bit, the
-  graph breaks Dynamo reports, and the warnings raised while compiling.
+  with ``backend="eager"`` and ``"aot_eager"``, with and without
+  ``fullgraph=True``, against the same function calling
+  ``DTensor.redistribute``: outputs and gradients bit for bit, the graph
+  breaks Dynamo reports, the warnings raised while compiling; the
+  functional collectives in the AOT forward and backward graphs; a layout
+  only explicit boxes describe, compiled (4 ranks: refused).
 """
 
 from __future__ import annotations
@@ -141,6 +144,7 @@ def signature_case(add, rank, nprocs) -> None:
 def compile_case(add, rank, nprocs) -> None:
     import torch
     import torch._dynamo
+    from torch._dynamo.backends.common import aot_autograd
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     import verishard.torch as vt
@@ -156,21 +160,51 @@ def compile_case(add, rank, nprocs) -> None:
         return y.sin().redistribute(mesh, [Replicate()]).to_local() + 1
 
     for backend in ("eager", "aot_eager"):
-        torch._dynamo.reset()
-        results = []
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            for fn in (ours, dtensors):
-                x = distribute_tensor(full, mesh, [Shard(0)]).requires_grad_()
-                y = torch.compile(fn, backend=backend)(x)
-                (y * y).sum().backward()
-                results.append((y.detach(), x.grad.to_local()))
-            explained = torch._dynamo.explain(ours)(distribute_tensor(full, mesh, [Shard(0)]))
-        (a, ga), (b, gb) = results
-        add(case="compile", backend=backend, out=same(a, b), grad=same(ga, gb),
-            breaks=explained.graph_break_count,
-            reasons=sorted({str(r.reason).split("\n")[0] for r in explained.break_reasons}),
-            warnings=sorted({str(w.message)[:300] for w in caught}))
+        for fullgraph in (False, True):
+            torch._dynamo.reset()
+            results = []
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for fn in (ours, dtensors):
+                    x = distribute_tensor(full, mesh, [Shard(0)]).requires_grad_()
+                    y = torch.compile(fn, backend=backend, fullgraph=fullgraph)(x)
+                    (y * y).sum().backward()
+                    results.append((y.detach(), x.grad.to_local()))
+                explained = torch._dynamo.explain(ours)(distribute_tensor(full, mesh, [Shard(0)]))
+            (a, ga), (b, gb) = results
+            add(case="compile", backend=backend, fullgraph=fullgraph, out=same(a, b), grad=same(ga, gb),
+                breaks=explained.graph_break_count, warnings=sorted({str(w.message)[:300] for w in caught}))
+    # what the AOT graphs hold: the plan's collectives as functional collectives, forward and backward
+    graphs = []
+
+    def keep(gm, inputs):
+        graphs.append(gm.code)
+        return gm
+    torch._dynamo.reset()
+    x = distribute_tensor(full, mesh, [Shard(0)]).requires_grad_()
+    torch.compile(ours, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)(x).sum().backward()
+    ops = [sorted({w.split("(")[0] for w in g.split() if w.startswith("torch.ops._c10d_functional.")}) for g in graphs]
+    add(case="compile-graphs", ops=ops)
+    # a layout only explicit boxes describe moves point to point, which cannot be traced: without
+    # fullgraph, Dynamo breaks the graph there and it runs eagerly; with fullgraph, refused with the reason
+    if nprocs == 4:
+        m22 = init_device_mesh("cpu", (2, 2), mesh_dim_names=("a", "b"))
+        u = distribute_tensor(torch.arange(10.0).reshape(5, 2), m22, [Shard(0), Shard(0)])
+        want = u.redistribute(m22, [Shard(1), Shard(0)]).to_local()
+        for fullgraph in (False, True):
+            torch._dynamo.reset()
+            rec = {"case": "compile-boxes", "fullgraph": fullgraph, "error": None}
+            try:
+                got = torch.compile(lambda t: vt.redistribute(t, [Shard(1), Shard(0)]).to_local(),
+                                    backend="aot_eager", fullgraph=fullgraph)(u)
+                rec["same"] = same(got, want)
+            except Exception as e:  # noqa: BLE001 - recorded, with its causes
+                chain = []
+                while e is not None and len(chain) < 5:
+                    chain.append(f"{type(e).__name__}: {e}"[:600])
+                    e = e.__cause__ or e.__context__
+                rec["error"] = chain
+            add(**rec)
 
 
 CASES = {"train": train_case, "submesh": submesh_case, "signature": signature_case, "compile": compile_case}

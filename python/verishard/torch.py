@@ -86,7 +86,8 @@ problem is then raised on the ranks that see it).
 
 DTensor's keywords ``forward_dtype``, ``backward_dtype`` and ``async_op``
 mean what they mean there (:func:`redistribute`). Under ``torch.compile``
-a call is one graph break (``torch.compiler.disable``).
+the plan is made while tracing and its collectives enter the graph as
+functional collectives (:class:`~verishard.runtime.torch.FuncolBackend`).
 
 Another ``device_mesh`` than the DTensor's runs the verified cross-mesh
 schedule point to point (:mod:`verishard.torch_transfer`, which also holds
@@ -104,6 +105,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch._dynamo
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -119,7 +121,7 @@ from .plan import _from_report, plan as _verified_plan
 from .runtime.crossmesh_mpi import DEFAULT_BUDGET
 from .runtime.backend import AxisGroup
 from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, agree,
-                            fingerprint, mesh_groups, run_chunked, run_plan, world)
+                            fingerprint, mesh_groups, real_tensors, run_chunked, run_plan, tracing, world)
 
 __all__ = ["redistribute", "transfer", "plan_transfer", "enable", "disable", "enabled", "routing_info",
            "check_entry_point", "EntryPointMoved", "planning_mesh", "plan_for", "cache_info", "cache_clear",
@@ -422,6 +424,13 @@ def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spe
 
 def _move_local(entry: _Entry, local: torch.Tensor, mesh_obj: DeviceMesh) -> torch.Tensor:
     """Move this rank's local tensor by the entry (collective over the mesh)."""
+    if entry.boxes is not None and tracing():
+        raise NotSupportedYet(
+            "redistribution refused while torch.compile traces: DTensor lays out "
+            f"{tuple(map(str, entry.target_spec.placements))} of shape {tuple(entry.target_spec.tensor_meta.shape)} "
+            "in boxes our types do not describe, which move point to point (batch_isend_irecv), and a compiled "
+            "graph holds functional collectives only; compile without fullgraph=True (Dynamo then runs this "
+            "call eagerly) or call redistribute outside the compiled region")
     if entry.boxes is not None:
         op, before, after = entry.pending
         if before or after:
@@ -664,7 +673,8 @@ class _Redistribute(torch.autograd.Function):
         op_dtype, ctx.bwd_dtypes = dtypes[0], dtypes[1:]
         if op_dtype is not None:
             x = _cast(x, op_dtype)
-        _, entry, problems = _forward_entry(x, device_mesh, placements)
+        with real_tensors():   # planning reads the mesh's rank tensor: never traced
+            _, entry, problems = _forward_entry(x, device_mesh, placements)
         out = _run(x, entry, problems, policy)
         ctx.src_spec, ctx.policy = x._spec, policy
         if entry.plan is None and entry.boxes is None:  # DTensor's short cut: the input's own spec
@@ -688,7 +698,8 @@ class _Reverse(torch.autograd.Function):
         _require_initialized()
         ctx.original_dtype, ctx.op_dtype, ctx.policy = grad._local_tensor.dtype, op_dtype, policy
         grad = _cast(grad, op_dtype)
-        _, entry, problems = _backward_entry(grad, _with_dtype(prev_spec, op_dtype))
+        with real_tensors():
+            _, entry, problems = _backward_entry(grad, _with_dtype(prev_spec, op_dtype))
         out = _run(grad, entry, problems, policy)
         ctx.spec = grad._spec
         spec = _with_mesh(entry.target_spec, prev_spec.mesh)
@@ -719,8 +730,7 @@ def _arguments(args: tuple, placements: Any, device_mesh: Any) -> tuple[Any, Any
     return (tuple(placements) if isinstance(placements, list) else placements), device_mesh
 
 
-@torch.compiler.disable(reason="verishard.torch.redistribute plans in the verified core and runs its own "
-                               "collectives: one graph break (docs/torch.md, torch.compile)")
+@torch._dynamo.nonstrict_trace
 def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] | None = None,
                  device_mesh: DeviceMesh | None = None, async_op: bool = False,
                  forward_dtype: torch.dtype | None = None, backward_dtype: torch.dtype | None = None,
@@ -760,8 +770,10 @@ def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] |
     fails with :class:`~verishard.runtime.torch.RanksMissing` naming those
     that did not arrive.
 
-    Under ``torch.compile`` the call is one graph break
-    (``torch.compiler.disable``): it runs eagerly between the compiled graphs.
+    Under ``torch.compile`` (``fullgraph=True`` included) it is a
+    ``nonstrict_trace`` function: planned while the graph is traced, its
+    plan's collectives enter an AOT graph as functional collectives
+    (docs/torch.md, ``torch.compile``).
 
     Raises, on every rank and before any data moves,
     :class:`~verishard.runtime.torch.RedistributionRefused` for bad input
@@ -771,6 +783,13 @@ def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] |
     and DTensor's other reductions and a change of the pending reduction
     (module docstring).
     """
+    return _redistribute(dtensor, args, placements, device_mesh, async_op, forward_dtype, backward_dtype,
+                         check_agreement, deadline_s)
+
+
+@torch.compiler.disable(recursive=True)   # Dynamo traces none of it: nonstrict_trace above runs it as Python
+def _redistribute(dtensor: Any, args: tuple, placements: Any, device_mesh: Any, async_op: bool,
+                  forward_dtype: Any, backward_dtype: Any, check_agreement: Any, deadline_s: Any) -> DTensor:
     _require_initialized()
     placements, device_mesh = _arguments(args, placements, device_mesh)
     policy = _policy(check_agreement, deadline_s)
