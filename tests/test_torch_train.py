@@ -121,3 +121,18 @@ def test_compiled_box_layouts_break_the_graph_or_are_refused_with_the_reason(job
         else:
             assert any(c.startswith("NotSupportedYet: redistribution refused while torch.compile traces")
                        for c in rec["error"]), (r, rec)
+
+
+def test_compiled_plans_of_every_kind_match_dtensor(job4):
+    """Plans with a reduce-scatter, an all-reduce (Partial sources), an
+    all-to-all, an all-gather (an uneven (7, 6) tensor among them) and an
+    AllPermute (an all-to-all with split sizes), compiled with aot_eager and
+    fullgraph=True on a (2, 2) mesh: each result equals DTensor's compiled
+    one and our eager one bit for bit, and the forward graph holds the
+    plan's functional collectives."""
+    recs = records(job4, "compile-pairs")
+    assert len(recs) == 4 * 7
+    for r, rec in recs:
+        assert rec["dtensor"] and rec["eager"] and rec["ops"], (r, rec)
+    ops = {op for _, rec in recs for op in rec["ops"]}
+    assert ops == {"reduce_scatter_tensor", "all_reduce", "all_to_all_single", "all_gather_into_tensor"}, ops

@@ -25,6 +25,9 @@ Cases:
   breaks Dynamo reports, the warnings raised while compiling; the
   functional collectives in the AOT forward and backward graphs; a layout
   only explicit boxes describe, compiled (4 ranks: refused).
+- ``compile-pairs`` (4 ranks): plans with every kind of step compiled with
+  ``aot_eager`` and ``fullgraph=True``: ours against DTensor's compiled and
+  our eager result; the functional collectives of the forward graph.
 """
 
 from __future__ import annotations
@@ -207,7 +210,52 @@ def compile_case(add, rank, nprocs) -> None:
             add(**rec)
 
 
-CASES = {"train": train_case, "submesh": submesh_case, "signature": signature_case, "compile": compile_case}
+def compile_pairs_case(add, rank, nprocs) -> None:
+    """Plans with every kind of step, compiled (aot_eager, fullgraph) on a
+    (2, nprocs // 2) mesh: ours against DTensor's compiled and against our
+    eager result, with the functional collectives the forward graph holds."""
+    import torch
+    import torch._dynamo
+    from torch._dynamo.backends.common import aot_autograd
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.placement_types import _StridedShard
+    import verishard.torch as vt
+    mesh = init_device_mesh("cpu", (2, nprocs // 2), mesh_dim_names=("a", "b"))
+    S, R, P = Shard, Replicate, Partial
+
+    def source(shape, placements, seed):
+        full = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+        if any(p.is_partial() for p in placements):   # a different local value per rank, DTensor's layout
+            spec = distribute_tensor(full, mesh, [R() if p.is_partial() else p for p in placements]).to_local()
+            return DTensor.from_local(spec * (rank + 1), mesh, placements, run_check=False)
+        return distribute_tensor(full, mesh, placements)
+
+    pairs = (((8, 4), (P(), R()), (S(0), R())), ((8, 4), (P(), S(1)), (R(), S(1))),
+             ((8, 4), (S(0), S(1)), (S(1), S(0))), ((8, 4), (R(), S(0)), (S(0), R())),
+             ((7, 6), (S(0), R()), (R(), S(1))), ((8, 4), (S(0), S(0)), (R(), R())),
+             ((8, 4), (S(0), S(0)), (_StridedShard(0, split_factor=2), S(0))))
+    for i, (shape, src, dst) in enumerate(pairs):
+        x = source(shape, src, 11 + i)
+        graphs = []
+
+        def keep(gm, inputs):
+            graphs.append(gm.code)
+            return gm
+        results = []
+        for fn, backend in ((lambda t: vt.redistribute(t, dst).to_local() * 1, aot_autograd(fw_compiler=keep)),
+                            (lambda t: t.redistribute(mesh, dst).to_local() * 1, "aot_eager")):
+            torch._dynamo.reset()
+            results.append(torch.compile(fn, backend=backend, fullgraph=True)(x))
+        eager = vt.redistribute(x, dst).to_local()
+        ops = sorted({w.split("(")[0].split(".")[3] for g in graphs for w in g.split()
+                      if w.startswith("torch.ops._c10d_functional.")} - {"wait_tensor"})
+        add(case="compile-pairs", pair=f"{shape} {src} -> {dst}", dtensor=same(results[0], results[1]),
+            eager=same(results[0], eager), ops=ops)
+
+
+CASES = {"train": train_case, "submesh": submesh_case, "signature": signature_case, "compile": compile_case,
+         "compile-pairs": compile_pairs_case}
 
 
 def worker(rank: int, port: int, outdir: str, nprocs: int, only: str) -> None:
