@@ -72,6 +72,23 @@ def test_redistribute_on_a_sub_mesh_runs_among_its_ranks(job4):
     assert len(recs) == 4 * 2 and all(rec["same"] and rec["placements"] for _, rec in recs), recs
 
 
+def test_each_sub_mesh_agrees_among_its_own_ranks(job4):
+    """The first tp pair (ranks 0, 1) asks for a dimension out of range
+    while the second (ranks 2, 3) makes a good call: the first pair's two
+    ranks raise the same RedistributionRefused naming both, the second pair
+    gets DTensor's result; a good call works on every rank after."""
+    recs = records(job4, "submesh-refusal")
+    assert len(recs) == 4
+    for r, rec in recs:
+        assert rec["after"], (r, rec)
+        if r < 2:
+            assert rec["row"] == 0 and rec["error"]["type"] == "RedistributionRefused", (r, rec)
+            assert rec["error"]["message"].startswith("redistribution refused before any data moved:\n  ranks 0-1: "
+                                                      "S(2) on mesh dimension 0 ('tp') names no dimension"), rec
+        else:
+            assert rec["row"] == 1 and rec["error"] is None and rec["same"], (r, rec)
+
+
 @pytest.mark.parametrize("nprocs", [2, 4])
 def test_forward_dtype_backward_dtype_and_async_op_are_dtensors(nprocs, job2, job4):
     """DTensor's keywords: the result (values, dtype, placements) and the

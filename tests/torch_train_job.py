@@ -14,7 +14,8 @@ Cases:
   every parameter after the steps, bit for bit; ``routing_info()``.
 - ``submesh`` (4 ranks): ``verishard.torch.redistribute`` on the ``tp``
   sub-mesh of a (2, 2) mesh, called by its two ranks only (each pair its
-  own), against ``DTensor.redistribute``.
+  own), against ``DTensor.redistribute``; the first pair's bad call refused
+  on its two ranks while the second pair's good one runs.
 - ``signature``: ``forward_dtype``, ``backward_dtype`` and ``async_op``
   against ``DTensor.redistribute`` with the same keywords: local values,
   dtypes and placements of the result and of the gradient.
@@ -114,6 +115,17 @@ def submesh_case(add, rank, nprocs) -> None:
         ref = x.redistribute(tp, dst)
         add(case="submesh", dst=str(dst), same=same(ours.to_local(), ref.to_local()),
             placements=ours.placements == ref.placements)
+    # each tp pair agrees among itself: the first pair's bad call is refused on its two ranks while the
+    # second pair's good one runs
+    row = mesh.get_coordinate()[0]
+    rec = {"case": "submesh-refusal", "row": row, "error": None}
+    try:
+        y = vt.redistribute(x, [Shard(2)] if row == 0 else [Shard(1)], check_agreement="always")
+        rec["same"] = same(y.to_local(), x.redistribute(tp, [Shard(1)]).to_local())
+    except Exception as e:  # noqa: BLE001 - recorded
+        rec["error"] = {"type": type(e).__name__, "message": str(e)}
+    rec["after"] = same(vt.redistribute(x, [Replicate()]).to_local(), x.redistribute(tp, [Replicate()]).to_local())
+    add(**rec)
 
 
 def signature_case(add, rank, nprocs) -> None:

@@ -622,7 +622,8 @@ def _run(x: Any, entry: _Entry | None, problems: list, policy: tuple) -> torch.T
         problems = [(INVALID, f"the DTensor's local tensor has shape {tuple(local.shape)}, but its placements give "
                               f"local shape {entry.local_shape}")]
         entry = None
-    _agree_on(entry, problems, policy, _agreement_ranks(x.device_mesh) if isinstance(x, DTensor) else None)
+    _agree_on(entry, problems, policy, _agreement_ranks(x.device_mesh) if problems and isinstance(x, DTensor)
+              else None)
     assert entry is not None
     return _move_local(entry, local, entry.target_spec.mesh)
 

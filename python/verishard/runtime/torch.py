@@ -66,6 +66,7 @@ Importing this module imports torch; it starts no process group.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -604,6 +605,9 @@ def real_tensors():
     and proxies, set aside): planning reads a DeviceMesh's
     rank tensor, and the process groups cache their order tables, which must
     not become fake tensors of one trace."""
+    from torch._ops import _len_torch_dispatch_stack_pre_dispatch
+    if not torch._C._len_torch_dispatch_stack() and not _len_torch_dispatch_stack_pre_dispatch():
+        return contextlib.nullcontext()   # eager: nothing to set aside
     from torch.utils._python_dispatch import _disable_current_modes
     return _disable_current_modes()
 
