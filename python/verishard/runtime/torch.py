@@ -557,7 +557,8 @@ class FuncolBackend(TorchBackend):
     def all_gather(self, x: torch.Tensor, dim: int, group: AxisGroup) -> torch.Tensor:
         from torch.distributed import _functional_collectives as funcol
         g = self.groups.group(group)
-        return self._in_index_order(funcol.all_gather_tensor(x.contiguous(), 0, g.pg), g, g.size, dim)
+        gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor   # renamed in torch 2.13
+        return self._in_index_order(gather(x.contiguous(), 0, g.pg), g, g.size, dim)
 
     def all_to_all(self, x: torch.Tensor, src_dim: int, dst_dim: int, group: AxisGroup) -> torch.Tensor:
         from torch.distributed import _functional_collectives as funcol
@@ -574,7 +575,8 @@ class FuncolBackend(TorchBackend):
         g = self.groups.group(group)
         piece = list(x.shape)
         piece[dim] //= g.size
-        out = funcol.reduce_scatter_tensor(self._by_group_rank(x, g, g.size, dim), op, 0, g.pg)
+        scatter = getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor   # renamed in 2.13
+        out = scatter(self._by_group_rank(x, g, g.size, dim), op, 0, g.pg)
         return out.reshape(piece)
 
     def all_permute(self, x: torch.Tensor, sources: np.ndarray) -> torch.Tensor:
