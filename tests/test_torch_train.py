@@ -42,7 +42,7 @@ def job4(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def job2(tmp_path_factory):
-    return _launch(tmp_path_factory, 2, "signature,compile")
+    return _launch(tmp_path_factory, 2, "signature,compile,compile-enable")
 
 
 def records(job, case):
@@ -153,3 +153,16 @@ def test_compiled_plans_of_every_kind_match_dtensor(job4):
         assert rec["dtensor"] and rec["eager"] and rec["ops"], (r, rec)
     ops = {op for _, rec in recs for op in rec["ops"]}
     assert ops == {"reduce_scatter_tensor", "all_reduce", "all_to_all_single", "all_gather_into_tensor"}, ops
+
+
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_enable_routes_inside_compiled_regions(nprocs, job2, job4):
+    """A tensor-parallel MLP compiled with eager and aot_eager
+    (fullgraph=True) under enable(): output and every gradient equal
+    DTensor's compiled run bit for bit, every redistribution routed (planned
+    while tracing, functional collectives in the AOT graphs), none fell back."""
+    recs = records({2: job2, 4: job4}[nprocs], "compile-enable")
+    assert len(recs) == nprocs * 4
+    for r, rec in recs:
+        assert all(rec["same"]) and len(rec["same"]) == 5, (r, rec)
+        assert rec["info"]["routed"] >= 2 and rec["info"]["fallbacks"] == 0, (r, rec)

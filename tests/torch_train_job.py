@@ -29,6 +29,8 @@ Cases:
 - ``compile-pairs`` (4 ranks): plans with every kind of step compiled with
   ``aot_eager`` and ``fullgraph=True``: ours against DTensor's compiled and
   our eager result; the functional collectives of the forward graph.
+- ``compile-enable``: a tensor-parallel MLP compiled with DTensor's own
+  redistributions and under ``verishard.torch.enabled()``.
 """
 
 from __future__ import annotations
@@ -266,8 +268,42 @@ def compile_pairs_case(add, rank, nprocs) -> None:
             eager=same(results[0], eager), ops=ops)
 
 
+def compile_enable_case(add, rank, nprocs) -> None:
+    """A tensor-parallel MLP compiled (eager, aot_eager; fullgraph) with
+    DTensor's own redistributions and under verishard.torch.enabled():
+    output and every gradient bit for bit; routing_info()."""
+    import torch
+    import torch._dynamo
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    import verishard.torch as vt
+    mesh = init_device_mesh("cpu", (nprocs,), mesh_dim_names=("tp",))
+
+    def run(enable, backend, row):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16))
+        m = parallelize_module(m, mesh, {"0": ColwiseParallel(), "2": row})
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+        torch._dynamo.reset()
+        with (vt.enabled() if enable else _nothing()):
+            y = torch.compile(m, backend=backend, fullgraph=True)(x)
+            y = y.full_tensor() if hasattr(y, "full_tensor") else y
+            (y * y).sum().backward()
+        return [y.detach()] + [p.grad.full_tensor() for p in m.parameters()]
+
+    for backend in ("eager", "aot_eager"):
+        for label, row in (("replicated output", RowwiseParallel()),
+                           ("sequence-sharded output", RowwiseParallel(output_layouts=Shard(0)))):
+            ref = run(False, backend, row)
+            vt.routing_info(reset=True)
+            got = run(True, backend, row)
+            add(case="compile-enable", backend=backend, label=label, same=[same(a, b) for a, b in zip(ref, got)],
+                info=vt.routing_info(reset=True))
+
+
 CASES = {"train": train_case, "submesh": submesh_case, "signature": signature_case, "compile": compile_case,
-         "compile-pairs": compile_pairs_case}
+         "compile-pairs": compile_pairs_case, "compile-enable": compile_enable_case}
 
 
 def worker(rank: int, port: int, outdir: str, nprocs: int, only: str) -> None:

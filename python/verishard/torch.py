@@ -881,8 +881,8 @@ def enable(*, force: bool = False) -> None:
     among its ranks on a plan's first use), with DTensor's own local steps
     of ``_MaskPartial``, ``_NormPartial`` and Replicate -> Partial around
     the verified plan (:func:`_routed_steps`); what the verified planner
-    refuses, or what only DTensor's order of steps decides (tracing;
-    docs/torch.md lists every reason), goes to DTensor's own path and is
+    refuses, or what only DTensor's order of steps decides (docs/torch.md
+    lists every reason), goes to DTensor's own path and is
     counted (:func:`routing_info`). Nested calls stack; :func:`disable`
     undoes one.
 
@@ -977,10 +977,9 @@ def _route(original: Any, local: torch.Tensor, cur: DTensorSpec, target: DTensor
     verified plan(s) of :func:`_routed_steps` with DTensor's own local steps
     around them, or DTensor's path (counted, with the reason)."""
     args = (local, cur, target)
-    from torch.distributed.tensor._redistribute import _are_we_tracing
     if cur.placements == target.placements:  # nothing moves: DTensor's own short cut, not counted
         return original(*args, **kwargs)
-    if _are_we_tracing():
+    if torch.compiler.is_dynamo_compiling():   # Dynamo reading the bytecode: DTensor's own path, traced by Dynamo
         return _fallback(original, "tracing", args, kwargs)
     if cur.mesh != target.mesh:
         return _fallback(original, "another mesh", args, kwargs)
@@ -997,10 +996,13 @@ def _route(original: Any, local: torch.Tensor, cur: DTensorSpec, target: DTensor
         key = (world(), dist.get_rank(), "spec", c, t)
         entry = _lookup(key)
         if entry is None:
-            entry, problems = _spec_entry(c, t)
+            with real_tensors():
+                entry, problems = _spec_entry(c, t)
             if problems:
                 return _fallback(original, "refused: " + problems[0][1].split(":")[0], args, kwargs)
             _store(key, entry)
+        if entry.boxes is not None and tracing():
+            return _fallback(original, "tracing a layout only boxes describe", args, kwargs)
         entries.append(entry)
     first = next((e for e in entries if e is not None), None)
     if first is not None and tuple(local.shape) != first.local_shape:
