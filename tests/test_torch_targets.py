@@ -1,0 +1,83 @@
+"""verishard.torch.fused and block_fp8 targets of transfer (inference
+engines' layouts), on 4 gloo processes (one launch of
+tests/torch_targets_job.py; every rank reports through a JSON file)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from torch_job import launch  # noqa: E402
+from torch_targets_job import BUDGET, NPROCS  # noqa: E402
+
+FUSED = ("qkv_proj", "gate_up_proj", "linear_qkv", "embed_tokens")
+FP8 = ("w8", "w8_2d")
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    return launch("torch_targets_job.py", tmp_path_factory.mktemp("torch_targets_job"), NPROCS, timeout=300)
+
+
+def records(job, case):
+    return [(r, rec) for r, d in sorted(job.items()) for rec in d["records"] if rec["case"] == case]
+
+
+def moved(job):
+    recs = records(job, "targets")
+    assert len(recs) == NPROCS
+    for r, rec in recs:
+        assert "error" not in rec, (r, rec.get("traceback"))
+    return recs
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_targets_match_the_engines_own_split(job, name):
+    """vLLM's QKVParallelLinear (8 q heads, 2 kv heads over TP 4: each kv head
+    on 2 ranks), MergedColumnParallelLinear (gate, up), Megatron's interleaved
+    QKV (4 query groups) and a vocabulary-padded embedding (50 rows padded to
+    64, written into the engine's own parameter, whose padding rows keep
+    their values): every rank's local tensor bit for bit with the full
+    tensors split as the engine splits them."""
+    for r, rec in moved(job):
+        assert rec["same"][name], (r, name)
+    assert all(rec["out_is_param"] for _, rec in moved(job))
+
+
+@pytest.mark.parametrize("name", FP8)
+def test_block_fp8_targets_are_the_full_quantization_sharded(job, name):
+    """(300, 200) bf16 over TP 4 (every shard cuts 128-row blocks) and
+    (260, 300) over a (2, 2) mesh sharded on both dimensions, with an all-zero
+    and a small-valued block: every rank's FP8 shard and the scales of the
+    blocks it touches bit for bit with a block-by-block quantization of the
+    full tensor, sharded; the result a DTensor of the target's placements."""
+    for r, rec in moved(job):
+        for part in ("", ".scale", ".first_block", ".spec"):
+            assert rec["same"][name + part], (r, name + part)
+
+
+def test_every_rank_receives_exactly_what_it_lacks_less_than_the_reference(job):
+    """Bytes received: exactly the rank's target boxes (for FP8 its shard
+    widened to block boundaries) less what its source blocks hold, and less
+    than the vLLM-style reference, which receives every full tensor; per
+    round at most the budget, unless the round is one cut."""
+    for r, rec in moved(job):
+        assert rec["received"] == rec["lower_bound"], (r, rec["received"], rec["lower_bound"])
+        assert rec["received"] < rec["reference_received"], r
+        for (sent, got), single in zip(rec["loads"], rec["single_cut_rounds"]):
+            assert single or (sent <= BUDGET and got <= BUDGET), (r, sent, got)
+
+
+@pytest.mark.parametrize("label,part", [("heads do not divide", "qkv_proj: part 'k' of extent 8 along dim 0 cannot "
+                                                                 "have 3 equal heads"),
+                                        ("fp8 of a 1-D tensor", "b: block_fp8 quantizes 2-D weights")])
+def test_bad_targets_are_refused_the_same_on_every_rank(job, label, part):
+    got = [rec for _, rec in records(job, "targets_error") if rec["label"] == label]
+    assert len(got) == NPROCS
+    assert {rec["error"]["type"] for rec in got} == {"RedistributionRefused"}
+    assert len({rec["error"]["message"] for rec in got}) == 1 and part in got[0]["error"]["message"]
+    assert all(rec["ok_after"] for rec in got)
