@@ -48,6 +48,14 @@ def test_fused_targets_match_the_engines_own_split(job, name):
     assert all(rec["out_is_param"] for _, rec in moved(job))
 
 
+def test_the_schedule_names_each_target(job):
+    """plan_transfer's table names every part's fused target and every FP8 conversion."""
+    for r, rec in moved(job):
+        assert len(rec["text"]) == 11, (r, rec["text"])   # 9 fused parts, 2 FP8 tensors
+        assert any("qkv_proj: fused(parts=(('q', None), ('k', 2), ('v', 2))" in line for line in rec["text"])
+        assert any("w8_2d: block_fp8(block=(128, 128)" in line for line in rec["text"])
+
+
 @pytest.mark.parametrize("name", FP8)
 def test_block_fp8_targets_are_the_full_quantization_sharded(job, name):
     """(300, 200) bf16 over TP 4 (every shard cuts 128-row blocks) and
@@ -63,8 +71,9 @@ def test_block_fp8_targets_are_the_full_quantization_sharded(job, name):
 def test_every_rank_receives_exactly_what_it_lacks_less_than_the_reference(job):
     """Bytes received: exactly the rank's target boxes (for FP8 its shard
     widened to block boundaries) less what its source blocks hold, and less
-    than the vLLM-style reference, which receives every full tensor; per
-    round at most the budget, unless the round is one cut."""
+    than the vLLM-style reference, which receives every full tensor (less
+    its own source shard); per round at most the budget, unless the round is
+    one cut."""
     for r, rec in moved(job):
         assert rec["received"] == rec["lower_bound"], (r, rec["received"], rec["lower_bound"])
         assert rec["received"] < rec["reference_received"], r

@@ -81,7 +81,8 @@ def targets_case(add, rank) -> None:
     m22 = DeviceMesh("cpu", [[0, 1], [2, 3]])
     shapes = {"q": (HEADS * HEAD_DIM, HIDDEN), "k": (KV_HEADS * HEAD_DIM, HIDDEN), "v": (KV_HEADS * HEAD_DIM, HIDDEN),
               "gate": (24, HIDDEN), "up": (24, HIDDEN),
-              "mq": (HEADS * HEAD_DIM, HIDDEN), "mk": (M_GROUPS * HEAD_DIM, HIDDEN), "mv": (M_GROUPS * HEAD_DIM, HIDDEN),
+              "mq": (HEADS * HEAD_DIM, HIDDEN), "mk": (M_GROUPS * HEAD_DIM, HIDDEN),
+              "mv": (M_GROUPS * HEAD_DIM, HIDDEN),
               "embed": (VOCAB, HIDDEN)} | {n: s for n, (s, _) in FP8_SHAPES.items()}
     G = {n: full(s, seed=10 + i) for i, (n, s) in enumerate(sorted(shapes.items()))}
     tensors = {n: distribute_tensor(g, train, (Shard(0),), src_data_rank=None) for n, g in G.items()}
@@ -136,10 +137,14 @@ def targets_case(add, rank) -> None:
             rec["same"][n + ".spec"] = (res.weight.placements == tuple(pl) and res.weight.dtype == torch.float8_e4m3fn
                                         and tuple(res.weight.shape) == shape)
         rec["received"], rec["lower_bound"] = sched.received(rank), sched.lower_bound(rank)
-        rec["reference_received"] = sum(G[p].numel() * 2 for ps in parts.values() for p in ps)
+        # the reference gathers every full tensor it uses: all of it but what its own source shard holds
+        rec["reference_received"] = sum((G[p].numel() - tensors[p].to_local().numel()) * G[p].itemsize
+                                        for ps in parts.values() for p in ps)
         rec["loads"] = sched.round_loads(rank)
         rec["single_cut_rounds"] = [len(rd) == 1 for rd in sched.rounds]
         rec["rounds"] = len(sched.rounds)
+        text = str(sched)
+        rec["text"] = [line for line in text.splitlines() if "fused(" in line or "block_fp8(" in line]
     except Exception as e:  # noqa: BLE001
         rec["error"] = error_record(e)
         rec["traceback"] = traceback.format_exc()

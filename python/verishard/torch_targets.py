@@ -129,6 +129,9 @@ def quantize_block_fp8(x: torch.Tensor, block: Sequence[int] = (128, 128),
     the edges are the ones the tensor leaves. Every element depends only on
     its own block, so a tensor cut at block boundaries quantizes to the same
     bits piece by piece."""
+    if x.ndim != 2 or len(block) != 2 or min(block) < 1:
+        raise ShardingError(f"quantize_block_fp8 takes a 2-D tensor and two positive block sizes, not a tensor of "
+                            f"shape {tuple(x.shape)} and block {tuple(block)}")
     rows, cols = x.shape
     b0, b1 = block
     nr, nc = -(-rows // b0), -(-cols // b1)

@@ -38,7 +38,10 @@ the others. A Partial source (sum, max or min) is first reduced on its own mesh,
 after the agreement: the partial types' ``AllReduce`` step over each pending
 mesh dimension, which keeps the local shape; the schedule moves the reduced
 blocks, planned as the same placements with Replicate for Partial. Partial
-targets are refused.
+targets are refused. Targets laid out as inference engines hold them
+(:func:`verishard.torch_targets.fused`, and ``(mesh, placements,
+block_fp8())``) are explicit target boxes too, moved by the same box
+schedule (:class:`~verishard.torch_targets.BoxTarget`).
 
 Importing this module imports torch; see ``docs/torch.md``.
 """
@@ -170,8 +173,9 @@ class TransferSchedule:
         for m in self.moves[:MAX_SHOWN_PIECES]:
             dtype = str(m.dtype).removeprefix("torch.")
             if isinstance(m.plan, BoxPlan):
-                what = (f"as boxes (DTensor's layouts): {len(m.plan.src)} source boxes -> {len(m.plan.dst)} target "
-                        f"boxes (Boxesworldproof.brounds_correct)")
+                how = m.into.describe() if m.into is not None else "DTensor's layouts"
+                what = (f"as boxes ({how}): {len(m.plan.src)} source boxes -> {len(m.plan.dst)} target boxes "
+                        "(Boxesworldproof.brounds_correct)")
             else:
                 what = (f"{m.plan.src} on ranks {ranks_text(m.plan.src_ranks)} -> {m.plan.dst} on ranks "
                         f"{ranks_text(m.plan.dst_ranks)}")
@@ -448,7 +452,10 @@ def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh,
     """Move every tensor of ``tensors`` to ``targets[name]`` (a DeviceMesh and
     placements) in one verified schedule; returns this rank's DTensors, by
     name, for the targets whose mesh holds this rank (none on a rank outside
-    every target mesh).
+    every target mesh). A target may also be ``fused(...)`` (its parts are
+    source names; the result is the rank's fused local tensor) or ``(mesh,
+    placements, block_fp8(...))`` (the result a ``BlockFP8Shard``):
+    :mod:`verishard.torch_targets`.
 
     Collective over every rank of either side (every rank of the world may
     call it; ranks on neither side return ``{}`` at once). Per round a rank
