@@ -52,7 +52,7 @@ def test_the_schedule_names_each_target(job):
     """plan_transfer's table names every part's fused target and every FP8 conversion."""
     for r, rec in moved(job):
         assert len(rec["text"]) == 11, (r, rec["text"])   # 9 fused parts, 2 FP8 tensors
-        assert any("qkv_proj: fused(parts=(('q', None), ('k', 2), ('v', 2))" in line for line in rec["text"])
+        assert any("qkv_proj: fused(parts=(('q', 8), ('k', 2), ('v', 2))" in line for line in rec["text"])
         assert any("w8_2d: block_fp8(block=(128, 128)" in line for line in rec["text"])
 
 
@@ -81,9 +81,12 @@ def test_every_rank_receives_exactly_what_it_lacks_less_than_the_reference(job):
             assert single or (sent <= BUDGET and got <= BUDGET), (r, sent, got)
 
 
-@pytest.mark.parametrize("label,part", [("heads do not divide", "qkv_proj: part 'k' of extent 8 along dim 0 cannot "
-                                                                 "have 3 equal heads"),
-                                        ("fp8 of a 1-D tensor", "b: block_fp8 quantizes 2-D weights")])
+@pytest.mark.parametrize("label,part", [
+    ("heads do not divide", "qkv_proj: part 'k' of extent 8 along dim 0 cannot have 3 equal heads"),
+    ("a part in two targets", "k: named by two targets (a source tensor goes to one target; pass a second name"),
+    ("out of another shape", "rank 0: q: qkv_proj: out has shape (3, 16) but rank 0's fused local tensor has "
+                             "shape (12, 16)"),
+    ("fp8 of a 1-D tensor", "b: block_fp8 quantizes 2-D weights")])
 def test_bad_targets_are_refused_the_same_on_every_rank(job, label, part):
     got = [rec for _, rec in records(job, "targets_error") if rec["label"] == label]
     assert len(got) == NPROCS

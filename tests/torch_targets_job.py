@@ -88,7 +88,7 @@ def targets_case(add, rank) -> None:
     tensors = {n: distribute_tensor(g, train, (Shard(0),), src_data_rank=None) for n, g in G.items()}
     embed_out = torch.full((PADDED // TP, HIDDEN), SENTINEL, dtype=torch.bfloat16)
     targets = {
-        "qkv_proj": fused(tp, [Shard(0)], ["q", ("k", KV_HEADS), ("v", KV_HEADS)]),
+        "qkv_proj": fused(tp, [Shard(0)], [("q", HEADS), ("k", KV_HEADS), ("v", KV_HEADS)]),
         "gate_up_proj": fused(tp, [Shard(0)], ["gate", "up"]),
         "linear_qkv": fused(tp, [Shard(0)], ["mq", "mk", "mv"], groups=M_GROUPS),
         "embed_tokens": fused(tp, [Shard(0)], ["embed"], size=PADDED, out=embed_out),
@@ -151,7 +151,11 @@ def targets_case(add, rank) -> None:
     add(**rec)
 
     # refusals: the same error on every rank, before any data moved
+    wrong_out = torch.empty(3, HIDDEN, dtype=torch.bfloat16)
     for label, bad in (("heads do not divide", {"qkv_proj": fused(tp, [Shard(0)], ["q", ("k", 3), ("v", 3)])}),
+                       ("a part in two targets", {"qk": fused(tp, [Shard(0)], ["q", "k"]),
+                                                  "kv": fused(tp, [Shard(0)], ["k", "v"])}),
+                       ("out of another shape", {"qkv_proj": fused(tp, [Shard(0)], ["q", "k", "v"], out=wrong_out)}),
                        ("fp8 of a 1-D tensor", None)):
         rec = {"case": "targets_error", "label": label}
         try:

@@ -175,7 +175,7 @@ class BoxTarget:
             self.layout["boxes"], self.layout["shapes"] = _fused_layout(self.spec, self.shapes, spec.placements,
                                                                         sizes, ranks)
         me, out, shapes = dist.get_rank(), self.spec.out, self.layout["shapes"]
-        if out is not None and me in ranks and tuple(out.shape) != shapes[ranks.index(me)]:
+        if self.index == 0 and out is not None and me in ranks and tuple(out.shape) != shapes[ranks.index(me)]:
             raise ShardingError(f"{self.key}: out has shape {tuple(out.shape)} but rank {me}'s fused local tensor "
                                 f"has shape {shapes[ranks.index(me)]}")
         return self.layout["boxes"][self.index], shapes
@@ -221,7 +221,8 @@ def per_source(targets: Mapping[str, Any], tensors: Mapping[str, Any]) -> tuple[
 
     def put(name, t):
         if name in out:
-            problems.append(f"{name}: named by two targets (a source tensor goes to one target)")
+            problems.append(f"{name}: named by two targets (a source tensor goes to one target; pass a second "
+                            "name for a copy of it)")
         out[name] = t
 
     for key in sorted(targets, key=str):
@@ -283,7 +284,8 @@ def _fused_problems(key: str, t: Fused, tensors: Mapping[str, Any]) -> list[str]
         return [f"{key}: fused parts of dtypes {sorted({str(x.dtype) for x in xs})}: a fused tensor has one dtype"]
     for n, h in t.parts:
         if h is not None and (not isinstance(h, int) or h < 1 or tensors[n].shape[d] % h):
-            return [f"{key}: part {n!r} of extent {tensors[n].shape[d]} along dim {d} cannot have {h!r} equal heads"]
+            return [f"{key}: part {n!r} of extent {tensors[n].shape[d]} along dim {d} cannot have {h!r} equal heads "
+                    "(give its number of heads, which divides the extent)"]
     if t.groups is not None:
         if not isinstance(t.groups, int) or t.groups < 1 or any(x.shape[d] % t.groups for x in xs):
             return [f"{key}: groups={t.groups!r} must be a positive integer dividing every part along dim {d} "
