@@ -8,11 +8,13 @@ import os
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from torch_job import launch  # noqa: E402
-from torch_targets_job import BUDGET, NPROCS  # noqa: E402
+from torch_targets_job import BUDGET, NPROCS, full, reference_fp8  # noqa: E402
 
 FUSED = ("qkv_proj", "gate_up_proj", "linear_qkv", "embed_tokens")
 FP8 = ("w8", "w8_2d")
@@ -93,3 +95,34 @@ def test_bad_targets_are_refused_the_same_on_every_rank(job, label, part):
     assert {rec["error"]["type"] for rec in got} == {"RedistributionRefused"}
     assert len({rec["error"]["message"] for rec in got}) == 1 and part in got[0]["error"]["message"]
     assert all(rec["ok_after"] for rec in got)
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 70), cols=st.integers(1, 70), b0=st.integers(1, 24), b1=st.integers(1, 24),
+       data=st.data())
+def test_block_quantization_of_a_block_aligned_piece_is_the_same_bits(rows, cols, b0, b1, data):
+    """What a block_fp8 target relies on: quantize_block_fp8 is the
+    block-by-block recipe, and a piece cut at block boundaries (its end at a
+    block boundary or the tensor's end) quantizes to the same bits and scales
+    as that piece of the whole tensor's quantization."""
+    import torch
+    from verishard.torch import quantize_block_fp8
+    x = full((rows, cols), seed=rows * 100 + cols)
+    q, scale = quantize_block_fp8(x, (b0, b1))
+    rq, rscale = reference_fp8(x, (b0, b1))
+    assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(scale, rscale)
+    nr, nc = scale.shape
+    i0, j0 = data.draw(st.integers(0, nr - 1)), data.draw(st.integers(0, nc - 1))
+    i1, j1 = data.draw(st.integers(i0 + 1, nr)), data.draw(st.integers(j0 + 1, nc))
+    rs, cs = slice(i0 * b0, min(i1 * b0, rows)), slice(j0 * b1, min(j1 * b1, cols))
+    pq, pscale = quantize_block_fp8(x[rs, cs], (b0, b1))
+    assert torch.equal(pq.view(torch.uint8), q[rs, cs].view(torch.uint8))
+    assert torch.equal(pscale, scale[i0:i1, j0:j1])
+
+
+def test_quantize_block_fp8_refuses_what_is_not_a_matrix():
+    import torch
+    from verishard.errors import ShardingError
+    from verishard.torch import quantize_block_fp8
+    with pytest.raises(ShardingError, match="takes a 2-D tensor and two positive block sizes"):
+        quantize_block_fp8(torch.zeros(4), (2, 2))

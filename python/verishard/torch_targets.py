@@ -199,7 +199,7 @@ class BoxTarget:
         shard, widened = self.layout["shard"].get(me), self.layout["widened"].get(me)
         b0, b1 = self.spec.block
         fp8_meta = TensorMeta(meta.shape, meta.stride, self.spec.dtype)
-        spec = DTensorSpec(self.mesh, tuple(self.placements), tensor_meta=fp8_meta)
+        spec = DTensorSpec(self.mesh, tuple(self.layout["placements"]), tensor_meta=fp8_meta)
         if shard is None:
             local = torch.empty(self.layout["empty_shape"][me], dtype=self.spec.dtype, device=buf.device)
             return BlockFP8Shard(DTensor(local, spec, requires_grad=False),
@@ -398,5 +398,5 @@ def _widened(conv: BlockFP8, spec: DTensorSpec, sizes: tuple, ranks: list[int], 
                      for (s, n), b, g in zip(box, conv.block, shape))
         shard[r], widened[r] = box, wide
         out.append((r, wide, (0,) * len(wide)))
-    layout.update(shard=shard, widened=widened, empty_shape=dict(zip(ranks, shapes)))
+    layout.update(shard=shard, widened=widened, empty_shape=dict(zip(ranks, shapes)), placements=spec.placements)
     return out, tuple(tuple(n for _, n in widened[r]) if r in widened else sh for r, sh in zip(ranks, shapes))
