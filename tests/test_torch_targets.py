@@ -53,7 +53,7 @@ def test_fused_targets_match_the_engines_own_split(job, name):
 def test_the_schedule_names_each_target(job):
     """plan_transfer's table names every part's fused target and every FP8 conversion."""
     for r, rec in moved(job):
-        assert len(rec["text"]) == 11, (r, rec["text"])   # 9 fused parts, 2 FP8 tensors
+        assert len(rec["text"]) == 14, (r, rec["text"])   # 12 fused parts, 2 FP8 tensors
         assert any("qkv_proj: fused(parts=(('q', 8), ('k', 2), ('v', 2))" in line for line in rec["text"])
         assert any("w8_2d: block_fp8(block=(128, 128)" in line for line in rec["text"])
 
@@ -68,6 +68,17 @@ def test_block_fp8_targets_are_the_full_quantization_sharded(job, name):
     for r, rec in moved(job):
         for part in ("", ".scale", ".first_block", ".spec"):
             assert rec["same"][name + part], (r, name + part)
+
+
+def test_fused_block_fp8_qkv_is_each_part_quantized_then_split(job):
+    """fused(..., convert=block_fp8((16, 16))) of q (8 heads of 12 rows: TP
+    shards of 24 rows cut 16-row blocks) and k, v (2 heads, replicated): the
+    fused FP8 local tensor bit for bit with each full part quantized block by
+    block then split as vLLM splits it, and the parts' scales of the blocks
+    each shard touches, concatenated."""
+    for r, rec in moved(job):
+        for part in ("", ".scale", ".first_block"):
+            assert rec["same"]["fp8_qkv" + part], (r, part)
 
 
 def test_every_rank_receives_exactly_what_it_lacks_less_than_the_reference(job):

@@ -30,6 +30,7 @@ M_GROUPS = 4                                            # Megatron: query groups
 VOCAB, PADDED = 50, 64
 FP8_SHAPES = {"w8": ((300, 200), "tp"), "w8_2d": ((260, 300), "2d")}
 SENTINEL = -7.0
+F_HEAD_DIM, F_HIDDEN, F_BLOCK = 12, 40, (16, 16)        # fused block-FP8 QKV: shards cut 16 x 16 blocks
 
 
 def error_record(e: BaseException) -> dict:
@@ -83,7 +84,8 @@ def targets_case(add, rank) -> None:
               "gate": (24, HIDDEN), "up": (24, HIDDEN),
               "mq": (HEADS * HEAD_DIM, HIDDEN), "mk": (M_GROUPS * HEAD_DIM, HIDDEN),
               "mv": (M_GROUPS * HEAD_DIM, HIDDEN),
-              "embed": (VOCAB, HIDDEN)} | {n: s for n, (s, _) in FP8_SHAPES.items()}
+              "embed": (VOCAB, HIDDEN), "fq": (HEADS * F_HEAD_DIM, F_HIDDEN), "fk": (KV_HEADS * F_HEAD_DIM, F_HIDDEN),
+              "fv": (KV_HEADS * F_HEAD_DIM, F_HIDDEN)} | {n: s for n, (s, _) in FP8_SHAPES.items()}
     G = {n: full(s, seed=10 + i) for i, (n, s) in enumerate(sorted(shapes.items()))}
     tensors = {n: distribute_tensor(g, train, (Shard(0),), src_data_rank=None) for n, g in G.items()}
     embed_out = torch.full((PADDED // TP, HIDDEN), SENTINEL, dtype=torch.bfloat16)
@@ -92,6 +94,8 @@ def targets_case(add, rank) -> None:
         "gate_up_proj": fused(tp, [Shard(0)], ["gate", "up"]),
         "linear_qkv": fused(tp, [Shard(0)], ["mq", "mk", "mv"], groups=M_GROUPS),
         "embed_tokens": fused(tp, [Shard(0)], ["embed"], size=PADDED, out=embed_out),
+        "fp8_qkv": fused(tp, [Shard(0)], [("fq", HEADS), ("fk", KV_HEADS), ("fv", KV_HEADS)],
+                         convert=block_fp8(F_BLOCK)),
         "w8": (tp, [Shard(0)], block_fp8((128, 128))),
         "w8_2d": (m22, [Shard(0), Shard(1)], block_fp8((128, 128))),
     }
@@ -112,7 +116,17 @@ def targets_case(add, rank) -> None:
     if hi > lo:
         emb[:hi - lo] = G["embed"][lo:hi]
     want["embed_tokens"] = emb
-    parts = {"qkv_proj": ["q", "k", "v"], "gate_up_proj": ["gate", "up"], "linear_qkv": ["mq", "mk", "mv"],
+    # vLLM's block-FP8 QKV: every part quantized whole, then split as above; the scales of the blocks each
+    # part's shard touches, concatenated
+    fq, fs, first = [], [], None
+    for name, lo, n in (("fq", r * HEADS * F_HEAD_DIM // TP, HEADS * F_HEAD_DIM // TP),
+                        ("fk", kv * F_HEAD_DIM, F_HEAD_DIM), ("fv", kv * F_HEAD_DIM, F_HEAD_DIM)):
+        q8, s8 = reference_fp8(G[name], F_BLOCK)
+        fq.append(q8[lo:lo + n].view(torch.uint8))
+        fs.append(s8[lo // F_BLOCK[0]:(lo + n - 1) // F_BLOCK[0] + 1])
+        first = first or (lo // F_BLOCK[0], 0)
+    want_fp8_qkv = (torch.cat(fq), torch.cat(fs), first)
+    parts = {"fp8_qkv": ["fq", "fk", "fv"], "qkv_proj": ["q", "k", "v"], "gate_up_proj": ["gate", "up"], "linear_qkv": ["mq", "mk", "mv"],
              "embed_tokens": ["embed"], "w8": ["w8"], "w8_2d": ["w8_2d"]}
     rec = {"case": "targets"}
     try:
@@ -121,6 +135,11 @@ def targets_case(add, rank) -> None:
         rec["names"] = sorted(got)
         rec["same"] = {n: same(got[n], want[n]) for n in want}
         rec["out_is_param"] = got["embed_tokens"] is embed_out
+        res = got["fp8_qkv"]
+        rec["same"]["fp8_qkv"] = (res.weight.dtype == torch.float8_e4m3fn
+                                  and same(res.weight.view(torch.uint8), want_fp8_qkv[0]))
+        rec["same"]["fp8_qkv.scale"] = same(res.weight_scale_inv, want_fp8_qkv[1])
+        rec["same"]["fp8_qkv.first_block"] = tuple(res.first_block) == want_fp8_qkv[2]
         for n, (shape, on) in FP8_SHAPES.items():
             q, scale = reference_fp8(G[n], (128, 128))
             mesh, pl = targets[n][0], targets[n][1]

@@ -54,9 +54,11 @@ class Fused:
     groups: int | None = None
     size: int | None = None
     out: torch.Tensor | None = field(default=None, compare=False)
+    convert: BlockFP8 | None = None
 
     def describe(self) -> str:
-        return f"fused(parts={self.parts}, dim={self.dim}, groups={self.groups}, size={self.size})"
+        return (f"fused(parts={self.parts}, dim={self.dim}, groups={self.groups}, size={self.size}"
+                + (f", convert={self.convert.describe()})" if self.convert is not None else ")"))
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,8 @@ class BlockFP8Shard(NamedTuple):
 
 
 def fused(mesh: DeviceMesh, placements: Sequence[Any], parts: Sequence[Any], dim: int = 0, *,
-          groups: int | None = None, size: int | None = None, out: torch.Tensor | None = None) -> Fused:
+          groups: int | None = None, size: int | None = None, out: torch.Tensor | None = None,
+          convert: BlockFP8 | None = None) -> Fused:
     """A :func:`~verishard.torch.transfer` target whose local tensor on each
     rank of ``mesh`` is the concatenation along ``dim`` of that rank's shards
     (under ``placements``) of the source tensors ``parts``, in order.
@@ -103,9 +106,18 @@ def fused(mesh: DeviceMesh, placements: Sequence[Any], parts: Sequence[Any], dim
 
     ``transfer`` returns the rank's local tensor (a plain tensor, ``out``
     itself where given) under the target's name; the parts are source names
-    only, not names of the result."""
+    only, not names of the result.
+
+    ``convert=block_fp8(...)`` (2-D parts fused along dim 0, without
+    ``groups``, ``size`` or ``out``): every part is quantized in blocks of its
+    own, as vLLM's block-FP8 ``QKVParallelLinear`` holds them; each rank
+    receives every block its part shards touch and the result is a
+    :class:`BlockFP8Shard` whose ``weight`` is the fused FP8 local tensor
+    (plain) and ``weight_scale_inv`` the parts' scales of those blocks
+    concatenated along dim 0 (``first_block`` that of the first part)."""
     return Fused(mesh, tuple(placements) if isinstance(placements, (list, tuple)) else placements,
-                 tuple((p, None) if isinstance(p, str) else tuple(p) for p in parts), dim, groups, size, out)
+                 tuple((p, None) if isinstance(p, str) else tuple(p) for p in parts), dim, groups, size, out,
+                 convert)
 
 
 def block_fp8(block: Sequence[int] = (128, 128), dtype: torch.dtype = torch.float8_e4m3fn) -> BlockFP8:
@@ -174,6 +186,10 @@ class BoxTarget:
         if "boxes" not in self.layout:
             self.layout["boxes"], self.layout["shapes"] = _fused_layout(self.spec, self.shapes, spec.placements,
                                                                         sizes, ranks)
+            if self.spec.convert is not None:   # receive every part's widened boxes, stacked; quantize each after
+                self.layout["fused"], self.layout["fused_shapes"] = self.layout["boxes"], self.layout["shapes"]
+                self.layout["boxes"], self.layout["shapes"] = _stacked_widened(self.spec.convert, self.shapes,
+                                                                               self.layout["fused"], ranks)
         me, out, shapes = dist.get_rank(), self.spec.out, self.layout["shapes"]
         if self.index == 0 and out is not None and me in ranks and tuple(out.shape) != shapes[ranks.index(me)]:
             raise ShardingError(f"{self.key}: out has shape {tuple(out.shape)} but rank {me}'s fused local tensor "
@@ -195,7 +211,7 @@ class BoxTarget:
     def finish(self, buf: torch.Tensor, meta: TensorMeta, me: int) -> Any:
         """The result on this rank: the fused buffer, or the quantized shard and its scales."""
         if isinstance(self.spec, Fused):
-            return buf
+            return buf if self.spec.convert is None else self._finish_fused_fp8(buf, me)
         shard, widened = self.layout["shard"].get(me), self.layout["widened"].get(me)
         b0, b1 = self.spec.block
         fp8_meta = TensorMeta(meta.shape, meta.stride, self.spec.dtype)
@@ -208,6 +224,28 @@ class BoxTarget:
         cut = tuple(slice(s - w, s - w + n) for (s, n), (w, _) in zip(shard, widened))
         return BlockFP8Shard(DTensor(q[cut].contiguous(), spec, requires_grad=False), scale,
                              (widened[0][0] // b0, widened[1][0] // b1))
+
+
+    def _finish_fused_fp8(self, buf: torch.Tensor, me: int) -> BlockFP8Shard:
+        """Each part's stacked widened region quantized, its shard written at
+        its place in the fused FP8 tensor, the parts' scales concatenated."""
+        conv, ranks = self.spec.convert, [int(r) for r in self.mesh.mesh.flatten().tolist()]
+        shape = self.layout["fused_shapes"][ranks.index(me)]
+        out = torch.empty(shape, dtype=conv.dtype, device=buf.device)
+        scales, first = [], (0, 0)
+        for q, (part, stacked) in enumerate(zip(self.layout["fused"], self.layout["boxes"])):
+            mine = [(box, at) for r, box, at in part if r == me]
+            if not mine:
+                continue
+            (box, at), ((_, wide, (row, _)),) = mine[0], [h for h in stacked if h[0] == me]
+            qz, scale = quantize_block_fp8(buf[row:row + wide[0][1]], conv.block, conv.dtype)
+            cut = tuple(slice(s - w, s - w + n) for (s, n), (w, _) in zip(box, wide))
+            out[tuple(slice(a, a + n) for a, (_, n) in zip(at, box))] = qz[cut]
+            scales.append(scale)
+            if len(scales) == 1:
+                first = (wide[0][0] // conv.block[0], wide[1][0] // conv.block[1])
+        scale = torch.cat(scales) if scales else torch.empty((0, 0), dtype=torch.float32, device=buf.device)
+        return BlockFP8Shard(out, scale, first)
 
 
 def per_source(targets: Mapping[str, Any], tensors: Mapping[str, Any]) -> tuple[dict, list[str]]:
@@ -296,6 +334,15 @@ def _fused_problems(key: str, t: Fused, tensors: Mapping[str, Any]) -> list[str]
                                or any(h is not None for _, h in t.parts)):
         return [f"{key}: size={t.size!r} must be an integer at least every part's extent along dim {d} "
                 f"({[x.shape[d] for x in xs]}), with plain part names"]
+    if t.convert is not None:
+        if not isinstance(t.convert, BlockFP8):
+            return [f"{key}: convert={t.convert!r} is not a block_fp8(...) conversion"]
+        if ndim != 2 or d != 0 or t.groups is not None or t.size is not None or t.out is not None:
+            return [f"{key}: fused(..., convert=block_fp8()) takes 2-D parts fused along dim 0, without groups=, "
+                    "size= or out="]
+        p = _fp8_problems(key, (t.mesh, t.placements, t.convert), xs[0])
+        if p:
+            return p
     if t.out is not None and (not isinstance(t.out, torch.Tensor) or t.out.dtype != xs[0].dtype):
         return [f"{key}: out must be a tensor of the parts' dtype {xs[0].dtype}"]
     return []
@@ -383,6 +430,11 @@ def _fused_layout(t: Fused, shapes: tuple, placements: Sequence[Any], sizes: tup
     return boxes, tuple(sh[:d] + (offset[r],) + sh[d + 1:] for r, sh in zip(ranks, first))
 
 
+def _widen(box: tuple, block: Sequence[int], shape: Sequence[int]) -> tuple:
+    """``box`` widened to the boundaries of the blocks it touches (the last ones clipped to ``shape``)."""
+    return tuple((s // b * b, min(-(-(s + n) // b) * b, g) - s // b * b) for (s, n), b, g in zip(box, block, shape))
+
+
 def _widened(conv: BlockFP8, spec: DTensorSpec, sizes: tuple, ranks: list[int], layout: dict) -> tuple[list, tuple]:
     """Every rank's shard widened to block boundaries (local start 0) and its
     buffer shape; ``layout`` records each rank's shard and widened box."""
@@ -394,9 +446,29 @@ def _widened(conv: BlockFP8, spec: DTensorSpec, sizes: tuple, ranks: list[int], 
                             "gives a rank several (an interleaving _StridedShard)")
     shard, widened, out = {}, {}, []
     for r, box, _ in hs:
-        wide = tuple((s // b * b, min(-(-(s + n) // b) * b, g) - s // b * b)
-                     for (s, n), b, g in zip(box, conv.block, shape))
+        wide = _widen(box, conv.block, shape)
         shard[r], widened[r] = box, wide
         out.append((r, wide, (0,) * len(wide)))
     layout.update(shard=shard, widened=widened, empty_shape=dict(zip(ranks, shapes)), placements=spec.placements)
     return out, tuple(tuple(n for _, n in widened[r]) if r in widened else sh for r, sh in zip(ranks, shapes))
+
+
+def _stacked_widened(conv: BlockFP8, shapes: tuple, fused_boxes: list, ranks: list[int]) -> tuple[list, tuple]:
+    """Per part, every rank's box widened to the part's block boundaries,
+    stacked along dim 0 in part order in the rank's receive buffer (local
+    start (row, 0)); and every rank's buffer shape."""
+    rows = {r: 0 for r in ranks}
+    cols: dict[int, int] = {}
+    out = []
+    for shape, part in zip(shapes, fused_boxes):
+        if len({r for r, _, _ in part}) != len(part):
+            raise ShardingError("fused(..., convert=block_fp8()) takes layouts in which every rank holds one box of "
+                                "each part")
+        stacked = []
+        for r, box, _ in part:
+            wide = _widen(box, conv.block, shape)
+            stacked.append((r, wide, (rows[r], 0)))
+            rows[r] += wide[0][1]
+            cols[r] = wide[1][1]
+        out.append(stacked)
+    return out, tuple((rows[r], cols.get(r, 0)) for r in ranks)
