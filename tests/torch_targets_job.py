@@ -196,6 +196,29 @@ def targets_case(add, rank) -> None:
         add(**rec)
 
 
+def sub_mesh_refusal_case(add, rank) -> None:
+    """A refused fused transfer between ranks 0 and 1 only: ranks 2 and 3 do
+    not call it, and ranks 0 and 1 agree among themselves on the refusal
+    (no wait for the others)."""
+    import time
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from verishard.torch import fused, transfer
+    pair = DeviceMesh("cpu", [0, 1])
+    xs = {n: distribute_tensor(full((8, 4), seed=i), pair, (Shard(0),), src_data_rank=None)
+          for i, n in enumerate(("a", "b"))}
+    if rank not in (0, 1):
+        return
+    rec, t = {"case": "sub_mesh_refusal"}, time.monotonic()
+    try:
+        transfer(xs, {"ab": fused(pair, [Shard(0)], [("a", 3), "b"])}, deadline_s=20)
+        rec["error"] = None
+    except Exception as e:  # noqa: BLE001
+        rec["error"] = error_record(e)
+    rec["seconds"] = time.monotonic() - t
+    add(**rec)
+
+
 def worker(rank: int, port: int, outdir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     import warnings
@@ -210,6 +233,7 @@ def worker(rank: int, port: int, outdir: str) -> None:
     try:
         dist.init_process_group("gloo", rank=rank, world_size=NPROCS, timeout=timedelta(seconds=60))
         targets_case(add, rank)
+        sub_mesh_refusal_case(add, rank)
     except BaseException as e:  # noqa: BLE001 - reported through the file
         add(case="crash", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
     finally:

@@ -68,7 +68,7 @@ from .plan import MAX_SHOWN_PIECES, pieces_table, ranks_text
 from .runtime.crossmesh_mpi import rounds as _verified_rounds
 from .runtime.torch import (_REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree,
                             reduction_problem, run_rounds)
-from .torch_targets import BoxTarget, finish as _finish_targets, per_source
+from .torch_targets import BoxTarget, Fused, finish as _finish_targets, per_source
 
 __all__ = ["transfer", "plan_transfer", "TransferSchedule", "pack", "DEFAULT_BUDGET"]
 
@@ -511,10 +511,11 @@ def _named_ranks(tensors: Any, targets: Any, src_ranks: Any) -> tuple[int, ...] 
     try:
         out = set(int(r) for r in src_ranks) if src_ranks is not None else set()
         for name, t in targets.items():
-            out |= set(_ranks_of(t[0]))
-            x = tensors.get(name)
-            if isinstance(x, DTensor):
-                out |= set(_ranks_of(x.device_mesh))
+            out |= set(_ranks_of(t.mesh if isinstance(t, Fused) else t[0]))
+            for source in ([n for n, _ in t.parts] if isinstance(t, Fused) else [name]):
+                x = tensors.get(source)
+                if isinstance(x, DTensor):
+                    out |= set(_ranks_of(x.device_mesh))
         return tuple(sorted(out)) or None
     except Exception:  # noqa: BLE001 - arguments too malformed to say: the whole world agrees
         return None
