@@ -821,7 +821,8 @@ def oversized_case(rng: random.Random, tmp: str):
 
 
 def judge_oversized(d: str, A: np.ndarray, victim: Path, how: str) -> str:
-    for what, call in [("load", lambda: checkpoint.load(d, {"a": None})["a"]), ("verify", lambda: checkpoint.verify(d))]:
+    for what, call in [("load", lambda: checkpoint.load(d, {"a": None})["a"]),
+                       ("verify", lambda: checkpoint.verify(d))]:
         try:
             got = call()
         except VerishardError:

@@ -314,3 +314,29 @@ def test_staged_rounds_of_too_many_cuts_are_refused():
         q = crossmesh_plan(s, d, src_mesh=m1, dst_mesh=m2)
         for budget in (1, 2, 3, 5, 17, 64):
             assert _cuts(q, budget)[0] == sum(map(len, rounds(q, 1, budget)))
+
+
+@pytest.mark.parametrize("surface", ["manifest", "fifo", "oversized"])
+def test_fuzz_checkpoint_surfaces_briefly(surface, tmp_path):
+    """A few seconds of bench/fuzz.py's checkpoint surfaces of issue 39
+    (rewritten manifests, FIFOs and links, oversized blocks): every input
+    clean (refused, or exactly what the files bind), none hanging."""
+    import random
+    import signal
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import fuzz
+    old = signal.signal(signal.SIGALRM, fuzz._alarm)
+    try:
+        tally, rng = fuzz.Tally(20), random.Random(7)
+        bases = {v: fuzz.manifest_base(str(tmp_path), v) for v in (3, 4)}
+        for _ in range(25):
+            if surface == "manifest":
+                label, run = fuzz.manifest_case(rng, bases, str(tmp_path))
+            elif surface == "fifo":
+                label, run = fuzz.fifo_case(rng, bases[4], None, str(tmp_path))
+            else:
+                label, run = fuzz.oversized_case(rng, str(tmp_path))
+            tally.run(surface, label, run)
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    assert tally.counts[surface]["clean"] == 25, tally.examples
