@@ -620,7 +620,8 @@ def manifest_case(rng: random.Random, bases: dict, tmp: str):
     blocks = [(e, b) for e in arrays for b in e["blocks"]]
     labels = []
     for _ in range(rng.randint(1, 3)):
-        how = rng.choice(["alias", "alias", "overlap", "dtype", "type", "scalar", "field", "field", "files"])
+        how = rng.choice(["alias", "alias", "overlap", "dtype", "dtype", "type", "scalar", "field", "field", "files",
+                          "reorder"])
         try:
             labels.append(_mutate_manifest(rng, how, d, man, blocks))
         except (KeyError, TypeError, AttributeError, IndexError, ValueError):
@@ -638,6 +639,10 @@ def manifest_case(rng: random.Random, bases: dict, tmp: str):
     return f"v{version} " + "; ".join(labels), run
 
 
+def arrays_of(man: dict) -> list:
+    return [e for e in man["entries"] if isinstance(e, dict) and e.get("kind") == "array"]
+
+
 def _mutate_manifest(rng: random.Random, how: str, d: Path, man: dict, blocks: list) -> str:
     """One rewrite of ``man`` (and, where consistent, of the headers in ``d``); its label."""
     labels = []
@@ -649,6 +654,11 @@ def _mutate_manifest(rng: random.Random, how: str, d: Path, man: dict, blocks: l
             for k in ("file", "header", "header_bytes", "table", "data"):
                 b[k] = b2[k]
             labels.append(f"alias {where} onto {e2['path'][0]}/{b2['rank']}")
+        elif how == "reorder":   # the same checkpoint: entries and blocks listed in another order
+            rng.shuffle(man["entries"])
+            for x in arrays_of(man):
+                rng.shuffle(x["blocks"])
+            labels.append("reorder")
         elif how == "overlap":
             delta = rng.choice([-8, 8, -16, 16, -1, 1, -b["header"]])
             for k in ("header", "table", "data"):
@@ -656,7 +666,7 @@ def _mutate_manifest(rng: random.Random, how: str, d: Path, man: dict, blocks: l
             labels.append(f"overlap {where} by {delta}")
         elif how == "dtype":
             new = rng.choice(["float32", "int64", "uint64", "complex64", "bfloat16", "float8_e4m3fn", "bool",
-                              "<i8", ">f8", "|b1", "<c16", "object", "V8", "<U1"])
+                              "<i8", ">f8", "|b1", "<c16", "object", "V8", "<U1", "float64", "<f8", "int64"])
             e["dtype"] = new
             consistent = rng.random() < 0.7 and all(_rewrite_header(d, man, e, x, dtype=new) for x in e["blocks"])
             labels.append(f"dtype {e['path'][0]}={new}{' (headers too)' if consistent else ''}")
