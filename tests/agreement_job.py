@@ -124,9 +124,10 @@ def worker(rank: int, port: int, outdir: str, case: str) -> None:
     records: list[dict] = []
     try:
         dist.init_process_group("gloo", rank=rank, world_size=NPROCS, timeout=timedelta(seconds=PG_TIMEOUT_S))
-        records = CASES[case](rank)
+        records = [{"case": case, **rec} for rec in CASES[case](rank)]
     except BaseException as e:  # noqa: BLE001 - reported through the file
-        records.append({"label": "crash", "error": error_record(e), "traceback": traceback.format_exc()})
+        records.append({"case": "crash", "label": "crash", "error": error_record(e),
+                        "traceback": traceback.format_exc()})
     with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
         json.dump({"rank": rank, "records": records}, f)
     os._exit(0)   # at once, as a script ending after the error would (no barrier, no destroy)

@@ -397,14 +397,15 @@ def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh,
     sched, problems = _plan(tensors, targets, src_ranks, budget_bytes)
     me = dist.get_rank()
     if mode is not False:
-        # over the whole default group: a rank whose arguments name other ranks (src_ranks, a mesh's
+        # over the whole default group, each rank's plan matched against those of the ranks it names
+        # (sub-meshes run separate plans): a rank whose arguments name other ranks (src_ranks, a mesh's
         # layout) would otherwise agree within its own rank set only and move wrong data
         fields = _agreed_fields(tensors, targets, src_ranks, mode)
         if sched is not None:
             fp = sched.fingerprint(fields)
             agree(fp, {"errors": [], "plan": f"{fp:x}", **fields,
                        "desc": f"transfer of {len(sched.moves)} tensors, budget {budget_bytes}"},
-                  deadline_s=deadline)
+                  deadline_s=deadline, group=sched.ranks())
         else:
             agree(0, {"errors": [t for _, t in problems], "unsupported": all(k == UNSUPPORTED for k, _ in problems),
                       **fields}, deadline_s=deadline)

@@ -127,9 +127,9 @@ def _local_check(comm, plan: CrossMeshPlan, local, dtype, budget) -> tuple[dict,
         else:
             valid = plan.src.valid_shape(i)
             if tuple(local.shape) != tuple(valid):   # larger too: a whole array would be read as a block
-                errors.append(f"its local block has shape {tuple(local.shape)}, the source layout gives source "
-                              f"{i} (rank {me}) the block shape {tuple(valid)}: pass its block "
-                              "(CrossMeshPlan.src_slices()), not the whole array")
+                errors.append(f"its local block has shape {tuple(local.shape)}, the source layout gives it the "
+                              f"block shape {tuple(valid)}: pass its block (CrossMeshPlan.src_slices()), not the "
+                              "whole array")
             if dtype is not None and dtype != local.dtype:
                 errors.append(f"local block of dtype {local.dtype}, but dtype={dtype} was passed")
             dtype = local.dtype

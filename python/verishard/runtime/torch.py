@@ -44,14 +44,20 @@ with the verified group index; where they differ (a backend that sorts the
 ranks), the backend reorders the blocks by that table.
 
 Validation (:func:`agree`): before any data moves, every rank writes its
-record (a fingerprint of its plan: mesh, types, collectives, dtype; and the
-problems it found) into the default group's key-value store under the
-agreement's number, waits for the other ranks' records under a deadline
-(:data:`DEADLINE_S`, 60 s by default) and reads them. If the ranks disagree
-or any rank found a problem, every rank raises the same
-:class:`RedistributionRefused`, naming every failing rank (the MPI backend's
-message, :mod:`verishard.runtime.mpi`); if a rank does not arrive, every rank
-that did raises :class:`RanksMissing` naming it.
+record (a fingerprint of what it will run: mesh and its rank layout, types,
+collectives, dtype, the agreement policy; and the problems it found) into
+the default group's key-value store under the agreement's number, waits for
+the other ranks' records under a deadline (:func:`deadline`: 60 s unless
+set) and reads them. The outcome is settled once in the store (the first
+rank to write it decides, ``compare_set``), so every rank raises or returns
+alike: if the ranks disagree or any rank found a problem, the same
+:class:`RedistributionRefused`, naming every failing rank and the field
+they differ on (the MPI backend's message, :mod:`verishard.runtime.mpi`);
+if a rank does not arrive, :class:`RanksMissing` naming it. Rank 0, the
+store's host, leaves a refusal only once every rank that arrived has read
+it. A rank waiting in a collective on CPU reads the store every
+:data:`POLL_S` and raises a :class:`RanksMissing` the others settled
+naming it (:func:`_finish`).
 
 Point to point (:func:`run_rounds`): cross-mesh schedules and transfers run
 in rounds of ``batch_isend_irecv`` over the default group.
@@ -643,17 +649,30 @@ def _agreement_store(ranks: tuple[int, ...] | None) -> list:
 def _judge(records: list[dict], members: tuple[int, ...], fp: int) -> dict:
     """The outcome of an agreement every member arrived at: ``{"ok": True}``,
     or the refusal (its class name and message), the same from any rank's
-    copy of the records."""
+    copy of the records. A record with a ``group`` (the world ranks its
+    plan involves) must match the records of that group's ranks, which must
+    name the same group; one without must match every member's."""
+    at = {r: k for k, r in enumerate(members)}
     fps = [int(rec["fp"]) for rec in records]
-    if all(f == fp for f in fps) and not any(rec.get("errors") for rec in records):
+    odd: set[int] = set()
+    for r, rec in zip(members, records):
+        for q in rec.get("group", members):
+            k = at.get(q)
+            if k is None or records[k].get("group") != rec.get("group") or fps[k] != fps[at[r]]:
+                odd |= {r} | ({q} if k is not None else set())
+    if not odd and not any(rec.get("errors") for rec in records):
         return {"ok": True}
+    shown = [r for r, rec in zip(members, records) if r in odd or rec.get("errors")]
     by_rank: list[dict] = [{} for _ in range(max(members) + 1)]   # the message names world ranks
     for r, rec in zip(members, records):
-        by_rank[r] = rec
+        if r in shown:
+            by_rank[r] = rec
     verdict = _verdict(by_rank)
-    if verdict is None:  # fingerprints differ while the records agree: report both
+    if verdict is None:  # fingerprints or groups differ while the records agree: report both
         verdict = ("redistribution refused before any data moved:\n  the ranks disagree on the plan "
-                   f"(fingerprints {', '.join(f'{f:x}' for f in sorted(set(fps)))})")
+                   f"(fingerprints {', '.join(f'{f:x}' for f in sorted(set(fps)))}; ranks involved: "
+                   + "; ".join(f"rank {r}: {rec.get('group', 'all')}" for r, rec in zip(members, records)
+                               if r in shown) + ")")
     with_errors = [rec for rec in records if rec.get("errors")]
     only_unsupported = bool(with_errors) and all(rec.get("unsupported") for rec in with_errors) \
         and len(set(fps)) == 1
@@ -683,7 +702,8 @@ def _raise(outcome: dict) -> None:
 
 
 def agree(fp: int, record: dict, device: torch.device | str | None = None, *,
-          deadline_s: float | None = None, ranks: tuple[int, ...] | None = None) -> None:
+          deadline_s: float | None = None, ranks: tuple[int, ...] | None = None,
+          group: tuple[int, ...] | None = None) -> None:
     """Collective over every process of the default group (or the world
     ranks ``ranks``): return when every rank has the same fingerprint ``fp``
     and no rank's ``record["errors"]`` is non-empty; else raise the same
@@ -695,7 +715,10 @@ def agree(fp: int, record: dict, device: torch.device | str | None = None, *,
     It runs over the default group's key-value store (the one
     ``init_process_group`` made), not a collective: each rank writes its
     record under this agreement's number, waits for the others' keys with the
-    deadline, and reads them (``device`` is not used). The outcome is then
+    deadline, and reads them (``device`` is not used). ``group``: the world
+    ranks this rank's plan involves, where ranks of the agreement run
+    separate plans (sub-meshes): its fingerprint must then be that of every
+    rank of its group, which must give the same group. The outcome is then
     settled once for all ranks: the first rank to write it into the store
     (an atomic ``compare_set``) decides, and every rank raises or returns by
     what is stored there, so a rank that arrives after another gave up gets
@@ -729,7 +752,10 @@ def agree(fp: int, record: dict, device: torch.device | str | None = None, *,
     settled_key = f"{seq}/outcome"
     until = time.monotonic() + timeout
     try:
-        store.set(f"{seq}/{me}", json.dumps({**record, "fp": int(fp)}))
+        mine = {**record, "fp": int(fp)}
+        if group is not None:
+            mine["group"] = [int(r) for r in group]
+        store.set(f"{seq}/{me}", json.dumps(mine))
         try:   # in one piece: each time-out of a store wait prints a warning of c10d's
             store.wait(keys, timedelta(seconds=max(until - time.monotonic(), 1e-3)))
             arrived = True
