@@ -110,7 +110,35 @@ def cache_clear(rank: int) -> list[dict]:
     return out
 
 
-CASES = {"mesh_order": mesh_order, "src_ranks": src_ranks, "refuse_and_leave": refuse_and_leave,
+def slow_peer(rank: int) -> list[dict]:
+    """Rank 1 enters the data movement 2.5 s after rank 0 (no agreement), so
+    that rank 0 waits in its collectives and point-to-point rounds over
+    several slices of POLL_S: the results must be exact."""
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from verishard.torch import redistribute, transfer
+    mesh = init_device_mesh("cpu", (NPROCS,))
+    G = torch.arange(24.0).reshape(4, 6)
+    x = distribute_tensor(G, mesh, (Shard(0),), src_data_rank=None)
+    out = []
+    for label, fn in (("all_gather", lambda: redistribute(x, (Replicate(),), check_agreement=False).to_local()),
+                      ("all_to_all", lambda: redistribute(x, (Shard(1),), check_agreement=False).to_local()),
+                      ("transfer", lambda: transfer({"w": x}, {"w": (DeviceMesh("cpu", torch.tensor([1, 0])),
+                                                                     (Shard(1),))},
+                                                    check_agreement=False)["w"].to_local())):
+        if rank == 1:
+            time.sleep(2.5)
+        rec = attempt(lambda: fn().tolist())
+        if rec["error"] is None:
+            want = {"all_gather": G, "all_to_all": G[:, 3 * rank:3 * rank + 3],
+                    "transfer": G[:, 3 * (1 - rank):3 * (1 - rank) + 3]}[label]
+            rec["exact"] = rec["result"] == want.tolist()
+        out.append({"label": label, **rec})
+    return out
+
+
+CASES = {"slow_peer": slow_peer, "mesh_order": mesh_order, "src_ranks": src_ranks, "refuse_and_leave": refuse_and_leave,
          "cache_clear": cache_clear}
 
 

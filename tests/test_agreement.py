@@ -79,19 +79,29 @@ def test_a_cache_cleared_on_one_rank_fails_both_within_the_deadline(tmp_path):
     assert after["type"] == "RanksMissing" and "left a collective unfinished" in after["message"], after
 
 
+def test_waiting_in_slices_keeps_results_exact(tmp_path):
+    """Rank 1 enters 2.5 s after rank 0 (check_agreement=False), so rank 0
+    waits over several POLL_S slices in an all_gather, an all_to_all and a
+    transfer's point-to-point rounds: every result exact."""
+    recs = run_case(tmp_path, "slow_peer")
+    for r in range(NPROCS):
+        assert [rec["label"] for rec in recs[r]] == ["all_gather", "all_to_all", "transfer"]
+        for rec in recs[r]:
+            assert rec["error"] is None and rec["exact"], (r, rec)
+    assert min(rec["seconds"] for rec in recs[0]) > 1.0   # rank 0 did wait past one slice
+
+
 # ---------------------------------------------------------------------------
 # deadlines (no processes)
 
 
-BAD_SECONDS = [math.inf, -math.inf, math.nan, 0, -1, -0.5, True, "5", None, [1], 1e300, 10**400]
+BAD_SECONDS = [math.inf, -math.inf, math.nan, 0, -1, -0.5, True, "5", [1], 1e300, 10**400]
 
 
 @pytest.mark.parametrize("value", BAD_SECONDS, ids=repr)
 def test_bad_seconds_are_one_error_naming_the_value_and_range(value):
     from verishard.errors import PlanError
     from verishard.limits import check_seconds
-    if value is None:
-        pytest.skip("None means 'the default' to the callers, which do not pass it on")
     with pytest.raises(PlanError, match=r"is not a valid number of seconds: give a number greater than 0 and at "
                                         r"most 1e\+08"):
         check_seconds(value, "deadline_s")
@@ -125,6 +135,19 @@ def test_a_bad_environment_deadline_fails_the_call_that_waits(monkeypatch, text)
     assert rt.deadline() == 7.5
     with pytest.raises(rt.RedistributionRefused, match="set_deadline"):
         rt.set_deadline(-1)
+
+
+@pytest.mark.parametrize("timeout", [math.nan, -1, 0, math.inf, "5"], ids=repr)
+def test_a_bad_mpi_timeout_is_refused_not_waited_on(timeout):
+    """One process (mpi4py's singleton): the timeout is this rank's problem,
+    refused by the agreement at once, naming it."""
+    pytest.importorskip("mpi4py")
+    from mpi4py import MPI
+
+    from verishard.runtime.mpi import RedistributionRefused, agree
+    with pytest.raises(RedistributionRefused, match=r"rank 0: timeout .* is not a valid number of seconds"):
+        agree(MPI.COMM_WORLD, {"errors": []}, timeout)
+    agree(MPI.COMM_WORLD, {"errors": []}, None)   # None: wait forever (here: nothing to wait for)
 
 
 @pytest.mark.parametrize("text", ["abc", "-1"])

@@ -454,8 +454,8 @@ class TorchBackend(Backend):
         ranks = self.groups.global_ranks
         works = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, ranks[dest]),
                                         dist.P2POp(dist.irecv, out, ranks[src])])
-        for w in works:
-            _finish(w, out)
+        for w in works:   # point to point: gloo ends a send or receive whose wait times out
+            w.wait()
         return out
 
 
@@ -815,14 +815,16 @@ def _left_behind() -> None:
 
 
 def _finish(work: Any, like: torch.Tensor) -> None:
-    """Wait for a torch.distributed work. On CPU (gloo) the wait runs in
-    slices of :data:`POLL_S`, between which a refusal naming this rank is
-    raised (:func:`_left_behind`): a rank whose cached plans differ from the
+    """Wait for a collective's work. On CPU (gloo) the wait runs in slices
+    of :data:`POLL_S`, between which a refusal naming this rank is raised
+    (:func:`_left_behind`): a rank whose cached plans differ from the
     others' (``cache_clear()`` on one rank) would otherwise sit in a
     collective the others never join until gloo's own timeout. This rank's
     part of the collective is then abandoned, and the default group with it
     (:func:`_require_usable`). The group's own timeout still bounds the whole
-    wait."""
+    wait. Point-to-point works (``batch_isend_irecv``: AllPermute, box
+    schedules, transfers) are waited for whole: gloo fails a send or a
+    receive whose wait times out."""
     if work is None:
         return
     if like.device.type != "cpu":
@@ -887,8 +889,8 @@ def run_rounds(rounds: list[list[tuple[Any, int, int, tuple]]], sources: dict[An
                 local, starts = sources[key]
                 ops.append(dist.P2POp(dist.isend, local[_box_slices(box, starts)].contiguous(), b, tag=tag))
         if ops:
-            for w in dist.batch_isend_irecv(ops):
-                _finish(w, ops[0].tensor)
+            for w in dist.batch_isend_irecv(ops):   # point to point: not in slices (see _finish)
+                w.wait()
         for out, where, buf in landed:
             out[where] = buf
         del ops, landed
