@@ -313,7 +313,7 @@ def _mesh_ranks(device_mesh: DeviceMesh) -> str:
 
 def _extra(src: DTensorSpec, dst: DTensorSpec) -> tuple[str, str, dict]:
     """What the ranks agree on besides the plan: the dtype, the global shape,
-    both placements and the mesh's rank layout (:func:`mesh_ranks`), as
+    both placements and the mesh's rank layout (:func:`_mesh_ranks`), as
     text for the fingerprint and as the record's named fields."""
     dtype = str(src.tensor_meta.dtype)
     ranks = _mesh_ranks(src.mesh) if src.mesh == dst.mesh else f"{_mesh_ranks(src.mesh)} -> {_mesh_ranks(dst.mesh)}"
@@ -598,7 +598,7 @@ def _policy(check_agreement: Any, deadline_s: Any) -> tuple[str | bool, float | 
     mode = "first" if check_agreement is True else check_agreement
     try:
         ok = mode in CHECKS and not (isinstance(mode, int) and mode is not False)
-    except TypeError:   # unhashable
+    except (TypeError, ValueError):   # unhashable, or an array
         ok = False
     if not ok:
         raise RedistributionRefused(f"check_agreement must be True or 'first' (agree when a plan is first used), "
