@@ -69,8 +69,8 @@ def launch(script: str, outdir, nprocs: int, timeout: int, args=()) -> dict:
     import subprocess
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     here = os.path.dirname(os.path.abspath(__file__))
-    proc = subprocess.run([sys.executable, os.path.join(here, script), str(outdir), *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, os.path.join(here, script), str(outdir), *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
     ranks = {}
     for r in range(nprocs):
         path = os.path.join(str(outdir), f"rank{r}.json")
