@@ -114,8 +114,8 @@ from .plan import Plan
 from .plan import _from_report, plan as _verified_plan
 from .runtime.crossmesh_mpi import DEFAULT_BUDGET
 from .runtime.backend import AxisGroup
-from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, agree,
-                            fingerprint, mesh_groups, run_chunked, run_plan, world)
+from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, abandoned,
+                            agree, fingerprint, mesh_groups, run_chunked, run_plan, world)
 
 __all__ = ["redistribute", "transfer", "plan_transfer", "enable", "disable", "enabled", "routing_info",
            "check_entry_point", "EntryPointMoved", "planning_mesh", "plan_for", "cache_info", "cache_clear",
@@ -611,9 +611,11 @@ def _policy(check_agreement: Any, deadline_s: Any) -> tuple[str | bool, float | 
 def _agree_on(entry: _Entry | None, problems: list, policy: tuple) -> None:
     """The agreement :func:`redistribute`'s ``check_agreement`` asks for:
     on a problem (every mode but False), on an entry's first use ("first"),
-    on every call ("always"); a problem without agreement is raised here."""
+    on every call ("always", and every call but False on a rank that left a
+    collective unfinished: the others are then refused at once); a problem
+    without agreement is raised here."""
     mode, deadline = policy
-    if mode is False or (mode == "first" and entry is not None and entry.agreed):
+    if mode is False or (mode == "first" and entry is not None and entry.agreed and abandoned() is None):
         if problems:
             raise _local_error(problems)
         return

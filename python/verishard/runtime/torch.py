@@ -89,7 +89,7 @@ from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError,
 from .mpi import _ranks, _verdict
 
 __all__ = ["free_port", "TorchBackend", "MeshGroups", "mesh_groups", "run_plan", "run_chunked", "fit_to", "agree",
-           "set_deadline", "deadline", "DEADLINE_S", "POLL_S", "RanksMissing", "fingerprint", "world",
+           "set_deadline", "deadline", "DEADLINE_S", "POLL_S", "abandoned", "RanksMissing", "fingerprint", "world",
            "RedistributionRefused", "NotSupportedYet", "row_chunks", "blocks_view", "ROUND_BYTES"]
 
 # torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single.
@@ -805,12 +805,13 @@ def _left_behind() -> None:
     this rank did not make (its next one in a rank set it has used): it is
     running a plan the others are not, and they gave up waiting for it."""
     me = dist.get_rank()
-    for store, seq, _ in list(_SEQ.get(world(), {}).values()):
-        key = f"{seq + 1}/outcome"
-        if store.check([key]):
-            outcome = json.loads(store.get(key))
+    for entry in list(_SEQ.get(world(), {}).values()):
+        key = f"{entry[1] + 1}/outcome"
+        if entry[0].check([key]):
+            outcome = json.loads(entry[0].get(key))
             if me in outcome.get("missing", ()):
                 _ABANDONED[world()] = outcome["message"]
+                entry[1] += 1   # that agreement is over for this rank too: the next one is numbered alike
                 _raise(outcome)
 
 
@@ -842,6 +843,13 @@ def _finish(work: Any, like: torch.Tensor) -> None:
             if time.monotonic() - start >= limit:
                 raise
         _left_behind()
+
+
+def abandoned() -> str | None:
+    """Why this rank left a collective of the default group unfinished
+    (:func:`_finish`), or None: such a rank agrees on every later call, so
+    that the others are refused at once rather than wait for it."""
+    return _ABANDONED.get(world())
 
 
 def _require_usable() -> None:
