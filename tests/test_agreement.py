@@ -152,6 +152,17 @@ def test_a_bad_mpi_timeout_is_refused_not_waited_on(timeout):
     agree(MPI.COMM_WORLD, {"errors": []}, None)   # None: wait forever (here: nothing to wait for)
 
 
+@pytest.mark.parametrize("timeout", [math.nan, math.inf, -1])
+def test_a_bad_barrier_timeout_is_refused_before_main_runs(timeout):
+    pytest.importorskip("mpi4py")
+    from verishard.errors import PlanError
+    from verishard.runtime.mpi import guarded
+    ran = []
+    with pytest.raises(PlanError, match="barrier_timeout .* is not a valid number of seconds"):
+        guarded(lambda: ran.append(1), barrier_timeout=timeout)
+    assert not ran
+
+
 @pytest.mark.parametrize("text", ["abc", "-1"])
 def test_a_bad_environment_deadline_does_not_break_import(text):
     env = dict(os.environ, VERISHARD_DEADLINE_S=text)

@@ -940,7 +940,9 @@ def guarded(main: Callable[[], Any], comm: MPI.Comm | None = None, barrier_timeo
 
     - :class:`RedistributionRefused` (raised on every rank at once): every rank
       prints the message prefixed with its rank, waits (up to
-      ``barrier_timeout`` s) until all ranks have printed, and exits with 1.
+      ``barrier_timeout`` s: a number greater than 0, at most
+      ``verishard.limits.MAX_SECONDS``) until all ranks have printed, and
+      exits with 1.
     - Any other exception: the rank prints it with its traceback and calls
       ``MPI_Abort``, so the other ranks do not wait forever.
 
@@ -948,6 +950,7 @@ def guarded(main: Callable[[], Any], comm: MPI.Comm | None = None, barrier_timeo
     hello from every rank
     0
     """
+    barrier_timeout = check_seconds(barrier_timeout, "barrier_timeout")   # before main(): a clear error at the call
     comm = MPI.COMM_WORLD if comm is None else comm
     rank = comm.Get_rank()
     try:
