@@ -163,6 +163,14 @@ def test_a_bad_barrier_timeout_is_refused_before_main_runs(timeout):
     assert not ran
 
 
+@pytest.mark.parametrize("timeout", [math.nan, 0, -5])
+def test_a_bad_mpirun_timeout_is_refused_before_the_job_starts(timeout):
+    from verishard.errors import PlanError
+    from verishard.runtime.launch import mpirun
+    with pytest.raises(PlanError, match="timeout .* is not a valid number of seconds"):
+        mpirun([sys.executable, "-c", "print('started')"], 1, timeout=timeout)
+
+
 @pytest.mark.parametrize("text", ["abc", "-1"])
 def test_a_bad_environment_deadline_does_not_break_import(text):
     env = dict(os.environ, VERISHARD_DEADLINE_S=text)
