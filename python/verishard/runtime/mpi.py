@@ -624,7 +624,8 @@ def _verdict(records: list[dict]) -> str | None:
         for r, rec in enumerate(records):
             if key in rec:
                 seen.setdefault(rec[key], []).append(r)
-        if len(seen) > 1 and key == "plan" and named and len({records[rs[0]].get(label) for rs in seen.values()}) == 1:
+        if (len(seen) > 1 and key == "plan" and named
+                and len({records[rs[0]].get(label) for rs in seen.values()}) == 1):
             continue   # the plans differ only by a field named above (their descriptions are the same)
         if len(seen) > 1:
             named = True
