@@ -157,7 +157,15 @@ class CrossMeshPlan:
     # in-process execution (tests, offline tools) ----------------------------
     def simulate(self, locals_: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         """Run the schedule in one process: ``locals_`` maps every source world
-        rank to its local block; returns every target world rank's block."""
+        rank to its local block (exactly its layout's shape: a
+        :class:`~verishard.errors.ShardingError` names the rank, the block
+        shape and the shape given); returns every target world rank's block."""
+        for i, r in enumerate(self.src_ranks):
+            want = tuple(self.src.valid_shape(i))
+            got = tuple(np.shape(locals_[r])) if r in locals_ else None
+            if got != want:
+                raise ShardingError(f"source rank {r}: " + ("no local block given" if got is None else
+                                    f"its local block has shape {got}, the source layout gives it {want}"))
         out = {}
         dtype = np.result_type(*[np.asarray(a).dtype for a in locals_.values()])
         for j, ps in enumerate(self.pieces):

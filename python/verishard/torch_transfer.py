@@ -18,9 +18,11 @@ as one ``batch_isend_irecv`` over the default process group
 
 A rank holds its source blocks, its target blocks (allocated once, written in
 place) and at most one round's send and receive buffers; no tensor is ever
-gathered or staged whole anywhere. Before any data moves the ranks of both
-sides agree on a fingerprint of every tensor's types, rank lists, dtype and
-the budget, under the agreement deadline (:func:`verishard.runtime.torch.agree`).
+gathered or staged whole anywhere. Before any data moves every rank of the
+default group agrees on a fingerprint of every tensor's types, rank lists,
+dtype and the budget, and on the fields it names where they differ
+(``src_ranks``, every mesh's rank layout, the ``check_agreement`` policy),
+under the agreement deadline (:func:`verishard.runtime.torch.agree`).
 
 Sources are DTensors (Shard, Replicate, _StridedShard, Partial; on any DeviceMesh of
 the world, sub-meshes included: every rank of the world holds the DTensor
@@ -212,14 +214,16 @@ class TransferSchedule:
                 "ranks": [{"rank": r, "sent": self.sent(r), "received": self.received(r),
                            "lower_bound": self.lower_bound(r)} for r in self.ranks()]}
 
-    def fingerprint(self) -> int:
+    def fingerprint(self, fields: dict | None = None) -> int:
+        """A 60-bit fingerprint of the schedule (every tensor's types, both rank
+        lists, dtype, pending reduction, target conversion; the budget) and ``fields``."""
         import hashlib
         obj = [([m.name, str(m.plan.src), str(m.plan.dst), str(m.dtype)] if isinstance(m.plan, BoxPlan) else
                 [m.name, str(m.plan.src), str(m.plan.src.mesh), list(m.plan.src_ranks), str(m.plan.dst),
                  str(m.plan.dst.mesh), list(m.plan.dst_ranks), str(m.dtype)])
                + [str(tuple(m.pending.placements)) if m.pending is not None else None]
                + [m.into.describe() if m.into is not None else None] for m in self.moves]
-        text = json.dumps([obj, self.budget_bytes])
+        text = json.dumps([obj, self.budget_bytes, fields or {}], sort_keys=True)
         return int(hashlib.sha256(text.encode()).hexdigest()[:15], 16) or 1
 
 
@@ -457,34 +461,72 @@ def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh,
     placements, block_fp8(...))`` (the result a ``BlockFP8Shard``):
     :mod:`verishard.torch_targets`.
 
-    Collective over every rank of either side (every rank of the world may
-    call it; ranks on neither side return ``{}`` at once). Per round a rank
+    Collective over every rank of the default group: they agree first (a
+    rank whose arguments name other ranks, a ``src_ranks`` or a mesh laid
+    out otherwise, is refused with the others), then ranks on neither side
+    return ``{}``; with ``check_agreement=False`` they may skip the call. Per round a rank
     sends and receives at most ``budget_bytes`` (or one slice larger than
     it); every rank receives exactly the bytes of its target blocks that its
     source blocks do not hold (:meth:`TransferSchedule.lower_bound`).
     ``check_agreement``: True (default) or "always" compare the schedule's
-    fingerprint across both sides before any data moves (every call:
-    ``"first"`` means the same here), False skips it.
+    fingerprint, ``src_ranks``, every mesh's rank layout and this policy
+    across the default group before any data moves (every call:
+    ``"first"`` means the same here; a field that differs is named), False
+    skips it. ``deadline_s``: as :func:`verishard.torch.redistribute`'s.
     """
     from .torch import _policy, _require_initialized
     _require_initialized()
     mode, deadline = _policy(check_agreement, deadline_s)
     sched, problems = _plan(tensors, targets, src_ranks, budget_bytes)
     me = dist.get_rank()
-    ranks = sched.ranks() if sched is not None else _named_ranks(tensors, targets, src_ranks)
-    if ranks is not None and me not in ranks:
-        return {}
     if mode is not False:
+        # over the whole default group, each rank's plan matched against those of the ranks it names
+        # (sub-meshes run separate plans): a rank whose arguments name other ranks (src_ranks, a mesh's
+        # layout) would otherwise agree within its own rank set only and move wrong data
+        fields = _agreed_fields(tensors, targets, src_ranks, mode)
         if sched is not None:
-            agree(sched.fingerprint(), {"errors": [], "plan": f"{sched.fingerprint():x}",
-                                        "desc": f"transfer of {len(sched.moves)} tensors, budget {budget_bytes}"},
-                  deadline_s=deadline, ranks=ranks)
+            fp = sched.fingerprint(fields)
+            agree(fp, {"errors": [], "plan": f"{fp:x}", **fields,
+                       "desc": f"transfer of {len(sched.moves)} tensors, budget {budget_bytes}"},
+                  deadline_s=deadline, group=sched.ranks())
         else:
-            agree(0, {"errors": [t for _, t in problems], "unsupported": all(k == UNSUPPORTED for k, _ in problems)},
-                  deadline_s=deadline, ranks=ranks)
+            agree(0, {"errors": [t for _, t in problems], "unsupported": all(k == UNSUPPORTED for k, _ in problems),
+                      **fields}, deadline_s=deadline)
     elif problems:
         raise _error(problems)
+    if me not in sched.ranks():
+        return {}
     return run_schedule(_reduce_pending(sched))
+
+
+def _agreed_fields(tensors: Any, targets: Any, src_ranks: Any, mode: Any) -> dict:
+    """The record's named fields of a transfer (each names itself when the
+    ranks differ on it): ``src_ranks``, every mesh's rank layout (sources'
+    and targets', :func:`verishard.torch._mesh_ranks`, in the order of the
+    names) and the agreement policy."""
+    from .torch import _mesh_ranks
+    try:
+        src = "None" if src_ranks is None else json.dumps([int(r) for r in src_ranks])
+    except (TypeError, ValueError):
+        src = repr(src_ranks)[:200]
+    layouts: list[str] = []
+    try:
+        for name in sorted(targets, key=str):
+            t = targets[name]
+            sources = [n for n, _ in t.parts] if isinstance(t, Fused) else [name]
+            for mesh in ([tensors.get(n).device_mesh for n in sources if isinstance(tensors.get(n), DTensor)]
+                         + [t.mesh if isinstance(t, Fused) else t[0] if isinstance(t, (tuple, list)) and t else None]):
+                if isinstance(mesh, DeviceMesh):
+                    text = _mesh_ranks(mesh)
+                    if text not in layouts:
+                        layouts.append(text)
+    except Exception:  # noqa: BLE001 - arguments too malformed to say: their problems are reported
+        pass
+    ranks = "; ".join(layouts)
+    if len(ranks) > 400:
+        import hashlib
+        ranks = f"{ranks[:300]}... (sha256 {hashlib.sha256(ranks.encode()).hexdigest()[:16]})"
+    return {"src_ranks": src, "mesh_ranks": ranks, "check_agreement": str(mode)}
 
 
 def _reduce_pending(sched: TransferSchedule) -> TransferSchedule:
@@ -503,22 +545,6 @@ def _reduce_pending(sched: TransferSchedule) -> TransferSchedule:
             m = replace(m, local=local, pending=None)
         moves.append(m)
     return replace(sched, moves=tuple(moves))
-
-
-def _named_ranks(tensors: Any, targets: Any, src_ranks: Any) -> tuple[int, ...] | None:
-    """Both sides' world ranks, as far as the (refused) arguments tell; None:
-    every rank of the world."""
-    try:
-        out = set(int(r) for r in src_ranks) if src_ranks is not None else set()
-        for name, t in targets.items():
-            out |= set(_ranks_of(t.mesh if isinstance(t, Fused) else t[0]))
-            for source in ([n for n, _ in t.parts] if isinstance(t, Fused) else [name]):
-                x = tensors.get(source)
-                if isinstance(x, DTensor):
-                    out |= set(_ranks_of(x.device_mesh))
-        return tuple(sorted(out)) or None
-    except Exception:  # noqa: BLE001 - arguments too malformed to say: the whole world agrees
-        return None
 
 
 def run_schedule(sched: TransferSchedule) -> dict[str, DTensor]:

@@ -127,8 +127,10 @@ def _local_check(comm, plan: CrossMeshPlan, local, dtype, budget) -> tuple[dict,
             errors.append(f"a source, and its local block is a {type(local).__name__}, not a numpy array")
         else:
             valid = plan.src.valid_shape(i)
-            if local.ndim != len(valid) or any(a < v for a, v in zip(local.shape, valid)):
-                errors.append(f"local block of shape {local.shape}, expected {valid}")
+            if tuple(local.shape) != tuple(valid):   # larger too: a whole array would be read as a block
+                errors.append(f"its local block has shape {tuple(local.shape)}, the source layout gives it the "
+                              f"block shape {tuple(valid)}: pass its block (CrossMeshPlan.src_slices()), not the "
+                              "whole array")
             if dtype is not None and dtype != local.dtype:
                 errors.append(f"local block of dtype {local.dtype}, but dtype={dtype} was passed")
             dtype = local.dtype
@@ -154,8 +156,10 @@ def reshard(comm, plan: CrossMeshPlan, local: np.ndarray | None, *, dtype=None,
     target block (None when it is not a target). ``dtype`` is needed on a
     rank that is a target but not a source (every source's dtype must be it).
 
-    Before any data moves, every rank checks its part and the ranks agree
-    (:func:`verishard.runtime.mpi.agree`, within ``timeout`` seconds) on
+    Before any data moves, every rank checks its part (a source's block has
+    exactly its layout's shape) and the ranks agree
+    (:func:`verishard.runtime.mpi.agree`, within ``timeout`` seconds: a
+    number greater than 0, or None to wait forever) on
     the plan (types, meshes and both rank lists, in order), the dtype and
     the budget: any problem or disagreement raises the same
     :class:`~verishard.runtime.mpi.RedistributionRefused` on every rank, and
