@@ -88,23 +88,15 @@ import torch.distributed as dist
 
 from .. import dtypes
 from ..collectives import AllPermute, Exchange
-<<<<<<< HEAD
 from ..errors import VerishardError
+from ..limits import check_seconds
 from ..plan import Plan, box_text, pieces_table, ranks_text
 from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
 from .mpi import _ranks, _verdict
 
-__all__ = ["free_port", "TorchBackend", "FuncolBackend", "tracing", "real_tensors", "MeshGroups", "mesh_groups", "run_plan", "run_chunked", "fit_to", "agree",
-           "set_deadline", "DEADLINE_S", "RanksMissing", "fingerprint", "world",
-=======
-from ..limits import check_seconds
-from ..plan import Plan
-from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
-from .mpi import _ranks, _verdict
-
-__all__ = ["free_port", "TorchBackend", "MeshGroups", "mesh_groups", "run_plan", "run_chunked", "fit_to", "agree",
+__all__ = ["free_port", "TorchBackend", "FuncolBackend", "tracing", "real_tensors", "MeshGroups", "mesh_groups",
+           "run_plan", "run_chunked", "fit_to", "agree",
            "set_deadline", "deadline", "DEADLINE_S", "POLL_S", "abandoned", "RanksMissing", "fingerprint", "world",
->>>>>>> h-agree
            "RedistributionRefused", "NotSupportedYet", "row_chunks", "blocks_view", "ROUND_BYTES"]
 
 # torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single.
@@ -549,15 +541,9 @@ class TorchBackend(Backend):
         x = x.contiguous()
         out = torch.empty_like(x)
         ranks = self.groups.global_ranks
-<<<<<<< HEAD
         works = dist.batch_isend_irecv([dist.P2POp(dist.isend, as_moved(x), ranks[dest]),
                                         dist.P2POp(dist.irecv, as_moved(out), ranks[src])])
-        for w in works:
-=======
-        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, ranks[dest]),
-                                        dist.P2POp(dist.irecv, out, ranks[src])])
         for w in works:   # point to point: gloo ends a send or receive whose wait times out
->>>>>>> h-agree
             w.wait()
         return out
 
@@ -593,12 +579,7 @@ class TorchBackend(Backend):
         unit = int(np.prod(x.shape[len(schedule.out_shape):]))   # the bytes of an element moved as bytes, else 1
         out_splits = [0 if b is None else int(np.prod([s.stop - s.start for s in b])) * unit for b in boxes]
         send = torch.cat([v for v in sends if v is not None]) if any(in_splits) else x.new_empty(0)
-<<<<<<< HEAD
         recv = self._all_to_all_splits(send, out_splits, in_splits, g.pg)
-=======
-        recv = x.new_empty(sum(out_splits))
-        _finish(dist.all_to_all_single(recv, send, out_splits, in_splits, group=g.pg, async_op=True), recv)
->>>>>>> h-agree
         pos = 0
         for b, k in zip(boxes, out_splits):
             if b is not None:
@@ -608,7 +589,7 @@ class TorchBackend(Backend):
 
     def _all_to_all_splits(self, send: torch.Tensor, out_splits: list[int], in_splits: list[int], pg: Any):
         recv = send.new_empty(sum(out_splits))
-        dist.all_to_all_single(recv, send, out_splits, in_splits, group=pg)
+        _finish(dist.all_to_all_single(recv, send, out_splits, in_splits, group=pg, async_op=True), recv)
         return recv
 
 
