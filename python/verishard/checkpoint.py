@@ -1379,34 +1379,101 @@ def verify(path: str) -> int:
     return n
 
 
-def reshard(src: str, dst: str, mesh: Mesh | str, type: ArrayType | str, *,
-            read_buffer: int = DEFAULT_READ_BUFFER, stats: dict | None = None) -> str:
-    """Offline: rewrite the one-array checkpoint ``src`` as ``dst`` with
-    ``type`` on ``mesh``, one target block at a time (memory: the largest
-    target block plus the read buffer)."""
+def _reshard_layout(lay: Any, shape: tuple[int, ...], where: str) -> ArrayType:
+    """One layout of :func:`reshard`'s map for an entry of global ``shape``:
+    ``{"mesh": M, "type": T}`` (verishard's notation, global shape included),
+    ``{"mesh": M, "spec": "P('x', None)"}`` (a JAX PartitionSpec) or
+    ``{"mesh": M, "placements": "Shard(0), Replicate()"}`` (DTensor's), the
+    last two for any shape; or ``(mesh, type)``, ``[mesh, type]``, an ArrayType."""
+    from . import notation
+    if isinstance(lay, list) and len(lay) == 2:
+        lay = tuple(lay)
+    if not isinstance(lay, Mapping):
+        return _layout(lay, where)
+    forms = [k for k in ("type", "spec", "placements") if k in lay]
+    if "mesh" not in lay or len(forms) != 1 or set(lay) - {"mesh", forms[0]}:
+        raise CheckpointError(f"{where}: a layout is {{'mesh': M}} with one of 'type' (verishard's notation, e.g. "
+                              f"'[4{{x}}8, 6]'), 'spec' (a PartitionSpec, e.g. \"P('x', None)\") or 'placements' "
+                              f"(DTensor's, e.g. 'Shard(0), Replicate()'); not the keys {sorted(map(str, lay))}")
+    text = lay[forms[0]]
+    if forms[0] == "type":
+        return _layout((lay["mesh"], text), where)
+    try:
+        mesh = Mesh.coerce(lay["mesh"])
+        if forms[0] == "spec":
+            return notation.from_partition_spec(mesh, shape, notation.parse_partition_spec(text))
+        return notation.from_placements(mesh, shape, notation.parse_placements(text))
+    except VerishardError as e:
+        raise CheckpointError(f"{where}: {e}") from None
+
+
+def reshard(src: str, dst: str, layouts: Any, type: Any = None, *, read_buffer: int = DEFAULT_READ_BUFFER,
+            stats: dict | None = None) -> str:
+    """Offline: rewrite the checkpoint ``src`` (every entry) as ``dst`` with
+    new layouts, one target block at a time (memory: the largest target block
+    plus the read buffer), each read checked against its digests.
+
+    ``layouts`` maps name patterns (``fnmatch``, on names joined by ``/``:
+    ``"model/*"``, ``"optim/*/exp_avg*"``) to layouts (see
+    :func:`_reshard_layout`); an entry takes the first pattern that matches
+    it, in the map's order. Entries no pattern matches, and plain values,
+    are copied as they are (their blocks re-read and checked, their layout
+    kept). A pattern that matches no entry is refused (a misspelt name would
+    otherwise change nothing), as is any layout that does not fit its
+    entries; all of it before anything is written. ``dst`` may be ``src``
+    (the rewrite is committed like a save: the old files go once it is).
+
+    ``reshard(src, dst, mesh, type)`` puts every array on ``type`` over
+    ``mesh`` (the one-array call of earlier versions)."""
+    import fnmatch
     read_buffer = _count(read_buffer, "read_buffer", 1)
-    m = Mesh.coerce(mesh)
-    t = as_type(type, m, "target")
+    if type is not None:
+        layouts = {"*": (layouts, type)}
+    if not isinstance(layouts, Mapping) or not layouts:
+        raise CheckpointError(f"reshard: layouts is a non-empty dict of name patterns to layouts (or pass mesh "
+                              f"and type), not {layouts!r}"[:300])
+    patterns = list(layouts.items())
+    for p, _ in patterns:
+        if not isinstance(p, str) or not 0 < len(p) <= F.MAX_NAME * F.MAX_DEPTH:
+            raise CheckpointError(f"reshard: pattern {p!r} is not a name pattern (a non-empty string, e.g. "
+                                  f"'model/*')")
     save_id = _new_id()
     with _opened(src) as ck:
-        arrays = [k for k, e in ck.man.entries.items() if e.t is not None]
-        if len(ck.man.entries) != 1 or not arrays:
-            raise CheckpointError(f"{src}: holds {len(ck.man.entries)} entries, not one array")
-        e = ck.man.entries[arrays[0]]
-        if t.global_shape != e.t.global_shape:
-            raise CheckpointError(f"{src}: the checkpoint's global shape is {e.t.global_shape}, the target "
-                                  f"type's {t.global_shape}")
+        todo, values, used = [], [], set()
+        for key, e in ck.man.entries.items():
+            name = "/".join(key)
+            hit = next((p for p, _ in patterns if fnmatch.fnmatchcase(name, p)), None)
+            if hit is not None:
+                used.add(hit)
+            if e.t is None:
+                values.append(dict(e.raw))
+                continue
+            where = f"{src}: {name!r} (pattern {hit!r})"
+            t = e.t if hit is None else _reshard_layout(layouts[hit], e.t.global_shape, where)
+            if t.global_shape != e.t.global_shape:
+                raise CheckpointError(f"{where}: the checkpoint's global shape is {e.t.global_shape}, the "
+                                      f"layout's {t.global_shape}")
+            if t.partial:
+                raise CheckpointError(f"{where}: {t} has pending axes; a checkpoint holds reduced arrays")
+            todo.append((key, e, t, hit is not None))
+        unused = [p for p, _ in patterns if p not in used]
+        if unused:
+            names = ["/".join(k) for k in ck.man.entries]
+            raise CheckpointError(f"{src}: pattern {unused[0]!r} matches no entry (it holds "
+                                  f"{', '.join(names[:8])}{', ...' if len(names) > 8 else ''})")
         with _directory(dst, create=True) as dirfd:
-            parts = []
-            for r in range(m.num_devices):
-                w = _Writer(dirfd, save_id, r)
-                try:
-                    w.add(arrays[0], r, _load_block(ck, e, t, r, read_buffer), t, e.like, e.scalar)
-                    parts.append(w.finish())
-                finally:
-                    w.release()
-            _commit_manifest(dirfd, _merge(parts, [], save_id))
+            w = _Writer(dirfd, save_id, 0)
+            try:
+                for key, e, t, _ in todo:
+                    for r in range(t.mesh.num_devices):
+                        w.add(key, r, _load_block(ck, e, t, r, read_buffer), t, e.like, e.scalar)
+                part = w.finish()
+            finally:
+                w.release()
+            _commit_manifest(dirfd, _merge([part], values, save_id))
         if stats is not None:
             stats["bytes_read"] = stats.get("bytes_read", 0) + ck.bytes_read
             stats["pieces"] = stats.get("pieces", 0) + ck.pieces
+            stats["resharded"] = stats.get("resharded", 0) + sum(1 for *_, hit in todo if hit)
+            stats["copied"] = stats.get("copied", 0) + sum(1 for *_, hit in todo if not hit) + len(values)
     return os.path.join(dst, F.MANIFEST)
