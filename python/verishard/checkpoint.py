@@ -1044,7 +1044,7 @@ def _memory_of(x: Any, dtype: np.dtype | None, shape: tuple[int, ...]) -> np.nda
 def _as_torch(a: np.ndarray):
     """A numpy block as a torch tensor sharing its memory."""
     import torch
-    return torch.from_numpy(np.ascontiguousarray(a))
+    return torch.from_numpy(a if a.flags.c_contiguous else a.copy())   # (np.ascontiguousarray makes 0-d 1-d)
 
 
 def _fill(leaf: Any, local: Any, into: np.ndarray | None, where: str):
@@ -1462,15 +1462,18 @@ def reshard(src: str, dst: str, layouts: Any, type: Any = None, *, read_buffer: 
             raise CheckpointError(f"{src}: pattern {unused[0]!r} matches no entry (it holds "
                                   f"{', '.join(names[:8])}{', ...' if len(names) > 8 else ''})")
         with _directory(dst, create=True) as dirfd:
-            w = _Writer(dirfd, save_id, 0)
-            try:
-                for key, e, t, _ in todo:
-                    for r in range(t.mesh.num_devices):
-                        w.add(key, r, _load_block(ck, e, t, r, read_buffer), t, e.like, e.scalar)
-                part = w.finish()
-            finally:
-                w.release()
-            _commit_manifest(dirfd, _merge([part], values, save_id))
+            parts = []
+            # rank by rank, as that many ranks would save it: one data file (one writer) open at a time
+            for r in range(max((t.mesh.num_devices for _, _, t, _ in todo), default=0)):
+                w = _Writer(dirfd, save_id, r)
+                try:
+                    for key, e, t, _ in todo:
+                        if r < t.mesh.num_devices:
+                            w.add(key, r, _load_block(ck, e, t, r, read_buffer), t, e.like, e.scalar)
+                    parts.append(w.finish())
+                finally:
+                    w.release()
+            _commit_manifest(dirfd, _merge(parts, values, save_id))
         if stats is not None:
             stats["bytes_read"] = stats.get("bytes_read", 0) + ck.bytes_read
             stats["pieces"] = stats.get("pieces", 0) + ck.pieces
