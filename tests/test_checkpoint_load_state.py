@@ -43,6 +43,22 @@ def test_in_place_into_a_torch_state_dict(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(dst.parameters(), src.parameters()))   # the module's own weights
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_in_place_from_a_dcp_directory_keeps_dotted_keys(tmp_path):
+    """A DCP checkpoint of ``{"model": model.state_dict()}`` (DCP names ``model.0.weight``) loaded into the
+    same kind of dict: its dotted keys find their entries, the result keeps them, filled in place."""
+    torch = pytest.importorskip("torch")
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    src = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    dcp.save({"model": src.state_dict()}, checkpoint_id=str(tmp_path), no_dist=True)
+    dst = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    target = {"model": dst.state_dict()}
+    got = checkpoint.load(str(tmp_path), target)
+    assert list(got["model"]) == list(target["model"])
+    assert all(got["model"][k] is v for k, v in target["model"].items())
+    assert all(torch.equal(a, b) for a, b in zip(dst.parameters(), src.parameters()))
+
+
 def test_in_place_makes_no_second_copy(tmp_path):
     """A 32 MiB tensor loaded in place allocates less than an eighth of it
     (blocks are read straight into its memory; what remains is the read

@@ -1232,12 +1232,15 @@ def _is_one_target(targets: Any, type_: Any) -> bool:
     return targets is not None and not isinstance(targets, (Mapping, str)) and _target_kind(targets) is not None
 
 
-def select(targets: Any, names: list[tuple[str, ...]], path: str):
+def select(targets: Any, names: list[tuple[str, ...]], path: str, split: str | None = None):
     """(name -> target of every entry to load; give_back: the loaded values
     (name -> value) in the shape of ``targets``). ``targets``: None (every
     entry, as saved), a name (``"model"`` or ``"model/layer"``: that subtree),
     a nested dict of names to targets (None at a subtree's name loads all of
-    it as saved) or, with JAX, any pytree of targets."""
+    it as saved) or, with JAX, any pytree of targets. ``split``: a separator
+    inside the targets' keys that the names are split at (DCP's ``.``: a
+    flat ``model.state_dict()`` names nested entries), the result keeping
+    the targets' own keys."""
     if targets is None:
         return {k: None for k in names}, nest
     if isinstance(targets, str):
@@ -1261,6 +1264,9 @@ def select(targets: Any, names: list[tuple[str, ...]], path: str):
         flat = [(tuple(_key_name(k) for k in kp), v) for kp, v in leaves]
     have = set(names)
     wanted: dict = {}
+    own = [key for key, _ in flat]   # the targets' keys, for the result
+    if split is not None:
+        flat = [(tuple(p for k in key for p in k.split(split)), spec) for key, spec in flat]
     for key, spec in flat:
         if key in have:
             wanted[key] = spec
@@ -1279,7 +1285,7 @@ def select(targets: Any, names: list[tuple[str, ...]], path: str):
         values = [out[key] if key in out else nest({k[len(key):]: v for k, v in out.items() if k[:len(key)] == key})
                   for key, _ in flat]
         if treedef is None:
-            return nest(dict(zip((key for key, _ in flat), values)))
+            return nest(dict(zip(own, values)))
         return jax.tree_util.tree_unflatten(treedef, values)
     return wanted, give_back
 

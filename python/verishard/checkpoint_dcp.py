@@ -354,7 +354,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
                 raise CheckpointError(f"{path}: holds {len(tensors)} tensors; pass a dict of targets")
             wanted = {(tensors[0],): (targets, type) if type is not None else targets}
         else:
-            wanted, give_back = select(targets, [tuple(n.split(".")) for n in ck.names()], path)
+            wanted, give_back = select(targets, [tuple(n.split(".")) for n in ck.names()], path, split=".")
         out, needed = {}, 0
         for key, spec in wanted.items():
             fqn = ".".join(key)
