@@ -24,6 +24,94 @@ LAYERS = [
 SIZES = [(16, 16), (20, 13), (13, 40), (64, 64)]
 
 
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_from_dense_refuses_non_finite_before_the_svd(bad, monkeypatch):
+    W = torch.randn(8, 8, dtype=F64)
+    W[3, 5] = bad
+    called = []
+    monkeypatch.setattr(np.linalg, "svd", lambda *a, **k: called.append(1))   # an inf never comes back from it
+    with pytest.raises(LayerError, match=r"non-finite entry .* at \(3, 5\)"):
+        Monarch.from_dense(W, nblocks=2)
+    with pytest.raises(LayerError, match="non-finite"):
+        forms.monarch_project(W.numpy(), forms.MonarchShape.of(8, 8, 2))     # the JAX path's projection too
+    assert not called
+
+
+def test_from_dense_of_a_complex_matrix_keeps_its_imaginary_part():
+    m = Monarch(8, 8, nblocks=2, bias=False, dtype=torch.complex128, seed=0)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        m.R.add_(1j * torch.randn(m.R.shape, dtype=F64, generator=g))
+        m.L.add_(1j * torch.randn(m.L.shape, dtype=F64, generator=g))
+    D = m.to_dense().detach()
+    assert D.imag.abs().max() > 0.1
+    again = Monarch.from_dense(D, nblocks=2)     # a Monarch matrix is its own projection, complex too
+    assert again.R.dtype == torch.complex128
+    torch.testing.assert_close(again.to_dense().detach(), D, rtol=0, atol=1e-12)
+
+
+def test_from_dense_refuses_meta_and_mismatched_devices():
+    with pytest.raises(LayerError, match="meta device and holds no values"):
+        Monarch.from_dense(torch.empty(8, 8, device="meta"), nblocks=2)
+    with pytest.raises(LayerError, match="W is on cpu but bias is on meta"):
+        Monarch.from_dense(torch.eye(8), nblocks=2, bias=torch.zeros(8, device="meta"))
+    with pytest.raises(LayerError, match=r"bias must be a tensor of shape \(8,\)"):
+        Monarch.from_dense(torch.eye(8), nblocks=2, bias=torch.zeros(3))
+    lazy = Monarch(8, 8, nblocks=2, device="meta")                 # a layer without values is fine to build
+    assert lazy.R.is_meta and lazy(torch.empty(2, 8, device="meta")).shape == (2, 8)
+    with pytest.raises(LayerError, match="weights on meta, the input is on cpu"):
+        lazy(torch.zeros(2, 8))
+    with pytest.raises(LayerError, match="not a torch device"):
+        Monarch(8, 8, nblocks=2, device="float32")
+
+
+@pytest.mark.parametrize("name, dtype", [("float32", torch.float32), ("bfloat16", torch.bfloat16),
+                                         ("torch.float64", torch.float64), ("float16", torch.float16)])
+def test_dtype_names_are_torch_dtypes(name, dtype):
+    for layer in (Monarch(8, 8, nblocks=2, dtype=name, seed=0), Butterfly(8, 8, dtype=name, seed=0),
+                  Pixelfly(8, 8, block=2, dtype=name, seed=0)):
+        assert {p.dtype for p in layer.parameters()} == {dtype}
+    same = Monarch(8, 8, nblocks=2, dtype=dtype, seed=0)
+    assert torch.equal(Monarch(8, 8, nblocks=2, dtype=name, seed=0).R, same.R)
+
+
+@pytest.mark.parametrize("dtype, token", [("float33", "names no torch dtype"), ("int32", "not a floating"),
+                                          (torch.bool, "not a floating"), ("Tensor", "names no torch dtype"),
+                                          (3, "must be a torch.dtype")])
+def test_bad_dtypes_are_one_layer_error(dtype, token):
+    with pytest.raises(LayerError, match=token):
+        Monarch(8, 8, nblocks=2, dtype=dtype)
+    with pytest.raises(LayerError, match=token):
+        Butterfly(8, 8, dtype=dtype)
+
+
+@pytest.mark.parametrize("make, token", [
+    (lambda: Monarch(2**30, 2**30, nblocks=2), "Monarch"),
+    (lambda: Butterfly(2**40, 2**40), "Butterfly"),
+    (lambda: Butterfly(2**4000, 8), "Butterfly"),          # no float overflow in the size arithmetic either
+    (lambda: Pixelfly(2**40, 8, block=16), "Pixelfly"),
+    (lambda: Pixelfly(64, 64, block=8, rank=2**40), "Pixelfly"),
+])
+def test_huge_layers_are_refused_before_allocation(make, token, monkeypatch):
+    from verishard.errors import LimitError
+    from verishard.limits import MAX_LAYER_PARAMETERS
+    for init in ("monarch_init", "butterfly_init", "pixelfly_init"):
+        monkeypatch.setattr(forms, init, lambda *a, **k: pytest.fail("allocated"))
+    with pytest.raises(LimitError, match=f"{token}.*at most 2\\*\\*34 \\(verishard.limits.MAX_LAYER_PARAMETERS\\)"):
+        make()
+    assert MAX_LAYER_PARAMETERS == 2**34
+
+
+def test_a_layer_within_the_cap_that_memory_cannot_hold_is_a_limit_error(monkeypatch):
+    from verishard.errors import LimitError
+
+    def no_memory(*a, **k):
+        raise MemoryError
+    monkeypatch.setattr(forms, "monarch_init", no_memory)
+    with pytest.raises(LimitError, match="do not fit in this machine's memory"):
+        Monarch(64, 64, nblocks=4)
+
 @pytest.mark.parametrize("make", LAYERS)
 @pytest.mark.parametrize("io", SIZES)
 def test_layer_is_its_dense_matrix(make, io):

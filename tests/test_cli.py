@@ -384,6 +384,7 @@ def fake_runtime(monkeypatch):
 
         mod.run_mpi_demo = run_mpi_demo
         monkeypatch.setitem(sys.modules, "verishard.runtime", mod)
+        monkeypatch.setattr(cli, "_mpi_missing", lambda: None)   # as if mpi4py and mpirun were installed
         return calls
 
     return install
@@ -414,6 +415,111 @@ def test_demo_fails_when_a_case_fails(monkeypatch):
     monkeypatch.setattr(cli, "DEMO_CASES", cli.DEMO_CASES[:1] + (("broken", "x=2", "[2{x}4]", "[3]", "bad"),))
     code, out, _ = main("demo", "--no-mpi")
     assert code == 1 and "FAILED: global shapes differ" in out and "1 FAILED" in out
+
+
+# ---------------------------------------------------------------------------
+# packaging and output edges
+
+
+def without(tmp_path: Path, *names: str) -> dict[str, str]:
+    """An environment in which importing each of ``names`` fails as it does
+    when the package is not installed (a shim package first on PYTHONPATH
+    raising ModuleNotFoundError), for the CLI and every process it starts."""
+    shim = tmp_path / "shim"
+    for name in names:
+        (shim / name).mkdir(parents=True)
+        (shim / name / "__init__.py").write_text(
+            f"raise ModuleNotFoundError(\"No module named '{name}'\", name={name!r})\n")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim), str(ROOT / "python")]))
+
+
+def run_in(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "verishard.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("args, package, extra", [
+    (["show", "--mesh", "x=2", "--src", "[2{x}4]", "--dst", "[4]", "--picture", "PIC.png"], "matplotlib", "picture"),
+    (["partition", "tiny-resnet", "--platform", "cpu+2gpu"], "networkx", "partition"),
+    (["partition", "tiny-resnet", "--platform", "cpu+2gpu"], "scipy", "partition"),
+    (["partition", "tiny-resnet", "--platform", "cpu+2gpu"], "torch", "partition"),
+    (["plan", "--mesh", "x=2,y=2", "--shape", "5,4", "--dtensor", "--src", "Shard(0),Shard(0)",
+      "--dst", "Replicate(),Replicate()"], "torch", "torch"),
+])
+def test_missing_optional_package_is_exit_2_naming_the_extra(tmp_path, args, package, extra):
+    args = [a.replace("PIC.png", str(tmp_path / "p.png")) for a in args]
+    p = run_in(without(tmp_path, package), *args)
+    line = one_error_line(p)
+    assert p.returncode == 2, p.stderr
+    assert f"needs {package}, which is not installed: pip install 'verishard[{extra}]'" in line
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_missing_package_in_process(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # what `import matplotlib` meets when it is absent
+    code, out, err = main("show", "--mesh", "x=2", "--src", "[2{x}4]", "--dst", "[4]", "--picture",
+                          str(tmp_path / "p.svg"))
+    assert code == 2 and out == "" and "pip install 'verishard[picture]'" in one_error_line(err)
+
+
+def test_a_missing_module_of_verishard_itself_is_still_internal(monkeypatch):
+    def broken(args, out):
+        raise ModuleNotFoundError("No module named 'verishard.nothing'", name="verishard.nothing")
+    monkeypatch.setattr(cli, "cmd_plan", broken)
+    code, _, err = main("plan", "--mesh", "x=2", "--src", "[2{x}4]", "--dst", "[4]")
+    assert code == 3 and "internal error" in one_error_line(err)
+
+
+def test_demo_runs_what_is_installed_and_says_what_it_skipped(tmp_path):
+    p = run_in(without(tmp_path, "mpi4py"), "demo")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
+    assert "MPI demo: skipped: mpi4py is not installed (pip install 'verishard[mpi]')" in p.stdout
+    assert "Traceback" not in p.stdout + p.stderr and "No module named" not in p.stdout + p.stderr
+    assert "13 of 13 redistributions planned and checked" in p.stdout
+
+
+def test_demo_without_mpirun_skips_it(monkeypatch):
+    monkeypatch.setattr(cli.shutil, "which", lambda name: None)
+    code, out, _ = main("demo")
+    assert code == 0 and "MPI demo: skipped: mpirun is not on PATH" in out
+
+
+def test_demo_nranks_is_capped_at_what_the_machine_runs():
+    cap = cli.demo_rank_cap()
+    assert cap == max(8, (os.cpu_count() or 1) * 4)
+    p = run("demo", "--nranks", "1048576")
+    line = one_error_line(p)
+    assert p.returncode == 2 and p.stdout == ""
+    assert f"--nranks 1048576 is more than this machine runs: at most {cap}" in line
+    assert "verishard.limits.DEMO_RANKS_PER_CPU" in line
+
+
+def test_version():
+    import verishard
+    p = run("--version")
+    assert p.returncode == 0 and p.stdout.strip() == f"verishard {verishard.__version__}" and p.stderr == ""
+
+
+PLAN_ARGS = ("plan", "--mesh", "x=2,y=3", "--src", "[3{x}6]", "--dst", "[2{y}6]")
+
+
+def test_closed_stdout_exits_1_quietly():
+    cmd = [sys.executable, "-m", "verishard.cli", *PLAN_ARGS]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    p = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", *cmd], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 1
+    assert one_error_line(p) == "verishard: error: standard output is closed; nothing was written"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_unwritable_stdout_exits_1_quietly():
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "verishard.cli", *PLAN_ARGS], stdout=full, stderr=subprocess.PIPE,
+                           text=True, env=env, timeout=120)
+    assert p.returncode == 1
+    assert "cannot write to standard output" in one_error_line(p.stderr)
 
 
 # ---------------------------------------------------------------------------

@@ -11,8 +11,12 @@
     verishard demo
 
 Exit codes: 0 success; 1 a plan was rejected by the verified checker (or a
-demo case failed); 2 bad input (one line on stderr naming the problem and
-the offending token); 3 an internal error. ``--debug`` adds the traceback.
+demo case failed, or standard output is closed or cannot be written: one
+line on stderr, nothing else); 2 bad input (one line on stderr naming the
+problem and the offending token), a missing optional package included (the
+line names the ``pip install 'verishard[extra]'`` that brings it); 3 an
+internal error. ``--debug`` adds the traceback. ``verishard --version``
+prints the version.
 
 Everything the CLI prints about a plan comes from :mod:`verishard.plan`,
 that is from the verified checker's report.
@@ -44,23 +48,33 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
+import shutil
 import sys
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import ParseError, PlanError, ShardingError, VerishardError, show
-from .limits import MAX_DEVICES, MAX_DIMS, check_count, check_int, check_text, parse_int
+from .limits import DEMO_RANKS_PER_CPU, MAX_DEVICES, MAX_DIMS, check_count, check_int, check_text, parse_int
 from .mesh import Mesh
 from .sharding import ArrayType
 
 __all__ = ["main", "SCHEMA", "dumps", "plan_document", "guarantees", "check_document", "load_plan_file", "DEMO_CASES",
-           "int_option"]
+           "int_option", "OPTIONAL_PACKAGES", "OutputLost", "demo_rank_cap"]
 
 SCHEMA = "verishard.plan/1"
+BOX_SCHEMA = "verishard.boxes/1"  # a box schedule printed with --format json (not read back by `check`)
 MAX_PLAN_FILE = 16 * 2**20
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+# The optional packages a command may need, and the extra of pyproject.toml that installs each
+# (``verishard partition`` needs the whole ``partition`` extra, whichever of them is missing).
+OPTIONAL_PACKAGES = {"matplotlib": "picture", "networkx": "partition", "scipy": "partition", "torch": "torch",
+                     "jax": "jax", "jaxlib": "jax", "mpi4py": "mpi"}
+DEMO_RANKS = 8  # the MPI demo's own rank count (verishard.runtime.demo_job.NRANKS), never capped below
 
 
 class UsageError(VerishardError):
@@ -515,7 +529,7 @@ def _problem(args) -> tuple[Mesh, ArrayType, ArrayType, str | None]:
             if kind == "jax":
                 t = notation.from_partition_spec(mesh, shape, notation.parse_partition_spec(text))
             elif kind == "dtensor":
-                t = notation.from_placements(mesh, shape, notation.parse_placements(text))
+                t = _dtensor_type(mesh, shape, notation.parse_placements(text))
             else:
                 t = ArrayType.parse(text, mesh)
                 if shape is not None and t.global_shape != shape:
@@ -525,10 +539,84 @@ def _problem(args) -> tuple[Mesh, ArrayType, ArrayType, str | None]:
             raise _in(type(e)(f"{e}{hint}") if hint else e, f"--{opt}") from None
         types.append(t)
     src, dst = types
+    if isinstance(src, DTensorLayout) or isinstance(dst, DTensorLayout):
+        return mesh, src, dst, kind
     if src.global_shape != dst.global_shape:
         raise ShardingError(f"global shapes differ: --src {src} has {src.global_shape}, "
                             f"--dst {dst} has {dst.global_shape}")
     return mesh, src, dst, kind
+
+
+@dataclass(frozen=True)
+class DTensorLayout:
+    """DTensor placements (notation tuples) over an array of ``shape`` whose
+    layout verishard's types do not describe: a dimension that several mesh
+    axes shard unevenly, which DTensor splits by ``torch.chunk`` of each
+    chunk. Planned as a box schedule, as :func:`verishard.torch.redistribute` does."""
+
+    placements: tuple
+    shape: tuple[int, ...]
+
+
+def _dtensor_type(mesh: Mesh, shape: tuple[int, ...], placements: tuple) -> "ArrayType | DTensorLayout":
+    """The type of DTensor placements as the Python API reads them
+    (:func:`verishard.dtensor.from_placements`): even shapes through the
+    notation (numpy only), uneven ones our blocks where DTensor's shards are
+    those blocks (read with torch, which says where DTensor puts each shard),
+    else a :class:`DTensorLayout`."""
+    from . import notation
+
+    t = notation.from_placements(mesh, shape, placements, uneven=True)
+    if not t.uneven:
+        return t
+    from . import dtensor   # needs torch: DTensor's own shard offsets decide
+
+    try:
+        return dtensor.from_placements(mesh, shape, dtensor.tuples_to_placements(placements))
+    except dtensor.UnsupportedLayout:
+        return DTensorLayout(placements, shape)
+
+
+def _box_schedule(mesh: Mesh, shape: tuple[int, ...], placements: tuple[tuple, tuple], dtype_name: str):
+    """The verified box schedule between two DTensor layouts (notation
+    tuples), what :func:`verishard.torch.redistribute` runs where the types
+    cannot describe one of them (:func:`verishard.dtensor.layout_boxes`,
+    ``BoxPlan.build``), for elements of ``dtype_name``; and the placements as objects."""
+    import torch
+
+    from . import dtensor
+    from .runtime.crossmesh_mpi import DEFAULT_BUDGET
+    from .runtime.torch import BoxPlan
+
+    name = dtype_name.removeprefix("torch.")
+    dtype = getattr(torch, name, None) if name.isidentifier() else None
+    if not isinstance(dtype, torch.dtype):
+        raise UsageError(f"--dtype {show(dtype_name)} names no torch dtype; give e.g. float32, bfloat16, int64")
+    ops = {p[1] for pl in placements for p in pl if p[0] == "partial"}
+    if len(ops) > 1:
+        raise ShardingError(f"the source and the target pend different reductions ({' and '.join(sorted(ops))}): a "
+                            f"redistribution keeps the pending reduction")
+    objs = tuple(dtensor.tuples_to_placements(pl) for pl in placements)
+    s, _ = dtensor.layout_boxes(shape, mesh.axis_sizes, objs[0])
+    d, _ = dtensor.layout_boxes(shape, mesh.axis_sizes, objs[1])
+    return BoxPlan.build(s, d, dtype.itemsize, DEFAULT_BUDGET), objs, name
+
+
+def _box_notes(mesh: Mesh, placements: tuple) -> str:
+    """What happens around the pieces when a side is Partial (as verishard.torch does it)."""
+    names = mesh.axis_names
+    lines = []
+    for what, pl in zip(("source", "target"), placements):
+        pending = [names[i] for i, p in enumerate(pl) if p.is_partial()]
+        if not pending:
+            continue
+        op = next(p.reduce_op for p in pl if p.is_partial())
+        if what == "source":
+            lines.append(f"first: the source's pending {op} is all-reduced over {', '.join(pending)}")
+        else:
+            lines.append(f"then: the target is made pending {op} over {', '.join(pending)} (the rank with index 0 "
+                         f"of each group keeps the value, the others the identity)")
+    return "".join(line + "\n" for line in lines)
 
 
 def _notation_hint(text: str, kind: str | None) -> str:
@@ -541,13 +629,17 @@ def _notation_hint(text: str, kind: str | None) -> str:
     ' (this looks like our type notation: drop --jax)'
     >>> _notation_hint("[3{x}6", None)
     ''
+    >>> _notation_hint("[Shard(0), Shard(0)]", "dtensor"), _notation_hint("[Shard(0)]", None)
+    ('', ' (this looks like DTensor placements: add --dtensor and --shape)')
     """
     head = text.lstrip()
+    # "[Shard(0), Shard(0)]" is how DTensor prints placements, not our notation
+    placements = head.lstrip("[(").lstrip().startswith(("Shard(", "Replicate(", "Partial(", "_StridedShard("))
     if head.startswith(("P(", "PartitionSpec(", "P (")) and kind != "jax":
         return " (this looks like a JAX PartitionSpec: add --jax and --shape)"
-    if head.startswith(("Shard(", "Replicate(", "Partial(", "_StridedShard(")) and kind != "dtensor":
+    if placements and kind != "dtensor":
         return " (this looks like DTensor placements: add --dtensor and --shape)"
-    if head.startswith("[") and kind is not None:
+    if head.startswith("[") and kind is not None and not placements:
         return f" (this looks like our type notation: drop --{kind})"
     return ""
 
@@ -578,8 +670,44 @@ def _plan_from_args(args):
             raise UsageError("give either a plan file or --mesh/--src/--dst, not both")
         return check_document(load_plan_file(args.file)), None
     mesh, src, dst, kind = _problem(args)
+    if isinstance(src, DTensorLayout) or isinstance(dst, DTensorLayout):
+        from . import notation
+
+        placements = (notation.parse_placements(args.src), notation.parse_placements(args.dst))
+        shape = src.shape if isinstance(src, DTensorLayout) else src.global_shape
+        boxes, objs, dtype = _box_schedule(mesh, shape, placements, args.dtype)
+        return BoxSchedule(mesh, src, dst, shape, boxes, placements, objs, dtype), kind
     return synthesize(mesh, src, dst, exchange=bool(getattr(args, "exchange", False)),
                       minimal=bool(getattr(args, "minimal", False))), kind
+
+
+class BoxSchedule:
+    """A box schedule the CLI prints: the problem as given (a type, or a
+    :class:`DTensorLayout`, per side), the verified ``BoxPlan``, the
+    placements it was built from and the element type."""
+
+    def __init__(self, mesh, src, dst, shape, boxes, placements, objects, dtype: str):
+        self.mesh, self.src, self.dst, self.shape = mesh, src, dst, shape
+        self.boxes, self.placements, self.objects, self.dtype = boxes, placements, objects, dtype
+
+    def _placements_text(self) -> tuple[str, str]:
+        from . import notation
+
+        return tuple(notation.format_placements(pl) for pl in self.placements)
+
+    def text(self) -> str:
+        untyped = "(DTensor layout; no type describes it)"
+        head = "".join(f"{what} {pl} = {untyped if isinstance(t, DTensorLayout) else t}\n"
+                       for what, pl, t in zip(("source", "target"), self._placements_text(), (self.src, self.dst)))
+        why = (f"DTensor splits a dimension that several mesh axes shard unevenly by torch.chunk of each chunk, "
+               f"which no type describes: planned as boxes of {self.dtype} elements (--dtype), as "
+               f"verishard.torch.redistribute does\n")
+        return head + why + _box_notes(self.mesh, self.objects) + str(self.boxes)
+
+    def document(self) -> dict[str, Any]:
+        src, dst = self._placements_text()
+        return {"schema": BOX_SCHEMA, "mesh": str(self.mesh), "shape": list(self.shape), "src": src, "dst": dst,
+                "dtype": self.dtype} | self.boxes.to_json()
 
 
 # ---------------------------------------------------------------------------
@@ -607,7 +735,9 @@ def cmd_plan(args, out) -> int:
     0
     """
     p, kind = _plan_from_args(args)
-    if args.format == "json":
+    if isinstance(p, BoxSchedule):
+        _emit(dumps(p.document()) if args.format == "json" else p.text(), out)
+    elif args.format == "json":
         _emit(dumps(plan_document(p)), out)
     else:
         _emit(_notation_lines(p, kind) + str(p) + "\n" + _format_guarantees(p), out)
@@ -670,6 +800,12 @@ def cmd_show(args, out) -> int:
     from . import picture
 
     p, kind = _plan_from_args(args)
+    if isinstance(p, BoxSchedule):
+        if args.picture:
+            raise UsageError("--picture draws plans of types; this DTensor layout is a box schedule, printed "
+                             "without --picture")
+        _emit(p.text(), out)
+        return EXIT_OK
     text = _notation_lines(p, kind) + str(p) + "\n\n" + picture.text_picture(p)
     if args.picture:
         n = picture.draw(p, args.picture)
@@ -736,7 +872,37 @@ def _run_demo_case(i: int, title: str, mesh: str, src: str, dst: str, what: str,
     return True
 
 
+def demo_rank_cap() -> int:
+    """The most ranks ``verishard demo --nranks`` starts on this machine:
+    :data:`~verishard.limits.DEMO_RANKS_PER_CPU` per core (``os.cpu_count()``),
+    and never fewer than the demo's own :data:`DEMO_RANKS`.
+
+    >>> demo_rank_cap() >= DEMO_RANKS
+    True
+    """
+    return max(DEMO_RANKS, (os.cpu_count() or 1) * DEMO_RANKS_PER_CPU)
+
+
+def _mpi_missing() -> str | None:
+    """Why the MPI demo cannot run here (None: it can): mpi4py or mpirun missing."""
+    try:
+        importlib.import_module("mpi4py")   # the package only: importing mpi4py.MPI would start MPI
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "mpi4py":
+            return f"mpi4py cannot be imported ({e})"
+        return "mpi4py is not installed (pip install 'verishard[mpi]')"
+    except ImportError as e:   # installed but broken: say so rather than "not installed"
+        return f"mpi4py cannot be imported ({' '.join(str(e).split())[:200]})"
+    if not (shutil.which("mpirun") or shutil.which("mpiexec")):
+        return "mpirun is not on PATH (install Open MPI: apt-get install openmpi-bin libopenmpi-dev)"
+    return None
+
+
 def _run_mpi_demo(nranks: int, out) -> bool:
+    missing = _mpi_missing()
+    if missing:
+        out.write(f"\nMPI demo: skipped: {missing}\n")
+        return True
     try:
         runtime = importlib.import_module("verishard.runtime")
     except ModuleNotFoundError as e:
@@ -782,7 +948,10 @@ def cmd_crossmesh(args, out) -> int:
 
 def cmd_demo(args, out) -> int:
     """``verishard demo``: plan and check :data:`DEMO_CASES`, then (unless
-    ``--no-mpi``) run the MPI demo; 0 when everything passed.
+    ``--no-mpi``) run the MPI demo where mpi4py and mpirun are installed
+    (else one line says which is missing and it is skipped); 0 when
+    everything that ran passed. ``--nranks`` above :func:`demo_rank_cap` is
+    a usage error.
 
     >>> cmd_demo(build_parser().parse_args(["demo", "--no-mpi"]), sys.stdout)  # doctest: +ELLIPSIS
     verishard demo: redistributions planned and checked through the verified core
@@ -790,8 +959,14 @@ def cmd_demo(args, out) -> int:
     == 1. the spec's worked example: {x:2, y:3}  [3{x}6] -> [2{y}6]
     ...
     13 of 13 redistributions planned and checked
+    <BLANKLINE>
+    MPI demo: skipped (--no-mpi)
     0
     """
+    if not args.no_mpi and args.nranks > demo_rank_cap():
+        raise UsageError(f"--nranks {args.nranks} is more than this machine runs: at most {demo_rank_cap()} "
+                         f"({DEMO_RANKS_PER_CPU} per core of {os.cpu_count() or 1}, "
+                         f"verishard.limits.DEMO_RANKS_PER_CPU; the demo itself uses {DEMO_RANKS})")
     out.write("verishard demo: redistributions planned and checked through the verified core\n")
     ok = 0
     for i, case in enumerate(DEMO_CASES, 1):
@@ -801,6 +976,8 @@ def cmd_demo(args, out) -> int:
     failed = total - ok
     out.write(f"\n{ok} of {total} redistributions planned and checked"
               + (f"; {failed} FAILED\n" if failed else "\n"))
+    if args.no_mpi:
+        out.write("\nMPI demo: skipped (--no-mpi)\n")
     mpi_ok = True if args.no_mpi else _run_mpi_demo(args.nranks, out)
     out.flush()
     return EXIT_OK if not failed and mpi_ok else EXIT_REJECTED
@@ -819,6 +996,9 @@ def _problem_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--jax", action="store_true", help="--src/--dst are JAX PartitionSpecs: \"P('x', None)\"")
     g.add_argument("--dtensor", action="store_true",
                    help="--src/--dst are DTensor placements, one per mesh axis: \"Shard(0),Replicate()\"")
+    p.add_argument("--dtype", default="float32",
+                   help="with --dtensor: the element type of a box schedule (its bytes and per-round budget), "
+                        "as torch names it (default float32)")
 
 
 _PLAN_EXAMPLES = """examples:
@@ -868,6 +1048,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print a traceback on errors")
     parser = _Parser(prog="verishard", description="Verified array redistribution for SPMD programs.",
                      parents=[common])
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"verishard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="{plan,check,show,demo,partition,crossmesh,reshard-checkpoint}", parser_class=_Parser)
     sub.required = True
 
@@ -897,8 +1080,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", parents=[common], help="plan and check a dozen redistributions (make demo)",
                        description="Plan and check a dozen instructive redistributions, then run the MPI demo.")
     d.add_argument("--no-mpi", action="store_true", help="skip the MPI runtime demo")
-    d.add_argument("--nranks", type=int_option("--nranks", 1, MAX_DEVICES), default=8,
-                   help="MPI ranks for the runtime demo (default 8)")
+    d.add_argument("--nranks", type=int_option("--nranks", 1, MAX_DEVICES), default=DEMO_RANKS,
+                   help=f"MPI ranks for the runtime demo (default {DEMO_RANKS}; at most {DEMO_RANKS_PER_CPU} per "
+                        f"core, and at least {DEMO_RANKS} allowed)")
     from .partition.cli import add_parser as _add_partition_parser  # verishard.partition owns its options
 
     _add_partition_parser(sub, common)
@@ -919,23 +1103,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    if sys.stdout is None:   # started with stdout closed (verishard plan ... >&-): no result can be written
+        return _output_lost("standard output is closed")
     out = _Out(sys.stdout)
+    command = None
     try:
         args = build_parser().parse_args(argv)
+        command = args.command
         handler = {"plan": cmd_plan, "check": cmd_check, "show": cmd_show, "demo": cmd_demo,
                    "partition": cmd_partition, "crossmesh": cmd_crossmesh,
                    "reshard-checkpoint": cmd_crossmesh}[args.command]
         code = handler(args, out)
         out.flush()
         return code
+    except OutputLost as e:
+        return _output_lost(str(e))
     except PlanError as e:
         return _fail(e, EXIT_REJECTED if (e.step is not None or e.reason is not None) else EXIT_USAGE, debug)
     except VerishardError as e:
         return _fail(e, EXIT_USAGE, debug)
-    except SystemExit as e:  # --help
+    except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else EXIT_OK
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader left (verishard demo | head): what it read is all it wanted
+        _silence_stdout()
         return EXIT_OK
+    except ModuleNotFoundError as e:
+        missing = _missing_package(e, command)
+        if missing is None:
+            return _fail(e, EXIT_INTERNAL, debug, internal=True)
+        return _fail(missing, EXIT_USAGE, debug)
     except OSError as e:  # a path named on the command line: missing, unreadable, a directory, existing, ...
         where = f" {show(e.filename, 200)}" if e.filename is not None else ""
         return _fail(UsageError(f"cannot use{where}: {e.strerror or e}"), EXIT_USAGE, debug)
@@ -947,10 +1143,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(e, EXIT_INTERNAL, debug, internal=True)
 
 
+class OutputLost(VerishardError):
+    """Standard output cannot be written (closed, a full disk): exit 1, one line on stderr."""
+
+
+def _missing_package(e: ModuleNotFoundError, command: str | None) -> UsageError | None:
+    """The usage error for an optional package that is not installed (None:
+    ``e`` is about another module, a bug).
+
+    >>> print(_missing_package(ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"), "show"))
+    verishard show needs matplotlib, which is not installed: pip install 'verishard[picture]'
+    >>> _missing_package(ModuleNotFoundError("No module named 'verishard._core'", name="verishard._core"), "plan")
+    """
+    top = (e.name or "").split(".")[0]
+    if top not in OPTIONAL_PACKAGES:
+        return None
+    extra = "partition" if command == "partition" else OPTIONAL_PACKAGES[top]
+    return UsageError(f"verishard {command or ''}".rstrip() + f" needs {top}, which is not installed: "
+                      f"pip install 'verishard[{extra}]'")
+
+
+def _silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so that the interpreter's last
+    flush of what is still buffered does not fail again at exit."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
+def _output_lost(why: str) -> int:
+    if sys.stdout is not None:
+        _silence_stdout()
+    if sys.stderr is not None:
+        try:
+            print(f"verishard: error: {why}; nothing was written", file=_Out(sys.stderr))
+        except (OSError, VerishardError):
+            pass
+    return EXIT_REJECTED
+
+
 class _Out:
     """A text stream whose ``write`` escapes what the stream cannot encode
     (a lone surrogate from a command-line argument echoed back) instead of
-    raising ``UnicodeEncodeError``.
+    raising ``UnicodeEncodeError``, and reports a stream that cannot be
+    written (closed, ``/dev/full``) as :class:`OutputLost`.
     """
 
     def __init__(self, stream):
@@ -959,9 +1198,22 @@ class _Out:
     def write(self, text: str) -> int:
         encoding = getattr(self.stream, "encoding", None) or "utf-8"
         try:
-            return self.stream.write(text)
-        except UnicodeEncodeError:
-            return self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+            try:
+                return self.stream.write(text)
+            except UnicodeEncodeError:
+                return self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as e:   # ValueError: a closed file object
+            raise OutputLost(f"cannot write to standard output: {getattr(e, 'strerror', None) or e}") from None
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as e:
+            raise OutputLost(f"cannot write to standard output: {getattr(e, 'strerror', None) or e}") from None
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)
@@ -977,7 +1229,11 @@ def _fail(e: BaseException, code: int, debug: bool, internal: bool = False) -> i
         sys.stdout.flush()
     except Exception:  # noqa: BLE001
         pass
-    print(f"verishard: error: {msg}", file=_Out(sys.stderr))
+    if sys.stderr is not None:
+        try:
+            print(f"verishard: error: {msg}", file=_Out(sys.stderr))
+        except (OSError, VerishardError):
+            pass
     return code
 
 

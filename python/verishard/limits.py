@@ -55,6 +55,12 @@ MAX_TEXT = 10_000  # characters of one mesh, type, PartitionSpec, placements or 
 MAX_MESH_PARTS = 64  # axes of a mesh, each factor of a split axis counted
 MAX_DIMS = 64  # dimensions of an array type (numpy's own limit)
 MAX_ROUND_CUTS = 4096  # cuts of a staged cross-mesh transfer (the first-fit packing grows faster than n**2 in them)
+# Parameters of one structured layer (verishard.butterfly), checked from the sizes before anything is allocated:
+# 2**34 is 64 GiB in float32, beyond any one device's memory today; the float64 init arrays are twice that.
+MAX_LAYER_PARAMETERS = 2**34
+# Ranks `verishard demo --nranks` starts on this machine: mpirun oversubscribes the cores, and each rank is a
+# Python process of about 100 MB, so past a few per core the demo only thrashes (the CLI names this cap).
+DEMO_RANKS_PER_CPU = 4
 
 _INT = re.compile(r"-?[0-9]+\Z")
 
@@ -179,5 +185,5 @@ def parse_int(token: str, what: str, error: type = ParseError) -> int:
 
 
 __all__ = ["MAX_DEVICES", "MAX_ELEMENTS", "MAX_INDEX", "CORE_INT_LIMIT", "MAX_DIGITS", "MAX_TEXT",
-           "MAX_MESH_PARTS", "MAX_DIMS", "MAX_ROUND_CUTS", "check_int", "show_int", "check_text", "check_count",
+           "MAX_MESH_PARTS", "MAX_DIMS", "MAX_ROUND_CUTS", "MAX_LAYER_PARAMETERS", "DEMO_RANKS_PER_CPU", "check_int", "show_int", "check_text", "check_count",
            "parse_int"]

@@ -225,11 +225,7 @@ class Plan:
         rows.append(("0", "(source)", str(self.src), str(self.src.size), "0"))
         for i, s in enumerate(self.steps, 1):
             rows.append((str(i), str(s.collective), str(s.type), str(s.local_size), str(s.received)))
-        widths = [max(len(r[k]) for r in rows) for k in range(5)]
-        lines = [f"plan on {self.mesh}: {self.src} -> {self.dst}"]
-        for r in rows:
-            lines.append("  " + "  ".join(
-                r[k].ljust(widths[k]) if k in (1, 2) else r[k].rjust(widths[k]) for k in range(5)))
+        lines = [f"plan on {self.mesh}: {self.src} -> {self.dst}"] + table_lines(rows, left=(1, 2))
         if self.guaranteed and self.partial and self.uneven:
             note = (" (padded buffers; peak = bound by Puexchangeproof.puplan_peak; data correct by "
                     "Puexchangeproof.puexec_correct)")
@@ -618,4 +614,74 @@ def _translate_collective(c: Collective, fine: Mesh, coarse: Mesh, groups, owner
     return AllToAll(c.src_dim, c.dst_dim, names)
 
 
-__all__ = ["Plan", "check", "plan", "express", "is_verified"]
+# ---------------------------------------------------------------------------
+# Text tables: one layout for every plan and schedule verishard prints
+
+MAX_SHOWN_PIECES = 20  # rows of a printed box schedule before "... N more pieces"
+
+
+def table_lines(rows: Sequence[Sequence[str]], left: Sequence[int] = ()) -> list[str]:
+    """``rows`` (the first is the header) as aligned lines indented by two
+    spaces: the columns in ``left`` flush left, the others flush right.
+
+    >>> print("\\n".join(table_lines([("step", "name"), ("1", "AllGather")], left=(1,))))
+      step  name
+         1  AllGather
+    """
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    return ["  " + "  ".join(c.ljust(w) if k in left else c.rjust(w)
+                             for k, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+
+
+def box_text(box: Sequence[tuple[int, int]]) -> str:
+    """A global box ``((start, length), ...)`` as numpy slices.
+
+    >>> box_text(((0, 2), (4, 4)))
+    '[0:2, 4:8]'
+    """
+    return "[" + ", ".join(f"{s}:{s + n}" for s, n in box) + "]"
+
+
+def ranks_text(ranks: Sequence[int], limit: int = 12) -> str:
+    """Ranks as a range where they are consecutive, else listed (the first ``limit``).
+
+    >>> ranks_text([0, 1, 2, 3]), ranks_text([0, 2, 5]), ranks_text(range(0, 40, 2), limit=3)
+    ('0..3', '0, 2, 5', '0, 2, 4, ... (20 ranks)')
+    """
+    ranks = list(ranks)
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}..{ranks[-1]}"
+    if len(ranks) > limit:
+        return ", ".join(map(str, ranks[:limit])) + f", ... ({len(ranks)} ranks)"
+    return ", ".join(map(str, ranks))
+
+
+def pieces_table(pieces: Sequence[tuple[int, str | None, int, int, Sequence[tuple[int, int]], int]],
+                 limit: int = MAX_SHOWN_PIECES) -> list[str]:
+    """The lines of a box schedule's table: one row per piece ``(round,
+    tensor or None, sender, receiver, global box, bytes)``, the first
+    ``limit`` of them, then ``... N more pieces``. The tensor column is
+    shown when some piece names one.
+
+    >>> print("\\n".join(pieces_table([(1, None, 0, 1, ((0, 2),), 8), (1, None, 1, 0, ((2, 2),), 8),
+    ...                                 (2, None, 0, 1, ((4, 1),), 4)], limit=2)))
+      round  sender -> receiver  box    bytes
+          1  0 -> 1              [0:2]      8
+          1  1 -> 0              [2:4]      8
+      ... 1 more piece
+    """
+    named = any(name is not None for _, name, *_ in pieces)
+    rows = [("round",) + (("tensor",) if named else ()) + ("sender -> receiver", "box", "bytes")]
+    width = max((len(str(a)) for _, _, a, *_ in pieces), default=1)
+    for rd, name, a, b, box, nbytes in pieces[:limit]:
+        rows.append((str(rd),) + ((name or "",) if named else ()) + (f"{str(a).rjust(width)} -> {b}", box_text(box),
+                                                                       str(nbytes)))
+    lines = table_lines(rows, left=(1, 2, 3) if named else (1, 2))
+    if len(pieces) > limit:
+        more = len(pieces) - limit
+        lines.append(f"  ... {more} more piece{'s' if more != 1 else ''}")
+    return lines
+
+
+__all__ = ["Plan", "check", "plan", "express", "is_verified", "table_lines", "box_text", "pieces_table",
+           "ranks_text", "MAX_SHOWN_PIECES"]

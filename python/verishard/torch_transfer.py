@@ -61,6 +61,7 @@ from .crossmesh import CrossMeshPlan, crossmesh_plan
 from .crossmesh import _ranks as _check_ranks
 from .errors import VerishardError
 from .mesh import Mesh
+from .plan import MAX_SHOWN_PIECES, pieces_table, ranks_text
 from .runtime.crossmesh_mpi import rounds as _verified_rounds
 from .runtime.torch import _REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree, run_rounds
 
@@ -146,6 +147,63 @@ class TransferSchedule:
     def ranks(self) -> tuple[int, ...]:
         """Every world rank on either side."""
         return tuple(sorted({r for m in self.moves for r in m.ranks}))
+
+    def _pieces(self) -> list[tuple[int, str, int, int, tuple, int]]:
+        """Every piece sent: (round, tensor, sender, receiver, global box, bytes)."""
+        size = {m.name: m.dtype.itemsize for m in self.moves}
+        return [(i, _name(c[0]), c[1], c[2], c[3], size[_name(c[0])] * _volume(c[3]))
+                for i, rd in enumerate(self.rounds, 1) for c in rd if c[1] != c[2]]
+
+    def __str__(self) -> str:
+        """The tensors, then a table as the type plans print (round, tensor,
+        sender -> receiver, global box, bytes; the first
+        :data:`~verishard.plan.MAX_SHOWN_PIECES` pieces, then a count), then
+        what each rank receives against what it lacks."""
+        pieces, ranks = self._pieces(), self.ranks()
+        n = len(self.rounds)
+        lines = [f"transfer schedule over ranks {ranks_text(ranks)}: {len(self.moves)} tensor"
+                 f"{'s' if len(self.moves) != 1 else ''}; {len(pieces)} pieces sent in {n} round{'s' if n != 1 else ''}"
+                 f" within {self.budget_bytes} bytes per round"]
+        for m in self.moves[:MAX_SHOWN_PIECES]:
+            dtype = str(m.dtype).removeprefix("torch.")
+            if isinstance(m.plan, BoxPlan):
+                what = (f"as boxes (DTensor's layouts): {len(m.plan.src)} source boxes -> {len(m.plan.dst)} target "
+                        f"boxes (Boxesworldproof.brounds_correct)")
+            else:
+                what = (f"{m.plan.src} on ranks {ranks_text(m.plan.src_ranks)} -> {m.plan.dst} on ranks "
+                        f"{ranks_text(m.plan.dst_ranks)}")
+            lines.append(f"  {m.name}: {dtype}, {what}")
+        if len(self.moves) > MAX_SHOWN_PIECES:
+            lines.append(f"  ... {len(self.moves) - MAX_SHOWN_PIECES} more tensors")
+        lines += pieces_table(pieces)
+        if ranks:
+            recv = {r: self.received(r) for r in ranks}
+            worst = max(ranks, key=lambda r: (recv[r], -r))
+            lack = max(self.lower_bound(r) for r in ranks)
+            lines.append(f"received: at most {recv[worst]} bytes per rank (rank {worst}); lower bound {lack} bytes")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:   # the fields hold tensors and long tuples of boxes: str() has the table
+        return (f"<TransferSchedule: {len(self.moves)} tensors over ranks {ranks_text(self.ranks())}, "
+                f"{len(self._pieces())} pieces in {len(self.rounds)} rounds, budget {self.budget_bytes} bytes>")
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data: the tensors, every piece sent (its round, 1 first) and the per-rank figures (bytes)."""
+        moves = []
+        for m in self.moves:
+            entry = {"name": m.name, "dtype": str(m.dtype).removeprefix("torch.")}
+            if isinstance(m.plan, BoxPlan):
+                entry |= {"boxes": m.plan.to_json()}
+            else:
+                entry |= {"src": str(m.plan.src), "src_mesh": str(m.plan.src.mesh), "src_ranks": list(m.plan.src_ranks),
+                          "dst": str(m.plan.dst), "dst_mesh": str(m.plan.dst.mesh), "dst_ranks": list(m.plan.dst_ranks)}
+            moves.append(entry)
+        pieces = [{"round": i, "tensor": name, "sender": a, "receiver": b, "box": [list(x) for x in box],
+                   "bytes": nbytes} for i, name, a, b, box, nbytes in self._pieces()]
+        return {"kind": "transfer", "budget_bytes": self.budget_bytes, "tensors": moves, "rounds": len(self.rounds),
+                "pieces": pieces,
+                "ranks": [{"rank": r, "sent": self.sent(r), "received": self.received(r),
+                           "lower_bound": self.lower_bound(r)} for r in self.ranks()]}
 
     def fingerprint(self) -> int:
         import hashlib

@@ -27,9 +27,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import VerishardError
+from ..errors import LimitError, VerishardError
+from ..limits import MAX_LAYER_PARAMETERS, show_int
 
-__all__ = ["LayerError", "Ops", "ButterflyShape", "MonarchShape", "PixelflyShape", "butterfly_factor", "bit_reverse",
+__all__ = ["LayerError", "check_parameters", "check_finite", "Ops", "ButterflyShape", "MonarchShape", "PixelflyShape", "butterfly_factor", "bit_reverse",
            "butterfly_apply", "butterfly_init", "monarch_mix", "monarch_apply", "monarch_init", "monarch_project",
            "pixelfly_apply", "pixelfly_init"]
 
@@ -82,6 +83,36 @@ def _positive(name: str, v: Any) -> int:
     return int(v)
 
 
+def check_parameters(layer: str, n: int) -> None:
+    """Refuse a layer of more than :data:`~verishard.limits.MAX_LAYER_PARAMETERS`
+    parameters, from its sizes alone (before anything is allocated).
+
+    >>> check_parameters("Monarch(1073741824, 1073741824, nblocks=2)", 2**61)
+    Traceback (most recent call last):
+    ...
+    verishard.errors.LimitError: Monarch(1073741824, 1073741824, nblocks=2) has ~2**61 parameters; at most 2**34 (verishard.limits.MAX_LAYER_PARAMETERS)
+    """
+    if n > MAX_LAYER_PARAMETERS:
+        shown = f"~2**{n.bit_length() - 1}" if n >= 2**40 else str(n)   # the exact count of a huge layer says nothing
+        raise LimitError(f"{layer} has {shown} parameters; at most 2**{MAX_LAYER_PARAMETERS.bit_length() - 1} "
+                         f"(verishard.limits.MAX_LAYER_PARAMETERS)")
+
+
+def check_finite(W: np.ndarray, what: str = "from_dense: W") -> None:
+    """Refuse a matrix holding inf or NaN (an SVD of it does not converge, or never returns).
+
+    >>> check_finite(np.array([[1.0, np.inf]]))
+    Traceback (most recent call last):
+    ...
+    verishard.butterfly.forms.LayerError: from_dense: W holds 1 non-finite entry (inf or NaN), the first at (0, 1); the nearest structured matrix needs finite entries
+    """
+    bad = ~np.isfinite(W)
+    if bad.any():
+        n, at = int(bad.sum()), tuple(int(i) for i in np.argwhere(bad)[0])
+        raise LayerError(f"{what} holds {n} non-finite entr{'y' if n == 1 else 'ies'} (inf or NaN), the first at "
+                         f"{at}; the nearest structured matrix needs finite entries")
+
+
 # ---------------------------------------------------------------------------
 # butterfly
 
@@ -114,10 +145,13 @@ class ButterflyShape:
            increasing_stride: bool = True) -> "ButterflyShape":
         in_features, out_features = _positive("in_features", in_features), _positive("out_features", out_features)
         block, nblocks = _positive("block", block), _positive("nblocks", nblocks)
-        log_n = max(1, math.ceil(math.log2(math.ceil(in_features / block))))
+        log_n = max(1, (-(-in_features // block) - 1).bit_length())   # least k with block * 2**k >= in_features
         n = block << log_n
-        return ButterflyShape(in_features, out_features, block, n, log_n, -(-out_features // n), nblocks,
-                              bool(increasing_stride))
+        sh = ButterflyShape(in_features, out_features, block, n, log_n, -(-out_features // n), nblocks,
+                            bool(increasing_stride))
+        check_parameters(f"Butterfly({show_int(in_features)}, {show_int(out_features)}, block={block}, "
+                         f"nblocks={nblocks})", sh.parameters)
+        return sh
 
     @property
     def twiddle_shape(self) -> tuple[int, ...]:
@@ -126,7 +160,7 @@ class ButterflyShape:
 
     @property
     def parameters(self) -> int:
-        return int(np.prod(self.twiddle_shape))
+        return math.prod(self.twiddle_shape)   # Python ints: no overflow for any size asked for
 
     def bits(self) -> list[tuple[int, int, int]]:
         """(block c, factor j, bit e) in the order applied: factor ``j`` of
@@ -246,7 +280,9 @@ class MonarchShape:
         in_features, out_features = _positive("in_features", in_features), _positive("out_features", out_features)
         nblocks = _positive("nblocks", nblocks)
         p, s = -(-in_features // nblocks), -(-out_features // nblocks)
-        return MonarchShape(in_features, out_features, nblocks, p, max(p, s), s)
+        sh = MonarchShape(in_features, out_features, nblocks, p, max(p, s), s)
+        check_parameters(f"Monarch({show_int(in_features)}, {show_int(out_features)}, nblocks={nblocks})", sh.parameters)
+        return sh
 
     @property
     def parameters(self) -> int:
@@ -317,6 +353,7 @@ def monarch_project(W: np.ndarray, sh: MonarchShape) -> tuple[np.ndarray, np.nda
     _require(W.ndim == 2 and W.shape == (sh.out_features, sh.in_features),
              f"from_dense: W must have shape (out_features, in_features) = "
              f"({sh.out_features}, {sh.in_features}), got {W.shape}")
+    check_finite(W)
     K, p, q, s = sh.nblocks, sh.p, sh.q, sh.s
     Wp = np.zeros((K * s, K * p), dtype=W.dtype)
     Wp[:sh.out_features, :sh.in_features] = W
@@ -364,12 +401,15 @@ class PixelflyShape:
            rank: int = 0) -> "PixelflyShape":
         in_features, out_features = _positive("in_features", in_features), _positive("out_features", out_features)
         block = _positive("block", block)
-        log_m = max(1, math.ceil(math.log2(math.ceil(max(in_features, out_features) / block))))
+        log_m = max(1, (-(-max(in_features, out_features) // block) - 1).bit_length())
         factors = log_m if factors is None else factors
         _require(isinstance(factors, int) and 0 <= factors <= log_m,
                  f"factors must be in 0..{log_m} (log2 of the number of blocks), got {factors!r}")
         _require(isinstance(rank, int) and rank >= 0, f"rank must be a non-negative integer, got {rank!r}")
-        return PixelflyShape(in_features, out_features, block, factors, rank, block << log_m)
+        sh = PixelflyShape(in_features, out_features, block, factors, rank, block << log_m)
+        check_parameters(f"Pixelfly({show_int(in_features)}, {show_int(out_features)}, block={block}, "
+                         f"factors={factors}, rank={show_int(rank)})", sh.parameters)
+        return sh
 
     def columns(self) -> np.ndarray:
         m = self.n // self.block

@@ -76,7 +76,7 @@ import torch
 import torch.distributed as dist
 
 from ..collectives import AllPermute, Exchange
-from ..plan import Plan
+from ..plan import Plan, box_text, pieces_table, ranks_text
 from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
 from .mpi import _ranks, _verdict
 
@@ -737,6 +737,54 @@ class BoxPlan:
     dst: tuple
     pieces: tuple
     rounds: tuple           # per round: (key, sender, receiver, global box), key = (source holding, target holding)
+    itemsize: int = 1       # bytes per element, for the figures it prints
+
+    def ranks(self) -> tuple[int, ...]:
+        """Every world rank that holds a source or a target box."""
+        return tuple(sorted({r for r, _, _ in self.src} | {r for r, _, _ in self.dst}))
+
+    def __str__(self) -> str:
+        """A table as the type plans print: round, sender -> receiver, global
+        box, bytes, one row per piece sent (the first
+        :data:`~verishard.plan.MAX_SHOWN_PIECES`, then a count), and what each
+        rank receives against what it lacks."""
+        ranks = self.ranks()
+        cuts = [(i, None, a, b, box, _vol(box) * self.itemsize)
+                for i, rd in enumerate(self.rounds, 1) for _, a, b, box in rd if a != b]
+        kept = sum(1 for (r, _, _), ps in zip(self.dst, self.pieces) for p in ps if p.src == r)
+        lines = [f"box schedule on ranks {ranks_text(ranks)}: {len(self.src)} source boxes -> {len(self.dst)} "
+                 f"target boxes; {len(cuts)} pieces sent in {len(self.rounds)} round"
+                 f"{'s' if len(self.rounds) != 1 else ''}, {kept} kept in place ({self.itemsize} bytes per "
+                 f"element; Boxesworldproof.brounds_correct)"]
+        lines += pieces_table(cuts)
+        recv = {r: self.received(r) * self.itemsize for r in ranks}
+        lack = {r: self.lower_bound(r) * self.itemsize for r in ranks}
+        worst = max(ranks, key=lambda r: (recv[r], -r)) if ranks else None
+        if worst is not None:
+            lines.append(f"received: at most {recv[worst]} bytes per rank (rank {worst}); lower bound "
+                         f"{max(lack.values())} bytes" + ("; every rank receives exactly what it lacks"
+                                                          if recv == lack else ""))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:   # the fields are long tuples of boxes: str() has the table
+        pieces = sum(1 for rd in self.rounds for _, a, b, _ in rd if a != b)
+        return (f"<BoxPlan: {len(self.src)} source boxes -> {len(self.dst)} target boxes on ranks "
+                f"{ranks_text(self.ranks())}, {pieces} pieces in {len(self.rounds)} rounds, itemsize {self.itemsize}>")
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data: the two layouts' boxes (rank, global box, where it starts
+        locally), every piece sent (its round, 1 first) and the per-rank figures (bytes)."""
+        def holdings(side):
+            return [{"rank": r, "box": [list(b) for b in box], "local_start": list(at)} for r, box, at in side]
+        return {
+            "kind": "boxes", "itemsize": self.itemsize, "src_boxes": holdings(self.src),
+            "dst_boxes": holdings(self.dst), "rounds": len(self.rounds),
+            "pieces": [{"round": i, "sender": a, "receiver": b, "box": [list(x) for x in box],
+                        "bytes": _vol(box) * self.itemsize}
+                       for i, rd in enumerate(self.rounds, 1) for _, a, b, box in rd if a != b],
+            "ranks": [{"rank": r, "received": self.received(r) * self.itemsize,
+                       "lower_bound": self.lower_bound(r) * self.itemsize} for r in self.ranks()],
+        }
 
     @classmethod
     def build(cls, src: tuple, dst: tuple, itemsize: int, budget_bytes: int) -> "BoxPlan":
@@ -752,7 +800,7 @@ class BoxPlan:
             raise LimitError(f"the box schedule has more than {MAX_ROUND_CUTS} cuts (verishard.limits.MAX_ROUND_CUTS)")
         keyed = tuple(tuple(((next(i for i, (r, b, _) in enumerate(src) if r == c.src and _inside(c.box, b)),
                               c.target), c.src, c.dst, c.box) for c in rd) for rd in rounds)
-        return cls(src, dst, tuple(map(tuple, pieces)), keyed)
+        return cls(src, dst, tuple(map(tuple, pieces)), keyed, int(itemsize))
 
     def received(self, rank: int) -> int:
         """Elements world rank ``rank`` receives from other ranks."""
