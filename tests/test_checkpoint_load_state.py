@@ -31,7 +31,8 @@ def test_in_place_into_a_torch_state_dict(tmp_path):
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     src = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Linear(6, 3))
-    checkpoint.save({"model": src.state_dict(), "step": 4}, str(tmp_path), {"model": {"0.weight": ("x=2", "[3{x}6, 8]")}})
+    checkpoint.save({"model": src.state_dict(), "step": 4}, str(tmp_path),
+                    {"model": {"0.weight": ("x=2", "[3{x}6, 8]")}})
     dst = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Linear(6, 3))
     target = {"model": dst.state_dict(), "step": None}
     before = {k: (v, v.data_ptr()) for k, v in target["model"].items()}
