@@ -472,6 +472,9 @@ def _layout(lay: Any, where: str) -> ArrayType:
 def _mesh_rank(dm: Any) -> int:
     """This process's index in a DeviceMesh."""
     import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        raise CheckpointError("a DeviceMesh or DTensor without torch.distributed initialized: which rank is this "
+                              "process? init_process_group first, or pass rank=")
     ranks, me = dm.mesh.flatten().tolist(), dist.get_rank()
     if me not in ranks:
         raise CheckpointError(f"process {me} is not in the DeviceMesh of ranks {ranks[:16]}")
