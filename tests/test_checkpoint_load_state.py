@@ -259,3 +259,27 @@ def test_reshard_checkpoint_yaml_layouts(tmp_path):
         return
     assert res.returncode == 0, res.stderr
     assert str(checkpoint.read_manifest(str(tmp_path / "b")).entries[("model", "w1")].t) == "[4{u}8, 12]"
+
+
+def test_reshard_holds_one_block_at_a_time_and_may_rewrite_in_place(tmp_path):
+    """4 arrays of 8 MiB resharded onto 4 devices (blocks of 2 MiB): the
+    rewrite allocates less than a quarter of the 32 MiB state (one target
+    block and the read buffer, never an array or the state); then the
+    checkpoint rewritten onto itself loads exactly."""
+    rows = np.arange(2 << 20, dtype=np.float32).reshape(2048, 1024)
+    state = {"model": {f"w{i}": rows + i for i in range(4)}, "step": 1}
+    checkpoint.save(state, str(tmp_path), {"model": {f"w{i}": ("x=2", "[1024{x}2048, 1024]") for i in range(4)}})
+    tracemalloc.start()
+    try:
+        checkpoint.reshard(str(tmp_path), str(tmp_path / "b"), {"model/*": {"mesh": "u=4", "spec": "P(None, 'u')"}},
+                           read_buffer=64 << 10)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak
+    checkpoint.reshard(str(tmp_path / "b"), str(tmp_path / "b"), {"model/w3": ("v=1", "[2048, 1024]")})
+    got = checkpoint.load(str(tmp_path / "b"))
+    assert all(np.array_equal(got["model"][f"w{i}"], rows + i) for i in range(4)) and got["step"] == 1
+    assert str(checkpoint.read_manifest(str(tmp_path / "b")).entries["model", "w0"].t) == "[2048, 256{u}1024]"
+    assert sorted(n for n in os.listdir(tmp_path / "b") if n.endswith(".bin")) == sorted(
+        f for f in checkpoint.read_manifest(str(tmp_path / "b")).files)   # the first rewrite's files are gone
