@@ -19,6 +19,16 @@ Surfaces:
   manifest or a data file flipped, cut or appended) loaded through the
   public ``checkpoint.load``. Clean: a VerishardError, or the right data;
   wrong load: other data returned.
+- ``dcp``: hostile copies of a small PyTorch DCP checkpoint loaded through
+  ``checkpoint.load``: bytes of ``.metadata`` or the ``.distcp`` flipped,
+  cut or appended; pickles planted in ``.metadata`` or a chunk's
+  ``data.pkl`` (tests/test_dcp_hostile.py's code payloads, alone or before
+  a valid object, and random opcode soups of allowed and forbidden globals,
+  calls, BUILDs and persistent ids); metadata fields set to hostile values;
+  FIFOs for its files. Clean as for ``checkpoint``; a payload that ran (its
+  marker file exists) or wrote outside the folder (a file there emptied)
+  is an escape. DCP stores no checksum a reader of pieces can check, so
+  flips go anywhere but in the tensor's bytes (which load as they are).
 
 Any input taking over ``--hang`` seconds (default 10) counts as a hang.
 Writes bench/results/fuzz.md with the command.
@@ -290,6 +300,120 @@ def checkpoint_case(rng: random.Random, base: str, A: np.ndarray, tmp: str):
     return f"{how} {name}", run
 
 
+def dcp_base(tmp: str) -> tuple[str, np.ndarray, range] | None:
+    """A small DCP checkpoint (one float32 tensor, one value) and where the
+    tensor's bytes lie in its .distcp; None without torch."""
+    try:
+        import warnings
+        import torch
+        import torch.distributed.checkpoint as dcp
+    except ImportError:
+        return None
+    W = np.arange(12, dtype=np.float32).reshape(3, 4)
+    base = os.path.join(tmp, "dcp")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"w": torch.from_numpy(W.copy()), "step": 3}, checkpoint_id=base, no_dist=True)
+    names = [n for n in os.listdir(base) if n.endswith(".distcp")]
+    blob = open(os.path.join(base, names[0]), "rb").read()
+    at = blob.index(W.tobytes())   # the one place these 48 bytes occur
+    return base, W, range(at, at + W.nbytes)
+
+
+def dcp_case(rng: random.Random, base: str, W: np.ndarray, data: range, tmp: str):
+    import pickle
+    from pathlib import Path as P
+    import test_dcp_hostile as td   # its pickle builders and payloads
+    case = P(tmp) / f"d{rng.randrange(10**9)}"
+    dst, marker, victim = case / "ck", case / "ran", case / "victim.txt"
+    shutil.copytree(base, dst)
+    victim.write_text("keep me")
+    g = rng.choice([td.stack_global, td.text_global])
+    payloads = td.code_payloads(marker, victim, g)
+    how = rng.choice(["flip", "cut", "append", "payload", "payload", "soup", "soup", "edit", "fifo"])
+    where = rng.choice([".metadata", "data.pkl"])   # data.pkl: the chunk's .distcp for byte changes and FIFOs
+    shown = where if how in ("payload", "soup") else where.replace("data.pkl", ".distcp")
+    label = how if how == "edit" else f"{how} {shown}"
+    if how in ("flip", "cut", "append"):
+        f = dst / (".metadata" if where == ".metadata" else next(n for n in os.listdir(dst) if n.endswith(".distcp")))
+        raw = bytearray(f.read_bytes())
+        if how == "flip":
+            for _ in range(rng.randint(1, 4)):
+                k = rng.choice([k for k in range(len(raw)) if f.name == ".metadata" or k not in data])
+                raw[k] ^= 1 << rng.randrange(8)
+        elif how == "cut":
+            raw = raw[:rng.randrange(len(raw) + 1)]
+        else:
+            raw += bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
+        f.write_bytes(bytes(raw))
+    elif how in ("payload", "soup"):
+        if how == "payload":
+            name = rng.choice(sorted(payloads))
+            label += f" {name}"
+            values = [payloads[name]]
+        else:   # fragments that push one value each, some calling, building or naming what is not allowed
+            frags = list(payloads.values()) + [
+                g(td.MD, "Metadata"), g("torch", "Size"), g("torch", "float32"), g("torch", "FloatStorage"),
+                g("torch._utils", "_rebuild_tensor_v2"), g("collections", "OrderedDict"), g("os", "system"),
+                td.s("x"), td.i(rng.choice([0, -1, 2**70, 12])), pickle.NONE, pickle.EMPTY_DICT, pickle.EMPTY_LIST,
+                td.tup(td.s("storage"), g("torch", "FloatStorage"), td.s("0"), td.s("cpu"), td.i(12)),
+                td.dict_(state_dict_metadata=pickle.EMPTY_DICT)]
+            ops = [pickle.REDUCE, pickle.BUILD, pickle.NEWOBJ, pickle.BINPERSID, pickle.TUPLE1, pickle.TUPLE2,
+                   pickle.APPEND, pickle.SETITEM, pickle.DUP, pickle.EMPTY_TUPLE]
+            body = b"".join(rng.choice(frags) + (rng.choice(ops) if rng.random() < 0.6 else b"")
+                            for _ in range(rng.randint(1, 8)))
+            values = [body]
+        if where == ".metadata":
+            valid = [pickle.dumps(td.genuine_metadata(dst), protocol=2)[2:-1]] if rng.random() < 0.5 else []
+            (dst / ".metadata").write_bytes(td.whole(*values, *valid))
+        else:
+            valid = [td.data_pkl()[2:-1]] if rng.random() < 0.5 else []
+            td.plant_data_pkl(dst, td.whole(*values, *valid))
+    elif how == "edit":
+        md = td.genuine_metadata(dst)
+        w = md.state_dict_metadata["w"]
+        info = next(v for k, v in md.storage_data.items() if k.fqn == "w")
+        bad = rng.choice([-1, 0, 1, 2**61, 2**63, 1.5, "0", None, [], (), torch_size(rng)])
+        target, field = rng.choice([(info, "offset"), (info, "length"), (info, "relative_path"), (w, "size"),
+                                    (w.chunks[0], "offsets"), (w.chunks[0], "sizes"), (w, "chunks"),
+                                    (w.properties, "dtype"), (md, "state_dict_metadata")])
+        if field == "dtype":
+            import torch
+            bad = rng.choice([torch.int32, torch.float64, torch.float16, torch.int8, torch.bool])
+        label += f" {type(target).__name__}.{field}={bad!r}"[:80]
+        setattr(target, field, bad)
+        (dst / ".metadata").write_bytes(pickle.dumps(md))
+    else:   # a FIFO for .metadata or the chunk file
+        f = dst / (".metadata" if where == ".metadata" else next(n for n in os.listdir(dst) if n.endswith(".distcp")))
+        f.unlink()
+        os.mkfifo(f)
+
+    def run():
+        try:
+            try:
+                got = checkpoint.load(str(dst))
+            except VerishardError:
+                got = None
+            if marker.exists():
+                return "escape: a payload ran (its marker file exists)"
+            if victim.read_text() != "keep me":
+                return "escape: a payload wrote outside the folder"
+            for name, v in (got or {}).items():
+                if isinstance(v, np.ndarray) and not (v.dtype == W.dtype and np.array_equal(v, W)):
+                    return f"wrong: {name} loaded other data ({v.dtype} {v.shape})"
+                if not isinstance(v, np.ndarray) and v != 3:
+                    return f"wrong: {name} loaded as {v!r}"[:200]
+            return "clean"
+        finally:
+            shutil.rmtree(case, ignore_errors=True)
+    return label, run
+
+
+def torch_size(rng: random.Random):
+    import torch
+    return torch.Size(rng.choice([[3, -4], [1 << 40, 4], [0, 4], [3], [3, 4, 1]]))
+
+
 def api_driver(tally: Tally, name: str, strategy, fn, examples: int):
     """A hypothesis run of ``examples`` calls of ``fn`` on ``strategy``'s arguments."""
     @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
@@ -309,7 +433,7 @@ def main() -> None:
     signal.signal(signal.SIGALRM, _alarm)
     rng = random.Random(args.seed)
     tally = Tally(args.hang)
-    share = {"cli": 0.25, "api": 0.35, "plan": 0.15, "notation": 0.15, "checkpoint": 0.10}
+    share = {"cli": 0.25, "api": 0.30, "plan": 0.15, "notation": 0.15, "checkpoint": 0.10, "dcp": 0.05}
     start = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         A = np.arange(12, dtype=np.float64).reshape(4, 3)
@@ -329,6 +453,10 @@ def main() -> None:
         for _ in range(int(args.inputs * share["checkpoint"])):
             label, run = checkpoint_case(rng, base, A, tmp)
             tally.run("checkpoint", label, run)
+        dcp = dcp_base(tmp)
+        for _ in range(int(args.inputs * share["dcp"]) if dcp else 0):
+            label, run = dcp_case(rng, *dcp, tmp)
+            tally.run("dcp", label, run)
     seconds = time.monotonic() - start
     kinds = ["clean", "escape", "hang", "wrong"]
     total = Counter()

@@ -27,6 +27,24 @@ every device, so their time grows at least linearly with it. For meshes of
   the exchange receives from the lower bound (``Exchangeproof.eplan_spec``),
   without building its schedule of ``a*b*a`` pieces (186 s at 2^16 devices
   before it did).
+- *partial uneven*: ``verishard.plan`` of ``[1{x}a, 2b-1] partial{y} ->
+  [a, c{x}2b-1]`` on ``x=a,y=b`` (a reduce-scatter, then the exchange): the
+  planner (``Puchecker.puplan_checked``) picks the reduction and the checker
+  reports the exchange from the types (``Puexchangeproof.puplan_start_spec``,
+  ``Exchangeproof.uecheck_spec``), without the schedules of ``a*b*a``
+  pieces it built before (1.13 s at 2^12 devices, 16x per 4x);
+- *rounds 1-to-n*: ``core.xrounds`` from one rank holding ``[N]`` to ``[1{y}N]``
+  on ``y=N`` with a budget of one element: ``N`` rounds of one cut each, which
+  the first-fit packing found by trying every round from the first (6.8 s at 2^13),
+  now from the first rounds where the sender and the receiver still have room;
+- *box plan*: ``core.bplan`` between two layouts of ``N`` one-element boxes
+  (rank ``j`` holds index ``j``, then index ``N-1-j``; budget ``N``): every
+  target looks through the source boxes in order (``Boxes.bsched``), so this
+  grows with the square of the boxes;
+- *layout plan*: ``core.lplan`` with types proposed for ``[2{x}2N-1] ->
+  [2N-1]`` on ``x=N`` (the torch path's check that the types describe the
+  boxes, then the type planner), the layouts built before the clock starts
+  (22.8 s at 2^14 while layouts were compared by recursion on each number).
 
 Each figure is the median wall time of REPEAT calls (the plan caches cleared
 before each), on this machine; the growth column is the time over the
@@ -51,7 +69,7 @@ sys.path.insert(0, str(HERE.parent / "python"))
 import verishard as vs  # noqa: E402
 from verishard import core  # noqa: E402
 from verishard.crossmesh import _plan, crossmesh_plan  # noqa: E402
-from verishard.plan import _eplanned  # noqa: E402
+from verishard.plan import _eplanned, _planned  # noqa: E402
 
 REPEAT = 3
 SKIP_S = 20.0
@@ -101,12 +119,39 @@ def cases(n: int):
         _eplanned.cache_clear()
         vs.plan(am, a_src, a_dst, exchange=True)
 
+    c = -(-(2 * b - 1) // a)
+    lm = vs.Mesh.parse(f"x={n}")
+
+    def partial_uneven():
+        pu_src = vs.ArrayType.parse(f"[1{{x}}{a}, {2 * b - 1}] partial{{y}}", am)
+        pu_dst = vs.ArrayType.parse(f"[{a}, {c}{{x}}{2 * b - 1}]", am)
+        return lambda: (_planned.cache_clear(), vs.plan(am, pu_src, pu_dst))
+
+    def rounds_one_to_n():
+        one = vs.ArrayType.parse(f"[{n}]", vs.Mesh.parse("x=1"))
+        return lambda: core.xrounds(one, [n], xd, list(range(n)), 1)
+
+    def box_plan():
+        boxes_src = [(j, ((j, 1),)) for j in range(n)]
+        boxes_dst = [(j, ((n - 1 - j, 1),)) for j in range(n)]
+        return lambda: core.bplan(boxes_src, boxes_dst, n)
+
+    def layout_plan():
+        l_src, l_dst = vs.ArrayType.parse(f"[2{{x}}{2 * n - 1}]", lm), vs.ArrayType.parse(f"[{2 * n - 1}]", lm)
+        boxes = (core.type_layout(l_src), core.type_layout(l_dst))   # before the clock starts
+        return lambda: core.lplan(lm, *boxes, n, (l_src, l_dst))
+
+    # each entry builds its inputs when its column runs, and returns what is timed
     return {
-        "exchange": exchange,
-        "crossmesh": lambda: (_plan.cache_clear(), crossmesh_plan(xs, xd)),
-        "rounds": lambda: core.xrounds(xs, list(range(n)), xd, list(range(n, 2 * n)), 1),
-        "exchange a2a": exchange_a2a,
-        "lower bound a2a": lambda: core.lower_bound(a_src, a_dst),
+        "exchange": lambda: exchange,
+        "crossmesh": lambda: lambda: (_plan.cache_clear(), crossmesh_plan(xs, xd)),
+        "rounds": lambda: lambda: core.xrounds(xs, list(range(n)), xd, list(range(n, 2 * n)), 1),
+        "exchange a2a": lambda: exchange_a2a,
+        "lower bound a2a": lambda: lambda: core.lower_bound(a_src, a_dst),
+        "partial uneven": partial_uneven,
+        "rounds 1-to-n": rounds_one_to_n,
+        "box plan": box_plan,
+        "layout plan": layout_plan,
     }
 
 
@@ -132,13 +177,28 @@ def on_small_stack(fn):
     return out.get("value")
 
 
+def command_args() -> str:
+    """The options this run was given, as they would be typed (``--out`` left out)."""
+    out, args = [], sys.argv[1:]
+    while args:
+        a = args.pop(0)
+        value = None if "=" in a or not args else args.pop(0)
+        if a.split("=")[0] != "--out":
+            out.append(a if value is None else f"{a} '{value}'" if " " in value else f"{a} {value}")
+    return "".join(" " + x for x in out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--max", type=int, default=1 << 20, help="largest number of devices (a power of two)")
     ap.add_argument("--out", default=str(HERE / "results" / "scaling.md"), help="markdown report, or - for stdout")
+    ap.add_argument("--only", default=None, help="comma-separated column names (default: all)")
     args = ap.parse_args()
     sizes = [1 << k for k in range(10, args.max.bit_length()) if 1 << k <= args.max]
-    names = ["exchange", "crossmesh", "rounds", "exchange a2a", "lower bound a2a"]
+    names = ["exchange", "crossmesh", "rounds", "exchange a2a", "lower bound a2a", "partial uneven", "rounds 1-to-n",
+             "box plan", "layout plan"]
+    if args.only:
+        names = [x for x in names if x in args.only.split(",")]
     rows, last, skipped = [], {}, set()
     for n in sizes:
         fns = cases(n)
@@ -147,7 +207,8 @@ def main() -> None:
             if name in skipped:
                 row.append("skipped")
                 continue
-            t = on_small_stack(lambda: timed(fns[name]))
+            fn = fns[name]()
+            t = on_small_stack(lambda: timed(fn))
             growth = (f" ({math.log(t / last[name][1]) / math.log(n / last[name][0]):.2f})"
                       if name in last and t > 0 and last[name][1] > 0 else "")
             row.append(f"{t * 1000:.1f}{growth}")
@@ -157,7 +218,7 @@ def main() -> None:
         rows.append(row)
         print(" | ".join(row), flush=True)
     lines = ["# Planners over every device: time against the number of devices", "",
-             f"Command: `.venv/bin/python bench/scaling.py` (see its docstring); median of {REPEAT} calls, "
+             f"Command: `.venv/bin/python bench/scaling.py{command_args()}` (see its docstring); median of {REPEAT} calls, "
              "milliseconds on this machine (2 shared cores), each from a thread with a 1 MiB stack, with the "
              "growth exponent against the row above in parentheses (1: linear, 2: quadratic); 'skipped' once "
              f"a call passed {SKIP_S:.0f} s.", "",

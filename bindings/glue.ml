@@ -478,9 +478,8 @@ let opt_dim = function Some d -> d + 1 | None -> 0
    ([ch]: [opt_dim] of the free dimension it runs in pieces along; peak and
    received: [bound m src dst] (uneven: [ubound]) and the planner's [rx],
    which [Exchangeproof.eplan_spec] / [ueplan_spec] prove to be the exchange
-   checker's report on the one-step plan; running that checker here would
-   build the exchange's schedule, a piece per source block each target
-   meets). *)
+   checker's report on the one-step plan; neither builds the exchange's
+   schedule, a piece per source block each target meets). *)
 let put_eplanned buf bound_of (peak, types, received) m src dst = function
   | Collectives (fs, p, r) -> put_planned buf put_coll put_type fs (peak r) p (types r) (received r)
   | Exchanged (ch, rx) -> List.iter (Buffer.add_int buf) [2; opt_dim ch; bound_of m src dst; rx]
@@ -544,11 +543,58 @@ let _ = Gc.create_alarm (fun () ->
 let restore_minor () =
   if !grown then begin grown := false; Gc.set { (Gc.get ()) with Gc.minor_heap_size = default_minor } end
 
+(* The heap's bound. An OCaml heap that cannot grow ends the process
+   ("Fatal error: out of memory", from inside a minor collection, where no
+   exception can be raised), so a call stops before: memprof samples about
+   one word in 10^4 allocated, and at each sample, once the major heap has
+   grown by [look_every] bytes since the last look, the glue asks the system
+   how much the process may still obtain ([room], bindings/stubs.c: the
+   address-space limit, the machine's available memory, the memory cgroup).
+   With less than a quarter of the heap (its next growth: 15% by default,
+   and up to [look_every] more until the next look) plus [reserve] bytes
+   (the answer's copy into Python) left, it raises [Heap_full], which
+   unwinds the call; the heap is then compacted (what the call built is
+   garbage) and the caller gets a LimitError. A sample costs a few
+   instructions until the heap is [look_every] bytes large. *)
+external room : unit -> int = "vs_room"
+
+exception Heap_full of int * int   (* heap bytes, bytes left to the process *)
+
+let look_every = 64 lsl 20
+let reserve = 256 lsl 20
+let looked_at = ref 0   (* heap bytes at the last look; 0 at the start of each call *)
+
+let heap_bytes () = (Gc.quick_stat ()).Gc.heap_words * (Sys.word_size / 8)
+
+let watch_heap _ =
+  let h = heap_bytes () in
+  if h >= !looked_at + look_every then begin
+    let left = room () in
+    if left < h / 4 + reserve then raise (Heap_full (h, left));
+    looked_at := h
+  end;
+  None
+
+let () =
+  Gc.Memprof.start ~sampling_rate:1e-4 ~callstack_size:0
+    { Gc.Memprof.null_tracker with alloc_minor = watch_heap; alloc_major = watch_heap }
+
+let mib n = n lsr 20
+
 let guard f a =
   let run () = try f a with
     | Bad_input msg -> raise (Core_error ("bad input to the verified core: " ^ msg))
     | Stack_overflow -> raise (Core_error "input too large for the verified core")
-    | Out_of_memory -> raise (Core_error "out of memory in the verified core") in
+    | Heap_full (h, left) ->
+        Gc.compact ();
+        raise (Core_error (Printf.sprintf
+          "problem too large for this process's memory: the verified core's heap reached %d MiB with %d MiB \
+           left to the process (address-space limit, available memory, memory cgroup); stopped before the \
+           heap could not grow" (mib h) (mib left)))
+    | Out_of_memory ->
+        Gc.compact ();
+        raise (Core_error "problem too large for this process's memory: out of memory in the verified core") in
+  looked_at := 0;
   Fun.protect ~finally:restore_minor run
 
 let () =

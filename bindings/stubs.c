@@ -23,12 +23,68 @@
 #include <stdio.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <ucontext.h>
 #include <time.h>
 #include <unistd.h>
 #include "stubs.h"
 
 static int vs_started = 0;
+
+/* --- what the process may still allocate ---------------------------------
+   The glue (bindings/glue.ml, [room]) asks, as the core's heap grows, how
+   many more bytes the process can obtain: the least of what its
+   address-space limit leaves (RLIMIT_AS less the mapped size, which counts
+   the core's stack reservation), what the machine has available
+   (MemAvailable: past it the kernel kills the process) and what its memory
+   cgroup leaves (v2 or v1). An OCaml heap that cannot grow aborts the
+   process ("Fatal error: out of memory"); the glue stops the call first. */
+static long vs_read_long(const char *path, const char *key) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return -1;
+  char line[256];
+  long v = -1;
+  size_t k = key ? strlen(key) : 0;
+  while (fgets(line, sizeof line, f) != NULL) {
+    if (key == NULL || strncmp(line, key, k) == 0) {
+      char *p = line + k, *end;
+      long x = strtol(p, &end, 10);
+      if (end != p) v = x;   /* "max" (no cgroup limit) reads as none */
+      break;
+    }
+  }
+  fclose(f);
+  return v;
+}
+
+static long vs_least(long a, long b) { return a < 0 ? b : (b < 0 ? a : (a < b ? a : b)); }
+
+value vs_room(value unit) {
+  (void)unit;
+  long page = sysconf(_SC_PAGESIZE);
+  long room = -1;   /* -1: no limit known */
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    long mapped = vs_read_long("/proc/self/statm", NULL);
+    if (mapped >= 0) {
+      long left = (long)rl.rlim_cur - mapped * page;
+      room = vs_least(room, left < 0 ? 0 : left);
+    }
+  }
+  long avail_kb = vs_read_long("/proc/meminfo", "MemAvailable:");
+  if (avail_kb >= 0) room = vs_least(room, avail_kb * 1024);
+  long cg_max = vs_read_long("/sys/fs/cgroup/memory.max", NULL);
+  long cg_cur = vs_read_long("/sys/fs/cgroup/memory.current", NULL);
+  if (cg_max < 0) {
+    cg_max = vs_read_long("/sys/fs/cgroup/memory/memory.limit_in_bytes", NULL);
+    cg_cur = vs_read_long("/sys/fs/cgroup/memory/memory.usage_in_bytes", NULL);
+  }
+  if (cg_max > 0 && cg_cur >= 0 && cg_max < ((long)1 << 60)) {
+    long left = cg_max - cg_cur;
+    room = vs_least(room, left < 0 ? 0 : left);
+  }
+  return Val_long(room < 0 ? Max_long : room);
+}
 
 void vs_init(void) {
   if (vs_started) return;

@@ -186,6 +186,7 @@ From VS Require Import Commute Commuteproof.
 Print Assumptions VS.Commuteproof.along_commutes.
 Print Assumptions VS.Commuteproof.along_then_step.
 Print Assumptions VS.Commuteproof.along_then_plan.
+Print Assumptions VS.Commuteproof.along_then_exchange.
 
 From VS Require Import Boxes Boxesproof.
 Print Assumptions VS.Boxesproof.bsub_hits.

@@ -2,7 +2,8 @@
     distribution, and composes with the data theorems of the redistributions
     around it ([Semantics.movement_correct], [Exec.check_exec]). *)
 From Coq Require Import List Arith Lia.
-From VS Require Import Prelude Mesh Types Rules Checker Semantics Exec Commute.
+From VS Require Import Prelude Mesh Types Rules Checker Semantics Exec Commute Uneven Unevenproof Crossmesh
+  Exchange Exchangeproof.
 Import ListNotations.
 
 Lemma gidx_unsharded : forall m D c k, axes D = [] -> gidx m D c k = k.
@@ -74,3 +75,32 @@ Proof.
   apply (exec_agree W (along f d (gsize (nth d t dflt)) A) m src p dst Hsrc Hch); auto.
   intros c' i' _ Hi'. apply along_commutes; auto.
 Qed.
+
+(** Composed with the exchange ([Exchangeproof.uexchange_correct]): for every
+    valid problem from the output type [src] of the local step to [dst],
+    every device assembling its exchange schedule from what the devices
+    computed locally gets its [dst] block of [f] applied to the global
+    array. With [along_then_plan] this covers every plan
+    [verishard.plan(..., exchange=True)] returns on types without pending
+    axes ([Exchangeproof.eplan_spec]: a plan the checker accepts, or the
+    exchange). *)
+Theorem along_then_exchange : forall V W (f : list nat -> list V -> nat -> W) (A : list nat -> V) m t src dst pss d,
+  along_ok t src d -> valid_problem m src dst -> exchange m src dst = Some pss ->
+  forall j i, j < ndevices m -> in_range m dst i ->
+  assemble (fun r => along_local f d m t src (coords_of_rank m r) (local A m t (coords_of_rank m r)))
+    (sdims m src) (tbox m dst (coords_of_rank m j)) (nth j pss []) i
+  = Some (local (along f d (gsize (nth d t dflt)) A) m dst (coords_of_rank m j) i).
+Proof.
+  intros V W f A m t src dst pss d Hok Hv Hx j i Hj Hi.
+  pose proof Hv as [Hs [Hd _]].
+  assert (Hm : wf_mesh m) by apply Hs.
+  rewrite (uexchange_correct m src dst pss Hx (valid_uvalid_problem m src dst Hv) W
+             (along f d (gsize (nth d t dflt)) A)
+             (fun c k => along_local f d m t src c (local A m t c) k)).
+  - unfold local. rewrite ugindex_gindex by exact Hd. reflexivity.
+  - intros r k Hr Hk. rewrite along_commutes by (auto; eapply uvalid_pos_even; eauto using coords_of_rank_valid).
+    unfold local. rewrite ugindex_gindex by exact Hs. reflexivity.
+  - exact Hj.
+  - apply (uvalid_pos_even m dst (coords_of_rank m j) i Hd (coords_of_rank_valid m j Hm)). exact Hi.
+Qed.
+

@@ -64,23 +64,20 @@ Fixpoint exch_pos (p : list estep) : nat :=
     ([base]: [Checker.check] or [Uchecker.ucheck] on the problem). A plan of
     collectives is the base checker's; an exchange is a plan's only step
     (its input is the source): it is accepted when the problem is valid
-    ([perr] is [None]), it ends at the target and the schedule builder
-    ([exch], run only then) answers, with the report [rep] makes of the
-    schedule. An exchange among other steps is refused at its position. *)
-Definition echeck_with {R} (perr : option error) (base : plan -> result (nat * error) R)
-    (exch : unit -> option (list (list piece))) (rep : list (list piece) -> R) (dst : atype)
-    (p : list estep) : result (nat * error) R :=
+    ([perr] is [None]) and it ends at the target, with the report [rep].
+    The schedule is not built: it exists for every valid problem
+    ([Exchangeproof.exchange_total]) and its worst device receives the
+    lower bound ([exchange_lower_bound], [uexchange_lower_bound]), which
+    [rep] reads from the types; building it would take a piece per source
+    block each target meets, devices times fan-in. An exchange among other
+    steps is refused at its position. *)
+Definition echeck_with {R} (perr : option error) (base : plan -> result (nat * error) R) (rep : R)
+    (dst : atype) (p : list estep) : result (nat * error) R :=
   match p with
   | [Exch t'] =>
       match perr with
       | Some e => Err (0, e)
-      | None =>
-          if atype_eqb t' dst then
-            match exch tt with
-            | Some pss => Ok (rep pss)
-            | None => Err (1, BadTarget)
-            end
-          else Err (1, WrongResult)
+      | None => if atype_eqb t' dst then Ok rep else Err (1, WrongResult)
       end
   | _ =>
       match colls p with
@@ -92,8 +89,8 @@ Definition echeck_with {R} (perr : option error) (base : plan -> result (nat * e
 (** Plain types: the report has the two types, the peak
     [max(size src, size dst)] and what the worst device receives. *)
 Definition echeck (m : mesh) (src dst : atype) (p : list estep) : result (nat * error) report :=
-  echeck_with (problem_error m src dst) (check m src dst) (fun _ => exchange m src dst)
-    (fun pss => mkreport [src; dst] (peak_of m [src; dst]) [exchange_recv m pss]) dst p.
+  echeck_with (problem_error m src dst) (check m src dst)
+    (mkreport [src; dst] (peak_of m [src; dst]) [Traffic.lower_bound m src dst]) dst p.
 
 (** The planner: [Pipeline.plan_problem]'s plan of collectives, unless the
     exchange receives strictly less and can run in pieces along a free
@@ -133,8 +130,8 @@ Definition eplan_problem (m : mesh) (src dst : atype) : result (nat * error) (pl
     free dimension allows, whole otherwise), so that every uneven problem
     gets a plan whose peak is that bound ([Exchangeproof.ueplan_peak]). *)
 Definition uecheck (m : mesh) (src dst : atype) (p : list estep) : result (nat * error) ureport :=
-  echeck_with (uproblem_error m src dst) (ucheck m src dst) (fun _ => exchange m src dst)
-    (fun pss => mkureport [src; dst] (upeak_of m [src; dst]) [exchange_recv m pss]) dst p.
+  echeck_with (uproblem_error m src dst) (ucheck m src dst)
+    (mkureport [src; dst] (upeak_of m [src; dst]) [ulower_bound m src dst]) dst p.
 
 Definition ueplan_problem (m : mesh) (src dst : atype) : result (nat * error) (planned ureport) :=
   match uplan_problem m src dst with

@@ -214,33 +214,6 @@ Qed.
 Lemma peak_pair : forall m src dst, peak_of m [src; dst] = bound m src dst.
 Proof. intros. unfold peak_of, bound. simpl. lia. Qed.
 
-(** What the checker accepts: a plan of collectives that [Checker.check]
-    accepts, with its report; or the one-step exchange to the target of a
-    valid problem, with the peak [bound src dst] and the lower bound as what
-    the worst device receives. *)
-Theorem echeck_spec : forall m src dst p r, echeck m src dst p = Ok r ->
-  (exists cs, colls p = Some cs /\ check m src dst cs = Ok r) \/
-  (p = [Exch dst] /\ valid_problem m src dst /\ exists pss, exchange m src dst = Some pss /\
-     r = mkreport [src; dst] (bound m src dst) [lower_bound m src dst]).
-Proof.
-  intros m src dst p r H. unfold echeck, echeck_with in H.
-  destruct p as [|[c|t'] [|s p]]; try (left; destruct (colls _) as [cs|] eqn:E; [exists cs; split; auto|discriminate]; fail).
-  - right. destruct (problem_error m src dst) eqn:Ep; [discriminate|].
-    destruct (atype_eqb t' dst) eqn:Et; [|discriminate]. apply atype_eqb_spec in Et. subst t'.
-    apply problem_error_valid in Ep.
-    destruct (exchange m src dst) as [pss|] eqn:Ex; [|discriminate]. injection H as <-.
-    split; auto. split; auto. exists pss. split; auto.
-    f_equal; [apply peak_pair|f_equal; apply exchange_lower_bound; auto].
-Qed.
-
-Theorem echeck_exchange : forall m src dst pss, valid_problem m src dst -> exchange m src dst = Some pss ->
-  echeck m src dst [Exch dst] = Ok (mkreport [src; dst] (bound m src dst) [lower_bound m src dst]).
-Proof.
-  intros m src dst pss Hv Hx. unfold echeck, echeck_with. rewrite problem_error_none by auto.
-  replace (atype_eqb dst dst) with true by (symmetry; apply atype_eqb_spec; auto).
-  rewrite Hx. f_equal. f_equal; [apply peak_pair|f_equal; apply exchange_lower_bound; auto].
-Qed.
-
 (** * The planner *)
 
 
@@ -279,31 +252,6 @@ Qed.
 
 Lemma upeak_pair : forall m src dst, upeak_of m [src; dst] = ubound m src dst.
 Proof. intros. unfold upeak_of, ubound. simpl. lia. Qed.
-
-(** What the uneven checker accepts: a plan of collectives [ucheck]
-    accepts, or the one-step exchange of a valid uneven problem, with the
-    peak [ubound] (the least any plan reaches, [ucheck_peak_ge]). *)
-Theorem uecheck_spec : forall m src dst p r, uecheck m src dst p = Ok r ->
-  (exists cs, colls p = Some cs /\ ucheck m src dst cs = Ok r) \/
-  (p = [Exch dst] /\ uvalid_problem m src dst /\ exists pss, exchange m src dst = Some pss /\
-     r = mkureport [src; dst] (ubound m src dst) [exchange_recv m pss]).
-Proof.
-  intros m src dst p r H. unfold uecheck, echeck_with in H.
-  destruct p as [|[c|t'] [|s p]]; try (left; destruct (colls _) as [cs|] eqn:E; [exists cs; split; auto|discriminate]; fail).
-  right. destruct (uproblem_error m src dst) eqn:Ep; [discriminate|].
-  destruct (atype_eqb t' dst) eqn:Et; [|discriminate]. apply atype_eqb_spec in Et. subst t'.
-  apply uproblem_error_spec in Ep.
-  destruct (exchange m src dst) as [pss|] eqn:Ex; [|discriminate]. injection H as <-.
-  split; auto. split; auto. exists pss. split; auto. f_equal. apply upeak_pair.
-Qed.
-
-Theorem uecheck_exchange : forall m src dst pss, uvalid_problem m src dst -> exchange m src dst = Some pss ->
-  uecheck m src dst [Exch dst] = Ok (mkureport [src; dst] (ubound m src dst) [exchange_recv m pss]).
-Proof.
-  intros m src dst pss Hv Hx. unfold uecheck, echeck_with. rewrite uproblem_error_none by auto.
-  replace (atype_eqb dst dst) with true by (symmetry; apply atype_eqb_spec; auto).
-  rewrite Hx, upeak_pair. reflexivity.
-Qed.
 
 (** What the exchange schedule [pss] of a valid uneven problem does: every
     device receives from the others exactly the valid elements of its target
@@ -508,6 +456,65 @@ Qed.
 (** A valid problem is a valid uneven problem. *)
 Lemma valid_uvalid_problem : forall m src dst, valid_problem m src dst -> uvalid_problem m src dst.
 Proof. intros m src dst [Hs [Hd Hg]]. split; [apply wf_uneven_of_wf; auto|split; [apply wf_uneven_of_wf; auto|exact Hg]]. Qed.
+
+(** * The checkers
+
+    They accept the one-step exchange of a valid problem without building
+    its schedule, which [exchange_total] gives, and report what its worst
+    device receives as the lower bound, which [exchange_lower_bound] /
+    [uexchange_lower_bound] say it receives. *)
+
+(** What the checker accepts: a plan of collectives that [Checker.check]
+    accepts, with its report; or the one-step exchange to the target of a
+    valid problem, with the peak [bound src dst] and the lower bound as what
+    the worst device receives. *)
+Theorem echeck_spec : forall m src dst p r, echeck m src dst p = Ok r ->
+  (exists cs, colls p = Some cs /\ check m src dst cs = Ok r) \/
+  (p = [Exch dst] /\ valid_problem m src dst /\ exists pss, exchange m src dst = Some pss /\
+     r = mkreport [src; dst] (bound m src dst) [lower_bound m src dst]).
+Proof.
+  intros m src dst p r H. unfold echeck, echeck_with in H.
+  destruct p as [|[c|t'] [|s p]]; try (left; destruct (colls _) as [cs|] eqn:E; [exists cs; split; auto|discriminate]; fail).
+  right. destruct (problem_error m src dst) eqn:Ep; [discriminate|].
+  destruct (atype_eqb t' dst) eqn:Et; [|discriminate]. apply atype_eqb_spec in Et. subst t'.
+  apply problem_error_valid in Ep. injection H as <-.
+  destruct (exchange_total m src dst (valid_uvalid_problem m src dst Ep)) as [pss Ex].
+  split; auto. split; auto. exists pss. split; auto. f_equal. apply peak_pair.
+Qed.
+
+Theorem echeck_exchange : forall m src dst pss, valid_problem m src dst -> exchange m src dst = Some pss ->
+  echeck m src dst [Exch dst] = Ok (mkreport [src; dst] (bound m src dst) [lower_bound m src dst]).
+Proof.
+  intros m src dst pss Hv Hx. unfold echeck, echeck_with. rewrite problem_error_none by auto.
+  replace (atype_eqb dst dst) with true by (symmetry; apply atype_eqb_spec; auto).
+  do 2 f_equal. apply peak_pair.
+Qed.
+
+(** What the uneven checker accepts: a plan of collectives [ucheck]
+    accepts, or the one-step exchange of a valid uneven problem, with the
+    peak [ubound] (the least any plan reaches, [ucheck_peak_ge]). *)
+Theorem uecheck_spec : forall m src dst p r, uecheck m src dst p = Ok r ->
+  (exists cs, colls p = Some cs /\ ucheck m src dst cs = Ok r) \/
+  (p = [Exch dst] /\ uvalid_problem m src dst /\ exists pss, exchange m src dst = Some pss /\
+     r = mkureport [src; dst] (ubound m src dst) [exchange_recv m pss]).
+Proof.
+  intros m src dst p r H. unfold uecheck, echeck_with in H.
+  destruct p as [|[c|t'] [|s p]]; try (left; destruct (colls _) as [cs|] eqn:E; [exists cs; split; auto|discriminate]; fail).
+  right. destruct (uproblem_error m src dst) eqn:Ep; [discriminate|].
+  destruct (atype_eqb t' dst) eqn:Et; [|discriminate]. apply atype_eqb_spec in Et. subst t'.
+  apply uproblem_error_spec in Ep. injection H as <-.
+  destruct (exchange_total m src dst Ep) as [pss Ex].
+  split; auto. split; auto. exists pss. split; auto.
+  rewrite (proj1 (uexchange_lower_bound m src dst pss Ex Ep)). f_equal. apply upeak_pair.
+Qed.
+
+Theorem uecheck_exchange : forall m src dst pss, uvalid_problem m src dst -> exchange m src dst = Some pss ->
+  uecheck m src dst [Exch dst] = Ok (mkureport [src; dst] (ubound m src dst) [exchange_recv m pss]).
+Proof.
+  intros m src dst pss Hv Hx. unfold uecheck, echeck_with. rewrite uproblem_error_none by auto.
+  replace (atype_eqb dst dst) with true by (symmetry; apply atype_eqb_spec; auto).
+  rewrite (proj1 (uexchange_lower_bound m src dst pss Hx Hv)). do 2 f_equal. apply upeak_pair.
+Qed.
 
 (** * The planners
 

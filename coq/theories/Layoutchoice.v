@@ -18,8 +18,17 @@ Import ListNotations.
     the valid part of its block. *)
 Definition tlayout (m : mesh) (t : atype) : layout := tgts m (ranks m) t.
 
-Definition layout_eq_dec : forall a b : layout, {a = b} + {a <> b}.
-Proof. repeat decide equality. Defined.
+(** Equality of layouts, each number compared by [Nat.eq_dec] (extracted
+    to OCaml's [=]): [decide equality] alone would compare naturals by
+    recursion on their value, one call per unit of a box's start (an
+    [lplan] at 2^14 devices took 22 s, and a start near 2^50 would not end). *)
+Definition interval_eq_dec : forall a b : nat * nat, {a = b} + {a <> b}.
+Proof. decide equality; apply Nat.eq_dec. Defined.
+
+Definition holder_eq_dec : forall a b : nat * box, {a = b} + {a <> b}.
+Proof. decide equality; [apply (list_eq_dec interval_eq_dec)|apply Nat.eq_dec]. Defined.
+
+Definition layout_eq_dec : forall a b : layout, {a = b} + {a <> b} := list_eq_dec holder_eq_dec.
 
 Definition layout_eqb (a b : layout) : bool := if layout_eq_dec a b then true else false.
 

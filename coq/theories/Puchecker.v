@@ -143,7 +143,8 @@ Definition puexec_plan (M : cmonoid) (m : mesh) (src dst : ptype) (p : list pust
       end
   end.
 
-(** [Puexchange.puplan_problem]'s plan as steps, through the checker. *)
+(** [Puexchange.puplan_problem]'s plan as steps ([puplan_start]: its choice of
+    reduction, without its schedules), through the checker. *)
 Definition puplan_steps (src dst : ptype) (st : pustart) : list pustep :=
   match st with
   | PUAllReduce => match paxes src with [] => [] | P => [PUReduce P] end
@@ -152,9 +153,9 @@ Definition puplan_steps (src dst : ptype) (st : pustart) : list pustep :=
   ++ [PUExch (ptyp dst)] ++ match paxes dst with [] => [] | Q => [PUPending Q] end.
 
 Definition puplan_checked (m : mesh) (src dst : ptype) : result puerror (list pustep * pureport) :=
-  match puplan_problem m src dst with
+  match puplan_start m src dst with
   | None => Err PUBadProblem
-  | Some (st, _, _) =>
+  | Some st =>
       let p := puplan_steps src dst st in
       match pucheck m src dst p with
       | Ok r => Ok (p, r)

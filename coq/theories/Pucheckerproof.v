@@ -140,7 +140,7 @@ Theorem puplan_checked_ok : forall m src dst p r, puplan_checked m src dst = Ok 
   pucheck m src dst p = Ok r.
 Proof.
   intros m src dst p r H. unfold puplan_checked in H.
-  destruct (puplan_problem m src dst) as [[[st pss] rs]|]; [|discriminate].
+  destruct (puplan_start m src dst) as [st|]; [|discriminate].
   destruct (pucheck m src dst (puplan_steps src dst st)) eqn:E; [|discriminate].
   injection H as <- <-. exact E.
 Qed.
@@ -158,7 +158,7 @@ Proof.
   destruct (puplan_total m src dst Hv H1 H2) as [st [pss [rs Hpp]]].
   destruct (puplan_inv m src dst st pss rs Hpp) as [_ [_ [_ [Ex Hst]]]].
   pose proof (exchange_valid _ _ _ _ Ex) as Hv1.
-  unfold puplan_checked. rewrite Hpp.
+  unfold puplan_checked. rewrite puplan_start_spec, Hpp. cbn [option_map fst].
   assert (Hval : puvalidb m src dst = true) by (unfold puvalidb; rewrite uproblem_error_none, H1, H2 by auto; reflexivity).
   assert (Hred : pu_reduction m src (puplan_steps src dst st)
                  = Some (st, PUExch (ptyp dst) :: match paxes dst with [] => [] | Q => [PUPending Q] end)).

@@ -14,7 +14,7 @@
 
     Definitions only; proofs in [Puexchangeproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
-From VS Require Import Prelude Mesh Types Rules Uneven Uchecker Monoid Partial Crossmesh Exchange.
+From VS Require Import Prelude Mesh Types Rules Uneven Uchecker Utraffic Monoid Partial Crossmesh Exchange.
 Import ListNotations.
 
 (** Pending axes [P] fit the array type [t]: mesh axes, none twice, none used by [t]. *)
@@ -47,16 +47,22 @@ Fixpoint scatter_dim (m : mesh) (t : atype) (P : list nat) (ds : list nat) : opt
 (** Elements received per device by each step: the all-reduce as
     [Partial.precv] counts it on the padded buffer, the exchange its worst
     device, the make-pending nothing. No step for no axes. *)
-Definition pu_received (m : mesh) (src dst : ptype) (pss : list (list piece)) : list nat :=
+Definition pu_figures (m : mesh) (src dst : ptype) (rx : nat) : list nat :=
   let s := usize_padded m (ptyp src) in
   match paxes src with [] => [] | P => [2 * (s - s / nprod m P)] end
-  ++ [exchange_recv m pss] ++ match paxes dst with [] => [] | _ => [0] end.
+  ++ [rx] ++ match paxes dst with [] => [] | _ => [0] end.
+
+Definition pu_received (m : mesh) (src dst : ptype) (pss : list (list piece)) : list nat :=
+  pu_figures m src dst (exchange_recv m pss).
 
 (** The received counts with a reduce-scatter first ([Partial.precv]'s
     figure: [(n - 1)] blocks of the output), the exchange from [t1] after it. *)
-Definition pu_rs_received (m : mesh) (src dst : ptype) (t1 : atype) (pss : list (list piece)) : list nat :=
-  [(nprod m (paxes src) - 1) * usize_padded m t1; exchange_recv m pss]
+Definition pu_rs_figures (m : mesh) (src dst : ptype) (t1 : atype) (rx : nat) : list nat :=
+  [(nprod m (paxes src) - 1) * usize_padded m t1; rx]
   ++ match paxes dst with [] => [] | _ => [0] end.
+
+Definition pu_rs_received (m : mesh) (src dst : ptype) (t1 : atype) (pss : list (list piece)) : list nat :=
+  pu_rs_figures m src dst t1 (exchange_recv m pss).
 
 (** The planner: how the source is reduced, the exchange's schedule (from
     the array type the reduction leaves) and the received counts of the
@@ -86,6 +92,32 @@ Definition puplan_problem (m : mesh) (src dst : ptype) : option (pustart * list 
         match alt with
         | Some x => Some x
         | None => Some (PUAllReduce, pss, ar)
+        end
+    end
+  else None.
+
+(** How [puplan_problem] reduces, without building a schedule: the same
+    choice from the exchanges' figures read from the types
+    ([Utraffic.ulower_bound], what the exchange's worst device receives,
+    [Exchangeproof.uexchange_lower_bound]; a schedule exists exactly for a
+    valid uneven problem, [Exchangeproof.exchange_total]), so that planning
+    costs the devices, not devices times fan-in
+    ([Puexchangeproof.puplan_start_spec]). *)
+Definition puplan_start (m : mesh) (src dst : ptype) : option pustart :=
+  if puvalidb m src dst then
+    let ar := pu_figures m src dst (ulower_bound m (ptyp src) (ptyp dst)) in
+    match paxes src with
+    | [] => Some PUAllReduce
+    | P =>
+        match scatter_dim m (ptyp src) P (seq 0 (length (ptyp src))) with
+        | None => Some PUAllReduce
+        | Some (d, t1) =>
+            match uproblem_error m t1 (ptyp dst) with
+            | None =>
+                let rs := pu_rs_figures m src dst t1 (ulower_bound m t1 (ptyp dst)) in
+                if fold_right plus 0 rs <? fold_right plus 0 ar then Some (PUScatter d t1) else Some PUAllReduce
+            | Some _ => Some PUAllReduce
+            end
         end
     end
   else None.

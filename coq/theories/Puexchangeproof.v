@@ -70,6 +70,28 @@ Proof.
   match goal with |- exists _ _ _, match ?a with _ => _ end = _ => destruct a as [[[? ?] ?]|] end; eauto.
 Qed.
 
+(** The planner's choice of reduction, without its schedules: [puplan_start]
+    is the first component of [puplan_problem]'s answer. *)
+Lemma puplan_start_spec : forall m src dst,
+  puplan_start m src dst = option_map (fun x => fst (fst x)) (puplan_problem m src dst).
+Proof.
+  intros m src dst. unfold puplan_start, puplan_problem. cbv zeta.
+  destruct (puvalidb m src dst) eqn:Ev; [|reflexivity].
+  assert (Hv : uvalid_problem m (ptyp src) (ptyp dst)).
+  { unfold puvalidb in Ev. destruct (uproblem_error m (ptyp src) (ptyp dst)) eqn:Ep; [discriminate|].
+    apply uproblem_error_spec. exact Ep. }
+  destruct (exchange_total m _ _ Hv) as [pss Ex]. rewrite Ex.
+  unfold pu_received. rewrite (proj1 (uexchange_lower_bound m _ _ pss Ex Hv)).
+  destruct (paxes src) as [|a P] eqn:EP; [reflexivity|].
+  destruct (scatter_dim m (ptyp src) (a :: P) (seq 0 (length (ptyp src)))) as [[d t1]|]; [|reflexivity].
+  destruct (exchange m t1 (ptyp dst)) as [pss1|] eqn:E1.
+  - pose proof (exchange_valid _ _ _ _ E1) as Hv1. rewrite (uproblem_error_none _ _ _ Hv1).
+    unfold pu_rs_received. rewrite (proj1 (uexchange_lower_bound m _ _ pss1 E1 Hv1)).
+    destruct (fold_right plus 0 _ <? fold_right plus 0 _); reflexivity.
+  - destruct (uproblem_error m t1 (ptyp dst)) eqn:Ep1; [reflexivity|].
+    destruct (exchange_total m _ _ (uproblem_error_spec _ _ _ Ep1)) as [pss1 E1']. congruence.
+Qed.
+
 (** * The data *)
 
 Lemma used_range : forall m t, wf_uneven m t -> forall a, In a (used t) -> a < length m.
@@ -274,8 +296,8 @@ Proof.
   destruct Hmono as [Hc Hlb].
   assert (Hin : In (exchange_recv m pss) rs).
   { destruct st as [|d t1]; [|destruct Hst as [_ Hst]]; subst rs.
-    - unfold pu_received. apply in_or_app. right. left. reflexivity.
-    - unfold pu_rs_received. right. left. reflexivity. }
+    - unfold pu_received, pu_figures. apply in_or_app. right. left. reflexivity.
+    - unfold pu_rs_received, pu_rs_figures. right. left. reflexivity. }
   split; [exact Hrx|]. split.
   - intros j Hj. rewrite Hdev by exact Hj. apply Hc, coords_of_rank_valid, Hm.
   - split; [exact Hin|]. split; [lia|].

@@ -152,23 +152,6 @@ Qed.
 
 (** * Packing *)
 
-Lemma place_perm : forall budget c rs, Permutation (concat (place budget c rs)) (c :: concat rs).
-Proof.
-  intros budget c rs. induction rs as [|rd rs IH]; simpl; [auto|].
-  destruct (fits budget c rd); simpl.
-  - rewrite <- app_assoc. simpl. apply Permutation_sym, Permutation_middle.
-  - eapply Permutation_trans; [apply Permutation_app_head, IH|]. apply Permutation_sym, Permutation_middle.
-Qed.
-
-Lemma pack_perm_from : forall budget cs rs,
-  Permutation (concat (fold_left (fun rs c => place budget c rs) cs rs)) (cs ++ concat rs).
-Proof.
-  intros budget cs. induction cs as [|c cs IH]; intros rs; simpl; [auto|].
-  eapply Permutation_trans; [apply IH|].
-  eapply Permutation_trans; [apply Permutation_app_head, place_perm|].
-  apply Permutation_sym, Permutation_middle.
-Qed.
-
 Lemma load_snoc : forall who r rd c,
   load who r (rd ++ [c]) = load who r rd + (if who c =? r then vol (cbox c) else 0).
 Proof. intros. unfold load. rewrite lsum_app. simpl. lia. Qed.
@@ -189,29 +172,6 @@ Qed.
 
 Lemma fits_in_holds : forall budget c st rd, holds_round st rd -> fits_in budget c st = fits budget c rd.
 Proof. intros budget c [[rv S] D] rd [_ [HS HD]]. cbn [fst snd] in *. unfold fits_in, fits. rewrite HS, HD. reflexivity. Qed.
-
-Lemma place_in_holds : forall budget c sts rds, Forall2 holds_round sts rds ->
-  Forall2 holds_round (place_in budget c sts) (place budget c rds).
-Proof.
-  intros budget c sts rds H. induction H as [|st rd sts rds Hh H IH]; cbn [place_in place].
-  - constructor; [|constructor]. apply (add_in_holds c _ [] ). repeat split; reflexivity.
-  - rewrite (fits_in_holds _ _ _ _ Hh). destruct (fits budget c rd); constructor; auto. apply add_in_holds; auto.
-Qed.
-
-(** [pack] is first fit by [place]. *)
-Lemma pack_place : forall budget cs, pack budget cs = fold_left (fun rs c => place budget c rs) cs [].
-Proof.
-  intros budget cs. unfold pack.
-  assert (G : forall sts rds, Forall2 holds_round sts rds ->
-    Forall2 holds_round (fold_left (fun rs c => place_in budget c rs) cs sts) (fold_left (fun rs c => place budget c rs) cs rds)).
-  { induction cs as [|c cs IH]; intros sts rds H; [exact H|]. apply IH, place_in_holds, H. }
-  specialize (G [] [] (Forall2_nil _)). induction G as [|st rd sts rds [Hr _] _ IH]; [reflexivity|].
-  cbn [map]. rewrite IH. unfold rev'. rewrite <- rev_alt, Hr, rev_involutive. reflexivity.
-Qed.
-
-(** Every cut is in exactly one round. *)
-Theorem pack_perm : forall budget cs, Permutation (concat (pack budget cs)) cs.
-Proof. intros. rewrite pack_place. rewrite <- (app_nil_r cs) at 2. apply pack_perm_from. Qed.
 
 (** A round is within the budget: every rank sends at most [budget]
     elements or sends exactly one cut, and receives at most [budget]
@@ -239,28 +199,130 @@ Proof.
   - destruct (cdst c =? r) eqn:E; [apply Nat.eqb_eq in E; subst; left; lia|]. rewrite !Nat.add_0_r. exact Hd.
 Qed.
 
-Lemma place_bounded : forall budget c rs, (forall rd, In rd rs -> bounded budget rd) ->
-  forall rd, In rd (place budget c rs) -> bounded budget rd.
+(** * The packing, on a model of lists
+
+    [place_at]: [c] into round [i] when it is one and [c] fits it, else a
+    new round at the end; every cut once and every round bounded, whatever
+    [i] is. [pack]'s tables hold such a list of rounds ([holds_all]). *)
+Definition place_at (budget : nat) (c : cut) (i : nat) (rds : list (list cut)) : list (list cut) :=
+  if (i <? length rds) && fits budget c (nth i rds []) then set_nth rds i (nth i rds [] ++ [c]) else rds ++ [[c]].
+
+Lemma nth_set_nth_same : forall A (l : list A) i x d, i < length l -> nth i (set_nth l i x) d = x.
+Proof. intros. apply nth_error_nth, nth_error_set_nth_eq. auto. Qed.
+
+Lemma nth_set_nth_other : forall A (l : list A) i k x d, k <> i -> nth k (set_nth l i x) d = nth k l d.
 Proof.
-  intros budget c rs. induction rs as [|rd0 rs IH]; simpl; intros H rd Hin.
-  - destruct Hin as [<-|[]]. apply bounded_single.
-  - destruct (fits budget c rd0) eqn:F; simpl in Hin; destruct Hin as [<-|Hin].
-    + apply bounded_snoc; auto.
-    + auto.
-    + auto.
-    + apply IH; auto.
+  intros A l i k x d H. destruct (Nat.lt_ge_cases k (length l)) as [Hk|Hk].
+  - apply nth_error_nth. rewrite nth_error_set_nth_neq by auto. apply nth_error_nth'. auto.
+  - rewrite !nth_overflow; rewrite ?set_nth_length; auto.
 Qed.
+
+Lemma in_set_nth : forall A (l : list A) i x y, In y (set_nth l i x) -> y = x \/ In y l.
+Proof.
+  induction l as [|h t IH]; intros i x y H; [destruct H|]. destruct i as [|i]; simpl in H.
+  - destruct H as [<-|H]; auto. right. right. exact H.
+  - destruct H as [<-|H]; [right; left; reflexivity|]. destruct (IH i x y H) as [E|E]; auto. right. right. exact E.
+Qed.
+
+Lemma concat_set_nth_snoc : forall (rds : list (list cut)) i c, i < length rds ->
+  Permutation (concat (set_nth rds i (nth i rds [] ++ [c]))) (c :: concat rds).
+Proof.
+  induction rds as [|rd rds IH]; intros i c H; [simpl in H; lia|]. destruct i as [|i]; simpl.
+  - rewrite <- app_assoc. simpl. apply Permutation_sym, Permutation_middle.
+  - eapply Permutation_trans; [apply Permutation_app_head, IH; simpl in H; lia|].
+    apply Permutation_sym, Permutation_middle.
+Qed.
+
+Lemma place_at_perm : forall budget c i rds, Permutation (concat (place_at budget c i rds)) (c :: concat rds).
+Proof.
+  intros budget c i rds. unfold place_at.
+  destruct ((i <? length rds) && fits budget c (nth i rds [])) eqn:E.
+  - apply andb_true_iff in E as [E _]. apply Nat.ltb_lt in E. apply concat_set_nth_snoc. exact E.
+  - rewrite concat_app. simpl. rewrite ?app_nil_r. apply Permutation_sym, Permutation_cons_append.
+Qed.
+
+Lemma place_at_bounded : forall budget c i rds, (forall rd, In rd rds -> bounded budget rd) ->
+  forall rd, In rd (place_at budget c i rds) -> bounded budget rd.
+Proof.
+  intros budget c i rds H rd Hin. unfold place_at in Hin.
+  destruct ((i <? length rds) && fits budget c (nth i rds [])) eqn:E.
+  - apply andb_true_iff in E as [E F]. apply Nat.ltb_lt in E.
+    destruct (in_set_nth _ _ _ _ _ Hin) as [->|Hin']; auto.
+    apply bounded_snoc; auto. apply H, nth_In. exact E.
+  - apply in_app_or in Hin as [Hin|[<-|[]]]; auto. apply bounded_single.
+Qed.
+
+Definition holds_all (rs : NatMap.t rstate) (n : nat) (rds : list (list cut)) : Prop :=
+  n = length rds /\ forall i, i < n -> holds_round (find_or empty_round i rs) (nth i rds []).
+
+Lemma holds_empty_round : holds_round empty_round [].
+Proof. unfold holds_round, empty_round. cbn [fst snd]. split; [reflexivity|]. split; intros; rewrite find_or_empty; reflexivity. Qed.
+
+Lemma put_holds : forall budget c i rs n rds j rs' n', holds_all rs n rds ->
+  put budget c i rs n = (j, rs', n') -> holds_all rs' n' (place_at budget c i rds).
+Proof.
+  intros budget c i rs n rds j rs' n' [En H] Hp. subst n. unfold put in Hp. unfold place_at.
+  assert (Hnew : holds_all (NatMap.add (length rds) (add_in c empty_round) rs) (S (length rds)) (rds ++ [[c]])).
+  { split; [rewrite app_length; simpl; lia|]. intros k Hk. rewrite find_or_add.
+    destruct (Nat.eqb_spec (length rds) k) as [<-|Hne].
+    - rewrite app_nth2 by lia. rewrite Nat.sub_diag. exact (add_in_holds c empty_round [] holds_empty_round).
+    - rewrite app_nth1 by lia. apply H. lia. }
+  destruct (i <? length rds) eqn:Ei; cbn [andb] in Hp |- *; [|injection Hp as <- <- <-; exact Hnew].
+  apply Nat.ltb_lt in Ei. rewrite (fits_in_holds _ _ _ _ (H i Ei)) in Hp.
+  destruct (fits budget c (nth i rds [])) eqn:F; injection Hp as <- <- <-; [|exact Hnew].
+  split; [rewrite set_nth_length; reflexivity|]. intros k Hk. rewrite find_or_add.
+  destruct (Nat.eqb_spec i k) as [<-|Hne].
+  - rewrite nth_set_nth_same by auto. apply add_in_holds, H. exact Ei.
+  - rewrite nth_set_nth_other by auto. apply H. exact Hk.
+Qed.
+
+Lemma pack_fold : forall budget cs st acc,
+  (exists rds, holds_all (fst (fst st)) (snd (fst st)) rds /\ Permutation (concat rds) acc /\
+     forall rd, In rd rds -> bounded budget rd) ->
+  exists rds, holds_all (fst (fst (fold_left (pack_step budget) cs st))) (snd (fst (fold_left (pack_step budget) cs st))) rds /\
+    Permutation (concat rds) (acc ++ cs) /\ forall rd, In rd rds -> bounded budget rd.
+Proof.
+  intros budget cs. induction cs as [|c cs IH]; intros st acc [rds [Hh [Hp Hb]]]; simpl.
+  - exists rds. rewrite app_nil_r. auto.
+  - replace (acc ++ c :: cs) with ((acc ++ [c]) ++ cs) by (rewrite <- app_assoc; reflexivity).
+    apply IH. destruct st as [[rs n] [ss rr]]. cbn [fst snd] in Hh. unfold pack_step.
+    destruct (put budget c _ rs n) as [[j rs'] n'] eqn:Ep. cbn [fst snd].
+    exists (place_at budget c (scan budget c rs n (Nat.max (find_or 0 (csrc c) ss) (find_or 0 (cdst c) rr)) n) rds).
+    split; [eapply put_holds; eauto|]. split.
+    + eapply Permutation_trans; [apply place_at_perm|]. eapply Permutation_trans; [apply perm_skip, Hp|].
+      apply Permutation_cons_append.
+    + apply place_at_bounded. exact Hb.
+Qed.
+
+Lemma holds_all_rounds : forall rs n rds, holds_all rs n rds ->
+  map (fun i => rev' (fst (fst (find_or empty_round i rs)))) (seq 0 n) = rds.
+Proof.
+  intros rs n rds [-> H]. apply nth_ext with (d := []) (d' := []).
+  - rewrite map_length, seq_length. reflexivity.
+  - intros k Hk. rewrite map_length, seq_length in Hk.
+    set (f := fun i => rev' (fst (fst (find_or empty_round i rs)))).
+    rewrite (nth_indep (map f (seq 0 (length rds))) [] (f 0)) by (rewrite map_length, seq_length; exact Hk).
+    rewrite map_nth, seq_nth by exact Hk. unfold f. cbn [plus].
+    destruct (H k Hk) as [Hr _]. unfold rev'. rewrite <- rev_alt, Hr, rev_involutive. reflexivity.
+Qed.
+
+Lemma pack_model : forall budget cs, exists rds, pack budget cs = rds /\ Permutation (concat rds) cs /\
+  forall rd, In rd rds -> bounded budget rd.
+Proof.
+  intros budget cs. unfold pack.
+  destruct (pack_fold budget cs (NatMap.empty rstate, 0, (NatMap.empty nat, NatMap.empty nat)) [])
+    as [rds [Hh [Hp Hb]]].
+  { exists []. split; [split; [reflexivity|cbn; intros i Hi; lia]|]. split; [constructor|intros rd []]. }
+  destruct (fold_left (pack_step budget) cs _) as [[rs n] x]. cbn [fst snd] in Hh.
+  exists rds. split; [apply holds_all_rounds; exact Hh|]. auto.
+Qed.
+
+(** Every cut is in exactly one round. *)
+Theorem pack_perm : forall budget cs, Permutation (concat (pack budget cs)) cs.
+Proof. intros budget cs. destruct (pack_model budget cs) as [rds [-> [Hp _]]]. exact Hp. Qed.
 
 Theorem pack_bounded : forall budget cs rd, In rd (pack budget cs) -> bounded budget rd.
-Proof.
-  intros budget cs. rewrite pack_place.
-  assert (forall rs, (forall rd, In rd rs -> bounded budget rd) ->
-          forall rd, In rd (fold_left (fun rs c => place budget c rs) cs rs) -> bounded budget rd) as G.
-  { induction cs as [|c cs IH]; simpl; intros rs H; auto. apply IH. apply place_bounded. exact H. }
-  apply G. intros rd [].
-Qed.
-
-(** * End to end *)
+Proof. intros budget cs. destruct (pack_model budget cs) as [rds [-> [_ Hb]]]. exact Hb. Qed.
 
 Lemma tgts_nth : forall m r t j self T, nth_error (tgts m r t) j = Some (self, T) -> self = nth j r 0.
 Proof.

@@ -154,7 +154,8 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
                               f"--minimal certifies the least)"))
     if plan.minimal and plan.traffic > plan.lower_bound:
         out.append(("Minimalproof.mplan_spec",
-                    f"traffic {plan.traffic} is the least of any plan the checker accepts over the mesh given, "
+                    f"traffic {plan.traffic} is the least of any plan of collectives the checker accepts (the exchange "
+                    f"is not among them) over the mesh given, "
                     f"this plan's mesh or the prime sub-axes {plan.src.mesh.prime_parts()[0]}, with every type "
                     f"within the bound {plan.bound} (a certificate from an untrusted search, accepted at this "
                     f"plan's own traffic in the one verified call Minimal.mplan_problem)"))

@@ -13,9 +13,12 @@ happens in the core.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import product
+from math import comb, factorial
 from typing import NamedTuple
 
 import numpy as np
@@ -23,6 +26,7 @@ import numpy as np
 from . import _core
 from .collectives import AllReduce, Collective, Exchange, ReduceScatter, ToPartial
 from .errors import LimitError, ParseError, PlanError, ShardingError
+from .limits import MAX_CERTIFY_STEPS
 from .mesh import Mesh
 from .sharding import ArrayType, raw
 
@@ -577,6 +581,93 @@ def lower_bound(src: ArrayType, dst: ArrayType) -> int:
     return _call(_core.lower_bound, src.mesh.encode() + src.encode() + dst.encode())[0]
 
 
+def _arrangements(n: int, pool: tuple[tuple[int, int], ...]) -> int:
+    """How many ordered lists of distinct axes of ``pool`` (``(size, count)``
+    pairs: how many axes of each size) have a product dividing ``n``
+    (``Certify.arrangements``)."""
+    total = 0
+    for ks in product(*(range(c + 1) for _, c in pool)):
+        p = 1
+        for (s, _), k in zip(pool, ks):
+            p *= s ** k
+        if n % p == 0:
+            w = factorial(sum(ks))
+            for (_, c), k in zip(pool, ks):
+                w *= comb(c, k)
+            total += w
+    return total
+
+
+def certify_steps(t: ArrayType, figure: int, cap: int) -> int:
+    """The steps ``Certify.certify`` enumerates from the certificate entry
+    ``(t, figure)`` (``entry_ok``): none above the cap; else every gather,
+    all-to-all and slice (``Certify.cands``), and where the figure exceeds
+    the block every type of its shape (``permute_targets``). The slices and
+    permutes are arrangements of the mesh's axes, factorial in their number:
+    ``certify`` and ``mplan`` refuse an entry with more than
+    :data:`~verishard.limits.MAX_CERTIFY_STEPS` before the core builds them.
+
+    >>> from verishard import Mesh, ArrayType
+    >>> m = Mesh.parse(",".join(f"a{i}=2" for i in range(12)))
+    >>> certify_steps(ArrayType.parse("[4096]", m), 0, 4096)
+    1302061345
+    """
+    if t.size > cap:
+        return 0
+    sizes = t.mesh.part_sizes
+    used = {a for d in t.dims for a in d.parts}
+    free = tuple(sorted(Counter(s for a, s in enumerate(sizes) if a not in used).items()))
+    r = len(t.dims)
+    steps = 0
+    for d in t.dims:
+        local = d.global_size // _nprod(sizes, d.parts)
+        steps += len(d.parts) * (1 + r) + _arrangements(local, free)
+    if t.size < figure:   # permutes: every type of t's shape, its axes drawn from the whole mesh
+        steps += _shaped(tuple((d.global_size, d.global_size // _nprod(sizes, d.parts)) for d in t.dims),
+                         tuple(sorted(Counter(sizes).items())))
+    return steps
+
+
+def _nprod(sizes: Sequence[int], parts: Sequence[int]) -> int:
+    p = 1
+    for a in parts:
+        p *= sizes[a]
+    return p
+
+
+@lru_cache(maxsize=1024)
+def _shaped(shape: tuple[tuple[int, int], ...], pool: tuple[tuple[int, int], ...]) -> int:
+    """How many types of the dimensions' ``(global, local)`` sizes ``shape``
+    draw their axes from ``pool``, each at most once (``Certify.types_shaped``)."""
+    if not shape:
+        return 1
+    (g, l), rest = shape[0], shape[1:]
+    if l == 0 or g % l:
+        return 0
+    total = 0
+    for ks in product(*(range(c + 1) for _, c in pool)):
+        p = 1
+        for (s, _), k in zip(pool, ks):
+            p *= s ** k
+        if p * l == g:
+            w = factorial(sum(ks))
+            for (_, c), k in zip(pool, ks):
+                w *= comb(c, k)
+            left = tuple((s, c - k) for (s, c), k in zip(pool, ks) if c > k)
+            total += w * _shaped(rest, left)
+    return total
+
+
+def _check_certificate_size(entries: Sequence[tuple[ArrayType, int]], cap: int) -> None:
+    """:class:`LimitError` for an entry whose steps (:func:`certify_steps`) exceed the limit."""
+    for t, figure in entries:
+        n = certify_steps(t, figure, cap)
+        if n > MAX_CERTIFY_STEPS:
+            raise LimitError(f"the certificate entry {t} on {t.mesh} has {n} steps to check, more than "
+                             f"{MAX_CERTIFY_STEPS} (verishard.limits.MAX_CERTIFY_STEPS): its mesh has too many "
+                             f"axes to check every step from it")
+
+
 def certify(src: ArrayType, dst: ArrayType, cap: int, entries: Sequence[tuple[ArrayType, int]],
             traffic: int, over: Mesh | None = None) -> bool:
     """``Certify.certify_split``: whether the certificate ``entries`` (types
@@ -606,6 +697,7 @@ def certify(src: ArrayType, dst: ArrayType, cap: int, entries: Sequence[tuple[Ar
     else:
         raise ShardingError(f"the certificate's types are over {over}, neither {mesh} nor its prime sub-axes {fine}")
     _same_mesh(over, *(t for t, _ in entries))
+    _check_certificate_size(entries, cap)
     ints = mesh.encode() + [len(split)]
     for sizes in split:
         ints += [len(sizes), *sizes]
@@ -653,8 +745,9 @@ def mplan(mesh: Mesh, src: ArrayType, dst: ArrayType, candidate: Sequence[Collec
                 raise PlanError(f"plan step {c!r} is not a collective")
             ints += c.encode(fine)
     ints.append(len(entries))
+    _same_mesh(fine, *(t for t, _ in entries))
+    _check_certificate_size(entries, max(src.size, dst.size))
     for t, figure in entries:
-        _same_mesh(fine, t)
         ints.append(figure)
         ints += t.encode()
     out = _call(_core.mplan, ints)
@@ -818,7 +911,9 @@ def xrounds(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks:
     """The rounds of the verified staged cross-mesh transfer (``Rounds.xrounds``
     on ``Crossmesh.xplan``'s schedule; theorem ``Roundsproof.xrounds_correct``):
     every piece a target receives from another rank cut into slices that fit
-    ``budget`` elements, packed first fit into rounds where each rank sends at
+    ``budget`` elements, packed first fit (each cut into the first round with
+    room for it, searched from the first rounds where its sender and receiver
+    still have room: near linear in the cuts) into rounds where each rank sends at
     most ``budget`` and receives at most ``budget`` elements, or moves a single
     cut; None when the core refuses the problem. A budget above 2**50 elements
     raises :class:`LimitError` (the core's integers stay below 2**51).
@@ -955,5 +1050,5 @@ def lplan(mesh: Mesh, src: Layout, dst: Layout, budget: int,
 
 
 __all__ = ["PARTIAL_COLLECTIVES", "REASONS", "CheckOk", "reduction", "check", "Step", "PlanReport", "plan",
-           "plan_checked", "eplan", "umovement", "lower_bound", "certify", "mplan", "ulower_bound", "synthesize",
+           "plan_checked", "eplan", "umovement", "lower_bound", "certify_steps", "certify", "mplan", "ulower_bound", "synthesize",
            "movement", "Piece", "xplan", "Cut", "xrounds", "bplan", "type_layout", "lplan"]

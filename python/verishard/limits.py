@@ -22,6 +22,13 @@ dimensions (:func:`check_count`). A mesh of ``2**20`` devices has at most
 20 axes of size 2 or more, and numpy's arrays at most 64 dimensions, so
 these leave room for any real program while keeping every plan quick.
 
+A certificate entry (``core.certify``, ``core.mplan``) from which the
+checker would enumerate more than :data:`MAX_CERTIFY_STEPS` steps
+(``core.certify_steps``: every arrangement of the mesh's free axes, factorial
+in their number) is refused before the core is called; whatever a call
+builds, the glue stops it with a :class:`~verishard.errors.LimitError`
+before the process runs out of memory (``bindings/glue.ml``).
+
 So every size, product, offset and traffic figure the core computes stays
 below ``2**51``. The binding checks again, refusing any integer outside
 ``[0, 2**62)`` with a :class:`ValueError`.
@@ -54,7 +61,8 @@ MAX_DIGITS = 30  # 2**62 has 19 digits; longer tokens are refused before int() (
 MAX_TEXT = 10_000  # characters of one mesh, type, PartitionSpec, placements or collective text
 MAX_MESH_PARTS = 64  # axes of a mesh, each factor of a split axis counted
 MAX_DIMS = 64  # dimensions of an array type (numpy's own limit)
-MAX_ROUND_CUTS = 4096  # cuts of a staged cross-mesh transfer (the first-fit packing grows faster than n**2 in them)
+MAX_ROUND_CUTS = 4096  # cuts of a staged cross-mesh transfer (each cut is one message)
+MAX_CERTIFY_STEPS = 2**20  # steps the certificate checker enumerates from one entry (core.certify_steps)
 # Parameters of one structured layer (verishard.butterfly), checked from the sizes before anything is allocated:
 # 2**34 is 64 GiB in float32, beyond any one device's memory today; the float64 init arrays are twice that.
 MAX_LAYER_PARAMETERS = 2**34
@@ -185,5 +193,6 @@ def parse_int(token: str, what: str, error: type = ParseError) -> int:
 
 
 __all__ = ["MAX_DEVICES", "MAX_ELEMENTS", "MAX_INDEX", "CORE_INT_LIMIT", "MAX_DIGITS", "MAX_TEXT",
-           "MAX_MESH_PARTS", "MAX_DIMS", "MAX_ROUND_CUTS", "MAX_LAYER_PARAMETERS", "DEMO_RANKS_PER_CPU", "check_int", "show_int", "check_text", "check_count",
+           "MAX_MESH_PARTS", "MAX_DIMS", "MAX_ROUND_CUTS", "MAX_CERTIFY_STEPS", "MAX_LAYER_PARAMETERS",
+           "DEMO_RANKS_PER_CPU", "check_int", "show_int", "check_text", "check_count",
            "parse_int"]

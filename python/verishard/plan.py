@@ -61,8 +61,8 @@ class Plan:
     axis split into sub-axes only where the plan needs one.
     ``guaranteed`` is the synthesizer's flag (memory bound and normal form
     proved for this plan), or None for a plan the user wrote.
-    ``minimal``: the verified checker accepted a certificate that no plan
-    within the memory bound receives less (``plan(..., minimal=True)``).
+    ``minimal``: the verified checker accepted a certificate that no plan of
+    collectives within the memory bound receives less (``plan(..., minimal=True)``).
 
     >>> p = plan("x=2", "[2{x}4]", "[4]")
     >>> print(p)
@@ -252,7 +252,7 @@ class Plan:
         else:
             lines.append(f"traffic {self.traffic} elements/device; lower bound {self.lower_bound}"
                          f" (ratio {self.traffic_ratio:.2f})"
-                         + ("; least of any plan within the bound (Minimalproof.mplan_spec)"
+                         + ("; least of any plan of collectives within the bound (Minimalproof.mplan_spec)"
                             if self.minimal and self.traffic > self.lower_bound else ""))
         return "\n".join(lines)
 
@@ -388,7 +388,8 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str, *, exchan
     (['AllToAll(0->1, y)', 'AllToAll(0->1, x)'], 8)
 
     With ``minimal=True`` (nothing pending, even types) the plan's traffic is
-    certified the least of any plan the checker accepts, over the mesh or
+    certified the least of any plan of collectives the checker accepts (the
+    exchange is not among them: ``exchange=True`` may receive less), over the mesh or
     its refinement into prime parts, with every type within ``max(size(src),
     size(dst))``: a branch-and-bound (``optimal.search``, untrusted) either
     certifies the pipeline's plan or finds a cheaper one, and one core call

@@ -8,8 +8,9 @@ computation is local along a dimension no mesh axis shards
 (``Commuteproof.along_commutes``); every permutation that crosses devices is
 an array redistribution planned by :func:`verishard.plan.plan` and run by
 verishard's torch runtime (:func:`verishard.runtime.torch.run_plan`), so the
-sharded layer computes the layer (``Commuteproof.along_then_plan``, over the
-plans ``Pipelineproof.plan_spec`` / ``Exchangeproof.eplan_spec`` return).
+sharded layer computes the layer (``Commuteproof.along_then_plan`` over the
+plans of collectives and ``along_then_exchange`` over the exchange: the two
+kinds of plan ``Exchangeproof.eplan_spec`` returns).
 Backward runs the reverse plan on the gradient.
 
 * :class:`ShardedMonarch`: ``R`` on each device's blocks, then the middle

@@ -53,7 +53,7 @@ def rounds(plan: CrossMeshPlan, itemsize: int, budget: int = DEFAULT_BUDGET):
     # (the core takes budgets up to 2**50 elements; rounds within a smaller budget keep the larger)
     per_round = min(max(1, budget // itemsize), MAX_ELEMENTS)
     cuts, moved = _cuts(plan, per_round)
-    if cuts > MAX_ROUND_CUTS:  # refused before the core packs them (its first fit grows faster than n**2)
+    if cuts > MAX_ROUND_CUTS:  # refused before the core packs them (each cut is one message)
         need = itemsize * -(-moved // MAX_ROUND_CUTS)
         raise LimitError(f"a round budget of {budget} bytes cuts this transfer into {cuts} slices; at most "
                          f"{MAX_ROUND_CUTS} (verishard.limits.MAX_ROUND_CUTS): give a budget of at least "
