@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tracemalloc
@@ -283,3 +284,24 @@ def test_reshard_holds_one_block_at_a_time_and_may_rewrite_in_place(tmp_path):
     assert str(checkpoint.read_manifest(str(tmp_path / "b")).entries["model", "w0"].t) == "[2048, 256{u}1024]"
     assert sorted(n for n in os.listdir(tmp_path / "b") if n.endswith(".bin")) == sorted(
         f for f in checkpoint.read_manifest(str(tmp_path / "b")).files)   # the first rewrite's files are gone
+
+
+@pytest.mark.parametrize("content,extra,match", [
+    (None, [], "--layouts .*l.json: No such file"),
+    ("{not json", [], "not JSON"),
+    ("[]", [], "a non-empty map of name patterns"),
+    ('{"model/*": {"mesh": "u=2", "spec": "P(\'u\')"}}', ["--mesh", "u=2"], "not both"),
+    ("fifo", [], "not a regular file"),
+])
+def test_reshard_checkpoint_cli_bad_layouts_exit_2(tmp_path, content, extra, match, capsys):
+    from verishard.cli import main
+    checkpoint.save(_training_state(), str(tmp_path / "a"))
+    f = tmp_path / "l.json"
+    if content == "fifo":
+        os.mkfifo(f)   # never opened for reading: it would wait for a writer
+    elif content is not None:
+        f.write_text(content)
+    code = main(["reshard-checkpoint", str(tmp_path / "a"), str(tmp_path / "b"), "--layouts", str(f)] + extra)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and re.search(match, err), err
+    assert not (tmp_path / "b" / "manifest.json").exists()
