@@ -185,6 +185,15 @@ def test_bad_targets_refused(tmp_path, make, match):
         checkpoint.load(str(tmp_path), {"w": target})
 
 
+def test_targets_of_no_kind_refused(tmp_path):
+    torch = pytest.importorskip("torch")
+    checkpoint.save({"w": np.arange(4.0)}, str(tmp_path))
+    with pytest.raises(CheckpointError, match="not Linear; each target is one of: None .*torch tensor"):
+        checkpoint.load(str(tmp_path), torch.nn.Linear(2, 2))   # the module, not its state_dict()
+    with pytest.raises(CheckpointError, match="'w//' is not a name of the checkpoint"):
+        checkpoint.load(str(tmp_path), "w//")
+
+
 def _training_state():
     W1 = np.arange(8 * 12, dtype=np.float32).reshape(8, 12) / 4
     W2 = (np.arange(12 * 6, dtype=np.int32).reshape(12, 6) * 5) % 17

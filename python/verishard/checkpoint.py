@@ -1265,6 +1265,10 @@ def select(targets: Any, names: list[tuple[str, ...]], path: str, split: str | N
         leaves, treedef = jax.tree_util.tree_flatten_with_path(
             targets, is_leaf=lambda x: x is None or _target_kind(x) is not None)
         flat = [(tuple(_key_name(k) for k in kp), v) for kp, v in leaves]
+        if any(not key for key, _ in flat):   # not a container JAX knows: one leaf, named nothing
+            raise CheckpointError(f"{path}: targets are None, a name, a dict of names to targets or a pytree of "
+                                  f"them, not {type(targets).__name__}; each target is one of: "
+                                  f"{'; '.join(TARGET_KINDS)}")
     have = set(names)
     wanted: dict = {}
     own = [key for key, _ in flat]   # the targets' keys, for the result
