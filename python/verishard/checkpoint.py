@@ -1323,7 +1323,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
     path = _dir_name(path, "load")
     read_buffer = _count(read_buffer, "read_buffer", 1)
     rank = _count(rank, "rank", 0, none=True)
-    if os.path.isfile(os.path.join(path, ".metadata")) and not os.path.exists(os.path.join(path, F.MANIFEST)):
+    if os.path.lexists(os.path.join(path, ".metadata")) and not os.path.lexists(os.path.join(path, F.MANIFEST)):
         from . import checkpoint_dcp
         return checkpoint_dcp.load(path, targets, type, rank, dtype=dtype, read_buffer=read_buffer, stats=stats)
     legacy = _is_one_target(targets, type)

@@ -70,21 +70,19 @@ changed alike (both saying int32), loads what its bytes say. An empty tensor (a 
 from __future__ import annotations
 
 import collections
-import errno
 import functools
 import io
 import itertools
 import math
 import os
 import pickle
-import stat
 import struct
 import zipfile
 from typing import Any
 
 import numpy as np
 
-from .checkpoint_format import MAX_MANIFEST_BYTES
+from .checkpoint_format import MAX_MANIFEST_BYTES, open_regular
 from .errors import CheckpointError, VerishardError, show
 from .limits import CORE_INT_LIMIT, MAX_DIMS, show_int
 from .sharding import ArrayType
@@ -500,28 +498,16 @@ class DCPCheckpoint:
         return os.pread(fd, size, 0)
 
     def _open(self, name: str) -> int:
-        """The file ``name`` of the directory: a plain name, opened without
-        following a symbolic link and without waiting (O_NONBLOCK: a FIFO
-        does not block the open), and only if it is a regular file (checked on
-        the open file before any read)."""
+        """The file ``name`` of the directory, opened by
+        :func:`checkpoint_format.open_regular` (a regular file only, checked
+        before any read: a FIFO does not block)."""
         if not isinstance(name, str) or "/" in name or "\0" in name or name in ("", ".", "..") or len(name) > 255:
             raise CheckpointError(f"{self.path}: DCP file name {show(name)} is not a file of the directory")
         if name not in self.fds:
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
-                             dir_fd=self.dirfd)
+                fd = open_regular(self.dirfd, name, f"{self.path}/{name}")
             except FileNotFoundError:
                 raise CheckpointError(f"{self.path}/{name}: missing") from None
-            except OSError as e:
-                if e.errno == errno.ELOOP:
-                    raise CheckpointError(f"{self.path}/{name}: a symbolic link; symbolic links are refused (a "
-                                          f"checkpoint's files lie in its directory)") from None
-                raise CheckpointError(f"{self.path}/{name}: cannot open ({e.strerror}); a DCP checkpoint's files "
-                                      f"are regular files") from None
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                os.close(fd)
-                raise CheckpointError(f"{self.path}/{name}: not a regular file (a FIFO, device or directory); a DCP "
-                                      f"checkpoint's files are regular files")
             self.fds[name] = fd
         return self.fds[name]
 
