@@ -280,6 +280,7 @@ def checkpoint_case(rng: random.Random, base: str, A: np.ndarray, tmp: str):
     else:
         text = data.decode("latin-1")  # changed consistently: every occurrence, as a tamperer would
         for old, new in [('"<f8"', rng.choice(['"<i8"', '">f8"', '"|V8"', '"<f4"', '"<U1"'])),
+                         ('"float64"', rng.choice(['"int64"', '"<f8"', '"|V8"', '"float32"', '"bfloat16"'])),
                          ('"start": [\n    0', '"start": [\n    2'), ('"nbytes": 48', '"nbytes": 47')]:
             if old in text and rng.random() < 0.6:
                 text = text.replace(old, new)

@@ -147,7 +147,7 @@ def _block_bytes(save_id, path, rank, block, t_text, start):
     """A block as a save writes it, for ``block`` of any shape (header, digest table, data)."""
     from verishard.sharding import ArrayType
     t = ArrayType.parse(t_text, "x=2")
-    fields = F.header_fields(save_id, path, rank, block.dtype, t)
+    fields = F.header_fields(save_id, path, rank, F.dtype_name(block.dtype, "test"), t)
     fields.update(start=list(start), shape=list(block.shape))
     header = F.canonical(fields)
     header += b" " * (-len(header) % 8)

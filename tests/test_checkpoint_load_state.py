@@ -45,6 +45,23 @@ def test_in_place_into_a_torch_state_dict(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(dst.parameters(), src.parameters()))   # the module's own weights
 
 
+def test_in_place_bfloat16_and_float8(tmp_path):
+    """bfloat16 weights and float8 tensors read straight into the target's
+    memory (numpy's ml_dtypes view of the same bytes), bit for bit."""
+    torch = pytest.importorskip("torch")
+    w = (torch.arange(48, dtype=torch.float32).reshape(6, 8) / 7 - 3).to(torch.bfloat16)
+    f8 = torch.linspace(-4, 4, 12).to(torch.float8_e4m3fn)
+    checkpoint.save({"w": w, "f8": f8}, str(tmp_path), {"w": ("x=2", "[3{x}6, 8]")})
+    target = {"w": torch.zeros(6, 8, dtype=torch.bfloat16), "f8": torch.zeros(12, dtype=torch.float8_e4m3fn)}
+    ptrs = {k: v.data_ptr() for k, v in target.items()}
+    got = checkpoint.load(str(tmp_path), target)
+    for k, ref in (("w", w), ("f8", f8)):
+        assert got[k] is target[k] and got[k].data_ptr() == ptrs[k]
+        assert torch.equal(got[k].view(torch.uint8), ref.view(torch.uint8)), k
+    with pytest.raises(CheckpointError, match="'w'.*holds bfloat16 .* the target is float16"):
+        checkpoint.load(str(tmp_path), {"w": torch.zeros(6, 8, dtype=torch.float16)})
+
+
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_in_place_from_a_dcp_directory_keeps_dotted_keys(tmp_path):
     """A DCP checkpoint of ``{"model": model.state_dict()}`` (DCP names ``model.0.weight``) loaded into the

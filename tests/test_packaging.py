@@ -23,7 +23,7 @@ import verishard
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-OPTIONAL = ("jax", "jaxlib", "torch", "scipy", "networkx", "mpi4py", "matplotlib")
+OPTIONAL = ("jax", "jaxlib", "torch", "scipy", "networkx", "mpi4py", "matplotlib", "ml_dtypes")
 
 
 def test_version_is_the_metadata_version():

@@ -320,9 +320,14 @@ def test_a_new_process_group_does_not_reuse_the_old_ones(job):
 
 def test_a_mesh_over_some_ranks_runs_among_them(job):
     """A DeviceMesh over ranks 0-3 of 8 (DTensor's sub-mesh case): those
-    ranks get the result, ranks 4-7 DTensor's empty local tensor."""
+    ranks run the plan's collectives among themselves and get the result,
+    ranks 4-7 (which call too) DTensor's empty local tensor. A gather over
+    both of its dimensions needs a process group the mesh does not have:
+    ranks 0-3 make it among themselves (ranks 4-7 make none)."""
     recs = list(records(job, "submesh"))
-    assert len(recs) == NPROCS and all(rec["ok"] for _, rec in recs), recs
+    assert len(recs) == 2 * NPROCS and all(rec["ok"] for _, rec in recs), recs
+    made = {r: rec["local_groups"] for r, rec in recs if "local_groups" in rec}
+    assert made == {r: (1 if r < 4 else 0) for r in range(NPROCS)}, made
     recs = list(records(job, "other-mesh"))  # device_mesh= another mesh over the same ranks
     assert len(recs) == NPROCS and all(rec["ok"] for _, rec in recs), recs
 

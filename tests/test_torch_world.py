@@ -141,13 +141,18 @@ def test_the_entry_point_enable_patches_is_where_torch_keeps_it():
     fn = vt.check_entry_point()
     assert fn.__name__ == "redistribute_local_tensor", fn
     assert any(torch.__version__.startswith(v) for v in vt.TESTED_TORCH), (torch.__version__, vt.TESTED_TORCH)
+    import torch.distributed.tensor.experimental._tp_transform as tp_transform   # imports it by name too
     vt.enable()
     try:
         import torch.distributed.tensor._dispatch as d
         assert d.redistribute_local_tensor is not fn and vt.check_entry_point() is fn
+        assert tp_transform.redistribute_local_tensor is d.redistribute_local_tensor
+        holders = [m.__name__ for m in vt._holders(d.redistribute_local_tensor)]
+        assert {"torch.distributed.tensor._redistribute", "torch.distributed.tensor._dispatch",
+                "torch.distributed.tensor._api", "torch.distributed.tensor.experimental._tp_transform"} <= set(holders)
     finally:
         vt.disable()
-    assert d.redistribute_local_tensor is fn
+    assert d.redistribute_local_tensor is fn and tp_transform.redistribute_local_tensor is fn
 
 
 def test_a_moved_entry_point_is_refused_before_anything_is_patched(monkeypatch):

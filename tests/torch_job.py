@@ -35,8 +35,7 @@ that cannot be judged is recorded with the reason):
   first and a second call, forward and backward.
 - ``errors``: bad input on every rank or on one rank, ranks that disagree,
   Partial("avg"), mixed or changed reductions, Partial with an uneven
-  shape, another mesh, a mesh over fewer ranks; after each, a good call
-  must still work (and an uneven layout DTensor splits otherwise than our
+  shape, another mesh; after each, a good call must still work (and an uneven layout DTensor splits otherwise than our
   blocks, which runs).
 """
 
@@ -700,6 +699,14 @@ def error_cases(job: Job, dm, dm_other) -> None:
     y = redistribute(s, [Replicate(), Replicate()])
     want = torch.tensor([0.0] * 4 + [1.0] * 4).reshape(8, 1).expand(8, 4) if r < 4 else torch.empty(0)
     job.add(case="submesh", ok=same(y.to_local(), want) and y.placements == (Replicate(), Replicate()))
+    # one gather over both of its dimensions: a process group the sub-mesh does not have, made by
+    # ranks 0-3 only (ranks 4-7 do not call)
+    from verishard.runtime import torch as runtime
+    t = DTensor.from_local(torch.full((2, 4), float(r)), small, [Shard(0), Shard(0)], run_check=False)
+    y = redistribute(t, [Replicate(), Replicate()])
+    want = torch.arange(4.0).repeat_interleave(2).reshape(8, 1).expand(8, 4) if r < 4 else torch.empty(0)
+    job.add(case="submesh", ok=same(y.to_local(), want) and y.placements == (Replicate(), Replicate()),
+            local_groups=len(runtime._LOCAL_GROUPS))
     # a no-op keeps the local tensor, as DTensor does
     keep = (Shard(0), Replicate())
     ours, ref = redistribute(x, keep), x.redistribute(dm, keep)

@@ -53,9 +53,10 @@ from typing import Any
 import numpy as np
 
 from . import checkpoint_format as F
+from . import dtypes
 from .checkpoint_format import CheckpointError
 from .crossmesh import as_type, crossmesh_plan
-from .errors import ShardingError, VerishardError, refusing_raw_errors
+from .errors import DtypeError, ShardingError, VerishardError, refusing_raw_errors
 from .limits import MAX_ELEMENTS
 from .mesh import Mesh
 from .sharding import ArrayType
@@ -290,9 +291,10 @@ class _Writer:
                                   f"{t} on {t.mesh} gives rank {rank} the block [{box}] of the global "
                                   f"{t.global_shape}, shape {valid}: pass exactly that block (or save the global "
                                   f"array without rank=)")
-        data = np.ascontiguousarray(block)
-        F.parse_dtype(data.dtype.str, f"{'/'.join(path)!r}")
-        header = F.canonical(F.header_fields(self.id, path, rank, data.dtype, t))
+        name = F.dtype_name(block.dtype, f"{'/'.join(path)!r}")
+        # the stored bytes are the dtype's native ones (a byte-swapped numpy array is swapped here)
+        data = np.ascontiguousarray(block, dtype=dtypes.numpy_dtype(name))
+        header = F.canonical(F.header_fields(self.id, path, rank, name, t))
         header += b" " * (-len(header) % 8)
         rc, cc = F.tiles(t.global_shape, t.block_starts(rank), valid, data.dtype.itemsize)
         table = F.table_of(data, rc, cc)
@@ -303,7 +305,7 @@ class _Writer:
         if data.nbytes:
             self._write(data.reshape(-1).view(np.uint8))
         self.entries.append({"path": list(path), "kind": "array", "mesh": str(t.mesh), "type": str(t),
-                             "dtype": data.dtype.str, "like": like, "scalar": scalar, "blocks": [entry]})
+                             "dtype": name, "like": like, "scalar": scalar, "blocks": [entry]})
 
     def finish(self) -> dict:
         """Flush, fsync and link the data file to its final name; what the
@@ -449,11 +451,18 @@ def _kind(obj: Any) -> str:
     return "numpy" if isinstance(obj, np.ndarray) else "value"
 
 
+def _single_device(x: Any) -> bool:
+    """A jax.Array wholly on one device (a SingleDeviceSharding, as ``jnp`` and
+    ``jax.device_put`` without a sharding make): saved and loaded as a global array."""
+    return len(x.sharding.device_set) == 1 and x.is_fully_addressable
+
+
 def _torch_numpy(x) -> np.ndarray:
+    """A torch tensor's bytes as numpy (bfloat16 and float8 through ml_dtypes)."""
     try:
-        return x.detach().cpu().numpy()
-    except (TypeError, RuntimeError) as e:
-        raise CheckpointError(f"a torch tensor of dtype {x.dtype} has no numpy dtype ({e})") from None
+        return dtypes.torch_to_numpy(x)
+    except DtypeError as e:
+        raise CheckpointError(f"a torch tensor: {e}") from None
 
 
 def _layout(lay: Any, where: str) -> ArrayType:
@@ -484,7 +493,9 @@ def _mesh_rank(dm: Any) -> int:
 def _blocks(obj: Any, lay: Any, rank: int | None, where: str):
     """(type, {rank: local block}, like, scalar) of one array to save."""
     kind = _kind(obj)
-    if kind == "jax":
+    if kind == "jax" and _single_device(obj):
+        obj = np.asarray(obj)   # one device's array: a global array, like numpy's
+    elif kind == "jax":
         from .jax_sharding import from_named_sharding
         sh = obj.sharding
         t = from_named_sharding(sh, obj.shape)
@@ -631,7 +642,8 @@ def save(state: Any, path: Any = None, layouts: Any = None, legacy_path: str | N
                         if group.rank == 0:
                             values.append({"path": list(key), **F.value_to_json(obj, where)})
                         continue
-                    if kind in ("numpy", "torch") and rank is None and group.rank != 0:
+                    if (kind in ("numpy", "torch") or kind == "jax" and _single_device(obj)) and rank is None \
+                            and group.rank != 0:
                         continue   # a global array: rank 0 writes all of it
                     t, blocks, like, scalar = _blocks(obj, flat_layouts.get(key), rank, where)
                     if t.partial:
@@ -765,7 +777,7 @@ class _Checkpoint:
         (save id, name, rank, dtype, global shape, start, shape), read once per
         block: the cache key is where the header lies and all it must say, so
         a header that another block or name points at is checked for each."""
-        want = F.header_fields(self.man.id, e.path, b.rank, e.dtype, e.t)
+        want = F.header_fields(self.man.id, e.path, b.rank, e.dtype_text, e.t)
         key = (b.file, b.header, b.header_bytes, F.canonical(want))
         if key in self.headers_checked:
             return
@@ -999,12 +1011,10 @@ def _refuse_target(spec: Any, where: str) -> CheckpointError:
 
 
 def _dtype_name(dtype: Any) -> str:
-    """A torch, JAX or numpy dtype's name (``float32``, ``bfloat16``)."""
-    if type(dtype).__module__.startswith("torch"):
-        return str(dtype).removeprefix("torch.")
+    """A torch, JAX or numpy dtype's name (``float32``, ``bfloat16``), also of one verishard does not move."""
     try:
-        return np.dtype(dtype).name
-    except TypeError:
+        return dtypes.name_of(dtype)
+    except DtypeError:
         return str(dtype)
 
 
@@ -1028,26 +1038,16 @@ def _memory_of(x: Any, dtype: np.dtype | None, shape: tuple[int, ...]) -> np.nda
     ``dtype`` and ``shape`` (what a block is read into, so that loading
     makes no second copy), or None where it has none (not on the CPU, not
     contiguous, another dtype): then the block is read apart and copied in."""
-    import torch
     if dtype is None or x.device.type != "cpu" or not x.is_contiguous() or x.is_conj() or x.is_neg():
         return None
-    x = x.detach()
     try:
-        v = x.numpy()
-    except (TypeError, RuntimeError):   # bfloat16, float8: numpy's (ml_dtypes) view of the same bytes
-        ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(x.element_size())
-        if ints is None or np.dtype(dtype).itemsize != x.element_size():
-            return None
-        v = x.view(ints).numpy().view(dtype)
-    if v.dtype != dtype or v.size != math.prod(shape) or not v.flags.c_contiguous or not v.flags.writeable:
+        v = dtypes.torch_to_numpy(x)   # on the CPU, contiguous: a view (bfloat16, float8: of the same bytes)
+    except (DtypeError, TypeError, RuntimeError):
+        return None
+    if (v.dtype != dtype or v.size != math.prod(shape) or not v.flags.c_contiguous or not v.flags.writeable
+            or (v.size and v.__array_interface__["data"][0] != x.data_ptr())):
         return None
     return v.reshape(shape)
-
-
-def _as_torch(a: np.ndarray):
-    """A numpy block as a torch tensor sharing its memory."""
-    import torch
-    return torch.from_numpy(a if a.flags.c_contiguous else a.copy())   # (np.ascontiguousarray makes 0-d 1-d)
 
 
 def _fill(leaf: Any, local: Any, into: np.ndarray | None, where: str):
@@ -1065,7 +1065,7 @@ def _fill(leaf: Any, local: Any, into: np.ndarray | None, where: str):
             else:
                 import torch
                 with torch.no_grad():
-                    local.copy_(_as_torch(blocks[0]).reshape(local.shape))
+                    local.copy_(dtypes.numpy_to_torch(blocks[0]).reshape(local.shape))
         return leaf
     finish.into = [into] if into is not None else None
     return finish
@@ -1079,7 +1079,7 @@ def _saved_kind(e: Any, blocks: list[np.ndarray]) -> Any:
     a = blocks[0]
     try:
         if like in ("torch", "dtensor"):
-            return _as_torch(a)
+            return dtypes.numpy_to_torch(a)
         if like == "jax":
             import jax
             return jax.device_put(a)
@@ -1183,7 +1183,7 @@ def _target(spec: Any, e: F.Entry, rank: int | None, where: str):
         stride = tuple(math.prod(g[d + 1:]) for d in range(len(g)))
 
         def finish(blocks):
-            return DTensor.from_local(_as_torch(blocks[0]), dm, list(placements), run_check=False,
+            return DTensor.from_local(dtypes.numpy_to_torch(blocks[0]), dm, list(placements), run_check=False,
                                       shape=torch.Size(g), stride=stride)
         return t, [r], finish
     if kind != "layout":
@@ -1343,8 +1343,8 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
             if e.t is None:
                 out[key] = e.value
                 continue
-            if dtype is not None and np.dtype(dtype) != e.dtype:
-                raise CheckpointError(f"{where}: the checkpoint holds {e.dtype}, not {np.dtype(dtype)}")
+            if dtype is not None and F.dtype_name(dtype, where) != F.dtype_name(e.dtype, where):
+                raise CheckpointError(f"{where}: the checkpoint holds {e.dtype}, not {F.dtype_name(dtype, where)}")
             try:
                 t, ranks, finish = _target(spec, e, rank, where)
                 if t.global_shape != e.t.global_shape:

@@ -82,8 +82,9 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint_format import MAX_MANIFEST_BYTES, open_regular
-from .errors import CheckpointError, VerishardError, show
+from . import dtypes
+from .checkpoint_format import MAX_MANIFEST_BYTES, dtype_name, open_regular
+from .errors import CheckpointError, DtypeError, VerishardError, show
 from .limits import CORE_INT_LIMIT, MAX_DIMS, show_int
 from .sharding import ArrayType
 
@@ -562,10 +563,9 @@ class DCPCheckpoint:
         if not isinstance(meta, M.TensorStorageMetadata):
             raise CheckpointError(f"{self.path}: {fqn!r} is not a tensor")
         try:
-            dtype = torch.empty(0, dtype=meta.properties.dtype).numpy().dtype
-        except (TypeError, RuntimeError):
-            raise CheckpointError(f"{self.path}: {fqn!r} has dtype {meta.properties.dtype}, which numpy does "
-                                  f"not hold") from None
+            dtype = dtypes.numpy_dtype(dtypes.name_of(meta.properties.dtype))   # bfloat16, float8: ml_dtypes
+        except DtypeError as e:
+            raise CheckpointError(f"{self.path}: {fqn!r}: {e}") from None
         shape = tuple(int(s) for s in meta.size) or (1,)   # a 0-d tensor: one element
         # DCP's chunks partition the tensor: with every chunk inside its file,
         # nothing larger than the files is ever allocated
@@ -701,7 +701,7 @@ def _read_into(chunk: _Chunk, box: tuple[tuple[int, int], ...], out: np.ndarray,
     pos = 0
     for idx in itertools.product(*heads):
         off = chunk.data + sum(i * st for i, st in zip(idx, strides)) + local[t][0] * strides[t]
-        buf = memoryview(flat[pos:pos + run // isz]).cast("B") if run else b""
+        buf = memoryview(flat[pos:pos + run // isz].view(np.uint8)) if run else b""   # (ml_dtypes: no buffer)
         if run:
             got = os.preadv(chunk.fd, [buf], off)
             if got != run:
@@ -761,8 +761,8 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
                 out[key] = ck.value(fqn)
                 continue
             shape, dt, _ = ck.tensor(fqn)
-            if dtype is not None and np.dtype(dtype) != dt:
-                raise CheckpointError(f"{path}: {fqn!r} is {dt}, not {np.dtype(dtype)}")
+            if dtype is not None and dtype_name(dtype, path) != dtypes.name_of(dt):
+                raise CheckpointError(f"{path}: {fqn!r} is {dt}, not {dtype_name(dtype, path)}")
             if 0 in shape:   # an empty tensor: no type of ours holds it, so it loads whole only
                 if spec is not None:
                     raise CheckpointError(f"{path}: {fqn!r} is empty (size {list(shape)}); load it whole (target None)")

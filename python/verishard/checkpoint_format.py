@@ -59,20 +59,22 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import CheckpointError, VerishardError, show
+from . import dtypes
+from .errors import CheckpointError, DtypeError, VerishardError, show
 from .limits import MAX_ELEMENTS
 from .mesh import Mesh
 from .sharding import ArrayType
 
 __all__ = ["FORMAT", "VERSION", "MANIFEST", "digest", "data_name", "tiles", "table_entries", "as_rows",
            "tile_hash", "tile_sum", "table_of", "span", "parse_json", "canonical", "manifest_digest", "need",
-           "need_int", "need_text", "need_list", "need_path", "parse_layout", "parse_dtype", "value_to_json",
-           "value_from_json", "Block", "Entry", "Manifest", "check_header", "header_fields", "file_kind",
-           "open_regular", "open_in", "least_table_entries"]
+           "need_int", "need_text", "need_list", "need_path", "parse_layout", "parse_dtype", "dtype_name",
+           "value_to_json", "value_from_json", "Block", "Entry", "Manifest", "check_header", "header_fields",
+           "file_kind", "open_regular", "open_in", "least_table_entries"]
 
 FORMAT = "verishard-checkpoint"
 BLOCK_FORMAT = "verishard-block"
-VERSION = 3                        # 3: tiles also cut where nested splits start
+VERSION = 4                        # 3: tiles also cut where nested splits start; 4: dtypes by name
+READS = (3, 4)                     # version 3 stored numpy's dtype text ("<f4"): still read
 MANIFEST = "manifest.json"
 LOCK = ".lock"
 MAX_MANIFEST_BYTES = 64 << 20      # a manifest is names and offsets: far below this
@@ -89,8 +91,9 @@ MAX_TILE_BYTES = 1 << 20
 SMALL_BLOCK = 16 << 10        # smaller blocks are cut every G rows only
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 FILE_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]{0,63})-p(\d{5,7})\.(bin|json)")
-# the dtypes a block may hold: numbers and booleans, never objects, strings or raw bytes
+# version 3's dtypes: numpy's text of numbers and booleans, never objects, strings or raw bytes
 DTYPE_RE = re.compile(r"[<>|](b1|i[1248]|u[1248]|f[248]|c(8|16))")
+MAX_DTYPE = 16                     # the longest name of verishard.dtypes.NAMES, and more
 
 
 def digest(data) -> bytes:
@@ -316,10 +319,23 @@ def parse_layout(mesh_text: str, type_text: str, where: str) -> ArrayType:
 
 
 def parse_dtype(text: str, where: str) -> np.dtype:
-    if not DTYPE_RE.fullmatch(text):
-        raise CheckpointError(f"{where}: dtype {show(text)} is not a number type this format stores "
-                              f"(bool, int, uint, float, complex)")
-    return np.dtype(text)
+    """The numpy dtype of a stored dtype: a name of :data:`verishard.dtypes.NAMES`
+    (bfloat16 and float8 through ml_dtypes), or version 3's numpy text."""
+    if DTYPE_RE.fullmatch(text):
+        return np.dtype(text)
+    try:
+        return dtypes.numpy_dtype(text)
+    except DtypeError as e:
+        raise CheckpointError(f"{where}: {e}") from None
+
+
+def dtype_name(dtype: Any, where: str) -> str:
+    """The name a block of ``dtype`` is stored under; one error for a dtype
+    this format does not store."""
+    try:
+        return dtypes.name_of(dtype)
+    except DtypeError as e:
+        raise CheckpointError(f"{where}: {e}") from None
 
 
 def value_to_json(v: Any, where: str) -> dict:
@@ -410,7 +426,7 @@ class Block:
 class Entry:
     """One saved name, validated: a plain value or an array."""
 
-    __slots__ = ("path", "value", "t", "dtype", "like", "scalar", "blocks", "raw")
+    __slots__ = ("path", "value", "t", "dtype", "dtype_text", "like", "scalar", "blocks", "raw")
 
     def __init__(self, raw: Any, files: dict[str, int], where: str):
         self.path = need_path(raw, where)
@@ -424,7 +440,8 @@ class Entry:
         self.t = parse_layout(need_text(raw, "mesh", where), need_text(raw, "type", where), where)
         if self.t.partial:
             raise CheckpointError(f"{where}: type {self.t} has pending axes")
-        self.dtype = parse_dtype(need_text(raw, "dtype", where, limit=8), where)
+        self.dtype_text = need_text(raw, "dtype", where, limit=MAX_DTYPE)
+        self.dtype = parse_dtype(self.dtype_text, where)
         self.like = need_text(raw, "like", where, limit=16)
         self.scalar = need(raw, "scalar", bool, where)
         if self.scalar and self.t.global_shape != (1,):
@@ -455,9 +472,9 @@ class Manifest:
         if fmt != FORMAT:
             raise CheckpointError(f"{where}: not a {FORMAT} manifest (format {show(fmt)})")
         version = raw.get("version")
-        if version != VERSION:
-            raise CheckpointError(f"{where}: format version {show(version)}; this verishard reads version "
-                                  f"{VERSION} (re-save the checkpoint)")
+        if version not in READS:
+            raise CheckpointError(f"{where}: format version {show(version)}; this verishard reads versions "
+                                  f"{', '.join(map(str, READS))} (re-save the checkpoint)")
         got = need_text(raw, "digest", where, limit=64)
         if got != manifest_digest(raw):
             raise CheckpointError(f"{where}: its digest does not match its content (edited or corrupted after "
@@ -508,8 +525,9 @@ def check_header(raw: bytes, want: dict, where: str) -> None:
                                   f"{show(value)} (the manifest or the file was changed after the save)")
 
 
-def header_fields(save_id: str, path: tuple[str, ...], rank: int, dtype: np.dtype, t: ArrayType) -> dict:
-    return {"format": BLOCK_FORMAT, "id": save_id, "path": list(path), "rank": rank, "dtype": dtype.str,
+def header_fields(save_id: str, path: tuple[str, ...], rank: int, dtype: str, t: ArrayType) -> dict:
+    """The block header: ``dtype`` as the manifest stores it (a name; version 3: numpy's text)."""
+    return {"format": BLOCK_FORMAT, "id": save_id, "path": list(path), "rank": rank, "dtype": dtype,
             "global_shape": list(t.global_shape), "start": list(t.block_starts(rank)),
             "shape": list(t.valid_shape(rank))}
 

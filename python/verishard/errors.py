@@ -96,6 +96,17 @@ class CheckpointError(VerishardError):
     """
 
 
+class DtypeError(VerishardError):
+    """An element type verishard does not move or store (strings, objects,
+    records, 4-bit types), or one that needs a package not installed.
+
+    >>> raise DtypeError("dtype <U3 is not one verishard moves")
+    Traceback (most recent call last):
+    ...
+    verishard.errors.DtypeError: dtype <U3 is not one verishard moves
+    """
+
+
 def show(token: object, limit: int = 40) -> str:
     """Quote a token for an error message, shortened to about ``limit`` characters.
 
@@ -144,5 +155,5 @@ def refusing_raw_errors(error: type = ShardingError):
     return wrap
 
 
-__all__ = ["VerishardError", "ParseError", "MeshError", "ShardingError", "PlanError", "LimitError",
+__all__ = ["VerishardError", "ParseError", "MeshError", "ShardingError", "PlanError", "LimitError", "DtypeError",
            "CheckpointError", "refusing_raw_errors"]

@@ -54,9 +54,9 @@ from .jax_sharding import (from_named_sharding, from_partition_spec, jax_mesh, m
 from .mesh import Mesh
 from .plan import Plan
 from .plan import plan as synthesize
-from .runtime.backend import execute as run_steps
 from .runtime.backend import step_call, validate_plan
-from .runtime.jax import JaxBackend, compile_plan, execute, host_executor, host_runs, padded_global_shape, rewrap
+from .runtime.jax import (JaxBackend, compile_plan, execute, host_executor, host_runs, padded_global_shape, rewrap,
+                          run_bits)
 from .sharding import ArrayType
 from .notation import parse_partition_spec
 
@@ -280,7 +280,7 @@ def _body(r: _Redistribution, x):
         x = _pad_global(x, padded_global_shape(p.src))
     amesh = pm.abstract_mesh if isinstance(pm, JaxMesh) else pm
     with jax.sharding.use_abstract_mesh(amesh):
-        y = jax.shard_map(lambda v: run_steps(p, v, backend), mesh=pm, in_specs=ins, out_specs=outs,
+        y = jax.shard_map(lambda v: run_bits(p, v, backend), mesh=pm, in_specs=ins, out_specs=outs,
                           check_vma=False)(x)
     if uneven:
         y = lax.slice(y, (0,) * y.ndim, r.dst.global_shape)
@@ -841,4 +841,4 @@ def reshard_local(x, plan: Plan | Mesh | str, src: ArrayType | PartitionSpec | s
                             f"{', '.join(missing)} is not a manual axis of that size here"
                             + (" (the plan splits an axis: shard_map over verishard.jax.jax_mesh(plan.mesh))"
                                if len(p.mesh.parts) != len(p.mesh.axes) else ""))
-    return run_steps(p, x, JaxBackend(p.mesh))
+    return run_bits(p, x, JaxBackend(p.mesh))

@@ -20,8 +20,10 @@ What it takes:
 
 - ``Shard(d)``, ``Replicate()`` and ``_StridedShard`` placements (and a
   source with a non-default ``shard_order``), on a ``DeviceMesh`` of any
-  number of dimensions, named or not, that spans every rank of the default
-  process group;
+  number of dimensions, named or not, over every rank of the default
+  process group or over some of them (a sub-mesh such as ``mesh["tp"]``:
+  its ranks plan, agree and run among themselves; a rank outside it gets
+  its local tensor back, as with DTensor);
 - ``Partial("sum" | "max" | "min")`` in the source and in the target (a
   pending reduction; the plan is ``verishard.plan``'s over the partial
   types, ``Ppipelineproof.pplan_spec``, with all-reduce, reduce-scatter and
@@ -82,11 +84,15 @@ ranks agree when a rank first uses a cached plan (``check_agreement=True``
 or ``"first"``); ``"always"`` agrees on every call, ``False`` never (a
 problem is then raised on the ranks that see it).
 
-Another ``device_mesh`` than the DTensor's, or a DeviceMesh over some ranks
-of the world only, runs the verified cross-mesh schedule point to point
-(:mod:`verishard.torch_transfer`, which also holds :func:`transfer`, a whole
-state dict in one schedule). :func:`enable` routes DTensor's own
-redistributions through verified plans.
+DTensor's keywords ``forward_dtype``, ``backward_dtype`` and ``async_op``
+mean what they mean there (:func:`redistribute`). Under ``torch.compile``
+the plan is made while tracing and its collectives enter the graph as
+functional collectives (:class:`~verishard.runtime.torch.FuncolBackend`).
+
+Another ``device_mesh`` than the DTensor's runs the verified cross-mesh
+schedule point to point (:mod:`verishard.torch_transfer`, which also holds
+:func:`transfer`, a whole state dict in one schedule). :func:`enable` routes
+DTensor's own redistributions through verified plans.
 
 Importing this module imports torch; see ``docs/torch.md``.
 """
@@ -99,6 +105,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch._dynamo
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -114,7 +121,8 @@ from .plan import _from_report, plan as _verified_plan
 from .runtime.crossmesh_mpi import DEFAULT_BUDGET
 from .runtime.backend import AxisGroup
 from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, agree,
-                            fingerprint, mesh_groups, run_chunked, run_plan, world)
+                            fingerprint, mesh_groups, real_tensors, reduction_problem, run_chunked, run_plan,
+                            tracing, world)
 
 __all__ = ["redistribute", "transfer", "plan_transfer", "enable", "disable", "enabled", "routing_info",
            "check_entry_point", "EntryPointMoved", "planning_mesh", "plan_for", "cache_info", "cache_clear",
@@ -151,16 +159,15 @@ def _dim_label(device_mesh: DeviceMesh, i: int) -> str:
     return f"mesh dimension {i}" + (f" ({names[i]!r})" if names else "")
 
 
-def _require_world(device_mesh: Any) -> None:
-    """Refuse, on this rank and without communicating, a mesh that does not
-    span the default process group (the ranks outside it would not join)."""
-    if not isinstance(device_mesh, DeviceMesh):
-        return
-    n, world = device_mesh.size(), dist.get_world_size()
-    if n != world:
-        raise RedistributionRefused(
-            f"rank-count mismatch: the DeviceMesh {device_mesh} has {n} ranks but the default process group "
-            f"has {world}; verishard.torch.redistribute needs a DeviceMesh over every rank of the default group")
+def _agreement_ranks(device_mesh: DeviceMesh) -> tuple[int, ...] | None:
+    """The world ranks that plan and agree on a redistribution over
+    ``device_mesh``: None (the whole default group) for a mesh over every
+    rank, else the mesh's own ranks (a ``tp`` or ``dp`` sub-mesh of a 2-D or
+    3-D model: each group agrees within itself, its collectives run on its
+    own process groups)."""
+    if device_mesh.size() == dist.get_world_size():
+        return None
+    return tuple(sorted(int(r) for r in device_mesh.mesh.flatten().tolist()))
 
 
 # ---------------------------------------------------------------------------
@@ -171,7 +178,9 @@ def _partial_problems(src: DTensorSpec, dst: DTensorSpec, device_mesh: DeviceMes
                       what: tuple[str, str] = ("source", "target")) -> list[tuple[str, str]]:
     """Partial placements our types cannot hold (``verishard.dtensor.partial_of``:
     ``Partial("avg")``, other reductions, Partial subclasses: unsupported;
-    two reductions in one tuple: invalid, DTensor refuses them too), and a
+    two reductions in one tuple: invalid, DTensor refuses them too), a
+    reduction the dtype or the mesh's process group cannot run
+    (:func:`verishard.runtime.torch.reduction_problem`: unsupported), and a
     target pending another reduction than the source (unsupported: a plan
     keeps the reduction)."""
     names = tuple(device_mesh.mesh_dim_names) if device_mesh.mesh_dim_names else None
@@ -186,6 +195,13 @@ def _partial_problems(src: DTensorSpec, dst: DTensorSpec, device_mesh: DeviceMes
             out.append((INVALID, f"the {w}: {e}"))
             continue
         ops.append((op, dims))
+    if not out and src.tensor_meta is not None:   # the dtype: a unit for the reduction, a group that runs it
+        reduced = [i for i in ops[0][1] if i not in ops[1][1]]   # the source's pending dimensions reduced here
+        for (op, dims), w, over in zip(ops, what, (reduced, ())):
+            why = reduction_problem(src.tensor_meta.dtype, op, bool(over), device_mesh.device_type) if dims else None
+            if why:
+                out.append((UNSUPPORTED, f"the {w}: {why}"))
+                break
     if not out and ops[0][1] and ops[1][1] and ops[0][0] != ops[1][0]:
         (a, da), (b, db) = ops
         on = lambda dims: ", ".join(_dim_label(device_mesh, i) for i in dims)  # noqa: E731
@@ -242,6 +258,7 @@ class _Entry:
     boxes: BoxPlan | None = None          # the box schedule, where the collectives cannot express the layouts
     out_shape: tuple[int, ...] = ()       # with boxes: this rank's target local shape
     pending: tuple = (None, (), ())       # with boxes: the reduction, the source's and the target's pending mesh dims
+    ranks: tuple[int, ...] | None = None  # the world ranks that agree on it (None: the whole default group)
 
 
 _CACHE: "OrderedDict[Any, _Entry]" = OrderedDict()
@@ -372,11 +389,15 @@ def _entry_for(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spe
     if not problems:
         p, problems = _core_choice(mesh_obj, mesh, src, dst, s, d, what)
     if problems:
-        return _box_entry(mesh_obj, src, dst, out_spec, problems, what)
-    try:
-        return _make_entry(mesh, p, src, dst, out_spec, mesh_groups(mesh_obj).rank), []
-    except VerishardError as err:
-        return None, [(INVALID, str(err))]
+        e, problems = _box_entry(mesh_obj, src, dst, out_spec, problems, what)
+    else:
+        try:
+            e = _make_entry(mesh, p, src, dst, out_spec, mesh_groups(mesh_obj).rank)
+        except VerishardError as err:
+            return None, [(INVALID, str(err))]
+    if e is not None:
+        e.ranks = _agreement_ranks(mesh_obj)
+    return e, problems
 
 
 def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spec: DTensorSpec,
@@ -413,6 +434,13 @@ def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spe
 
 def _move_local(entry: _Entry, local: torch.Tensor, mesh_obj: DeviceMesh) -> torch.Tensor:
     """Move this rank's local tensor by the entry (collective over the mesh)."""
+    if entry.boxes is not None and tracing():
+        raise NotSupportedYet(
+            "redistribution refused while torch.compile traces: DTensor lays out "
+            f"{tuple(map(str, entry.target_spec.placements))} of shape {tuple(entry.target_spec.tensor_meta.shape)} "
+            "in boxes our types do not describe, which move point to point (batch_isend_irecv), and a compiled "
+            "graph holds functional collectives only; compile without fullgraph=True (Dynamo then runs this "
+            "call eagerly) or call redistribute outside the compiled region")
     if entry.boxes is not None:
         op, before, after = entry.pending
         if before or after:
@@ -492,11 +520,9 @@ def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Ent
     e = _lookup(key)
     if e is not None:
         return key, e, []
-    _require_world(x.device_mesh)
     if device_mesh is not None:
         if not isinstance(device_mesh, DeviceMesh):
             return key, None, [(INVALID, f"device_mesh must be a DeviceMesh, not {type(device_mesh).__name__}")]
-        _require_world(device_mesh)
         if device_mesh != x.device_mesh:
             return key, None, [(UNSUPPORTED, f"device_mesh {device_mesh} is not the DTensor's mesh {x.device_mesh}: "
                                              "redistribute runs it point to point (verishard.torch_transfer); its "
@@ -509,6 +535,7 @@ def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Ent
     local_shape = tuple(x._local_tensor.shape)
     if src.placements == pl:  # DTensor's short cut: keep the local tensor and the spec
         e = _identity_entry(mesh, src, local_shape)
+        e.ranks = _agreement_ranks(mesh_obj)
         _store(key, e)
         return key, e, []
     dst = DTensorSpec(mesh_obj, pl, tensor_meta=src.tensor_meta)
@@ -579,21 +606,23 @@ def _policy(check_agreement: Any, deadline_s: Any) -> tuple[str | bool, float | 
     return mode, deadline_s
 
 
-def _agree_on(entry: _Entry | None, problems: list, policy: tuple) -> None:
+def _agree_on(entry: _Entry | None, problems: list, policy: tuple, ranks: tuple[int, ...] | None = None) -> None:
     """The agreement :func:`redistribute`'s ``check_agreement`` asks for:
     on a problem (every mode but False), on an entry's first use ("first"),
-    on every call ("always"); a problem without agreement is raised here."""
+    on every call ("always"); a problem without agreement is raised here.
+    Among the entry's ranks (``ranks`` without an entry: the mesh's,
+    :func:`_agreement_ranks`)."""
     mode, deadline = policy
     if mode is False or (mode == "first" and entry is not None and entry.agreed):
         if problems:
             raise _local_error(problems)
         return
     if entry is not None:
-        agree(entry.fp, entry.record, deadline_s=deadline)
+        agree(entry.fp, entry.record, deadline_s=deadline, ranks=entry.ranks)
         entry.agreed = True
     else:
         agree(0, {"errors": [t for _, t in problems], "unsupported": all(k == UNSUPPORTED for k, _ in problems)},
-              deadline_s=deadline)
+              deadline_s=deadline, ranks=ranks)
 
 
 def _run(x: Any, entry: _Entry | None, problems: list, policy: tuple) -> torch.Tensor:
@@ -603,7 +632,8 @@ def _run(x: Any, entry: _Entry | None, problems: list, policy: tuple) -> torch.T
         problems = [(INVALID, f"the DTensor's local tensor has shape {tuple(local.shape)}, but its placements give "
                               f"local shape {entry.local_shape}")]
         entry = None
-    _agree_on(entry, problems, policy)
+    _agree_on(entry, problems, policy, _agreement_ranks(x.device_mesh) if problems and isinstance(x, DTensor)
+              else None)
     assert entry is not None
     return _move_local(entry, local, entry.target_spec.mesh)
 
@@ -621,15 +651,43 @@ def _with_mesh(spec: DTensorSpec, mesh: DeviceMesh) -> DTensorSpec:
                        use_strided_shard_as_shard_order=spec.use_strided_shard_as_shard_order)
 
 
+def _cast(x: DTensor, dtype: torch.dtype) -> DTensor:
+    """``x`` with its local tensor cast to ``dtype`` and its spec saying so
+    (DTensor's ``forward_dtype`` / ``backward_dtype`` cast, before the
+    collectives); ``x`` itself when it has that dtype already."""
+    if x._local_tensor.dtype == dtype:
+        return x
+    spec, m = x._spec, x._spec.tensor_meta
+    spec = DTensorSpec(spec.mesh, spec.placements, tensor_meta=TensorMeta(m.shape, m.stride, dtype),
+                       shard_order=None if spec.use_strided_shard_as_shard_order else spec.shard_order,
+                       use_strided_shard_as_shard_order=spec.use_strided_shard_as_shard_order)
+    return DTensor(x._local_tensor.to(dtype), spec, requires_grad=False)
+
+
+def _with_dtype(spec: DTensorSpec, dtype: torch.dtype) -> DTensorSpec:
+    m = spec.tensor_meta
+    if m.dtype == dtype:
+        return spec
+    return DTensorSpec(spec.mesh, spec.placements, tensor_meta=TensorMeta(m.shape, m.stride, dtype),
+                       shard_order=None if spec.use_strided_shard_as_shard_order else spec.shard_order,
+                       use_strided_shard_as_shard_order=spec.use_strided_shard_as_shard_order)
+
+
 class _Redistribute(torch.autograd.Function):
-    """Forward: the verified plan from the input's layout to ``placements``.
-    Backward: :class:`_Reverse` (the gradient back to the input's layout)."""
+    """Forward: the input cast to the forward dtype, then the verified plan
+    from its layout to ``placements``. Backward: :class:`_Reverse` (the
+    gradient, cast to the backward dtype, back to the input's layout, then
+    cast to the input's dtype), as DTensor's ``Redistribute`` does."""
 
     @staticmethod
-    def forward(ctx, x, device_mesh, placements, policy):  # type: ignore[override]
-        _, entry, problems = _forward_entry(x, device_mesh, placements)
+    def forward(ctx, x, device_mesh, placements, policy, dtypes):  # type: ignore[override]
+        op_dtype, ctx.bwd_dtypes = dtypes[0], dtypes[1:]
+        if op_dtype is not None:
+            x = _cast(x, op_dtype)
+        with real_tensors():   # planning reads the mesh's rank tensor: never traced
+            _, entry, problems = _forward_entry(x, device_mesh, placements)
         out = _run(x, entry, problems, policy)
-        ctx.src_spec, ctx.policy, ctx.dtype = x._spec, policy, x._local_tensor.dtype
+        ctx.src_spec, ctx.policy = x._spec, policy
         if entry.plan is None and entry.boxes is None:  # DTensor's short cut: the input's own spec
             return DTensor(out, x._spec, requires_grad=x.requires_grad)
         spec = _with_mesh(entry.target_spec, x.device_mesh if device_mesh is None else device_mesh)
@@ -637,30 +695,33 @@ class _Redistribute(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        return _Reverse.apply(grad, ctx.src_spec, ctx.policy, ctx.dtype), None, None, None
+        return _Reverse.apply(grad, ctx.src_spec, ctx.policy, *ctx.bwd_dtypes), None, None, None, None
 
 
 class _Reverse(torch.autograd.Function):
-    """A gradient redistributed to an earlier layout by a verified plan;
-    differentiable again (its backward is another :class:`_Reverse`)."""
+    """A gradient redistributed to an earlier layout by a verified plan, at
+    ``op_dtype`` (the gradient cast first) and returned as ``out_dtype``
+    (DTensor's ``_redistribute_backward``); differentiable again (its
+    backward is another :class:`_Reverse`)."""
 
     @staticmethod
-    def forward(ctx, grad, prev_spec, policy, dtype):  # type: ignore[override]
+    def forward(ctx, grad, prev_spec, policy, op_dtype, out_dtype):  # type: ignore[override]
         _require_initialized()
-        _, entry, problems = _backward_entry(grad, prev_spec)
+        ctx.original_dtype, ctx.op_dtype, ctx.policy = grad._local_tensor.dtype, op_dtype, policy
+        grad = _cast(grad, op_dtype)
+        with real_tensors():
+            _, entry, problems = _backward_entry(grad, _with_dtype(prev_spec, op_dtype))
         out = _run(grad, entry, problems, policy)
-        ctx.spec, ctx.policy, ctx.dtype = grad._spec, policy, grad._local_tensor.dtype
+        ctx.spec = grad._spec
         spec = _with_mesh(entry.target_spec, prev_spec.mesh)
-        if out.dtype != dtype:  # DTensor casts the gradient back to the input's dtype
-            out = out.to(dtype)
-            m = spec.tensor_meta
-            spec = DTensorSpec(spec.mesh, spec.placements, tensor_meta=TensorMeta(m.shape, m.stride, dtype),
-                               use_strided_shard_as_shard_order=spec.use_strided_shard_as_shard_order)
+        if out.dtype != out_dtype:  # DTensor casts the gradient back to the input's dtype
+            out = out.to(out_dtype)
+            spec = _with_dtype(spec, out_dtype)
         return DTensor(out, spec, requires_grad=grad.requires_grad)
 
     @staticmethod
     def backward(ctx, grad2):  # type: ignore[override]
-        return _Reverse.apply(grad2, ctx.spec, ctx.policy, ctx.dtype), None, None, None
+        return _Reverse.apply(grad2, ctx.spec, ctx.policy, ctx.op_dtype, ctx.original_dtype), None, None, None, None
 
 
 def _arguments(args: tuple, placements: Any, device_mesh: Any) -> tuple[Any, Any]:
@@ -680,18 +741,30 @@ def _arguments(args: tuple, placements: Any, device_mesh: Any) -> tuple[Any, Any
     return (tuple(placements) if isinstance(placements, list) else placements), device_mesh
 
 
+@torch._dynamo.nonstrict_trace
 def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] | None = None,
-                 device_mesh: DeviceMesh | None = None, check_agreement: bool | str = True,
-                 deadline_s: float | None = None) -> DTensor:
-    """``dtensor.redistribute(device_mesh, placements)``, moved by a verified plan.
+                 device_mesh: DeviceMesh | None = None, async_op: bool = False,
+                 forward_dtype: torch.dtype | None = None, backward_dtype: torch.dtype | None = None,
+                 check_agreement: bool | str = True, deadline_s: float | None = None) -> DTensor:
+    """``dtensor.redistribute(device_mesh, placements, async_op=...,
+    forward_dtype=..., backward_dtype=...)``, moved by a verified plan.
 
     Called as ``redistribute(x, placements)``, ``redistribute(x, placements,
     device_mesh=m)`` or in DTensor's order ``redistribute(x, m, placements)``.
     Collective: every rank of the DTensor's mesh calls it with the same
-    arguments. Returns a new DTensor with the same local shard on every rank,
+    arguments (a rank outside the mesh gets its local tensor back, as DTensor
+    does). Returns a new DTensor with the same local shard on every rank,
     the same placements and the same device mesh as ``DTensor.redistribute``
     (the input's local tensor itself when the placements do not change, as
     DTensor does). Differentiable; the plan is cached.
+
+    DTensor's keywords, with its semantics: ``forward_dtype`` casts the
+    local tensor before the redistribution (the result has that dtype);
+    ``backward_dtype`` casts the gradient before the backward's
+    redistribution (default: the input's dtype), which returns it as the
+    input's dtype; ``async_op=True`` returns the completed result (a caller
+    sees the same values, placements and gradients as with DTensor's
+    ``AsyncCollectiveTensor``, which waits on first use).
 
     Partial placements (``"sum"``, ``"max"``, ``"min"``) may be in the source
     and the target; a Partial target gives a DTensor with those placements
@@ -702,10 +775,16 @@ def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] |
     finds a problem); ``"always"`` on every call (it also catches ranks whose
     arguments differ on a later call, at the cost of one store round trip per
     call); False never (a problem is then raised on the ranks that see it).
+    The ranks that agree are the mesh's (a sub-mesh agrees within itself).
     ``deadline_s``: how long the agreement waits for the other ranks
     (default :data:`verishard.runtime.torch.DEADLINE_S`, 60 s) before it
     fails with :class:`~verishard.runtime.torch.RanksMissing` naming those
     that did not arrive.
+
+    Under ``torch.compile`` (``fullgraph=True`` included) it is a
+    ``nonstrict_trace`` function: planned while the graph is traced, its
+    plan's collectives enter an AOT graph as functional collectives
+    (docs/torch.md, ``torch.compile``).
 
     Raises, on every rank and before any data moves,
     :class:`~verishard.runtime.torch.RedistributionRefused` for bad input
@@ -713,25 +792,42 @@ def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] |
     DeviceMesh, mixed Partial reductions, ranks that disagree) and
     :class:`~verishard.runtime.torch.NotSupportedYet` for ``Partial("avg")``
     and DTensor's other reductions and a change of the pending reduction
-    (module docstring). A DeviceMesh that does not span the default process
-    group is refused on each rank without communicating.
+    (module docstring).
     """
+    return _redistribute(dtensor, args, placements, device_mesh, async_op, forward_dtype, backward_dtype,
+                         check_agreement, deadline_s)
+
+
+@torch.compiler.disable(recursive=True)   # Dynamo traces none of it: nonstrict_trace above runs it as Python
+def _redistribute(dtensor: Any, args: tuple, placements: Any, device_mesh: Any, async_op: bool,
+                  forward_dtype: Any, backward_dtype: Any, check_agreement: Any, deadline_s: Any) -> DTensor:
     _require_initialized()
     placements, device_mesh = _arguments(args, placements, device_mesh)
     policy = _policy(check_agreement, deadline_s)
-    if isinstance(dtensor, DTensor) and _point_to_point(dtensor.device_mesh, device_mesh):
+    for name, d in (("forward_dtype", forward_dtype), ("backward_dtype", backward_dtype)):
+        if d is not None and not isinstance(d, torch.dtype):
+            raise RedistributionRefused(f"{name} must be a torch.dtype or None, not {d!r}")
+    if not isinstance(dtensor, DTensor):
+        return _Redistribute.apply(dtensor, device_mesh, placements, policy, (None, None, None))  # refused there
+    input_dtype = dtensor._local_tensor.dtype
+    if isinstance(device_mesh, DeviceMesh) and device_mesh != dtensor.device_mesh:
         from .torch_transfer import crossmesh_redistribute
-        return crossmesh_redistribute(dtensor, device_mesh or dtensor.device_mesh, placements, policy)
-    return _Redistribute.apply(dtensor, device_mesh, placements, policy)
+        x = dtensor if forward_dtype is None else dtensor.to(forward_dtype)
+        return crossmesh_redistribute(x, device_mesh, placements, policy)
+    if not dtensor.device_mesh._is_current_rank_part_of_mesh():
+        return _outside_mesh(dtensor, placements, forward_dtype or input_dtype)
+    dtypes = (forward_dtype or input_dtype, backward_dtype or input_dtype, input_dtype)
+    return _Redistribute.apply(dtensor, device_mesh, placements, policy, dtypes)
 
 
-def _point_to_point(src: DeviceMesh, dst: Any) -> bool:
-    """Whether a call runs the cross-mesh schedule: another target mesh, or a
-    source mesh that does not span the default group (a sub-mesh, whose
-    collectives the plan's process groups cannot be made for)."""
-    if isinstance(dst, DeviceMesh) and dst != src:
-        return True
-    return dst in (None, src) and src.size() != dist.get_world_size()
+def _outside_mesh(x: DTensor, placements: Any, dtype: torch.dtype) -> DTensor:
+    """DTensor's result on a rank outside the DTensor's mesh: its own (empty)
+    local tensor with the target placements; no communication."""
+    pl, _ = _normalise(placements, x, x.device_mesh)
+    local = x._local_tensor.to(dtype)
+    spec = DTensorSpec(x.device_mesh, pl if pl is not None else x.placements,
+                       tensor_meta=TensorMeta(x.shape, x.stride(), dtype))
+    return DTensor(local, spec, requires_grad=x.requires_grad)
 
 
 from .torch_transfer import plan_transfer, transfer  # noqa: E402  (it uses this module's checks)
@@ -746,7 +842,7 @@ TESTED_TORCH = ("2.13",)
 _ENTRY_MODULES = ("torch.distributed.tensor._redistribute", "torch.distributed.tensor._dispatch",
                   "torch.distributed.tensor._api")
 _ENTRY_PARAMS = ("local_tensor", "current_spec", "target_spec", "async_op")
-_ROUTING: dict[str, Any] = {"original": None, "depth": 0}
+_ROUTING: dict[str, Any] = {"original": None, "routed": None, "depth": 0}
 _ROUTE_STATS: dict[str, Any] = {"routed": 0, "fallbacks": 0, "reasons": {}}
 
 
@@ -789,18 +885,20 @@ def check_entry_point() -> Any:
 def enable(*, force: bool = False) -> None:
     """Route DTensor's own redistributions (``DTensor.redistribute``, the
     implicit ones inside ops and their backward) through verified plans:
-    every call of torch's ``redistribute_local_tensor`` on a mesh over every
-    rank of the default group is planned and run as :func:`redistribute`
-    runs it (agreeing on a plan's first use); what the verified planner
-    refuses, or what DTensor computes differently by design (a target
-    Partial where the source is not: DTensor divides the value; tracing;
-    another or a partial mesh), goes to DTensor's own path and is counted
-    (:func:`routing_info`). Nested calls stack; :func:`disable` undoes one.
+    every call of torch's ``redistribute_local_tensor`` (in every module of
+    torch that holds it, :func:`_holders`) is planned and run as
+    :func:`redistribute` runs it, on the DTensor's mesh or sub-mesh (agreeing
+    among its ranks on a plan's first use), with DTensor's own local steps
+    of ``_MaskPartial``, ``_NormPartial`` and Replicate -> Partial around
+    the verified plan (:func:`_routed_steps`); what the verified planner
+    refuses, or what only DTensor's order of steps decides (docs/torch.md
+    lists every reason), goes to DTensor's own path and is
+    counted (:func:`routing_info`). Nested calls stack; :func:`disable`
+    undoes one.
 
     Checked against torch's internals first (:func:`check_entry_point`);
     on a torch release other than :data:`TESTED_TORCH` it refuses unless
     ``force=True``."""
-    import importlib
     if _ROUTING["depth"]:
         _ROUTING["depth"] += 1
         return
@@ -813,9 +911,9 @@ def enable(*, force: bool = False) -> None:
     def routed(local_tensor, current_spec, target_spec, **kwargs):
         return _route(original, local_tensor, current_spec, target_spec, kwargs)
     routed.__wrapped_original__ = original
-    for name in _ENTRY_MODULES:
-        setattr(importlib.import_module(name), "redistribute_local_tensor", routed)
-    _ROUTING.update(original=original, depth=1)
+    for mod in _holders(original):
+        setattr(mod, "redistribute_local_tensor", routed)
+    _ROUTING.update(original=original, routed=routed, depth=1)
 
 
 def _safe_check() -> bool:
@@ -828,14 +926,29 @@ def _safe_check() -> bool:
 
 def disable() -> None:
     """Undo one :func:`enable` (the last one restores torch's function)."""
-    import importlib
     if not _ROUTING["depth"]:
         return
     _ROUTING["depth"] -= 1
     if not _ROUTING["depth"]:
-        for name in _ENTRY_MODULES:
-            setattr(importlib.import_module(name), "redistribute_local_tensor", _ROUTING["original"])
-        _ROUTING["original"] = None
+        for mod in _holders(_ROUTING["routed"]):   # those imported while enabled took the routed one too
+            setattr(mod, "redistribute_local_tensor", _ROUTING["original"])
+        _ROUTING.update(original=None, routed=None)
+
+
+def _holders(fn: Any) -> list:
+    """Every imported module of torch that holds ``fn`` as
+    ``redistribute_local_tensor`` (each imported it by name: DTensor's
+    ``_redistribute``, ``_dispatch`` and ``_api``, the tensor-parallel
+    ``experimental._tp_transform``, torch's test helpers); the three
+    :data:`_ENTRY_MODULES` are imported first. A module imported while
+    routing is enabled takes the routed function from ``_redistribute``."""
+    import importlib
+    import sys
+    for name in _ENTRY_MODULES:
+        importlib.import_module(name)
+    return [m for name, m in list(sys.modules.items())
+            if (name == "torch" or name.startswith("torch.")) and m is not None
+            and getattr(m, "__dict__", {}).get("redistribute_local_tensor") is fn]
 
 
 class enabled:
@@ -870,28 +983,155 @@ def _fallback(original: Any, reason: str, args: tuple, kwargs: dict) -> torch.Te
 
 
 def _route(original: Any, local: torch.Tensor, cur: DTensorSpec, target: DTensorSpec, kwargs: dict) -> torch.Tensor:
+    """One call of DTensor's ``redistribute_local_tensor``, routed: the
+    verified plan(s) of :func:`_routed_steps` with DTensor's own local steps
+    around them, or DTensor's path (counted, with the reason)."""
     args = (local, cur, target)
-    from torch.distributed.tensor._redistribute import _are_we_tracing
     if cur.placements == target.placements:  # nothing moves: DTensor's own short cut, not counted
         return original(*args, **kwargs)
-    if _are_we_tracing():
+    if torch.compiler.is_dynamo_compiling():   # Dynamo reading the bytecode: DTensor's own path, traced by Dynamo
         return _fallback(original, "tracing", args, kwargs)
-    if cur.mesh != target.mesh or cur.mesh.size() != dist.get_world_size():
-        return _fallback(original, "mesh not over every rank", args, kwargs)
-    if any(t.is_partial() and not c.is_partial() for c, t in zip(cur.placements, target.placements)):
-        return _fallback(original, "to Partial (DTensor divides the value)", args, kwargs)
-    key = (world(), dist.get_rank(), "spec", cur, target)
-    entry = _lookup(key)
-    if entry is None:
-        entry, problems = _spec_entry(cur, target)
-        if problems:
-            return _fallback(original, "refused: " + problems[0][1].split(":")[0], args, kwargs)
-        _store(key, entry)
-    if tuple(local.shape) != entry.local_shape:
+    if cur.mesh != target.mesh:
+        return _fallback(original, "another mesh", args, kwargs)
+    if not cur.mesh._is_current_rank_part_of_mesh():  # DTensor returns the local tensor: nothing moves here
+        return original(*args, **kwargs)
+    steps, reason = _routed_steps(cur, target)
+    if reason:
+        return _fallback(original, reason, args, kwargs)
+    entries = []
+    for _, c, t, _ in steps:   # every plan before anything runs: a refusal falls back with nothing done
+        if c.placements == t.placements:
+            entries.append(None)
+            continue
+        key = (world(), dist.get_rank(), "spec", c, t)
+        entry = _lookup(key)
+        if entry is None:
+            with real_tensors():
+                entry, problems = _spec_entry(c, t)
+            if problems:
+                return _fallback(original, "refused: " + problems[0][1].split(":")[0], args, kwargs)
+            _store(key, entry)
+        if entry.boxes is not None and tracing():
+            return _fallback(original, "tracing a layout only boxes describe", args, kwargs)
+        entries.append(entry)
+    first = next((e for e in entries if e is not None), None)
+    if first is not None and tuple(local.shape) != first.local_shape:
         return _fallback(original, "local shape", args, kwargs)
-    _agree_on(entry, [], ("first", None))
+    for entry in entries:
+        if entry is not None:
+            _agree_on(entry, [], ("first", None))
+    mesh = cur.mesh
+    for (before, _, _, after), entry in zip(steps, entries):
+        local = _local_steps(before, local, mesh)
+        if entry is not None:
+            local = _move_local(entry, local, mesh)
+        local = _local_steps(after, local, mesh)
     _ROUTE_STATS["routed"] += 1
-    return _move_local(entry, local, cur.mesh)
+    return local
+
+
+# Partial placements whose reduction is a sum with DTensor's own local steps
+# around it: the mask of a vocabulary-parallel embedding (applied, then
+# released, before the sum) and a p-norm (x ** p before the sum, x ** (1/p) after).
+def _special_partials() -> tuple[type, ...]:
+    from torch.distributed.tensor._ops._math_ops import _NormPartial
+    from torch.distributed.tensor.placement_types import _MaskPartial
+    return (_MaskPartial, _NormPartial)
+
+
+def _plain(p: Placement) -> Placement:
+    from torch.distributed.tensor import Partial
+    return Partial(p.reduce_op) if p.is_partial() and type(p) is not Partial else p
+
+
+def _spec_with(spec: DTensorSpec, placements: tuple) -> DTensorSpec:
+    if placements == tuple(spec.placements):
+        return spec
+    return DTensorSpec(spec.mesh, placements, tensor_meta=spec.tensor_meta,
+                       shard_order=None if spec.use_strided_shard_as_shard_order else spec.shard_order,
+                       use_strided_shard_as_shard_order=spec.use_strided_shard_as_shard_order)
+
+
+def _routed_steps(cur: DTensorSpec, target: DTensorSpec) -> tuple[list, str | None]:
+    """How a routed call runs: steps ``(before, source spec, target spec,
+    after)``, each a verified plan between plain placements (a Partial
+    subclass as ``Partial(op)``; a Partial the target adds as the source's
+    Replicate) with DTensor's own local steps before and after it
+    (:func:`_local_steps`: the mask or ``x ** p`` before a ``_MaskPartial``
+    or ``_NormPartial`` is reduced, ``x ** (1/p)`` after, and the target's
+    ``_partition_value`` where it adds a Partial); or the reason it falls
+    back. The result is DTensor's bit for bit where the local steps commute
+    with the data movement (they are elementwise); a ``_NormPartial`` or
+    ``_MaskPartial`` reduced over several mesh dimensions runs one verified
+    plan per dimension, in the order DTensor's own planner reduces them, since
+    its transform between the sums decides the value."""
+    from torch.distributed.tensor import Partial
+    special = _special_partials()
+    reduced, added, moved = [], [], []
+    for i, (c, t) in enumerate(zip(cur.placements, target.placements)):
+        for p in (c, t):
+            if p.is_partial() and type(p) is not Partial and not isinstance(p, special):
+                return [], f"refused: a Partial subclass verishard does not know ({type(p).__name__})"
+        if c == t:
+            continue
+        if c.is_partial() and t.is_partial():
+            return [], "between two different Partial placements"
+        if c.is_partial():
+            reduced.append(i)
+        elif t.is_partial():
+            if not c.is_replicate():
+                return [], "Shard to Partial (DTensor has no such step)"
+            added.append(i)
+        else:
+            moved.append(i)
+    if added and reduced:
+        return [], "to Partial next to a reduction (DTensor's order of the two decides the value)"
+    if added and moved and any(type(target.placements[i]) is not Partial for i in added):
+        return [], "a _MaskPartial or _NormPartial made while the layout moves"
+    c_plain = tuple(_plain(p) for p in cur.placements)
+    t_plain = tuple(cur.placements[i] if i in added else _plain(p) for i, p in enumerate(target.placements))
+    before = [("pre", i, cur.placements[i]) for i in reduced if isinstance(cur.placements[i], special)]
+    after = [("post", i, cur.placements[i]) for i in reduced if isinstance(cur.placements[i], special)]
+    after += [("partition", i, target.placements[i]) for i in added]
+    if len(before) and len(reduced) > 1:
+        if moved:
+            return [], "a _MaskPartial or _NormPartial reduced over several mesh dimensions while the layout moves"
+        steps, now = [], c_plain
+        for i in _dtensor_reduction_order(cur, target, reduced):
+            nxt = tuple(t_plain[i] if j == i else p for j, p in enumerate(now))
+            steps.append(([s for s in before if s[1] == i], _spec_with(cur, now), _spec_with(target, nxt),
+                          [s for s in after if s[1] == i]))
+            now = nxt
+        return steps, None
+    return [(before, _spec_with(cur, c_plain), _spec_with(target, t_plain), after)], None
+
+
+def _dtensor_reduction_order(cur: DTensorSpec, target: DTensorSpec, reduced: list[int]) -> list[int]:
+    """The mesh dimensions ``reduced`` in the order DTensor's own planner
+    reduces them (``_gen_transform_infos``)."""
+    from torch.distributed.tensor._redistribute import _gen_transform_infos
+    order = [t.mesh_dim for t in _gen_transform_infos(cur, target) if t.mesh_dim in reduced
+             and t.src_dst_placements[0].is_partial() and not t.src_dst_placements[1].is_partial()]
+    return order + [i for i in reduced if i not in order]
+
+
+def _local_steps(steps: list, local: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
+    """DTensor's own local steps of a Partial placement (no communication):
+    ``pre``: what it does before reducing (``_MaskPartial``: apply the mask
+    in place and release it; ``_NormPartial``: ``x ** p``); ``post``: after
+    (``_NormPartial``: ``x ** (1/p)``); ``partition``: Replicate to that
+    Partial (``_partition_value``: divide a sum, mask an embedding's indices)."""
+    from torch.distributed.tensor.placement_types import _MaskPartial
+    for kind, i, p in steps:
+        if kind == "partition":
+            local = p._partition_value(local, mesh, i)
+        elif isinstance(p, _MaskPartial):
+            if kind == "pre":
+                p.mask_buffer.apply_mask(local)
+                p.mask_buffer.release_mask()
+        else:
+            local = p._pre_reduce_transform(local) if kind == "pre" else p._post_reduce_transform(local)
+    return local
 
 
 def _spec_entry(cur: DTensorSpec, target: DTensorSpec) -> tuple[_Entry | None, list]:

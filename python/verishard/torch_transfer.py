@@ -63,7 +63,8 @@ from .errors import VerishardError
 from .mesh import Mesh
 from .plan import MAX_SHOWN_PIECES, pieces_table, ranks_text
 from .runtime.crossmesh_mpi import rounds as _verified_rounds
-from .runtime.torch import _REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree, run_rounds
+from .runtime.torch import (_REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree,
+                            reduction_problem, run_rounds)
 
 __all__ = ["transfer", "plan_transfer", "TransferSchedule", "pack", "DEFAULT_BUDGET"]
 
@@ -318,6 +319,9 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
         if len(ops) > 1 or not ops <= set(_REDUCE_OPS):
             return None, [(UNSUPPORTED, f"{name}: a Partial source reduced by {', '.join(sorted(ops))}: a cross-mesh "
                                         "move reduces one of sum, max, min; reduce it on its own mesh first")]
+        why = reduction_problem(meta.dtype, next(iter(ops)), True, src_mesh.device_type)
+        if why:
+            return None, [(UNSUPPORTED, f"{name}: {why}")]
         # planned as the reduced layout; the reduction itself runs after the agreement (transfer)
         pending, spec = x, DTensorSpec(src_mesh, tuple(Replicate() if p.is_partial() else p for p in spec.placements),
                                        tensor_meta=meta)

@@ -114,6 +114,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes
 from ..collectives import (AllGather, AllPermute, AllReduce, AllToAll, Collective, DynSlice, Exchange,
                            ReduceScatter, ToPartial)
 from ..errors import PlanError, VerishardError
@@ -384,22 +385,22 @@ class ExchangeSchedule:
 def reduction_identity(dtype: np.dtype, op: str):
     """The unit of reduction ``op`` for ``dtype`` (what ``to_partial`` fills
     the other devices with): 0 for a sum, the lowest value for a max, the
-    highest for a min (infinities for floating dtypes).
+    highest for a min (infinities for floating dtypes that hold them).
 
     >>> reduction_identity(np.dtype(np.int32), "max"), reduction_identity(np.dtype(np.float32), "min")
     (-2147483648, inf)
     """
     if op not in NUMPY_REDUCE:
         raise ValueError(f"unknown reduction {op!r}; expected one of {', '.join(NUMPY_REDUCE)}")
-    if op == "sum":
-        return 0
-    high = op == "min"
-    if dtype == np.bool_:
-        return high
-    if np.issubdtype(dtype, np.integer):
-        info = np.iinfo(dtype)
-        return int(info.max if high else info.min)
-    return np.inf if high else -np.inf  # floating, including ml_dtypes' bfloat16 (kind 'V')
+    try:   # by name: ml_dtypes' bfloat16 and float8 too (those without infinities: their finite extremes)
+        name = dtypes.name_of(dtype)
+    except VerishardError:   # another numpy number type (longdouble, ...): numpy's own extremes
+        if op == "sum":
+            return 0
+        if np.issubdtype(dtype, np.integer):
+            return int(np.iinfo(dtype).max if op == "min" else np.iinfo(dtype).min)
+        return np.inf if op == "min" else -np.inf
+    return dtypes.reduction_unit(name, op)
 
 
 def numpy_fit(x: np.ndarray, dim: int, n: int, pad=0) -> np.ndarray:

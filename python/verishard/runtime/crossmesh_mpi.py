@@ -32,9 +32,9 @@ import math
 
 import numpy as np
 
-from .. import core
+from .. import core, dtypes
 from ..crossmesh import CrossMeshPlan
-from ..errors import LimitError, ShardingError
+from ..errors import DtypeError, LimitError, ShardingError
 from ..limits import MAX_ELEMENTS, MAX_ROUND_CUTS
 
 __all__ = ["reshard", "rounds"]
@@ -116,9 +116,10 @@ def _local_check(comm, plan: CrossMeshPlan, local, dtype, budget) -> tuple[dict,
             errors.append(f"rank {r} of the plan is not in the communicator (size {comm.Get_size()})")
             break
     i, j = plan.src_index(me), plan.dst_index(me)
-    try:
-        dtype = None if dtype is None else np.dtype(dtype)
-    except TypeError as e:
+    try:   # a name of verishard.dtypes (bfloat16, float8: ml_dtypes) or anything numpy reads
+        dtype = None if dtype is None else dtypes.numpy_dtype(dtype) if isinstance(dtype, str) and \
+            dtype in dtypes.NAMES else np.dtype(dtype)
+    except (TypeError, DtypeError) as e:
         errors.append(f"dtype {dtype!r} is not a numpy dtype ({e})")
         dtype = None
     if i is not None:
@@ -137,7 +138,8 @@ def _local_check(comm, plan: CrossMeshPlan, local, dtype, budget) -> tuple[dict,
         if dtype.hasobject or dtype.itemsize == 0:
             errors.append(f"dtype {dtype} cannot be sent as bytes")
         if i is not None or j is not None:  # ranks that neither send nor receive move no dtype
-            rec["dtype"], rec["dtype_name"] = dtype.str, str(dtype)
+            # numpy's text and name: ml_dtypes' float8 types share one text ("<V1")
+            rec["dtype"], rec["dtype_name"] = f"{dtype.str} {dtype.name}", str(dtype)
     return rec, dtype
 
 

@@ -23,6 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jax.sharding import AxisType
 
+from .. import dtypes
 from ..errors import ShardingError
 from ..jax_sharding import (devices_of, cached_jax_mesh, from_named_sharding, jax_mesh, mesh_from_jax,
                             part_axis_types, to_named_sharding, to_partition_spec)
@@ -33,7 +34,8 @@ from .backend import execute as run_steps
 
 _REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
-__all__ = ["JaxBackend", "compile_plan", "execute", "rewrap", "padded_global_shape", "host_runs", "host_executor"]
+__all__ = ["JaxBackend", "run_bits", "compile_plan", "execute", "rewrap", "padded_global_shape", "host_runs",
+           "host_executor"]
 
 
 class JaxBackend(Backend):
@@ -250,6 +252,20 @@ def _same_layout_mesh(plan: Plan, jmesh: JaxMesh) -> JaxMesh:
     return cached_jax_mesh(plan.mesh, tuple(d.id for d in jmesh.devices.flat), types)
 
 
+def run_bits(plan: Plan, x, backend: "JaxBackend"):
+    """The plan's steps on one device's block ``x`` (traced, inside a
+    ``shard_map``), bit-exact: where no step reduces, bfloat16 and the
+    float8 types (``verishard.dtypes.LOW_PRECISION``) move as the unsigned
+    integers of their width (a bitcast), since XLA's collectives on CPU
+    change their NaN payloads (XLA's own resharding, a jitted
+    ``with_sharding_constraint``, changes them too; float16, float32 and
+    float64 keep them). Reductions run on the dtype itself."""
+    if _pending(plan) or np.dtype(x.dtype).name not in dtypes.LOW_PRECISION:
+        return run_steps(plan, x, backend)
+    bits = jnp.dtype(f"uint{8 * jnp.dtype(x.dtype).itemsize}")
+    return lax.bitcast_convert_type(run_steps(plan, lax.bitcast_convert_type(x, bits), backend), x.dtype)
+
+
 @functools.lru_cache(maxsize=512)
 def _compiled(plan: Plan, jm: JaxMesh):
     in_spec = to_partition_spec(plan.src, parts=True)
@@ -257,7 +273,7 @@ def _compiled(plan: Plan, jm: JaxMesh):
     backend = JaxBackend(plan.mesh)
 
     def body(x):
-        return run_steps(plan, x, backend)
+        return run_bits(plan, x, backend)
 
     return jax.jit(jax.shard_map(body, mesh=jm, in_specs=in_spec, out_specs=out_spec, check_vma=False))
 

@@ -31,7 +31,7 @@ How it runs:
 - ``AllReduce`` / ``ReduceScatter`` (partial types): ``MPI_Allreduce`` and
   ``MPI_Reduce_scatter_block`` with ``MPI_SUM``/``MPI_MAX``/``MPI_MIN`` on the
   element's MPI datatype, or a numpy user operation where MPI has none for the
-  dtype (bool, float16, bfloat16); a scatter along a dimension other than the
+  dtype (bool, float16, bfloat16, the float8 types: ml_dtypes' ufuncs); a scatter along a dimension other than the
   first (under a leading extent) packs the pieces first, since a reduction
   cannot use the layout datatypes. ``ToPartial``: no communication.
 - Uneven types (blocks of ``ceil(g / n)``): the local array is the rank's
@@ -40,7 +40,9 @@ How it runs:
   (``backend.run_step``), whole (no chunked schedule).
 
 Data goes straight from and into numpy memory (buffer protocol with
-explicit MPI datatypes), never pickled.
+explicit MPI datatypes), never pickled. Movement uses datatypes of the
+element's bytes, so every dtype moves bit for bit, bfloat16 and the float8
+types of ``ml_dtypes`` included (``tests/test_dtypes.py``).
 
 Validation: every rank re-checks the plan with the verified checker and
 checks its input (shape, dtype, communicator size) before anything is sent;
@@ -252,7 +254,7 @@ def _bytes(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
-_USER_OPS: dict[tuple[str, str], MPI.Op] = {}
+_USER_OPS: dict[tuple[str, str, str], MPI.Op] = {}
 
 
 def _reduction(dtype: np.dtype, op: str) -> tuple[MPI.Datatype, MPI.Op]:
@@ -263,7 +265,7 @@ def _reduction(dtype: np.dtype, op: str) -> tuple[MPI.Datatype, MPI.Op]:
         return basic, {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
     # MPI has no predefined operation for this dtype (bool, float16, bfloat16,
     # byte-swapped, complex max/min): reduce with numpy in a user operation.
-    key = (dtype.str, op)
+    key = (dtype.str, dtype.name, op)   # (ml_dtypes' float8 types share the text "<V1")
     user = _USER_OPS.get(key)
     if user is None:
         ufunc = NUMPY_REDUCE[op]
@@ -560,7 +562,9 @@ def _local_check(plan: Any, local: Any, comm: MPI.Comm) -> tuple[Plan | None, di
     if not isinstance(local, np.ndarray):
         rec["errors"].append(f"the local input is a {type(local).__name__}, not a numpy array")
     else:
-        rec["dtype"] = local.dtype.str if local.dtype.fields is None else repr(local.dtype.descr)
+        # numpy's text and name: ml_dtypes' float8 types share one text ("<V1")
+        rec["dtype"] = (f"{local.dtype.str} {local.dtype.name}" if local.dtype.fields is None
+                        else repr(local.dtype.descr))
         rec["dtype_name"] = str(local.dtype)
         if local.dtype.hasobject:
             rec["errors"].append(f"dtype {local.dtype} holds Python objects, which cannot be sent without pickling")

@@ -39,7 +39,10 @@ Process groups (:class:`MeshGroups`): one per set of mesh parts a plan's
 collectives run over, created with ``dist.new_group`` with its members listed
 in the order of the verified group index (``AxisGroup.members``) and cached
 per ``DeviceMesh``; a group over one whole mesh dimension is the DeviceMesh's
-own. Every group's rank order is read back from the process group and compared
+own. On a mesh over some ranks of the world (a ``tp`` or ``dp`` sub-mesh),
+whose other ranks do not call, each member makes only its own group, among
+that group's members (``use_local_synchronization``, one per rank set).
+Every group's rank order is read back from the process group and compared
 with the verified group index; where they differ (a backend that sorts the
 ranks), the backend reorders the blocks by that table.
 
@@ -63,6 +66,7 @@ Importing this module imports torch; it starts no process group.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -75,12 +79,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .. import dtypes
 from ..collectives import AllPermute, Exchange
+from ..errors import VerishardError
 from ..plan import Plan, box_text, pieces_table, ranks_text
 from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
 from .mpi import _ranks, _verdict
 
-__all__ = ["free_port", "TorchBackend", "MeshGroups", "mesh_groups", "run_plan", "run_chunked", "fit_to", "agree",
+__all__ = ["free_port", "TorchBackend", "FuncolBackend", "tracing", "real_tensors", "MeshGroups", "mesh_groups", "run_plan", "run_chunked", "fit_to", "agree",
            "set_deadline", "DEADLINE_S", "RanksMissing", "fingerprint", "world",
            "RedistributionRefused", "NotSupportedYet", "row_chunks", "blocks_view", "ROUND_BYTES"]
 
@@ -180,6 +186,29 @@ def _new_group(ranks: list[int]):
         return dist.new_group(ranks)
 
 
+_LOCAL_GROUPS: dict[Any, Any] = {}   # (default group, sorted world ranks) -> process group made among its members
+
+
+def _local_group(ranks: list[int]):
+    """A process group over ``ranks`` made by its members only
+    (``use_local_synchronization``: the sub-meshes of a 2-D or 3-D model, whose
+    other ranks do not call). One per rank set and default group: torch names
+    such groups by their ranks, so a set is made once (the order table of
+    :meth:`MeshGroups.group` absorbs a different member order)."""
+    key = (world(), tuple(sorted(ranks)))
+    pg = _LOCAL_GROUPS.get(key)
+    if pg is None:
+        if len(_LOCAL_GROUPS) > 256:  # groups of default groups destroyed since
+            for k in [k for k in _LOCAL_GROUPS if k[0] is not key[0]]:
+                del _LOCAL_GROUPS[k]
+        try:
+            pg = dist.new_group(ranks, use_local_synchronization=True, sort_ranks=False)
+        except TypeError:
+            pg = dist.new_group(ranks, use_local_synchronization=True)
+        _LOCAL_GROUPS[key] = pg
+    return pg
+
+
 class MeshGroups:
     """The process groups of one ``DeviceMesh`` for the plans run on it.
 
@@ -223,6 +252,10 @@ class MeshGroups:
         out = self.groups.get(key)
         if out is not None:
             return out
+        with real_tensors():   # made once, used by every later call: never a traced value
+            return self._make(key, g)
+
+    def _make(self, key: tuple, g: AxisGroup) -> _Group:
         if tuple(int(s) for s in self.device_mesh.mesh.shape) != g.mesh.axis_sizes:
             raise RuntimeCheckError(f"DeviceMesh of shape {tuple(self.device_mesh.mesh.shape)} "
                                     f"runs a plan over {g.mesh}")
@@ -231,6 +264,10 @@ class MeshGroups:
         dim = self._whole_dim(g)
         if dim is not None:
             pg = self.device_mesh.get_group(dim)
+        elif len(self.global_ranks) != dist.get_world_size():
+            # A sub-mesh: the ranks outside it do not call, so each member
+            # makes only its own group, synchronised among that group's members.
+            pg = _local_group([self.global_ranks[int(r)] for r in members[mine]])
         else:
             pg = None
             for k, row in enumerate(members):
@@ -293,20 +330,67 @@ _NO_REDUCE_SCATTER: set[Any] = set()
 
 
 def _identity(dtype: torch.dtype, op: str):
-    """The unit of reduction ``op`` for ``dtype``: 0, the lowest or the highest value.
+    """The unit of reduction ``op`` for ``dtype``: 0, the lowest or the highest value
+    (:func:`verishard.dtypes.reduction_unit`: the finite extremes of the float8 types without infinities).
 
-    >>> _identity(torch.int32, "max"), _identity(torch.bfloat16, "min"), _identity(torch.bool, "min")
-    (-2147483648, inf, True)
+    >>> _identity(torch.int32, "max"), _identity(torch.bfloat16, "min"), _identity(torch.float8_e4m3fn, "max")
+    (-2147483648, inf, -448.0)
     """
-    if op == "sum":
-        return 0
-    high = op == "min"
-    if dtype == torch.bool:
-        return high
-    if dtype.is_floating_point:
-        return float("inf") if high else float("-inf")
-    info = torch.iinfo(dtype)
-    return info.max if high else info.min
+    return dtypes.reduction_unit(dtypes.name_of(dtype), op)
+
+
+# Dtypes gloo and NCCL both move in their collectives: gloo lacks int16, uint16-64 and the float8 types
+# (all_gather, all_to_all: "Invalid scalar type"). The others move as their bytes (:func:`as_moved`),
+# which is bit-exact and costs no copy.
+_MOVED_AS_IS = frozenset({torch.bool, torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16,
+                          torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128})
+# What gloo reduces (all_reduce, reduce_scatter): sum, max and min of these; complex: sum only.
+_GLOO_REDUCES = frozenset({torch.bool, torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16,
+                           torch.bfloat16, torch.float32, torch.float64})
+
+
+def as_moved(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as a tensor every backend's collectives move: ``x`` itself, or for
+    the dtypes some lack its bytes, a view with a trailing dimension of
+    ``itemsize`` uint8 (the leading dimensions, which the collectives cut,
+    unchanged). :func:`moved_back` restores the dtype.
+
+    >>> y = as_moved(torch.zeros(2, 3, dtype=torch.float8_e4m3fn)); y.shape, y.dtype
+    (torch.Size([2, 3, 1]), torch.uint8)
+    """
+    if x.dtype in _MOVED_AS_IS:
+        return x
+    return x.unsqueeze(-1).view(torch.uint8)   # a view of x, whatever its strides (writes land in x)
+
+
+def moved_back(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The inverse of :func:`as_moved` (a view)."""
+    return y if y.dtype == dtype else y.view(dtype).squeeze(-1)
+
+
+def reduction_problem(dtype: torch.dtype, op: str, reduced: bool, device_type: str) -> str | None:
+    """Why ``dtype`` cannot be pending ``op`` (no unit: float8_e8m0fnu has no
+    zero) or, where a pending ``op`` is ``reduced`` by a collective, why the
+    default group's backend for ``device_type`` cannot run it (gloo, the
+    CPU backend: int16, uint16-64 and the float8 types, and the max or min of
+    complex numbers; DTensor's own redistribution fails there too); None when
+    it can. No reduction is run in a wider type: DTensor does not. Local: no
+    process group is created or joined."""
+    try:
+        _identity(dtype, op)
+    except VerishardError as e:
+        return str(e)
+    if not reduced:
+        return None
+    try:
+        backend = str(dist.get_backend())
+    except (RuntimeError, ValueError):
+        return None
+    gloo = backend == "gloo" or ("gloo" in backend and device_type == "cpu")
+    if gloo and not (dtype in _GLOO_REDUCES or dtype in (torch.complex64, torch.complex128) and op == "sum"):
+        return (f"a Partial({op}) of dtype {dtype}: the gloo backend does not reduce {dtype} by {op} (neither does "
+                f"DTensor's redistribute on it); reduce it in a wider dtype (e.g. .to(torch.float32)) first")
+    return None
 
 
 class TorchBackend(Backend):
@@ -320,6 +404,8 @@ class TorchBackend(Backend):
         self.rank = groups.rank
 
     def all_gather(self, x: torch.Tensor, dim: int, group: AxisGroup) -> torch.Tensor:
+        if x.dtype not in _MOVED_AS_IS:
+            return moved_back(self.all_gather(as_moved(x), dim, group), x.dtype)
         g = self.groups.group(group)
         n = g.size
         x = x.contiguous()
@@ -353,6 +439,8 @@ class TorchBackend(Backend):
         return x.narrow(dim, k * length, length).clone(memory_format=torch.contiguous_format)
 
     def all_to_all(self, x: torch.Tensor, src_dim: int, dst_dim: int, group: AxisGroup) -> torch.Tensor:
+        if x.dtype not in _MOVED_AS_IS:
+            return moved_back(self.all_to_all(as_moved(x), src_dim, dst_dim, group), x.dtype)
         g = self.groups.group(group)
         n = g.size
         x = x.contiguous()
@@ -441,8 +529,8 @@ class TorchBackend(Backend):
         x = x.contiguous()
         out = torch.empty_like(x)
         ranks = self.groups.global_ranks
-        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, ranks[dest]),
-                                        dist.P2POp(dist.irecv, out, ranks[src])])
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, as_moved(x), ranks[dest]),
+                                        dist.P2POp(dist.irecv, as_moved(out), ranks[src])])
         for w in works:
             w.wait()
         return out
@@ -452,6 +540,11 @@ class TorchBackend(Backend):
         """One ``all_to_all_single`` with split sizes over the whole mesh: the
         verified schedule's pieces for each receiver packed in its order,
         unpacked into this rank's block; what it holds is copied locally."""
+        if x.dtype not in _MOVED_AS_IS:
+            if out is None:
+                out = (torch.zeros if schedule.padded else torch.empty)(schedule.out_shape, dtype=x.dtype,
+                                                                        device=x.device)
+            return moved_back(self.exchange(as_moved(x), schedule, as_moved(out)), x.dtype)
         mesh = schedule.src.mesh
         g = self.groups.group(AxisGroup.of(mesh, tuple(range(len(mesh.part_sizes)))))
         pg_rank = (lambda r: r) if g.rank_of_index is None else (lambda r: int(g.rank_of_index[r]))
@@ -471,16 +564,117 @@ class TorchBackend(Backend):
             else:
                 boxes[pg_rank(r)] = b
         in_splits = [0 if v is None else v.numel() for v in sends]
-        out_splits = [0 if b is None else int(np.prod([s.stop - s.start for s in b])) for b in boxes]
+        unit = int(np.prod(x.shape[len(schedule.out_shape):]))   # the bytes of an element moved as bytes, else 1
+        out_splits = [0 if b is None else int(np.prod([s.stop - s.start for s in b])) * unit for b in boxes]
         send = torch.cat([v for v in sends if v is not None]) if any(in_splits) else x.new_empty(0)
-        recv = x.new_empty(sum(out_splits))
-        dist.all_to_all_single(recv, send, out_splits, in_splits, group=g.pg)
+        recv = self._all_to_all_splits(send, out_splits, in_splits, g.pg)
         pos = 0
         for b, k in zip(boxes, out_splits):
             if b is not None:
                 out[b] = recv[pos:pos + k].reshape(out[b].shape)
                 pos += k
         return out
+
+    def _all_to_all_splits(self, send: torch.Tensor, out_splits: list[int], in_splits: list[int], pg: Any):
+        recv = send.new_empty(sum(out_splits))
+        dist.all_to_all_single(recv, send, out_splits, in_splits, group=pg)
+        return recv
+
+
+class FuncolBackend(TorchBackend):
+    """The collectives as torch's functional collectives
+    (``torch.distributed._functional_collectives``: out of place, traceable):
+    what :func:`run_plan` uses while ``torch.compile`` traces a
+    redistribution, so that the compiled graph holds the plan's collectives.
+    The same groups, order tables and block layout as :class:`TorchBackend`;
+    an ``AllPermute`` is an all-to-all with split sizes over the whole mesh
+    (every member takes part; one that keeps its block sends it to itself).
+    ``mesh`` is the plan's mesh (its whole-mesh group)."""
+
+    name = "torch-functional"
+
+    def __init__(self, groups: MeshGroups, mesh: Any):
+        super().__init__(groups)
+        self.mesh = mesh
+
+    @staticmethod
+    def _in_index_order(got: torch.Tensor, g: _Group, n: int, dim: int) -> torch.Tensor:
+        # got: n blocks along dimension 0 in group-rank order -> along ``dim`` in verified index order
+        got = got.unflatten(0, (n, got.shape[0] // n))
+        if g.rank_of_index is not None:
+            got = got.index_select(0, g.rank_of_index)
+        return got.movedim(0, dim).flatten(dim, dim + 1)
+
+    @staticmethod
+    def _by_group_rank(x: torch.Tensor, g: _Group, n: int, dim: int) -> torch.Tensor:
+        # the n pieces of x along ``dim`` (piece k for verified index k) along dimension 0, piece j for group rank j
+        pieces = blocks_view(x, n, dim)
+        if g.index_of_rank is not None:
+            pieces = pieces.index_select(0, g.index_of_rank)
+        return pieces.contiguous().flatten(0, 1)
+
+    def all_gather(self, x: torch.Tensor, dim: int, group: AxisGroup) -> torch.Tensor:
+        from torch.distributed import _functional_collectives as funcol
+        g = self.groups.group(group)
+        gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor   # renamed in torch 2.13
+        return self._in_index_order(gather(x.contiguous(), 0, g.pg), g, g.size, dim)
+
+    def all_to_all(self, x: torch.Tensor, src_dim: int, dst_dim: int, group: AxisGroup) -> torch.Tensor:
+        from torch.distributed import _functional_collectives as funcol
+        g = self.groups.group(group)
+        recv = funcol.all_to_all_single(self._by_group_rank(x, g, g.size, dst_dim), None, None, g.pg)
+        return self._in_index_order(recv, g, g.size, src_dim)
+
+    def all_reduce(self, x: torch.Tensor, group: AxisGroup, op: str) -> torch.Tensor:
+        from torch.distributed import _functional_collectives as funcol
+        return funcol.all_reduce(x, op, self.groups.group(group).pg)
+
+    def reduce_scatter(self, x: torch.Tensor, dim: int, group: AxisGroup, op: str) -> torch.Tensor:
+        from torch.distributed import _functional_collectives as funcol
+        g = self.groups.group(group)
+        piece = list(x.shape)
+        piece[dim] //= g.size
+        scatter = getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor   # renamed in 2.13
+        out = scatter(self._by_group_rank(x, g, g.size, dim), op, 0, g.pg)
+        return out.reshape(piece)
+
+    def all_permute(self, x: torch.Tensor, sources: np.ndarray) -> torch.Tensor:
+        whole = self.groups.group(AxisGroup.of(self.mesh, tuple(range(len(self.mesh.part_sizes)))))
+        pg_rank = (lambda r: r) if whole.rank_of_index is None else (lambda r: int(whole.rank_of_index[r]))
+        r = self.rank
+        dest = int(np.flatnonzero(sources == r)[0])
+        in_splits, out_splits = [0] * whole.size, [0] * whole.size
+        in_splits[pg_rank(dest)] = out_splits[pg_rank(int(sources[r]))] = x.numel()
+        x = x.contiguous()
+        return self._all_to_all_splits(x.reshape(-1), out_splits, in_splits, whole.pg).reshape(x.shape)
+
+    def _all_to_all_splits(self, send: torch.Tensor, out_splits: list[int], in_splits: list[int], pg: Any):
+        from torch.distributed import _functional_collectives as funcol
+        return funcol.all_to_all_single(send, out_splits, in_splits, pg)
+
+
+def tracing() -> bool:
+    """Whether torch is tracing (``torch.compile``, ``make_fx``): the
+    collectives must then be functional ones (:class:`FuncolBackend`)."""
+    from torch.distributed._functional_collectives import _are_we_tracing
+    return _are_we_tracing()
+
+
+def real_tensors():
+    """A context in which tensor operations run on real tensors even while
+    torch.compile traces (its dispatch modes, fake tensors, functionalization
+    and proxies, set aside): planning reads a DeviceMesh's
+    rank tensor, and the process groups cache their order tables, which must
+    not become fake tensors of one trace."""
+    from torch._ops import _len_torch_dispatch_stack_pre_dispatch
+    if not torch._C._len_torch_dispatch_stack() and not _len_torch_dispatch_stack_pre_dispatch():
+        return contextlib.nullcontext()   # eager: nothing to set aside
+    from torch.utils._python_dispatch import _disable_current_modes
+    return _disable_current_modes()
+
+
+def _backend(plan: Plan, groups: MeshGroups) -> TorchBackend:
+    return FuncolBackend(groups, plan.mesh) if tracing() else TorchBackend(groups)
 
 
 def run_plan(plan: Plan, x: torch.Tensor, groups: MeshGroups) -> torch.Tensor:
@@ -489,7 +683,7 @@ def run_plan(plan: Plan, x: torch.Tensor, groups: MeshGroups) -> torch.Tensor:
     rank has them before any data moves), then runs the shared executor and
     checks the result's shape against the verified type."""
     groups.ensure(plan)
-    y = execute(plan, x, TorchBackend(groups))
+    y = execute(plan, x, _backend(plan, groups))
     if tuple(y.shape) != plan.dst.local_shape:  # pragma: no cover - a backend bug
         raise RuntimeCheckError(f"result has shape {tuple(y.shape)}, the verified type {plan.dst} has "
                                 f"local shape {plan.dst.local_shape}")
@@ -522,7 +716,7 @@ def run_chunked(plan: Plan, x: torch.Tensor, groups: MeshGroups) -> torch.Tensor
     want = plan.src.valid_shape(rank)
     if tuple(x.shape) != want:  # pragma: no cover - the front end checks the shape first
         raise RuntimeCheckError(f"rank {rank}'s shard has shape {tuple(x.shape)}, {plan.src} gives it {want}")
-    backend = TorchBackend(groups)
+    backend = _backend(plan, groups)
     y = run_plan(plan, fit_to(backend, x, plan.src.local_shape), groups)
     return fit_to(backend, y, plan.dst.valid_shape(rank))
 
@@ -697,11 +891,11 @@ def run_rounds(rounds: list[list[tuple[Any, int, int, tuple]]], sources: dict[An
             if b == me and a != me:
                 out, starts = targets[key]
                 buf = out.new_empty(tuple(length for _, length in box))
-                ops.append(dist.P2POp(dist.irecv, buf, a, tag=tag))
+                ops.append(dist.P2POp(dist.irecv, as_moved(buf), a, tag=tag))
                 landed.append((out, _box_slices(box, starts), buf))
             elif a == me and b != me:
                 local, starts = sources[key]
-                ops.append(dist.P2POp(dist.isend, local[_box_slices(box, starts)].contiguous(), b, tag=tag))
+                ops.append(dist.P2POp(dist.isend, as_moved(local[_box_slices(box, starts)].contiguous()), b, tag=tag))
         if ops:
             for w in dist.batch_isend_irecv(ops):
                 w.wait()
