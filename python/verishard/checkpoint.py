@@ -1074,7 +1074,8 @@ def _fill(leaf: Any, local: Any, into: np.ndarray | None, where: str):
 def _saved_kind(e: Any, blocks: list[np.ndarray]) -> Any:
     """The whole array as the kind it was saved from (the manifest's
     ``like``): a torch tensor from torch tensors and DTensors, a jax.Array
-    from JAX, numpy otherwise (or where that package is not installed)."""
+    from JAX where JAX holds the dtype as it is (64-bit ones need JAX's x64),
+    numpy otherwise (or where that package is not installed)."""
     like = getattr(e, "like", "numpy")
     a = blocks[0]
     try:
@@ -1082,7 +1083,8 @@ def _saved_kind(e: Any, blocks: list[np.ndarray]) -> Any:
             return dtypes.numpy_to_torch(a)
         if like == "jax":
             import jax
-            return jax.device_put(a)
+            if jax.dtypes.canonicalize_dtype(a.dtype) == a.dtype:   # 64-bit dtypes without x64: numpy, exact
+                return jax.device_put(a)
     except ImportError:
         pass
     return a
