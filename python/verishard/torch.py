@@ -124,7 +124,8 @@ from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, Redistributi
                             fingerprint, mesh_groups, real_tensors, reduction_problem, run_chunked, run_plan,
                             tracing, world)
 
-__all__ = ["redistribute", "transfer", "plan_transfer", "enable", "disable", "enabled", "routing_info",
+__all__ = ["redistribute", "transfer", "plan_transfer", "fused", "block_fp8", "BlockFP8Shard", "quantize_block_fp8",
+           "enable", "disable", "enabled", "routing_info",
            "check_entry_point", "EntryPointMoved", "planning_mesh", "plan_for", "cache_info", "cache_clear",
            "RedistributionRefused", "NotSupportedYet", "RanksMissing"]
 
@@ -831,6 +832,7 @@ def _outside_mesh(x: DTensor, placements: Any, dtype: torch.dtype) -> DTensor:
 
 
 from .torch_transfer import plan_transfer, transfer  # noqa: E402  (it uses this module's checks)
+from .torch_targets import BlockFP8Shard, block_fp8, fused, quantize_block_fp8  # noqa: E402,F401  (transfer's targets)
 
 
 # ---------------------------------------------------------------------------

@@ -38,7 +38,10 @@ the others. A Partial source (sum, max or min) is first reduced on its own mesh,
 after the agreement: the partial types' ``AllReduce`` step over each pending
 mesh dimension, which keeps the local shape; the schedule moves the reduced
 blocks, planned as the same placements with Replicate for Partial. Partial
-targets are refused.
+targets are refused. Targets laid out as inference engines hold them
+(:func:`verishard.torch_targets.fused`, and ``(mesh, placements,
+block_fp8())``) are explicit target boxes too, moved by the same box
+schedule (:class:`~verishard.torch_targets.BoxTarget`).
 
 Importing this module imports torch; see ``docs/torch.md``.
 """
@@ -65,6 +68,7 @@ from .plan import MAX_SHOWN_PIECES, pieces_table, ranks_text
 from .runtime.crossmesh_mpi import rounds as _verified_rounds
 from .runtime.torch import (_REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree,
                             reduction_problem, run_rounds)
+from .torch_targets import BoxTarget, Fused, finish as _finish_targets, per_source
 
 __all__ = ["transfer", "plan_transfer", "TransferSchedule", "pack", "DEFAULT_BUDGET"]
 
@@ -87,6 +91,7 @@ class _Move:
     ranks: tuple[int, ...] = ()    # both sides' world ranks
     out_shape: tuple[int, ...] | None = None   # with a BoxPlan: this rank's target local shape (None: not a target)
     pending: Any = None            # a Partial source DTensor, reduced on its own mesh before the schedule runs
+    into: BoxTarget | None = None  # a fused or block_fp8 target (torch_targets): its boxes, buffer and result
 
 
 @dataclass(frozen=True)
@@ -168,8 +173,9 @@ class TransferSchedule:
         for m in self.moves[:MAX_SHOWN_PIECES]:
             dtype = str(m.dtype).removeprefix("torch.")
             if isinstance(m.plan, BoxPlan):
-                what = (f"as boxes (DTensor's layouts): {len(m.plan.src)} source boxes -> {len(m.plan.dst)} target "
-                        f"boxes (Boxesworldproof.brounds_correct)")
+                how = m.into.describe() if m.into is not None else "DTensor's layouts"
+                what = (f"as boxes ({how}): {len(m.plan.src)} source boxes -> {len(m.plan.dst)} target boxes "
+                        "(Boxesworldproof.brounds_correct)")
             else:
                 what = (f"{m.plan.src} on ranks {ranks_text(m.plan.src_ranks)} -> {m.plan.dst} on ranks "
                         f"{ranks_text(m.plan.dst_ranks)}")
@@ -211,7 +217,8 @@ class TransferSchedule:
         obj = [([m.name, str(m.plan.src), str(m.plan.dst), str(m.dtype)] if isinstance(m.plan, BoxPlan) else
                 [m.name, str(m.plan.src), str(m.plan.src.mesh), list(m.plan.src_ranks), str(m.plan.dst),
                  str(m.plan.dst.mesh), list(m.plan.dst_ranks), str(m.dtype)])
-               + [str(tuple(m.pending.placements)) if m.pending is not None else None] for m in self.moves]
+               + [str(tuple(m.pending.placements)) if m.pending is not None else None]
+               + [m.into.describe() if m.into is not None else None] for m in self.moves]
         text = json.dumps([obj, self.budget_bytes])
         return int(hashlib.sha256(text.encode()).hexdigest()[:15], 16) or 1
 
@@ -287,6 +294,9 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
           me: int, budget_bytes: int) -> tuple[_Move | None, list]:
     """The move of one tensor, or its problems (local, no communication)."""
     from .torch import _normalise, _types, planning_mesh
+    into = target if isinstance(target, BoxTarget) else None
+    if into is not None:
+        target = (into.mesh, into.placements)
     if not (isinstance(target, (tuple, list)) and len(target) == 2 and isinstance(target[0], DeviceMesh)):
         return None, [(INVALID, f"{name}: the target must be (DeviceMesh, placements), not {target!r}")]
     dst_mesh, placements = target
@@ -325,6 +335,10 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
         # planned as the reduced layout; the reduction itself runs after the agreement (transfer)
         pending, spec = x, DTensorSpec(src_mesh, tuple(Replicate() if p.is_partial() else p for p in spec.placements),
                                        tensor_meta=meta)
+    if into is not None:   # explicit target boxes (torch_targets): the verified box schedule
+        m, p = _box_move(name, spec if src_mesh is not None else None, r1, meta, dst_spec, local, world, me,
+                         budget_bytes, into)
+        return (replace(m, pending=pending) if m is not None else None), p
     if src_mesh is not None:
         s, d, problems = _types((planning_mesh(src_mesh), planning_mesh(dst_mesh)), spec, dst_spec)
     else:
@@ -353,7 +367,8 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
 
 
 def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta: TensorMeta,
-              dst_spec: DTensorSpec, local: Any, world: int, me: int, budget_bytes: int) -> tuple[_Move | None, list]:
+              dst_spec: DTensorSpec, local: Any, world: int, me: int, budget_bytes: int,
+              into: BoxTarget | None = None) -> tuple[_Move | None, list]:
     """The move of a layout our types cannot describe (DTensor's nested
     uneven chunks, on either side) as explicit boxes of world ranks, by the
     verified box schedule (``Boxesworldproof.brounds_correct``); a plain
@@ -368,7 +383,7 @@ def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta
         else:
             whole = tuple((0, n) for n in meta.shape)
             src, src_shapes = tuple((r, whole, (0,) * len(whole)) for r in r1), (tuple(meta.shape),) * len(r1)
-        dst, dst_shapes = _holdings(dst_spec, dst_mesh)
+        dst, dst_shapes = _holdings(dst_spec, dst_mesh) if into is None else into.holdings(dst_spec)
         plan = BoxPlan.build(src, dst, meta.dtype.itemsize, budget_bytes)
     except VerishardError as e:
         return None, [(INVALID, f"{name}: {e}")]
@@ -376,7 +391,7 @@ def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta
         return None, [(INVALID, f"{name}: rank {me}'s source block has shape {tuple(local.shape)}, its layout "
                                 f"gives {src_shapes[r1.index(me)]}")]
     return _Move(name, plan, meta.dtype, meta, dst_mesh, tuple(dst_spec.placements), local, r1 + r2,
-                 dst_shapes[r2.index(me)] if me in r2 else None), []
+                 dst_shapes[r2.index(me)] if me in r2 else None, into=into), []
 
 
 class _Shape:
@@ -408,6 +423,9 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any) -> tupl
                                 "(DeviceMesh, placements)")]
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 1:
         return None, [(INVALID, f"budget_bytes must be a positive integer, not {budget_bytes!r}")]
+    targets, fused_problems = per_source(targets, tensors)   # fused and block_fp8 targets, one per source
+    if fused_problems:
+        return None, [(INVALID, t) for t in fused_problems]
     missing = sorted(set(map(str, targets)) ^ set(map(str, tensors)))
     if missing:
         return None, [(INVALID, f"names in one of tensors and targets only: {', '.join(missing[:5])}"
@@ -434,7 +452,10 @@ def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh,
     """Move every tensor of ``tensors`` to ``targets[name]`` (a DeviceMesh and
     placements) in one verified schedule; returns this rank's DTensors, by
     name, for the targets whose mesh holds this rank (none on a rank outside
-    every target mesh).
+    every target mesh). A target may also be ``fused(...)`` (its parts are
+    source names; the result is the rank's fused local tensor) or ``(mesh,
+    placements, block_fp8(...))`` (the result a ``BlockFP8Shard``):
+    :mod:`verishard.torch_targets`.
 
     Collective over every rank of either side (every rank of the world may
     call it; ranks on neither side return ``{}`` at once). Per round a rank
@@ -490,10 +511,11 @@ def _named_ranks(tensors: Any, targets: Any, src_ranks: Any) -> tuple[int, ...] 
     try:
         out = set(int(r) for r in src_ranks) if src_ranks is not None else set()
         for name, t in targets.items():
-            out |= set(_ranks_of(t[0]))
-            x = tensors.get(name)
-            if isinstance(x, DTensor):
-                out |= set(_ranks_of(x.device_mesh))
+            out |= set(_ranks_of(t.mesh if isinstance(t, Fused) else t[0]))
+            for source in ([n for n, _ in t.parts] if isinstance(t, Fused) else [name]):
+                x = tensors.get(source)
+                if isinstance(x, DTensor):
+                    out |= set(_ranks_of(x.device_mesh))
         return tuple(sorted(out)) or None
     except Exception:  # noqa: BLE001 - arguments too malformed to say: the whole world agrees
         return None
@@ -502,17 +524,19 @@ def _named_ranks(tensors: Any, targets: Any, src_ranks: Any) -> tuple[int, ...] 
 def run_schedule(sched: TransferSchedule) -> dict[str, DTensor]:
     """Run an agreed schedule on this rank (collective over its ranks)."""
     me = dist.get_rank()
-    sources, targets, out = {}, {}, {}
+    sources, targets, out, buffers = {}, {}, {}, {}
     for m in sched.moves:
         if isinstance(m.plan, BoxPlan):
             block = None
             if m.out_shape is not None:
                 device = m.local.device if m.local is not None else _device_of(m.dst_mesh)
-                block = torch.empty(m.out_shape, dtype=m.dtype, device=device)
+                block = (torch.empty(m.out_shape, dtype=m.dtype, device=device) if m.into is None
+                         else m.into.buffer(buffers, m.out_shape, m.dtype, device, me))
                 if m.local is not None:
                     m.plan.copy_held(m.local, block)
-                out[m.name] = DTensor(block, DTensorSpec(m.dst_mesh, m.dst_placements, tensor_meta=m.meta),
-                                      requires_grad=False)
+                if m.into is None:
+                    out[m.name] = DTensor(block, DTensorSpec(m.dst_mesh, m.dst_placements, tensor_meta=m.meta),
+                                          requires_grad=False)
             held, wanted = m.plan.endpoints(m.local, block)
             sources.update({(m.name, k): v for k, v in held.items()})
             targets.update({(m.name, k): v for k, v in wanted.items()})
@@ -530,7 +554,7 @@ def run_schedule(sched: TransferSchedule) -> dict[str, DTensor]:
             spec = DTensorSpec(m.dst_mesh, m.dst_placements, tensor_meta=m.meta)
             out[m.name] = DTensor(block, spec, requires_grad=False)
     run_rounds([list(rd) for rd in sched.rounds], sources, targets)
-    return out
+    return out | _finish_targets(buffers, sched.moves, me)
 
 
 def crossmesh_redistribute(x: DTensor, device_mesh: DeviceMesh, placements: Any, policy: tuple) -> DTensor:
