@@ -235,7 +235,7 @@ def load_worker(mode: str, path: str, n: int, r: int, d: int, at_once: bool) -> 
                 sub = got
                 for k in key[:-1]:
                     sub = sub.setdefault(k, {})
-                sub[key[-1]] = get(whole, key)[box].copy()
+                sub[key[-1]] = np.asarray(get(whole, key))[box].copy()   # (torch tensors: saved from DTensors)
             del whole
         else:
             got = checkpoint.load(path, targets, rank=r, stats=stats)
