@@ -117,7 +117,7 @@ def test_cli_output_paths(tmp_path):
     ckpt = str(tmp_path / "ckpt")
     checkpoint.save(np.arange(4.0), "x=2", "[2{x}4]", ckpt)
     reshard = ["reshard-checkpoint", ckpt]
-    assert_usage_error(reshard + [str(afile), "--mesh", "x=2", "--type", "[4]"], "File exists")
+    assert_usage_error(reshard + [str(afile), "--mesh", "x=2", "--type", "[4]"], "exists and is not a directory")
     assert_usage_error(reshard + [str(afile / "sub"), "--mesh", "x=2", "--type", "[4]"], "Not a directory")
     assert_usage_error(reshard + [str(tmp_path / "out"), "--mesh", "x=2", "--type", "[4]", "--read-buffer", BIG],
                        "MAX_DIGITS")
