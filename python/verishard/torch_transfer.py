@@ -283,8 +283,12 @@ def _ranks_of(mesh: DeviceMesh) -> tuple[int, ...]:
 
 
 def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world: int,
-          me: int, budget_bytes: int) -> tuple[_Move | None, list]:
-    """The move of one tensor, or its problems (local, no communication)."""
+          me: int, budget_bytes: int, position: int = 0) -> tuple[_Move | None, list]:
+    """The move of one tensor, or its problems (local, no communication).
+    ``position``: the tensor's place among the transfer's names, which
+    rotates the dealing of its replicated blocks' pieces over their holders
+    (``Balance.xplan_bal``), so that tensors whose blocks have more holders
+    than moved pieces load different replicas."""
     from .torch import _normalise, _types, planning_mesh
     if not (isinstance(target, (tuple, list)) and len(target) == 2 and isinstance(target[0], DeviceMesh)):
         return None, [(INVALID, f"{name}: the target must be (DeviceMesh, placements), not {target!r}")]
@@ -336,7 +340,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
     if problems:
         return None, [(k, f"{name}: {t}") for k, t in problems]
     try:
-        plan = crossmesh_plan(s, d, r1, _ranks_of(dst_mesh), world_size=world)
+        plan = crossmesh_plan(s, d, r1, _ranks_of(dst_mesh), world_size=world, start=position % len(r1))
     except VerishardError as e:
         return None, [(INVALID, f"{name}: {e}")]
     if local is not None:
@@ -410,8 +414,8 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any) -> tupl
                                 + (" ..." if len(missing) > 5 else "") + " (every rank passes every name)")]
     world, me = dist.get_world_size(), dist.get_rank()
     moves, problems = [], []
-    for name in sorted(targets, key=str):
-        m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me, budget_bytes)
+    for position, name in enumerate(sorted(targets, key=str)):
+        m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me, budget_bytes, position)
         problems += p
         if m is not None:
             moves.append(m)

@@ -46,7 +46,8 @@ DEFAULT_TIMEOUT = 60.0  # seconds every rank has to reach the agreement
 def rounds(plan: CrossMeshPlan, itemsize: int, budget: int = DEFAULT_BUDGET):
     """The rounds: lists of ``(sender, receiver, target index, global box)``,
     from the verified builder (``Rounds.xrounds``, theorem
-    ``Roundsproof.xrounds_correct``): per round every rank sends at most
+    ``Roundsproof.xrounds_correct``; ``Balanceproof.xrounds_bal_correct`` for a
+    plan with dealt senders): per round every rank sends at most
     ``budget`` bytes and receives at most ``budget`` bytes, or moves a single
     cut (a slice of its piece larger than the budget); every element a target
     does not hold arrives in exactly one cut, inside a piece of its schedule."""
@@ -58,7 +59,7 @@ def rounds(plan: CrossMeshPlan, itemsize: int, budget: int = DEFAULT_BUDGET):
         raise LimitError(f"a round budget of {budget} bytes cuts this transfer into {cuts} slices; at most "
                          f"{MAX_ROUND_CUTS} (verishard.limits.MAX_ROUND_CUTS): give a budget of at least "
                          f"{need} bytes")
-    rs = core.xrounds(plan.src, plan.src_ranks, plan.dst, plan.dst_ranks, per_round)
+    rs = core.xrounds(plan.src, plan.src_ranks, plan.dst, plan.dst_ranks, per_round, plan.start)
     if rs is None:  # a CrossMeshPlan comes from the same builder: never refused
         raise ShardingError(f"the verified core refuses the cross-mesh problem {plan.src} -> {plan.dst}")
     return [[(c.src, c.dst, c.target, c.box) for c in rd] for rd in rs]

@@ -1,0 +1,71 @@
+"""Weight-sync planning: senders dealt over replicas (``Balance.xplan_bal``,
+theorem ``Balanceproof.xplan_bal_balanced``) and the planner's reuse of
+schedules. Planning only: one process, no data moves."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from verishard import ArrayType, Mesh
+from verishard.crossmesh import crossmesh_plan
+
+
+def _placement(draw, mesh_sizes, names, extent):
+    """A random even type of a 2-d array on a mesh: each dimension sharded by
+    at most one axis that divides it, the rest replicated."""
+    axes = list(names)
+    dims = []
+    for n in extent:
+        ax = draw(st.sampled_from([None] + axes))
+        if ax is not None and n % mesh_sizes[ax] == 0:
+            dims.append(f"{n // mesh_sizes[ax]}{{{ax}}}{n}")
+            axes.remove(ax)
+        else:
+            dims.append(str(n))
+    return "[" + ", ".join(dims) + "]"
+
+
+@st.composite
+def _problem(draw):
+    extent = (draw(st.sampled_from([8, 12, 16])), draw(st.sampled_from([4, 6, 8])))
+    s_sizes = {"a": draw(st.integers(1, 4)), "b": draw(st.integers(1, 4))}
+    d_sizes = {"u": draw(st.integers(1, 4)), "v": draw(st.integers(1, 3))}
+    src = ArrayType.parse(_placement(draw, s_sizes, "ab", extent), Mesh.parse(f"a={s_sizes['a']},b={s_sizes['b']}"))
+    dst = ArrayType.parse(_placement(draw, d_sizes, "uv", extent), Mesh.parse(f"u={d_sizes['u']},v={d_sizes['v']}"))
+    n1, n2 = src.mesh.num_devices, dst.mesh.num_devices
+    overlap = draw(st.integers(0, min(n1, n2)))       # targets that are also sources
+    r2 = list(range(n1 - overlap, n1 - overlap + n2))
+    return src, dst, list(range(n1)), r2, draw(st.integers(0, 7))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_problem())
+def test_dealt_senders_send_at_most_their_share_rounded_up(problem):
+    src, dst, r1, r2, start = problem
+    plain = crossmesh_plan(src, dst, r1, r2)
+    dealt = crossmesh_plan(src, dst, r1, r2, start=start)
+    # the same pieces (blocks and boxes), each sent by a rank holding its block
+    for ps, qs in zip(plain.pieces, dealt.pieces):
+        assert [(p.cell, p.box) for p in ps] == [(q.cell, q.box) for q in qs]
+        assert all(_block(src, r1.index(q.src)) == q.cell for q in qs)
+    moved: Counter = Counter()
+    sent: Counter = Counter()
+    for j, qs in enumerate(dealt.pieces):
+        for q in qs:
+            if q.src != r2[j]:
+                moved[q.cell] += 1
+                sent[q.src] += 1
+    holders = Counter(_block(src, i) for i in range(len(r1)))
+    for i, r in enumerate(r1):
+        cell = _block(src, i)
+        assert sent[r] <= -(-moved[cell] // holders[cell]), (r, cell, sent[r], moved[cell], holders[cell])
+    # the same pieces move: the same traffic per target
+    assert [plain.received(j) for j in range(len(r2))] == [dealt.received(j) for j in range(len(r2))]
+
+
+def _block(t: ArrayType, i: int) -> tuple[int, ...]:
+    """The block (block number per dimension) source device ``i`` of type ``t`` holds."""
+    return tuple(s // n for s, n in zip(t.block_starts(i), t.local_shape))
