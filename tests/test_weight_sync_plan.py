@@ -69,3 +69,49 @@ def test_dealt_senders_send_at_most_their_share_rounded_up(problem):
 def _block(t: ArrayType, i: int) -> tuple[int, ...]:
     """The block (block number per dimension) source device ``i`` of type ``t`` holds."""
     return tuple(s // n for s, n in zip(t.block_starts(i), t.local_shape))
+
+
+def _first_fit_from_the_first_round(per_tensor, budget):
+    """The packing's specification: each tensor round into the first packed
+    round where all its senders and receivers stay within the budget."""
+    packed, loads = [], []
+    for name, itemsize, rounds in per_tensor:
+        for rd in rounds:
+            send, recv = Counter(), Counter()
+            for a, b, _, box in rd:
+                if a != b:
+                    n = itemsize
+                    for _, length in box:
+                        n *= length
+                    send[a] += n
+                    recv[b] += n
+            cuts = [(name, a, b, box) for a, b, _, box in rd]
+            for k, (s, r) in enumerate(loads):
+                if all(s[a] + v <= budget for a, v in send.items()) and all(r[b] + v <= budget for b, v in recv.items()):
+                    packed[k].extend(cuts)
+                    s.update(send)
+                    r.update(recv)
+                    break
+            else:
+                packed.append(cuts)
+                loads.append((send, recv))
+    return packed
+
+
+@st.composite
+def _tensor_rounds(draw):
+    out = []
+    for t in range(draw(st.integers(1, 12))):
+        rounds = []
+        for _ in range(draw(st.integers(1, 4))):
+            rounds.append([(draw(st.integers(0, 5)), draw(st.integers(0, 5)), 0, ((0, draw(st.integers(1, 9))),))
+                           for _ in range(draw(st.integers(1, 4)))])
+        out.append((f"t{t}", draw(st.sampled_from([1, 2, 4])), rounds))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(_tensor_rounds(), st.integers(1, 40))
+def test_pack_is_first_fit_from_the_first_round(per_tensor, budget):
+    from verishard.torch_transfer import pack
+    assert pack(per_tensor, budget) == _first_fit_from_the_first_round(per_tensor, budget)

@@ -46,8 +46,10 @@ Importing this module imports torch; see ``docs/torch.md``.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -245,6 +247,12 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
     """
     packed: list[list] = []
     loads: list[tuple[dict, dict]] = []
+    # the first round in which a rank may still send (receive): before it the
+    # rank's load is at the budget or above, so no cut of it fits there; a
+    # load only grows, so the pointers only move forward (same rounds as
+    # scanning from the first)
+    send_from: dict[int, int] = {}
+    recv_from: dict[int, int] = {}
     for name, itemsize, rounds in per_tensor:
         for rd in rounds:
             send: dict[int, int] = {}
@@ -255,7 +263,10 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
                     send[a] = send.get(a, 0) + nbytes
                     recv[b] = recv.get(b, 0) + nbytes
             cuts = [(name if isinstance(t, int) else (name, t), a, b, box) for a, b, t, box in rd]
-            for k, (s, r) in enumerate(loads):
+            first = max([send_from.get(a, 0) for a, v in send.items() if v > 0]
+                        + [recv_from.get(b, 0) for b, v in recv.items() if v > 0] + [0])
+            for k in range(first, len(loads)):
+                s, r = loads[k]
                 if all(s.get(a, 0) + v <= budget_bytes for a, v in send.items()) and \
                         all(r.get(b, 0) + v <= budget_bytes for b, v in recv.items()):
                     packed[k].extend(cuts)
@@ -267,7 +278,20 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
             else:
                 packed.append(cuts)
                 loads.append((send, recv))
+            for a in send:
+                _advance(send_from, a, loads, 0, budget_bytes)
+            for b in recv:
+                _advance(recv_from, b, loads, 1, budget_bytes)
     return packed
+
+
+def _advance(start: dict[int, int], rank: int, loads: list[tuple[dict, dict]], side: int, budget_bytes: int) -> None:
+    """Move ``rank``'s pointer past the rounds where its load (``side`` 0:
+    sent, 1: received) is at the budget or above."""
+    k = start.get(rank, 0)
+    while k < len(loads) and loads[k][side].get(rank, 0) >= budget_bytes:
+        k += 1
+    start[rank] = k
 
 
 def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
@@ -279,6 +303,12 @@ def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def _ranks_of(mesh: DeviceMesh) -> tuple[int, ...]:
+    """The world ranks of a DeviceMesh, row-major (read once per mesh)."""
+    return _ranks_cached(mesh)
+
+
+@lru_cache(maxsize=256)
+def _ranks_cached(mesh: DeviceMesh) -> tuple[int, ...]:
     return tuple(int(r) for r in mesh.mesh.flatten().tolist())
 
 
@@ -340,7 +370,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
     if problems:
         return None, [(k, f"{name}: {t}") for k, t in problems]
     try:
-        plan = crossmesh_plan(s, d, r1, _ranks_of(dst_mesh), world_size=world, start=position % len(r1))
+        plan = crossmesh_plan(s, d, r1, _ranks_of(dst_mesh), world_size=world, start=position % _holders(s))
     except VerishardError as e:
         return None, [(INVALID, f"{name}: {e}")]
     if local is not None:
@@ -377,6 +407,13 @@ def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta
                                 f"gives {src_shapes[r1.index(me)]}")]
     return _Move(name, plan, meta.dtype, meta, dst_mesh, tuple(dst_spec.placements), local, r1 + r2,
                  dst_shapes[r2.index(me)] if me in r2 else None), []
+
+
+def _holders(t) -> int:
+    """How many devices of an (even) type hold each of its blocks: the
+    period of the dealing's rotation (every rotation is as verified, and
+    tensors of one layout then share at most this many schedules)."""
+    return max(1, t.mesh.num_devices // math.prod(t.mesh.part_sizes[p] for d in t.dims for p in d.parts))
 
 
 class _Shape:
@@ -423,9 +460,21 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any) -> tupl
         return None, problems
     per_tensor = [(m.name, m.dtype.itemsize,
                    [[(a, b, key, box) for key, a, b, box in rd] for rd in m.plan.rounds] if isinstance(m.plan, BoxPlan)
-                   else _verified_rounds(m.plan, m.dtype.itemsize, budget_bytes)) for m in moves]
+                   else _rounds(m.plan, m.dtype.itemsize, budget_bytes)) for m in moves]
     return TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in pack(per_tensor, budget_bytes)),
                             budget_bytes), []
+
+
+@lru_cache(maxsize=1024)
+def _rounds_cached(src, dst, src_ranks, dst_ranks, start, itemsize: int, budget_bytes: int) -> list:
+    return _verified_rounds(crossmesh_plan(src, dst, src_ranks, dst_ranks, start=start), itemsize, budget_bytes)
+
+
+def _rounds(plan: CrossMeshPlan, itemsize: int, budget_bytes: int) -> list:
+    """The verified rounds of a plan (``Rounds.xrounds``), computed once per
+    layouts, item size and budget: the tensors of one shape and layout (a
+    model's layers, an MoE's experts) share them (read only)."""
+    return _rounds_cached(plan.src, plan.dst, plan.src_ranks, plan.dst_ranks, plan.start, itemsize, budget_bytes)
 
 
 def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh, Sequence[Any]]], *,
