@@ -115,3 +115,63 @@ def _tensor_rounds(draw):
 def test_pack_is_first_fit_from_the_first_round(per_tensor, budget):
     from verishard.torch_transfer import pack
     assert pack(per_tensor, budget) == _first_fit_from_the_first_round(per_tensor, budget)
+
+
+def test_a_repeated_sync_reuses_its_schedule(monkeypatch):
+    """The second plan of the same layouts, dtypes and budget builds nothing
+    (no tensor planned, no core call, no packing) and carries the new
+    tensors; another budget plans afresh."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    import verishard.core
+    from verishard import torch_transfer as tt
+
+    dist.init_process_group("fake", rank=0, world_size=8, store=FakeStore())
+    try:
+        src = DeviceMesh("cpu", torch.arange(4).reshape(2, 2))
+        dst = DeviceMesh("cpu", torch.arange(4, 8).reshape(2, 2))
+
+        def state(fill):
+            return {f"w{k}": DTensor.from_local(torch.full((8, 16), float(fill + k)), src, (Replicate(), Shard(0)),
+                                                run_check=False, shape=torch.Size((16, 16)), stride=(16, 1))
+                    for k in range(3)}
+        targets = {f"w{k}": (dst, (Replicate(), Shard(1))) for k in range(3)}
+        calls = Counter()
+        for owner, name in ((verishard.core, "xplan"), (verishard.core, "xrounds"), (tt, "pack"), (tt, "_move")):
+            real = getattr(owner, name)
+            monkeypatch.setattr(owner, name, lambda *a, _real=real, _name=name, **k: (calls.update([_name]),
+                                                                                       _real(*a, **k))[1])
+        tt._SCHEDULES.clear()
+        first = tt.plan_transfer(state(0), targets, budget_bytes=1 << 20)
+        assert calls["_move"] == 3 and calls["pack"] == 1
+        calls.clear()
+        again = state(10)
+        second = tt.plan_transfer(again, targets, budget_bytes=1 << 20)
+        assert sum(calls.values()) == 0, calls
+        assert second.rounds == first.rounds
+        assert all(m.local is again[m.name]._local_tensor for m in second.moves)
+        tt.plan_transfer(again, targets, budget_bytes=1 << 10)
+        assert calls["pack"] == 1 and calls["_move"] == 3
+    finally:
+        dist.destroy_process_group()
+
+
+def test_too_many_pieces_name_the_layouts_not_a_budget():
+    """Every moved piece is at least one cut: past MAX_ROUND_CUTS pieces no
+    budget helps, and the refusal says what lowers the count."""
+    import pytest
+
+    from verishard.errors import LimitError
+    from verishard.limits import MAX_ROUND_CUTS
+    from verishard.runtime.crossmesh_mpi import rounds
+    n1, n2 = 128, 64   # a replicated norm from 128 FSDP shards to 64 ranks: 8192 pieces
+    p = crossmesh_plan(f"[{4096 // n1}{{x}}4096]", "[4096]", src_mesh=f"x={n1}", dst_mesh=f"u={n2}")
+    assert n1 * n2 > MAX_ROUND_CUTS
+    for budget in (2, 1 << 20, 1 << 40):
+        with pytest.raises(LimitError, match=r"8192 pieces that move.*no budget lowers the piece count.*sharded") as e:
+            rounds(p, 2, budget=budget)
+        assert "give a budget" not in str(e.value)

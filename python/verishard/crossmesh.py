@@ -53,6 +53,21 @@ def as_type(t: ArrayType | str, mesh: Mesh | str | None, what: str) -> ArrayType
 
 def _ranks(ranks: Sequence[int] | None, default_start: int, n: int, what: str,
            world_size: int | None) -> tuple[int, ...]:
+    if isinstance(ranks, tuple):   # the same long lists come again with every tensor of a transfer: checked once
+        try:
+            return _ranks_checked(ranks, default_start, n, what, world_size)
+        except TypeError:   # unhashable entries: checked (and refused) below
+            pass
+    return _check_ranks(ranks, default_start, n, what, world_size)
+
+
+@lru_cache(maxsize=256)
+def _ranks_checked(ranks: tuple, default_start: int, n: int, what: str, world_size: int | None) -> tuple[int, ...]:
+    return _check_ranks(ranks, default_start, n, what, world_size)
+
+
+def _check_ranks(ranks: Sequence[int] | None, default_start: int, n: int, what: str,
+                 world_size: int | None) -> tuple[int, ...]:
     if ranks is None:
         ranks = range(default_start, default_start + n)
     if isinstance(ranks, (str, bytes)) or not isinstance(ranks, Iterable):

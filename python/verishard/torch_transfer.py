@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -450,6 +451,10 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any) -> tupl
         return None, [(INVALID, f"names in one of tensors and targets only: {', '.join(missing[:5])}"
                                 + (" ..." if len(missing) > 5 else "") + " (every rank passes every name)")]
     world, me = dist.get_world_size(), dist.get_rank()
+    key = _schedule_key(tensors, targets, src_ranks, world, me, budget_bytes)
+    if key is not None and key in _SCHEDULES:
+        _SCHEDULES.move_to_end(key)
+        return _with_tensors(*_SCHEDULES[key], tensors, targets), []
     moves, problems = [], []
     for position, name in enumerate(sorted(targets, key=str)):
         m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me, budget_bytes, position)
@@ -461,8 +466,64 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any) -> tupl
     per_tensor = [(m.name, m.dtype.itemsize,
                    [[(a, b, key, box) for key, a, b, box in rd] for rd in m.plan.rounds] if isinstance(m.plan, BoxPlan)
                    else _rounds(m.plan, m.dtype.itemsize, budget_bytes)) for m in moves]
-    return TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in pack(per_tensor, budget_bytes)),
-                            budget_bytes), []
+    sched = TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in pack(per_tensor, budget_bytes)), budget_bytes)
+    if key is not None:   # kept without the tensors: a later sync of the same layouts brings its own
+        held = tuple((m.local is not None, m.pending is not None) for m in moves)
+        _SCHEDULES[key] = (replace(sched, moves=tuple(replace(m, local=None, pending=None) for m in moves)), held)
+        while len(_SCHEDULES) > MAX_CACHED_SCHEDULES:
+            _SCHEDULES.popitem(last=False)
+    return sched, []
+
+
+MAX_CACHED_SCHEDULES = 2   # a world schedule can be large: the last two (e.g. a policy's sync and its reverse)
+_SCHEDULES: OrderedDict = OrderedDict()
+
+
+def _schedule_key(tensors: Mapping, targets: Mapping, src_ranks: Any, world: int, me: int,
+                  budget_bytes: int) -> tuple | None:
+    """Everything a transfer's schedule depends on: per name the source's
+    layout (mesh ranks and shape, placements, global shape and stride,
+    dtype; a plain tensor's shape, dtype and whether it is on ``meta``) and
+    the target (mesh, placements); the source ranks, world size, this rank
+    and the budget. None where an argument is not one a schedule is kept
+    for (the planning then names the problem)."""
+    try:
+        parts = []
+        for name in sorted(targets, key=str):
+            x, target = tensors[name], targets[name]
+            if not (isinstance(target, (tuple, list)) and len(target) == 2 and isinstance(target[0], DeviceMesh)):
+                return None
+            placements = tuple(target[1]) if isinstance(target[1], (tuple, list)) else target[1]
+            if isinstance(x, DTensor):
+                meta = x._spec.tensor_meta
+                src = (_mesh_key(x.device_mesh), tuple(x._spec.placements), tuple(meta.shape), tuple(meta.stride),
+                       meta.dtype)
+            elif isinstance(x, torch.Tensor):
+                src = (tuple(x.shape), x.dtype, x.is_meta)
+            else:
+                return None
+            parts.append((str(name), src, _mesh_key(target[0]), placements))
+        ranks = None if src_ranks is None else tuple(int(r) for r in src_ranks)
+        key = (world, me, budget_bytes, ranks, tuple(parts))
+        hash(key)
+        return key
+    except (TypeError, ValueError):  # unhashable placements, odd rank lists: planned (and refused) afresh
+        return None
+
+
+def _mesh_key(mesh: DeviceMesh) -> tuple:
+    return (mesh.device_type, _ranks_of(mesh), tuple(mesh.mesh.shape), mesh.mesh_dim_names)
+
+
+def _with_tensors(sched: TransferSchedule, held: tuple, tensors: Mapping, targets: Mapping) -> TransferSchedule:
+    """A kept schedule with this call's tensors and target meshes in its moves."""
+    by_name = {str(n): n for n in targets}
+    moves = []
+    for m, (local, pending) in zip(sched.moves, held):
+        x, dst_mesh = tensors[by_name[m.name]], targets[by_name[m.name]][0]
+        moves.append(replace(m, local=(x._local_tensor if isinstance(x, DTensor) else x) if local else None,
+                             pending=x if pending else None, dst_mesh=dst_mesh))
+    return replace(sched, moves=tuple(moves))
 
 
 @lru_cache(maxsize=1024)
