@@ -3,18 +3,27 @@
 placements, device_mesh=other)`` (one tensor), both on the verified
 cross-mesh schedule.
 
-Per tensor the schedule is ``Crossmesh.xplan``'s (``crossmesh.crossmesh_plan``;
-``Crossmeshproof.xplan_correct``: every target rank assembles exactly its
-block, every element of it arrives once, from a rank whose block holds it,
-and it receives its block size less what it already holds), cut into the
+Per tensor the schedule is ``Balance.xplan_bal``'s (``crossmesh.crossmesh_plan``
+with ``start``: ``Crossmesh.xplan``'s pieces, each source block's moved
+pieces dealt over the ranks holding it, from a replica that turns with the
+tensor's position among the names; ``Balanceproof.xplan_bal_correct``: every
+target rank assembles exactly its block, every element of it arrives once,
+from a rank whose block holds it, and it receives its block size less what
+it already holds; ``Balanceproof.xplan_bal_balanced``: no source rank sends
+more than its share of its block's moved pieces rounded up to one piece),
+cut into the
 rounds of ``Rounds.xrounds`` within the byte budget
-(``Roundsproof.xrounds_correct``: per round a rank sends at most the budget
+(``Balanceproof.xrounds_bal_correct``: per round a rank sends at most the budget
 and receives at most the budget, or moves one slice larger than it). The
 rounds of all tensors are then packed first fit into shared rounds under the
 same per-rank budget (:func:`pack`): that packing only regroups verified
 cuts, and the runtime checks its loads rather than a theorem. Each round runs
 as one ``batch_isend_irecv`` over the default process group
 (:func:`verishard.runtime.torch.run_rounds`), gloo or NCCL.
+
+The tensors of one shape and layouts share one plan and its rounds, and a
+repeated sync of the same layouts, dtypes and budget reuses its whole
+schedule (:data:`MAX_CACHED_SCHEDULES` kept, without the tensors).
 
 A rank holds its source blocks, its target blocks (allocated once, written in
 place) and at most one round's send and receive buffers; no tensor is ever
@@ -96,7 +105,8 @@ class TransferSchedule:
     """A transfer planned on this rank (local, no communication): the
     tensors' plans, the packed rounds ``(name, sender, receiver, global
     box)`` and the budget. :meth:`sent`, :meth:`received` and
-    :meth:`lower_bound` are per world rank, in bytes."""
+    :meth:`lower_bound` are per world rank, in bytes; :meth:`loads` gives
+    every rank's bytes sent and received at once."""
 
     moves: tuple[_Move, ...]
     rounds: tuple[tuple[tuple[str, int, int, tuple], ...], ...]
@@ -110,6 +120,19 @@ class TransferSchedule:
     def sent(self, rank: int) -> int:
         """Bytes world rank ``rank`` sends."""
         return self._bytes(rank, 1)
+
+    def loads(self) -> dict[int, tuple[int, int]]:
+        """``{rank: (bytes sent, bytes received)}`` for every rank of either
+        side, in one pass over the schedule."""
+        size = {m.name: m.dtype.itemsize for m in self.moves}
+        out = {r: [0, 0] for r in self.ranks()}
+        for rd in self.rounds:
+            for key, a, b, box in rd:
+                if a != b:
+                    n = size[_name(key)] * _volume(box)
+                    out[a][0] += n
+                    out[b][1] += n
+        return {r: (v[0], v[1]) for r, v in out.items()}
 
     def received(self, rank: int) -> int:
         """Bytes world rank ``rank`` receives."""
@@ -180,10 +203,16 @@ class TransferSchedule:
             lines.append(f"  ... {len(self.moves) - MAX_SHOWN_PIECES} more tensors")
         lines += pieces_table(pieces)
         if ranks:
-            recv = {r: self.received(r) for r in ranks}
-            worst = max(ranks, key=lambda r: (recv[r], -r))
+            loads = self.loads()
+            worst = max(ranks, key=lambda r: (loads[r][1], -r))
             lack = max(self.lower_bound(r) for r in ranks)
-            lines.append(f"received: at most {recv[worst]} bytes per rank (rank {worst}); lower bound {lack} bytes")
+            senders = [r for r in ranks if loads[r][0]]
+            if senders:
+                busiest = max(senders, key=lambda r: (loads[r][0], -r))
+                mean = sum(loads[r][0] for r in senders) / len(senders)
+                lines.append(f"sent: at most {loads[busiest][0]} bytes per rank (rank {busiest}); "
+                             f"{mean:.0f} on average over the {len(senders)} sending ranks")
+            lines.append(f"received: at most {loads[worst][1]} bytes per rank (rank {worst}); lower bound {lack} bytes")
         return "\n".join(lines)
 
     def __repr__(self) -> str:   # the fields hold tensors and long tuples of boxes: str() has the table
@@ -205,8 +234,8 @@ class TransferSchedule:
                    "bytes": nbytes} for i, name, a, b, box, nbytes in self._pieces()]
         return {"kind": "transfer", "budget_bytes": self.budget_bytes, "tensors": moves, "rounds": len(self.rounds),
                 "pieces": pieces,
-                "ranks": [{"rank": r, "sent": self.sent(r), "received": self.received(r),
-                           "lower_bound": self.lower_bound(r)} for r in self.ranks()]}
+                "ranks": [{"rank": r, "sent": sent, "received": received, "lower_bound": self.lower_bound(r)}
+                          for r, (sent, received) in self.loads().items()]}
 
     def fingerprint(self) -> int:
         import hashlib
@@ -248,12 +277,13 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
     """
     packed: list[list] = []
     loads: list[tuple[dict, dict]] = []
-    # the first round in which a rank may still send (receive): before it the
-    # rank's load is at the budget or above, so no cut of it fits there; a
-    # load only grows, so the pointers only move forward (same rounds as
+    # per (rank, bytes): the first round where the rank could still send
+    # (receive) that many bytes; before it its load was already too high, and
+    # loads only grow, so the pointers only move forward and a tensor's round
+    # is tried from the latest of its ranks' pointers on (the same rounds as
     # scanning from the first)
-    send_from: dict[int, int] = {}
-    recv_from: dict[int, int] = {}
+    send_from: dict[tuple[int, int], int] = {}
+    recv_from: dict[tuple[int, int], int] = {}
     for name, itemsize, rounds in per_tensor:
         for rd in rounds:
             send: dict[int, int] = {}
@@ -264,8 +294,8 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
                     send[a] = send.get(a, 0) + nbytes
                     recv[b] = recv.get(b, 0) + nbytes
             cuts = [(name if isinstance(t, int) else (name, t), a, b, box) for a, b, t, box in rd]
-            first = max([send_from.get(a, 0) for a, v in send.items() if v > 0]
-                        + [recv_from.get(b, 0) for b, v in recv.items() if v > 0] + [0])
+            first = max([_first_room(send_from, a, v, loads, 0, budget_bytes) for a, v in send.items()]
+                        + [_first_room(recv_from, b, v, loads, 1, budget_bytes) for b, v in recv.items()] + [0])
             for k in range(first, len(loads)):
                 s, r = loads[k]
                 if all(s.get(a, 0) + v <= budget_bytes for a, v in send.items()) and \
@@ -279,20 +309,18 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
             else:
                 packed.append(cuts)
                 loads.append((send, recv))
-            for a in send:
-                _advance(send_from, a, loads, 0, budget_bytes)
-            for b in recv:
-                _advance(recv_from, b, loads, 1, budget_bytes)
     return packed
 
 
-def _advance(start: dict[int, int], rank: int, loads: list[tuple[dict, dict]], side: int, budget_bytes: int) -> None:
-    """Move ``rank``'s pointer past the rounds where its load (``side`` 0:
-    sent, 1: received) is at the budget or above."""
-    k = start.get(rank, 0)
-    while k < len(loads) and loads[k][side].get(rank, 0) >= budget_bytes:
+def _first_room(start: dict[tuple[int, int], int], rank: int, nbytes: int, loads: list[tuple[dict, dict]],
+                side: int, budget_bytes: int) -> int:
+    """The first round where ``rank`` has room for ``nbytes`` more (``side``
+    0: sent, 1: received), from its pointer on; the pointer moves there."""
+    k = start.get((rank, nbytes), 0)
+    while k < len(loads) and loads[k][side].get(rank, 0) + nbytes > budget_bytes:
         k += 1
-    start[rank] = k
+    start[(rank, nbytes)] = k
+    return k
 
 
 def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
@@ -304,13 +332,28 @@ def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def _ranks_of(mesh: DeviceMesh) -> tuple[int, ...]:
-    """The world ranks of a DeviceMesh, row-major (read once per mesh)."""
-    return _ranks_cached(mesh)
+    """The world ranks of a DeviceMesh, row-major."""
+    return _mesh_key(mesh)[1]
 
 
-@lru_cache(maxsize=256)
-def _ranks_cached(mesh: DeviceMesh) -> tuple[int, ...]:
-    return tuple(int(r) for r in mesh.mesh.flatten().tolist())
+_MESH_KEYS: dict[int, tuple[DeviceMesh, tuple]] = {}
+
+
+def _mesh_key(mesh: DeviceMesh) -> tuple:
+    """What planning reads of a DeviceMesh (device type, world ranks
+    row-major, shape, dimension names), read once per mesh object:
+    ``DeviceMesh.mesh`` rebuilds its rank tensor at every access, and a
+    state dict asks for it with every tensor. Kept by identity with the
+    mesh itself (so the id is not reused), for at most 256 meshes."""
+    hit = _MESH_KEYS.get(id(mesh))
+    if hit is not None and hit[0] is mesh:
+        return hit[1]
+    ranks = mesh.mesh
+    key = (mesh.device_type, tuple(int(r) for r in ranks.flatten().tolist()), tuple(ranks.shape), mesh.mesh_dim_names)
+    if len(_MESH_KEYS) >= 256:
+        _MESH_KEYS.clear()
+    _MESH_KEYS[id(mesh)] = (mesh, key)
+    return key
 
 
 def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world: int,
@@ -509,10 +552,6 @@ def _schedule_key(tensors: Mapping, targets: Mapping, src_ranks: Any, world: int
         return key
     except (TypeError, ValueError):  # unhashable placements, odd rank lists: planned (and refused) afresh
         return None
-
-
-def _mesh_key(mesh: DeviceMesh) -> tuple:
-    return (mesh.device_type, _ranks_of(mesh), tuple(mesh.mesh.shape), mesh.mesh_dim_names)
 
 
 def _with_tensors(sched: TransferSchedule, held: tuple, tensors: Mapping, targets: Mapping) -> TransferSchedule:
