@@ -17,6 +17,8 @@ fresh process (``--before``: also with another checkout's package, e.g. the
 main branch, in the same run) and reports planning seconds, the schedule's
 cuts and rounds, the process's peak memory above what it held before
 planning, and the busiest sender's bytes against the mean over source ranks.
+Seconds are CPU seconds of the planning process (``time.process_time``): the
+cores here are shared with other jobs, which makes wall time vary several-fold.
 """
 
 from __future__ import annotations
@@ -110,19 +112,19 @@ def one_case(case: str, budget_mib: float) -> dict:
                                            stride=torch.empty(shape, device="meta").stride())
         targets[name] = (dst_mesh, (Replicate(), _tp(kind)))
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     error = None
     try:
         sched = plan_transfer(tensors, targets, budget_bytes=int(budget_mib * MiB))
     except verishard.VerishardError as e:
         sched, error = None, f"{type(e).__name__}: {str(e).splitlines()[-1].strip()[:160]}"
-    seconds = time.perf_counter() - t0
+    seconds = time.process_time() - t0
     peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
     out = {"case": case, "tensors": len(tensors), "seconds": seconds, "peak_mib": peak, "error": error}
     if sched is not None:   # the next sync: the same layouts, dtypes and budget
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         plan_transfer(tensors, targets, budget_bytes=int(budget_mib * MiB))
-        out["again_seconds"] = time.perf_counter() - t0
+        out["again_seconds"] = time.process_time() - t0
     if sched is not None:
         size = {m.name: m.dtype.itemsize for m in sched.moves}
         sent: dict[int, int] = {}
@@ -165,7 +167,9 @@ def report(rows, args, command) -> str:
              f"Command: `{command}`", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared); Python {platform.python_version()}. "
              "One process plans for every rank (torch's fake process group, DTensors on the meta device); "
-             f"budget {args.budget_mib:g} MiB per round; bf16. Peak: the process's RSS high-water mark above "
+             f"budget {args.budget_mib:g} MiB per round; bf16. Seconds: CPU seconds of the planning process "
+             "(the cores are shared; wall time varies with the load). 'before': the same calls with the "
+             "package at --before (another checkout), in the same run. Peak: the process's RSS high-water mark above "
              "what it held before planning. Busiest sender / mean: the bytes the busiest source rank sends "
              "over the mean over all source ranks. Again s: planning the same sync a second time.", "",
              "| code | model, training layout | T -> I | tensors | planning s | again s | cuts | rounds | peak MiB | "

@@ -400,7 +400,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
         pending, spec = x, DTensorSpec(src_mesh, tuple(Replicate() if p.is_partial() else p for p in spec.placements),
                                        tensor_meta=meta)
     if src_mesh is not None:
-        s, d, problems = _types((planning_mesh(src_mesh), planning_mesh(dst_mesh)), spec, dst_spec)
+        s, d, problems = _types_once(src_mesh, spec, dst_spec)
     else:
         try:
             s = _conv.from_placements(Mesh((("src", len(r1)),)), meta.shape, [Replicate()])
@@ -424,6 +424,26 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
                                     f"gives {tuple(want)}")]
     return _Move(name, plan, meta.dtype, meta, dst_mesh, pl, local, plan.src_ranks + plan.dst_ranks,
                  pending=pending), []
+
+
+_TYPES: dict[tuple, tuple] = {}
+
+
+def _types_once(src_mesh: DeviceMesh, spec: DTensorSpec, dst_spec: DTensorSpec) -> tuple[Any, Any, list]:
+    """``verishard.torch._types`` of a source and a target spec, computed
+    once per meshes, placements, shape and stride: the tensors of one
+    layout (a model's layers, an MoE's experts) share the answer (for at most
+    4096 layouts at a time)."""
+    from .torch import _types, planning_mesh
+    meta = spec.tensor_meta
+    key = (_mesh_key(src_mesh), tuple(spec.placements), _mesh_key(dst_spec.mesh), tuple(dst_spec.placements),
+           tuple(meta.shape), tuple(meta.stride))
+    out = _TYPES.get(key)
+    if out is None:
+        if len(_TYPES) >= 4096:
+            _TYPES.clear()
+        out = _TYPES[key] = _types((planning_mesh(src_mesh), planning_mesh(dst_spec.mesh)), spec, dst_spec)
+    return out
 
 
 def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta: TensorMeta,
