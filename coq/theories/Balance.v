@@ -83,13 +83,3 @@ Fixpoint nmoved (c : list nat) (tr : list nat) (pss : list (list piece)) : nat :
       lsum (fun q => if nat_list_eqb (pcell q) c && negb (psrc q =? hd 0 tr) then 1 else 0) ps
       + nmoved c (tl tr) pss'
   end.
-
-(** The largest piece of cell [c] that moves. *)
-Fixpoint vlargest (c : list nat) (tr : list nat) (pss : list (list piece)) : nat :=
-  match pss with
-  | [] => 0
-  | ps :: pss' =>
-      Nat.max (fold_right (fun q m => if nat_list_eqb (pcell q) c && negb (psrc q =? hd 0 tr)
-                                      then Nat.max (vol (pbox q)) m else m) 0 ps)
-              (vlargest c (tl tr) pss')
-  end.
