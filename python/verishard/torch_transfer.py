@@ -3,18 +3,27 @@
 placements, device_mesh=other)`` (one tensor), both on the verified
 cross-mesh schedule.
 
-Per tensor the schedule is ``Crossmesh.xplan``'s (``crossmesh.crossmesh_plan``;
-``Crossmeshproof.xplan_correct``: every target rank assembles exactly its
-block, every element of it arrives once, from a rank whose block holds it,
-and it receives its block size less what it already holds), cut into the
+Per tensor the schedule is ``Balance.xplan_bal``'s (``crossmesh.crossmesh_plan``
+with ``start``: ``Crossmesh.xplan``'s pieces, each source block's moved
+pieces dealt over the ranks holding it, from a replica that turns with the
+tensor's position among the names; ``Balanceproof.xplan_bal_correct``: every
+target rank assembles exactly its block, every element of it arrives once,
+from a rank whose block holds it, and it receives its block size less what
+it already holds; ``Balanceproof.xplan_bal_balanced``: no source rank sends
+more than its share of its block's moved pieces rounded up to one piece),
+cut into the
 rounds of ``Rounds.xrounds`` within the byte budget
-(``Roundsproof.xrounds_correct``: per round a rank sends at most the budget
+(``Balanceproof.xrounds_bal_correct``: per round a rank sends at most the budget
 and receives at most the budget, or moves one slice larger than it). The
 rounds of all tensors are then packed first fit into shared rounds under the
 same per-rank budget (:func:`pack`): that packing only regroups verified
 cuts, and the runtime checks its loads rather than a theorem. Each round runs
 as one ``batch_isend_irecv`` over the default process group
 (:func:`verishard.runtime.torch.run_rounds`), gloo or NCCL.
+
+The tensors of one shape and layouts share one plan and its rounds, and a
+repeated sync of the same layouts, dtypes and budget reuses its whole
+schedule (:data:`MAX_CACHED_SCHEDULES` kept, without the tensors).
 
 A rank holds its source blocks, its target blocks (allocated once, written in
 place) and at most one round's send and receive buffers; no tensor is ever
@@ -51,8 +60,11 @@ Importing this module imports torch; see ``docs/torch.md``.
 from __future__ import annotations
 
 import json
+import math
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -101,7 +113,8 @@ class TransferSchedule:
     """A transfer planned on this rank (local, no communication): the
     tensors' plans, the packed rounds ``(name, sender, receiver, global
     box)`` and the budget. :meth:`sent`, :meth:`received` and
-    :meth:`lower_bound` are per world rank, in bytes."""
+    :meth:`lower_bound` are per world rank, in bytes; :meth:`loads` gives
+    every rank's bytes sent and received at once."""
 
     moves: tuple[_Move, ...]
     rounds: tuple[tuple[tuple[str, int, int, tuple], ...], ...]
@@ -115,6 +128,19 @@ class TransferSchedule:
     def sent(self, rank: int) -> int:
         """Bytes world rank ``rank`` sends."""
         return self._bytes(rank, 1)
+
+    def loads(self) -> dict[int, tuple[int, int]]:
+        """``{rank: (bytes sent, bytes received)}`` for every rank of either
+        side, in one pass over the schedule."""
+        size = {m.name: m.dtype.itemsize for m in self.moves}
+        out = {r: [0, 0] for r in self.ranks()}
+        for rd in self.rounds:
+            for key, a, b, box in rd:
+                if a != b:
+                    n = size[_name(key)] * _volume(box)
+                    out[a][0] += n
+                    out[b][1] += n
+        return {r: (v[0], v[1]) for r, v in out.items()}
 
     def received(self, rank: int) -> int:
         """Bytes world rank ``rank`` receives."""
@@ -186,10 +212,16 @@ class TransferSchedule:
             lines.append(f"  ... {len(self.moves) - MAX_SHOWN_PIECES} more tensors")
         lines += pieces_table(pieces)
         if ranks:
-            recv = {r: self.received(r) for r in ranks}
-            worst = max(ranks, key=lambda r: (recv[r], -r))
+            loads = self.loads()
+            worst = max(ranks, key=lambda r: (loads[r][1], -r))
             lack = max(self.lower_bound(r) for r in ranks)
-            lines.append(f"received: at most {recv[worst]} bytes per rank (rank {worst}); lower bound {lack} bytes")
+            senders = [r for r in ranks if loads[r][0]]
+            if senders:
+                busiest = max(senders, key=lambda r: (loads[r][0], -r))
+                mean = sum(loads[r][0] for r in senders) / len(senders)
+                lines.append(f"sent: at most {loads[busiest][0]} bytes per rank (rank {busiest}); "
+                             f"{mean:.0f} on average over the {len(senders)} sending ranks")
+            lines.append(f"received: at most {loads[worst][1]} bytes per rank (rank {worst}); lower bound {lack} bytes")
         return "\n".join(lines)
 
     def __repr__(self) -> str:   # the fields hold tensors and long tuples of boxes: str() has the table
@@ -211,8 +243,8 @@ class TransferSchedule:
                    "bytes": nbytes} for i, name, a, b, box, nbytes in self._pieces()]
         return {"kind": "transfer", "budget_bytes": self.budget_bytes, "tensors": moves, "rounds": len(self.rounds),
                 "pieces": pieces,
-                "ranks": [{"rank": r, "sent": self.sent(r), "received": self.received(r),
-                           "lower_bound": self.lower_bound(r)} for r in self.ranks()]}
+                "ranks": [{"rank": r, "sent": sent, "received": received, "lower_bound": self.lower_bound(r)}
+                          for r, (sent, received) in self.loads().items()]}
 
     def fingerprint(self, fields: dict | None = None) -> int:
         """A 60-bit fingerprint of the schedule (every tensor's types, both rank
@@ -257,6 +289,13 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
     """
     packed: list[list] = []
     loads: list[tuple[dict, dict]] = []
+    # per (rank, bytes): the first round where the rank could still send
+    # (receive) that many bytes; before it its load was already too high, and
+    # loads only grow, so the pointers only move forward and a tensor's round
+    # is tried from the latest of its ranks' pointers on (the same rounds as
+    # scanning from the first)
+    send_from: dict[tuple[int, int], int] = {}
+    recv_from: dict[tuple[int, int], int] = {}
     for name, itemsize, rounds in per_tensor:
         for rd in rounds:
             send: dict[int, int] = {}
@@ -267,7 +306,10 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
                     send[a] = send.get(a, 0) + nbytes
                     recv[b] = recv.get(b, 0) + nbytes
             cuts = [(name if isinstance(t, int) else (name, t), a, b, box) for a, b, t, box in rd]
-            for k, (s, r) in enumerate(loads):
+            first = max([_first_room(send_from, a, v, loads, 0, budget_bytes) for a, v in send.items()]
+                        + [_first_room(recv_from, b, v, loads, 1, budget_bytes) for b, v in recv.items()] + [0])
+            for k in range(first, len(loads)):
+                s, r = loads[k]
                 if all(s.get(a, 0) + v <= budget_bytes for a, v in send.items()) and \
                         all(r.get(b, 0) + v <= budget_bytes for b, v in recv.items()):
                     packed[k].extend(cuts)
@@ -282,6 +324,17 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
     return packed
 
 
+def _first_room(start: dict[tuple[int, int], int], rank: int, nbytes: int, loads: list[tuple[dict, dict]],
+                side: int, budget_bytes: int) -> int:
+    """The first round where ``rank`` has room for ``nbytes`` more (``side``
+    0: sent, 1: received), from its pointer on; the pointer moves there."""
+    k = start.get((rank, nbytes), 0)
+    while k < len(loads) and loads[k][side].get(rank, 0) + nbytes > budget_bytes:
+        k += 1
+    start[(rank, nbytes)] = k
+    return k
+
+
 def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
     out, acc = [], 1
     for n in reversed(tuple(shape)):
@@ -291,12 +344,37 @@ def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def _ranks_of(mesh: DeviceMesh) -> tuple[int, ...]:
-    return tuple(int(r) for r in mesh.mesh.flatten().tolist())
+    """The world ranks of a DeviceMesh, row-major."""
+    return _mesh_key(mesh)[1]
+
+
+_MESH_KEYS: dict[int, tuple[DeviceMesh, tuple]] = {}
+
+
+def _mesh_key(mesh: DeviceMesh) -> tuple:
+    """What planning reads of a DeviceMesh (device type, world ranks
+    row-major, shape, dimension names), read once per mesh object:
+    ``DeviceMesh.mesh`` rebuilds its rank tensor at every access, and a
+    state dict asks for it with every tensor. Kept by identity with the
+    mesh itself (so the id is not reused), for at most 256 meshes."""
+    hit = _MESH_KEYS.get(id(mesh))
+    if hit is not None and hit[0] is mesh:
+        return hit[1]
+    ranks = mesh.mesh
+    key = (mesh.device_type, tuple(int(r) for r in ranks.flatten().tolist()), tuple(ranks.shape), mesh.mesh_dim_names)
+    if len(_MESH_KEYS) >= 256:
+        _MESH_KEYS.clear()
+    _MESH_KEYS[id(mesh)] = (mesh, key)
+    return key
 
 
 def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world: int,
-          me: int, budget_bytes: int) -> tuple[_Move | None, list]:
-    """The move of one tensor, or its problems (local, no communication)."""
+          me: int, budget_bytes: int, position: int = 0) -> tuple[_Move | None, list]:
+    """The move of one tensor, or its problems (local, no communication).
+    ``position``: the tensor's place among the transfer's names, which
+    rotates the dealing of its replicated blocks' pieces over their holders
+    (``Balance.xplan_bal``), so that tensors whose blocks have more holders
+    than moved pieces load different replicas."""
     from .torch import _normalise, _types, planning_mesh
     into = target if isinstance(target, BoxTarget) else None
     if into is not None:
@@ -344,7 +422,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
                          budget_bytes, into)
         return (replace(m, pending=pending) if m is not None else None), p
     if src_mesh is not None:
-        s, d, problems = _types((planning_mesh(src_mesh), planning_mesh(dst_mesh)), spec, dst_spec)
+        s, d, problems = _types_once(src_mesh, spec, dst_spec)
     else:
         try:
             s = _conv.from_placements(Mesh((("src", len(r1)),)), meta.shape, [Replicate()])
@@ -358,7 +436,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
     if problems:
         return None, [(k, f"{name}: {t}") for k, t in problems]
     try:
-        plan = crossmesh_plan(s, d, r1, _ranks_of(dst_mesh), world_size=world)
+        plan = crossmesh_plan(s, d, r1, _ranks_of(dst_mesh), world_size=world, start=position % _holders(s))
     except VerishardError as e:
         return None, [(INVALID, f"{name}: {e}")]
     if local is not None:
@@ -368,6 +446,26 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
                                     f"gives {tuple(want)}")]
     return _Move(name, plan, meta.dtype, meta, dst_mesh, pl, local, plan.src_ranks + plan.dst_ranks,
                  pending=pending), []
+
+
+_TYPES: dict[tuple, tuple] = {}
+
+
+def _types_once(src_mesh: DeviceMesh, spec: DTensorSpec, dst_spec: DTensorSpec) -> tuple[Any, Any, list]:
+    """``verishard.torch._types`` of a source and a target spec, computed
+    once per meshes, placements, shape and stride: the tensors of one
+    layout (a model's layers, an MoE's experts) share the answer (for at most
+    4096 layouts at a time)."""
+    from .torch import _types, planning_mesh
+    meta = spec.tensor_meta
+    key = (_mesh_key(src_mesh), tuple(spec.placements), _mesh_key(dst_spec.mesh), tuple(dst_spec.placements),
+           tuple(meta.shape), tuple(meta.stride))
+    out = _TYPES.get(key)
+    if out is None:
+        if len(_TYPES) >= 4096:
+            _TYPES.clear()
+        out = _TYPES[key] = _types((planning_mesh(src_mesh), planning_mesh(dst_spec.mesh)), spec, dst_spec)
+    return out
 
 
 def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta: TensorMeta,
@@ -396,6 +494,13 @@ def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta
                                 f"gives {src_shapes[r1.index(me)]}")]
     return _Move(name, plan, meta.dtype, meta, dst_mesh, tuple(dst_spec.placements), local, r1 + r2,
                  dst_shapes[r2.index(me)] if me in r2 else None, into=into), []
+
+
+def _holders(t) -> int:
+    """How many devices of an (even) type hold each of its blocks: the
+    period of the dealing's rotation (every rotation is as verified, and
+    tensors of one layout then share at most this many schedules)."""
+    return max(1, t.mesh.num_devices // math.prod(t.mesh.part_sizes[p] for d in t.dims for p in d.parts))
 
 
 class _Shape:
@@ -435,9 +540,13 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any) -> tupl
         return None, [(INVALID, f"names in one of tensors and targets only: {', '.join(missing[:5])}"
                                 + (" ..." if len(missing) > 5 else "") + " (every rank passes every name)")]
     world, me = dist.get_world_size(), dist.get_rank()
+    key = _schedule_key(tensors, targets, src_ranks, world, me, budget_bytes)
+    if key is not None and key in _SCHEDULES:
+        _SCHEDULES.move_to_end(key)
+        return _with_tensors(*_SCHEDULES[key], tensors, targets), []
     moves, problems = [], []
-    for name in sorted(targets, key=str):
-        m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me, budget_bytes)
+    for position, name in enumerate(sorted(targets, key=str)):
+        m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me, budget_bytes, position)
         problems += p
         if m is not None:
             moves.append(m)
@@ -445,9 +554,73 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any) -> tupl
         return None, problems
     per_tensor = [(m.name, m.dtype.itemsize,
                    [[(a, b, key, box) for key, a, b, box in rd] for rd in m.plan.rounds] if isinstance(m.plan, BoxPlan)
-                   else _verified_rounds(m.plan, m.dtype.itemsize, budget_bytes)) for m in moves]
-    return TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in pack(per_tensor, budget_bytes)),
-                            budget_bytes), []
+                   else _rounds(m.plan, m.dtype.itemsize, budget_bytes)) for m in moves]
+    sched = TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in pack(per_tensor, budget_bytes)), budget_bytes)
+    if key is not None:   # kept without the tensors: a later sync of the same layouts brings its own
+        held = tuple((m.local is not None, m.pending is not None) for m in moves)
+        _SCHEDULES[key] = (replace(sched, moves=tuple(replace(m, local=None, pending=None) for m in moves)), held)
+        while len(_SCHEDULES) > MAX_CACHED_SCHEDULES:
+            _SCHEDULES.popitem(last=False)
+    return sched, []
+
+
+MAX_CACHED_SCHEDULES = 2   # a world schedule can be large: the last two (e.g. a policy's sync and its reverse)
+_SCHEDULES: OrderedDict = OrderedDict()
+
+
+def _schedule_key(tensors: Mapping, targets: Mapping, src_ranks: Any, world: int, me: int,
+                  budget_bytes: int) -> tuple | None:
+    """Everything a transfer's schedule depends on: per name the source's
+    layout (mesh ranks and shape, placements, global shape and stride,
+    dtype; a plain tensor's shape, dtype and whether it is on ``meta``) and
+    the target (mesh, placements); the source ranks, world size, this rank
+    and the budget. None where an argument is not one a schedule is kept
+    for (the planning then names the problem)."""
+    try:
+        parts = []
+        for name in sorted(targets, key=str):
+            x, target = tensors[name], targets[name]
+            if not (isinstance(target, (tuple, list)) and len(target) == 2 and isinstance(target[0], DeviceMesh)):
+                return None
+            placements = tuple(target[1]) if isinstance(target[1], (tuple, list)) else target[1]
+            if isinstance(x, DTensor):
+                meta = x._spec.tensor_meta
+                src = (_mesh_key(x.device_mesh), tuple(x._spec.placements), tuple(meta.shape), tuple(meta.stride),
+                       meta.dtype)
+            elif isinstance(x, torch.Tensor):
+                src = (tuple(x.shape), x.dtype, x.is_meta)
+            else:
+                return None
+            parts.append((str(name), src, _mesh_key(target[0]), placements))
+        ranks = None if src_ranks is None else tuple(int(r) for r in src_ranks)
+        key = (world, me, budget_bytes, ranks, tuple(parts))
+        hash(key)
+        return key
+    except (TypeError, ValueError):  # unhashable placements, odd rank lists: planned (and refused) afresh
+        return None
+
+
+def _with_tensors(sched: TransferSchedule, held: tuple, tensors: Mapping, targets: Mapping) -> TransferSchedule:
+    """A kept schedule with this call's tensors and target meshes in its moves."""
+    by_name = {str(n): n for n in targets}
+    moves = []
+    for m, (local, pending) in zip(sched.moves, held):
+        x, dst_mesh = tensors[by_name[m.name]], targets[by_name[m.name]][0]
+        moves.append(replace(m, local=(x._local_tensor if isinstance(x, DTensor) else x) if local else None,
+                             pending=x if pending else None, dst_mesh=dst_mesh))
+    return replace(sched, moves=tuple(moves))
+
+
+@lru_cache(maxsize=1024)
+def _rounds_cached(src, dst, src_ranks, dst_ranks, start, itemsize: int, budget_bytes: int) -> list:
+    return _verified_rounds(crossmesh_plan(src, dst, src_ranks, dst_ranks, start=start), itemsize, budget_bytes)
+
+
+def _rounds(plan: CrossMeshPlan, itemsize: int, budget_bytes: int) -> list:
+    """The verified rounds of a plan (``Rounds.xrounds``), computed once per
+    layouts, item size and budget: the tensors of one shape and layout (a
+    model's layers, an MoE's experts) share them (read only)."""
+    return _rounds_cached(plan.src, plan.dst, plan.src_ranks, plan.dst_ranks, plan.start, itemsize, budget_bytes)
 
 
 def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh, Sequence[Any]]], *,
