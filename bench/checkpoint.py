@@ -215,7 +215,8 @@ def save_worker(ours: str, dcp_dir: str, d: int, state_kind: str) -> None:
         t = src_type(shape)
         box = tuple(zip(t.block_starts(r), t.valid_shape(r)))
         stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
-        flat[key] = DTensor.from_local(dtypes.numpy_to_torch(values(k, shape, box, dt)), dm, [Shard(0)], run_check=False,
+        local = dtypes.numpy_to_torch(values(k, shape, box, dt))
+        flat[key] = DTensor.from_local(local, dm, [Shard(0)], run_check=False,
                                        shape=torch.Size(shape), stride=stride)
     state = nest(flat)
     state["optim"]["step"] = 1000

@@ -776,7 +776,8 @@ def main(argv=None) -> int:
         text = report(results, args, time.time() - start, command)
     emit_report(text, args.out)
     if args.out != "-" and not args.overhead_only:   # (the per-pair figures are the sweep's)
-        stem = os.path.splitext(os.path.basename(args.out))[0]   # torch.md: torch_pairs.csv; torch_X.md: torch_X_pairs.csv
+        # torch.md: torch_pairs.csv; torch_X.md: torch_X_pairs.csv
+        stem = os.path.splitext(os.path.basename(args.out))[0]
         write_csv(results, os.path.join(os.path.dirname(args.out), "torch_pairs.csv" if stem == "torch" else
                                         f"{stem}_pairs.csv"))
     return 0

@@ -214,13 +214,15 @@ def worker(rank: int, port: int, args: dict, outdir: str) -> None:
     sched = plan_transfer(weights, targets, budget_bytes=budget)
     methods = {
         "verishard": lambda c: {n: t.to_local() for n, t in transfer(weights, targets, budget_bytes=budget).items()},
-        "gather+broadcast": lambda c: gather_broadcast(weights, layout, train_ranks, infer, bcast_group, budget, c, dtype),
+        "gather+broadcast": lambda c: gather_broadcast(weights, layout, train_ranks, infer, bcast_group, budget, c,
+                                                       dtype),
         "full_tensor+distribute_tensor": lambda c: full_then_distribute(weights, layout, train_ranks, infer, c, dtype),
     }
     rec = {"rank": rank, "role": "train" if rank in train_ranks else "infer",
            "lower_bound": sched.lower_bound(rank), "target_bytes": sched.target_bytes(rank),
            "source_bytes": sum(w._local_tensor.nbytes for w in weights.values()), "rounds": len(sched.rounds),
-           "tensors": len(layout), "global_bytes": sum(_numel(s) * dtype.itemsize for s, _ in layout.values()), "dtype": args["dtype"]}
+           "tensors": len(layout), "global_bytes": sum(_numel(s) * dtype.itemsize for s, _ in layout.values()),
+           "dtype": args["dtype"]}
     for label, fn in methods.items():
         dist.barrier()
         counter = Counter()
@@ -263,7 +265,8 @@ def report(runs, args, seconds, command) -> str:
          f"`{command}` (gloo processes, {os.cpu_count()} CPU cores, {platform.machine()}, torch "
          f"{torch.__version__}); {seconds:.0f} s in all. The machine is shared with other work: times vary "
          "between runs; byte counts are exact.", "",
-         f"State dict: {recs[0]['tensors']} tensors, " + ", ".join(f"{g / MiB:.1f} MiB in {dt}" for dt, g in sizes.items())
+         f"State dict: {recs[0]['tensors']} tensors, "
+         + ", ".join(f"{g / MiB:.1f} MiB in {dt}" for dt, g in sizes.items())
          + f" (hidden {args.hidden}, "
          f"{args.layers} layers, vocabulary {args.vocab}), `Shard(0)` over the training ranks, tensor-parallel "
          f"placements over the inference ranks. Budget (verishard's round, the baselines' bucket): "
