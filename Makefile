@@ -105,11 +105,13 @@ bench: deps all
 	$(PY) bench/partial.py
 	$(PY) bench/partition.py
 	$(PY) bench/checkpoint.py
+	$(PY) bench/checkpoint.py --state float32 --out bench/results/checkpoint_float32.md
 	$(PY) bench/butterfly.py
 	$(PY) bench/torch_redistribute.py
 	$(PY) bench/torch_redistribute.py --overhead-only
 	$(PY) bench/torch_redistribute.py --layouts 300
-	$(PY) bench/weight_sync.py
+	$(PY) bench/torch_redistribute.py --dtype float32,bfloat16 --pairs-3d 30 --reps 1 --big-mib 64 --out bench/results/torch_bf16.md
+	$(PY) bench/weight_sync.py --dtype float32,bfloat16
 	$(PY) bench/jax_eager.py
 	$(PY) bench/cli_startup.py --repeat 9
 	$(PY) bench/fuzz.py --inputs 12000 --seed 0 --hang 10

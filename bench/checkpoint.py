@@ -1,5 +1,9 @@
 """Checkpoint benchmark: the state dict of a small transformer with Adam
-state (126 tensors and a step counter; ``--mib`` in all, default 512), saved
+state and a step counter (``--state bf16``, the default: the weights in
+bfloat16, Adam's two moments in float32 and one float8 tensor set, the
+weights again in float8_e4m3fn: 168 tensors; ``--state float32``: the 126
+tensors of weights and moments in float32, about ``--mib`` MiB, default 512,
+which sets the model's width for both states), saved
 from 8 gloo ranks as DTensors ``[Shard(0)]`` (FSDP-like), loaded onto 1, 3, 6
 and 8 ranks with other layouts (whole; columns; a 3x2 grid; columns), four
 ways in one run:
@@ -14,7 +18,8 @@ ways in one run:
 * *ours on DCP's files*: ``verishard.checkpoint.load`` of DCP's directory,
   read as it is.
 
-    .venv/bin/python bench/checkpoint.py                     # 512 MiB; writes bench/results/checkpoint.md
+    .venv/bin/python bench/checkpoint.py                     # bf16 state; writes bench/results/checkpoint.md
+    .venv/bin/python bench/checkpoint.py --state float32 --out bench/results/checkpoint_float32.md
     .venv/bin/python bench/checkpoint.py --mib 64 --out /tmp/ck.md   # a quick run
 
 Per rank: the peak RSS of the load above the RSS just before it (``VmHWM``
@@ -25,7 +30,7 @@ not; and ours' own count) over the target state, wall and CPU seconds.
 Ours, naive and ours-on-DCP run one process per rank, one rank at a time
 (*alone*), and ours once more with all N ranks at once (*at once*, the
 comparison with DCP). Every loaded block is compared with the expected one
-(values computed from the element's index).
+(values computed from the element's index, then rounded to the tensor's dtype).
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
-from verishard import ArrayType, checkpoint  # noqa: E402
+from verishard import ArrayType, checkpoint, dtypes  # noqa: E402
 from verishard.checkpoint import nest  # noqa: E402
 from procmem import reset_hwm, rss_kib  # noqa: E402  (bench/: this script's directory)
 
@@ -78,21 +83,45 @@ def params(d: int) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
     return out + [(("norm",), (d,))]
 
 
-def tensors(d: int) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
-    """Every tensor of the state: the parameters and their two Adam moments."""
+# the dtypes of a state: (weights, Adam's moments, the float8 set or None)
+STATES = {"bf16": ("bfloat16", "float32", "float8_e4m3fn"), "float32": ("float32", "float32", None)}
+
+
+def tensors(d: int, state: str) -> list[tuple[tuple[str, ...], tuple[int, ...], str]]:
+    """Every tensor of the state with its dtype name: the parameters, their
+    two Adam moments and, in a mixed state, the parameters in float8."""
     ps = params(d)
-    return ([(("model",) + k, s) for k, s in ps] + [(("optim", "exp_avg") + k, s) for k, s in ps]
-            + [(("optim", "exp_avg_sq") + k, s) for k, s in ps])
+    w, m, f8 = STATES[state]
+    return ([(("model",) + k, s, w) for k, s in ps] + [(("optim", "exp_avg") + k, s, m) for k, s in ps]
+            + [(("optim", "exp_avg_sq") + k, s, m) for k, s in ps]
+            + ([(("float8",) + k, s, f8) for k, s in ps] if f8 else []))
 
 
-def values(k: int, shape: tuple[int, ...], box: tuple[tuple[int, int], ...]) -> np.ndarray:
+def values(k: int, shape: tuple[int, ...], box: tuple[tuple[int, int], ...], dtype: str) -> np.ndarray:
     """The block ``box`` ((start, length) per dimension) of tensor number k:
-    element at flat index i is ((i * 40503 + k * 7919) mod 8388593), exact in float32."""
+    element at flat index i is ((i * 40503 + k * 7919) mod 8388593), exact in
+    float32, rounded to ``dtype`` (float8: first taken mod 897, minus 448, inside
+    float8_e4m3fn's finite range); rounding is per element, so a block of the
+    rounded tensor is the rounded block."""
     idx = np.zeros((1,) * len(shape), dtype=np.int64)
     for dd, (s, n) in enumerate(box):
         ax = np.arange(s, s + n, dtype=np.int64) * math.prod(shape[dd + 1:])
         idx = idx + ax.reshape((1,) * dd + (-1,) + (1,) * (len(shape) - dd - 1))
-    return ((idx * 40503 + k * 7919) % 8388593).astype(np.float32)
+    v = (idx * 40503 + k * 7919) % 8388593
+    if dtype.startswith("float8"):
+        v = v % 897 - 448
+    return v.astype(np.float32).astype(dtypes.numpy_dtype(dtype))
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    uint = dtypes.same_size_uint(b.dtype.itemsize)
+    return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a.view(uint), b.view(uint)))
+
+
+def as_numpy(x) -> np.ndarray:
+    """A loaded value (numpy array, torch tensor or DTensor) as numpy, bytes unchanged."""
+    x = x.to_local() if hasattr(x, "to_local") else x
+    return x if isinstance(x, np.ndarray) else dtypes.torch_to_numpy(x)
 
 
 def src_type(shape: tuple[int, ...]) -> ArrayType:
@@ -174,7 +203,7 @@ def _placements(pl):
     return [Shard(p[1]) if p[0] == "S" else Replicate() for p in pl]
 
 
-def save_worker(ours: str, dcp_dir: str, d: int) -> None:
+def save_worker(ours: str, dcp_dir: str, d: int, state_kind: str) -> None:
     """One of the 8 saving ranks: the same DTensor state saved by dcp.save and by ours."""
     import torch
     import torch.distributed.checkpoint as dcp
@@ -182,11 +211,12 @@ def save_worker(ours: str, dcp_dir: str, d: int) -> None:
     dist, dm = _dist((SAVERS,), ("x",))
     r = dist.get_rank()
     flat = {}
-    for k, (key, shape) in enumerate(tensors(d)):
+    for k, (key, shape, dt) in enumerate(tensors(d, state_kind)):
         t = src_type(shape)
         box = tuple(zip(t.block_starts(r), t.valid_shape(r)))
         stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
-        flat[key] = DTensor.from_local(torch.from_numpy(values(k, shape, box)), dm, [Shard(0)], run_check=False,
+        local = dtypes.numpy_to_torch(values(k, shape, box, dt))
+        flat[key] = DTensor.from_local(local, dm, [Shard(0)], run_check=False,
                                        shape=torch.Size(shape), stride=stride)
     state = nest(flat)
     state["optim"]["step"] = 1000
@@ -201,26 +231,24 @@ def save_worker(ours: str, dcp_dir: str, d: int) -> None:
     print(json.dumps(out))
 
 
-def _check(n: int, r: int, d: int, got: dict) -> tuple[bool, int]:
+def _check(n: int, r: int, d: int, state_kind: str, got: dict) -> tuple[bool, int]:
     ok, nbytes = got["optim"]["step"] == 1000, 0
-    for k, (key, shape) in enumerate(tensors(d)):
+    for k, (key, shape, dt) in enumerate(tensors(d, state_kind)):
         mesh, typ, *_ = target(n, shape)
         t = ArrayType.parse(typ, mesh)
-        want = values(k, shape, tuple(zip(t.block_starts(r), t.valid_shape(r))))
-        x = get(got, key)
-        x = x.to_local().numpy() if hasattr(x, "to_local") else x
-        ok = ok and x.shape == want.shape and bool(np.array_equal(x.view(np.uint32), want.view(np.uint32)))
+        want = values(k, shape, tuple(zip(t.block_starts(r), t.valid_shape(r))), dt)
+        ok = ok and same_bits(as_numpy(get(got, key)), want)
         nbytes += want.nbytes
     return ok, nbytes
 
 
-def load_worker(mode: str, path: str, n: int, r: int, d: int, at_once: bool) -> None:
+def load_worker(mode: str, path: str, n: int, r: int, d: int, state_kind: str, at_once: bool) -> None:
     """One loading rank, ours / naive / ours on DCP's files; a warm-up first
     (imports and first calls: a load of the step counter)."""
     if mode == "dcp-files":
         import torch.distributed.checkpoint  # noqa: F401  (imported before the probe, as DCP's own load has it)
     checkpoint.load(path, {"optim": {"step": None}})
-    targets = nest({key: target(n, shape)[:2] for key, shape in tensors(d)})
+    targets = nest({key: target(n, shape)[:2] for key, shape, _ in tensors(d, state_kind)})
     targets["optim"]["step"] = None
     if at_once:
         wait_for_go()
@@ -229,21 +257,21 @@ def load_worker(mode: str, path: str, n: int, r: int, d: int, at_once: bool) -> 
         if mode == "naive":
             whole = checkpoint.load(path, stats=stats)
             got = {"optim": {"step": whole["optim"]["step"]}}
-            for key, shape in tensors(d):
+            for key, shape, _ in tensors(d, state_kind):
                 t = ArrayType.parse(*reversed(target(n, shape)[:2]))
                 box = tuple(slice(s, s + m) for s, m in zip(t.block_starts(r), t.valid_shape(r)))
                 sub = got
                 for k in key[:-1]:
                     sub = sub.setdefault(k, {})
-                sub[key[-1]] = get(whole, key)[box].copy()
+                sub[key[-1]] = as_numpy(get(whole, key)[box]).copy()   # (torch tensors: saved from DTensors)
             del whole
         else:
             got = checkpoint.load(path, targets, rank=r, stats=stats)
-    ok, nbytes = _check(n, r, d, got)
+    ok, nbytes = _check(n, r, d, state_kind, got)
     print(json.dumps(pr.result(ok=ok, target=nbytes, own_read=stats.get("bytes_read", 0))))
 
 
-def dcp_load_worker(path: str, n: int, d: int) -> None:
+def dcp_load_worker(path: str, n: int, d: int, state_kind: str) -> None:
     import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.tensor import empty as dt_empty
@@ -254,12 +282,12 @@ def dcp_load_worker(path: str, n: int, d: int) -> None:
     dcp.load(warm, checkpoint_id=path)   # warm-up: imports, connections, first calls
     dist.barrier()
     with Probe() as pr:
-        flat = {key: dt_empty(*shape, dtype=torch.float32, device_mesh=dm,
-                              placements=_placements(target(n, shape)[3])) for key, shape in tensors(d)}
+        flat = {key: dt_empty(*shape, dtype=dtypes.torch_dtype(dt), device_mesh=dm,
+                              placements=_placements(target(n, shape)[3])) for key, shape, dt in tensors(d, state_kind)}
         state = nest(flat)
         state["optim"]["step"] = 0
         dcp.load(state, checkpoint_id=path)
-    ok, nbytes = _check(n, r, d, state)
+    ok, nbytes = _check(n, r, d, state_kind, state)
     dist.destroy_process_group()
     print(json.dumps(pr.result(ok=ok, target=nbytes, own_read=0)))
 
@@ -327,7 +355,10 @@ def du(path: str) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mib", type=int, default=512, help="size of the state in MiB (default 512)")
+    ap.add_argument("--mib", type=int, default=512, help="size of the float32 state in MiB, which sets the model's "
+                    "width for both states (default 512)")
+    ap.add_argument("--state", choices=tuple(STATES), default="bf16", help="bf16 (default): weights bfloat16, "
+                    "Adam's moments float32, the weights again in float8_e4m3fn; float32: every tensor float32")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "checkpoint.md"))
     ap.add_argument("--tmp", default=None, help="directory for the checkpoints (default: a fresh temporary one)")
     ap.add_argument("--worker", nargs="+")
@@ -335,24 +366,33 @@ def main() -> int:
     if args.worker:
         w = args.worker
         if w[0] == "save":
-            save_worker(w[1], w[2], int(w[3]))
+            save_worker(w[1], w[2], int(w[3]), w[4])
         elif w[0] == "dcp":
-            dcp_load_worker(w[1], int(w[2]), int(w[3]))
+            dcp_load_worker(w[1], int(w[2]), int(w[3]), w[4])
         else:
-            load_worker(w[0], w[1], int(w[2]), int(w[3]), int(w[4]), w[5] == "1")
+            load_worker(w[0], w[1], int(w[2]), int(w[3]), int(w[4]), w[5], w[6] == "1")
         return 0
 
     start = time.perf_counter()
     d = width(args.mib)
-    spec = tensors(d)
-    total = sum(4 * math.prod(s) for _, s in spec)
+    spec = tensors(d, args.state)
+    total = sum(dtypes.numpy_dtype(dt).itemsize * math.prod(s) for _, s, dt in spec)
+    by_dtype = {}
+    for _, s, dt in spec:
+        by_dtype[dt] = by_dtype.get(dt, 0) + 1
+    w, m, f8 = STATES[args.state]
+    flags = "".join(f" {f}" for f, on in ((f"--mib {args.mib}", args.mib != 512), (f"--state {args.state}",
+                    args.state != "bf16"), (f"--out {args.out}", args.out != ap.get_default("out"))) if on)
     tmp = tempfile.mkdtemp(prefix="vs-ckpt-", dir=args.tmp)
     ours, dcp_dir = os.path.join(tmp, "ours"), os.path.join(tmp, "dcp")
     lines = ["# Checkpoint of a training state: save from 8 ranks, load onto 1, 3, 6 and 8", "",
-             f"Command: `.venv/bin/python bench/checkpoint.py{'' if args.mib == 512 else f' --mib {args.mib}'}`"
-             f" (`make bench`), one run.", "", f"Machine: {machine()}.", "",
+             f"Command: `.venv/bin/python bench/checkpoint.py{flags}`"
+             f"{' (`make bench`)' if not flags else ''}, one run.", "", f"Machine: {machine()}.", "",
              f"State: a transformer of {LAYERS} layers, width {d}, vocabulary {VOCAB}, with Adam's two moments: "
-             f"{len(spec)} float32 tensors and a step counter, {total / 2 ** 20:.0f} MiB. Saved from "
+             f"weights {w}, moments {m}" + (f", and the weights again in {f8} (a float8 set)" if f8 else "") +
+             f": {len(spec)} tensors ("
+             + ", ".join(f"{c} {dt}" for dt, c in by_dtype.items()) + f") and a step counter, "
+             f"{total / 2 ** 20:.0f} MiB. Saved from "
              f"{SAVERS} gloo processes as DTensors `[Shard(0)]` on a DeviceMesh ({SAVERS},), by `dcp.save` and "
              "by `verishard.checkpoint.save` (the same DTensors). Loaded with, per tensor: 1 rank: whole; "
              "3 ranks: columns (`[Shard(1)]`; vectors `[Shard(0)]`); 6 ranks: a 3x2 grid (`[Shard(0), "
@@ -360,18 +400,19 @@ def main() -> int:
              "dimensions do not divide (uneven blocks). Every loaded block was compared bit for bit with the "
              "expected one.", ""]
     try:
-        res, _ = run_group([["--worker", "save", ours, dcp_dir, str(d)]] * SAVERS, dist_envs(SAVERS))
+        res, _ = run_group([["--worker", "save", ours, dcp_dir, str(d), args.state]] * SAVERS, dist_envs(SAVERS))
         save = {k: max(x[k] for x in res) for k in ("dcp", "ours")}
         lines += [f"Saving (slowest rank): DCP {save['dcp']:.2f} s, {du(dcp_dir) / 2 ** 20:.1f} MiB on disk; ours "
                   f"{save['ours']:.2f} s (a header, a digest table and the data per block; fsync; commit), "
                   f"{du(ours) / 2 ** 20:.1f} MiB on disk.", ""]
         rows = []
         for n in LOADERS:
-            alone = {m: [run_group([["--worker", m, p, str(n), str(r), str(d), "0"]])[0][0] for r in range(n)]
+            alone = {m: [run_group([["--worker", m, p, str(n), str(r), str(d), args.state, "0"]])[0][0]
+                         for r in range(n)]
                      for m, p in (("ours", ours), ("naive", ours), ("dcp-files", dcp_dir))}
-            conc, conc_wall = run_group([["--worker", "ours", ours, str(n), str(r), str(d), "1"] for r in range(n)],
-                                        handshake=True)
-            dres, dwall = run_group([["--worker", "dcp", dcp_dir, str(n), str(d)]] * n, dist_envs(n))
+            conc, conc_wall = run_group([["--worker", "ours", ours, str(n), str(r), str(d), args.state, "1"]
+                                         for r in range(n)], handshake=True)
+            dres, dwall = run_group([["--worker", "dcp", dcp_dir, str(n), str(d), args.state]] * n, dist_envs(n))
             rows.append((n, alone, conc, conc_wall, dres, dwall))
         lines += ["Per rank, over the rank's target state (its blocks of every tensor): *peak*: the peak RSS "
                   "during the load (`VmHWM`, reset just before) minus the RSS just before; *read*: `rchar` of "

@@ -82,6 +82,9 @@ def parse_args(argv):
     p.add_argument("--layouts", type=int, default=0,
                    help="instead: N random placement pairs (Shard, Replicate, Partial, _StridedShard) of uneven "
                         "rank-3 tensors on (2,2,2) and (2,4), each compared with DTensor (torch_layouts.md)")
+    p.add_argument("--dtype", default="float32", help="dtype of the big case and the sweep, or several "
+                   "comma-separated, each run on every pair one after the other; the first is the baseline of the "
+                   "others' ratios (default float32; e.g. float32,bfloat16)")
     p.add_argument("--quick", action="store_true", help="a small run: 1 MiB sweep of 30 pairs, 16 MiB big case")
     p.add_argument("--out", default=os.path.join(HERE, "results", "torch.md"), help="markdown file, or -")
     p.add_argument("--keep", default="", help="directory for the ranks' raw JSON results (default: a temporary one)")
@@ -188,7 +191,7 @@ class Worker:
             del y
         return {"extra": extra, "cuda_extra": cuda_extra, "times": times, "same": same, "out_bytes": out_bytes}
 
-    def case(self, kind: str, name: str, dm, shape, src, dst, reps: int) -> None:
+    def case(self, kind: str, name: str, dm, shape, src, dst, reps: int, dtype: str = "float32") -> None:
         torch = self.torch
         gc.collect()  # once per case (tensors are freed by reference counting; this catches cycles)
         from torch.distributed.tensor import DTensor, _redistribute as R
@@ -196,20 +199,22 @@ class Worker:
         from verishard.torch import plan_for, planning_mesh
         t_src = from_placements(planning_mesh(dm), shape, src)
         t_dst = from_placements(planning_mesh(dm), shape, dst)
-        local = torch.randn(t_src.local_shape, dtype=torch.float32, device=self.args["device_str"],
+        local = torch.randn(t_src.local_shape, dtype=getattr(torch, dtype), device=self.args["device_str"],
                             generator=None)
+        isz = local.element_size()
         stride = [1] * len(shape)
         for i in range(len(shape) - 2, -1, -1):
             stride[i] = stride[i + 1] * shape[i + 1]
         x = DTensor.from_local(local, dm, src, run_check=False, shape=torch.Size(shape), stride=tuple(stride))
         del local
         fns = self.methods(x, dm, dst)
-        rec = {"kind": kind, "mesh": name, "shape": list(shape), "src": short(src), "dst": short(dst),
-               "src_bytes": t_src.size * 4, "dst_bytes": t_dst.size * 4, "bound_bytes": max(t_src.size, t_dst.size) * 4}
+        rec = {"kind": kind, "mesh": name, "shape": list(shape), "src": short(src), "dst": short(dst), "dtype": dtype,
+               "src_bytes": t_src.size * isz, "dst_bytes": t_dst.size * isz,
+               "bound_bytes": max(t_src.size, t_dst.size) * isz}
         p = plan_for(x, dst)
         rec["ours_plan"] = [str(c) for c in p.collectives] if p is not None else []
-        rec["ours_type_peak"] = (p.peak if p is not None else t_src.size) * 4
-        rec["ours_type_recv"] = (p.traffic if p is not None else 0) * 4
+        rec["ours_type_peak"] = (p.peak if p is not None else t_src.size) * isz
+        rec["ours_type_recv"] = (p.traffic if p is not None else 0) * isz
         ref = None
         res = {}
         R._gen_transform_infos.cache_clear()
@@ -223,7 +228,7 @@ class Worker:
         del ref
         for m in ("greedy", "mincost"):
             steps, peak, recv = dtensor_type_level(x, dm, dst, m == "mincost")
-            rec[f"{m}_type_steps"], rec[f"{m}_type_peak"], rec[f"{m}_type_recv"] = steps, peak * 4, recv * 4
+            rec[f"{m}_type_steps"], rec[f"{m}_type_peak"], rec[f"{m}_type_recv"] = steps, peak * isz, recv * isz
         in_bytes = self.bytes_of(x._local_tensor)
         for m, r in res.items():
             rec[f"{m}_peak"] = in_bytes + r["extra"]
@@ -319,8 +324,9 @@ def worker(rank: int, port: int, args: dict, outdir: str) -> None:
         for mib in args["big_mib"]:
             side = int(math.sqrt(mib * MiB / 4))
             for name, dm in (("(2,4) x,y", m24), ("(4,2) x,y", m42)):
-                w.case("big", name, dm, (side, side), (Shard(0), Replicate()), (Shard(1), Replicate()),
-                       max(2, args["reps"] - 1))
+                for dt in args["dtypes"]:   # the same global shape in each dtype
+                    w.case("big", name, dm, (side, side), (Shard(0), Replicate()), (Shard(1), Replicate()),
+                           max(2, args["reps"] - 1), dt)
         # the sweep
         side = int(math.sqrt(args["sweep_mib"] * MiB / 4))
         side -= side % 8
@@ -331,9 +337,11 @@ def worker(rank: int, port: int, args: dict, outdir: str) -> None:
         if args["pairs_2d"]:
             p24 = rnd.sample(p24, args["pairs_2d"])
         for src, dst in p24:
-            w.case("sweep", "(2,4) x,y", m24, (side, side), src, dst, args["reps"])
+            for dt in args["dtypes"]:   # each pair in every dtype back to back, so a slow spell hits them alike
+                w.case("sweep", "(2,4) x,y", m24, (side, side), src, dst, args["reps"], dt)
         for src, dst in p222:
-            w.case("sweep", "(2,2,2) x,y,z", m222, (side, side), src, dst, args["reps"])
+            for dt in args["dtypes"]:
+                w.case("sweep", "(2,2,2) x,y,z", m222, (side, side), src, dst, args["reps"], dt)
     finally:
         w.save()
         dist.destroy_process_group()
@@ -545,8 +553,11 @@ def mib(b) -> str:
 
 def report(results: list[dict], args, seconds: float, command: str, note: str = "") -> str:
     import torch
-    big = [r for r in results if r["kind"] == "big"]
-    sweep = [r for r in results if r["kind"] == "sweep"]
+    dts = list(dict.fromkeys(r.get("dtype", "float32") for r in results if r["kind"] in ("big", "sweep")))
+    base_dt = dts[0] if dts else "float32"
+    everything = [r for r in results if r["kind"] in ("big", "sweep")]
+    big = [r for r in everything if r["kind"] == "big" and r.get("dtype", "float32") == base_dt]
+    sweep = [r for r in everything if r["kind"] == "sweep" and r.get("dtype", "float32") == base_dt]
     over = [r for r in results if r["kind"] == "overhead"]
     L = [f"# verishard.torch.redistribute against DTensor.redistribute", "",
          f"`{command}`{' ' + note if note else ''} ({args.nprocs} {'NCCL processes, one GPU each' if args.device == 'cuda' else 'gloo processes'}, "
@@ -565,12 +576,12 @@ def report(results: list[dict], args, seconds: float, command: str, note: str = 
          "On gloo DTensor runs each `Shard(a) -> Shard(b)` transform as an all-gather and a chunk "
          "(\"CPU process group does not support alltoall yet\"), so its measured CPU peaks include that gather; "
          "its type-level peak assumes a real all-to-all, as on NCCL.", ""]
-    L += [] if not big else ["## S(0)R -> S(1)R", "",
+    L += [] if not big else [f"## S(0)R -> S(1)R ({base_dt})", "",
           "| mesh | global MiB | ours plan | time ms: ours / greedy / min-cost | DTensor / ours time | "
           "peak MiB: ours / greedy / min-cost | DTensor / ours peak | type-level peak MiB: ours / DTensor | "
           "bound MiB | src + dst MiB |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in big:
-        gm = r["shape"][0] * r["shape"][1] * 4
+        gm = r["shape"][0] * r["shape"][1] * getattr(torch, base_dt).itemsize
         L.append(f"| {r['mesh']} | {mib(gm)} | {', '.join(r['ours_plan'])} | "
                  f"{r['ours_time'] * 1e3:.0f} / {r['greedy_time'] * 1e3:.0f} / {r['mincost_time'] * 1e3:.0f} | "
                  f"{r['greedy_time'] / r['ours_time']:.2f} / {r['mincost_time'] / r['ours_time']:.2f} | "
@@ -583,7 +594,8 @@ def report(results: list[dict], args, seconds: float, command: str, note: str = 
     if sweep:
         n = len(sweep)
         meshes = sorted({r["mesh"] for r in sweep})
-        L += [f"## Sweep: {n} placement pairs at {args.sweep_mib:g} MiB global (float32)", "",
+        L += [f"## Sweep: {n} placement pairs at {args.sweep_mib:g} MiB global in float32 "
+              f"(the same shapes in every dtype; here {base_dt})", "",
               f"Pairs: every pair of distinct layouts of a 2-D tensor on the (2,4) mesh "
               f"({sum(r['mesh'] == '(2,4) x,y' for r in sweep)}; Shard, Replicate and _StridedShard) and a "
               f"sample on the (2,2,2) mesh ({sum(r['mesh'] == '(2,2,2) x,y,z' for r in sweep)}). "
@@ -629,7 +641,10 @@ def report(results: list[dict], args, seconds: float, command: str, note: str = 
                      f"max {max(ratio):.2f}" + ("" if m != "ours" else
                      " (src + dst is the least an out-of-place redistribution can hold when the caller keeps "
                      "its input; the rest is send and receive buffers)"))
-        L += ["", f"Per-pair figures: `bench/results/torch_pairs.csv`.", ""]
+        stem = os.path.splitext(os.path.basename(args.out))[0] if args.out != "-" else "torch"
+        L += ["", f"Per-pair figures: `bench/results/{'torch' if stem == 'torch' else stem}_pairs.csv`.", ""]
+    for dt in dts[1:]:
+        L += dtype_section(everything, base_dt, dt)
     if over:
         L += [f"## Per-call overhead on a small tensor (16 x 16 float32, (2,{args.nprocs // 2}) mesh, plans cached)", "",
               f"Per method: the mean over {args.calls} back-to-back calls, median over {OVERHEAD_ROUNDS} rounds (the "
@@ -649,12 +664,51 @@ def report(results: list[dict], args, seconds: float, command: str, note: str = 
     return "\n".join(L) + "\n"
 
 
+def dtype_section(results: list[dict], base_dt: str, dt: str) -> list[str]:
+    """The pairs (and big cases) run in ``dt`` against the same ones in ``base_dt``, this run:
+    bytes and peaks as ratios, and ``dt``'s identity to DTensor."""
+    key = lambda r: (r["kind"], r["mesh"], tuple(r["shape"]), r["src"], r["dst"])  # noqa: E731
+    base = {key(r): r for r in results if r.get("dtype", "float32") == base_dt}
+    pairs = [(r, base[key(r)]) for r in results if r.get("dtype") == dt and key(r) in base]
+    sweep = [(a, b) for a, b in pairs if a["kind"] == "sweep"]
+    L = [f"## {dt} against {base_dt}: the same {len(sweep)} sweep pairs"
+         + (f" and {len(pairs) - len(sweep)} big cases" if len(pairs) > len(sweep) else "") + ", this run", "",
+         f"Per pair, {dt}'s figure over {base_dt}'s (same global shape, placements and meshes; each pair run in "
+         f"both dtypes back to back). Geometric mean, min and max over the pairs.", "",
+         "| figure | ours | DTensor greedy | DTensor min-cost |", "|---|---:|---:|---:|"]
+
+    def stats(vals):
+        return f"{geomean(vals):.3f} ({min(vals):.3f}-{max(vals):.3f})" if vals else "-"
+    L.append("| bytes of the input per rank (size(src)) | " + stats([a["src_bytes"] / b["src_bytes"] for a, b in sweep])
+             + " | (same) | (same) |")
+    L.append("| type-level peak | " + " | ".join(stats([a[f"{m}_type_peak"] / b[f"{m}_type_peak"] for a, b in sweep])
+                                                for m in METHODS) + " |")
+    L.append("| type-level bytes received | " + " | ".join(
+        stats([a[f"{m}_type_recv"] / b[f"{m}_type_recv"] for a, b in sweep if b[f"{m}_type_recv"]])
+        for m in METHODS) + " |")
+    L.append("| measured peak | " + " | ".join(stats([a[f"{m}_peak"] / b[f"{m}_peak"] for a, b in sweep])
+                                              for m in METHODS) + " |")
+    L.append("| measured peak, big cases | " + " | ".join(
+        stats([a[f"{m}_peak"] / b[f"{m}_peak"] for a, b in pairs if a["kind"] == "big"]) for m in METHODS) + " |")
+    L.append("| time (noisy: a shared machine) | " + " | ".join(
+        stats([a[f"{m}_time"] / b[f"{m}_time"] for a, b in sweep]) for m in METHODS) + " |")
+    same = sum(bool(a["ours_same"]) for a, _ in pairs)
+    L += ["", f"In {dt}: ours bit-identical to DTensor greedy on every rank in {same} of {len(pairs)} cases "
+          f"(min-cost: {sum(bool(a['mincost_same']) for a, _ in pairs)}); DTensor / ours, geometric mean over the "
+          f"sweep pairs: peak {geomean([a['greedy_peak'] / a['ours_peak'] for a, _ in sweep]):.2f} (greedy), "
+          f"{geomean([a['mincost_peak'] / a['ours_peak'] for a, _ in sweep]):.2f} (min-cost); time "
+          f"{geomean([a['greedy_time'] / a['ours_time'] for a, _ in sweep]):.2f} (greedy), "
+          f"{geomean([a['mincost_time'] / a['ours_time'] for a, _ in sweep]):.2f} (min-cost). Measured peaks "
+          "include the process's allocator granularity, so small tensors halve less than their bytes.", ""]
+    return L
+
+
 def _pair(r) -> str:
     return f"{r['mesh'].split()[0]} {r['src']} -> {r['dst']}"
 
 
 def write_csv(results: list[dict], path: str) -> None:
-    keys = ["mesh", "shape", "src", "dst", "ours_plan", "bound_bytes", "src_bytes", "dst_bytes"]
+    keys = ["mesh", "shape", "src", "dst", "dtype", "ours_plan", "bound_bytes", "src_bytes", "dst_bytes"]
     for m in METHODS:
         keys += [f"{m}_time", f"{m}_peak", f"{m}_type_peak"]
     with open(path, "w", newline="") as f:
@@ -663,7 +717,8 @@ def write_csv(results: list[dict], path: str) -> None:
         for r in results:
             if r["kind"] == "sweep":
                 w.writerow([" ".join(r[k]) if k == "ours_plan" else
-                            ("x".join(map(str, r[k])) if k == "shape" else r[k]) for k in keys])
+                            ("x".join(map(str, r[k])) if k == "shape" else
+                             r.get(k, "float32") if k == "dtype" else r[k]) for k in keys])
 
 
 def main(argv=None) -> int:
@@ -684,7 +739,7 @@ def main(argv=None) -> int:
     wargs = {"sweep_mib": args.sweep_mib, "pairs_2d": args.pairs_2d, "pairs_3d": args.pairs_3d, "reps": args.reps, "calls": args.calls,
              "big_mib": [float(s) for s in str(args.big_mib).split(",") if s], "quick": args.quick,
              "device": args.device, "nprocs": args.nprocs, "overhead_only": args.overhead_only,
-             "layouts": args.layouts}
+             "layouts": args.layouts, "dtypes": args.dtype.split(",")}
     command = "python bench/torch_redistribute.py" + ("" if argv is None and len(sys.argv) == 1 else " " + " ".join(sys.argv[1:]))
     start = time.time()
     if args.layouts:
@@ -721,7 +776,10 @@ def main(argv=None) -> int:
         text = report(results, args, time.time() - start, command)
     emit_report(text, args.out)
     if args.out != "-" and not args.overhead_only:   # (the per-pair figures are the sweep's)
-        write_csv(results, os.path.join(os.path.dirname(args.out), "torch_pairs.csv"))
+        # torch.md: torch_pairs.csv; torch_X.md: torch_X_pairs.csv
+        stem = os.path.splitext(os.path.basename(args.out))[0]
+        write_csv(results, os.path.join(os.path.dirname(args.out), "torch_pairs.csv" if stem == "torch" else
+                                        f"{stem}_pairs.csv"))
     return 0
 
 

@@ -63,6 +63,8 @@ def parse_args(argv):
     p.add_argument("--vocab", type=int, default=8192, help="embedding rows (default 8192)")
     p.add_argument("--budget-mib", type=float, default=8, help="round / bucket size in MiB (default 8)")
     p.add_argument("--reps", type=int, default=3, help="timed runs per method (default 3)")
+    p.add_argument("--dtype", default="float32", help="dtype of the weights, or several comma-separated, each "
+                   "run on every split, float32 first when given (default float32; e.g. float32,bfloat16)")
     p.add_argument("--out", default=os.path.join(HERE, "results", "weight_sync.md"), help="markdown file, or -")
     return p.parse_args(argv)
 
@@ -83,9 +85,9 @@ def state_dict_layout(hidden: int, layers: int, vocab: int):
     return out
 
 
-def global_weight(shape, seed):
+def global_weight(shape, seed, dtype):
     import torch
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
 class Counter:
@@ -95,7 +97,7 @@ class Counter:
         self.received = 0
 
 
-def gather_broadcast(weights, layout, train_ranks, infer_mesh, bcast_group, budget, counter):
+def gather_broadcast(weights, layout, train_ranks, infer_mesh, bcast_group, budget, counter, dtype):
     """Checkpoint-engine's scheme: gather each weight to training rank 0,
     broadcast buckets whole, every inference rank keeps its part."""
     import torch
@@ -103,14 +105,15 @@ def gather_broadcast(weights, layout, train_ranks, infer_mesh, bcast_group, budg
     from torch.distributed.tensor import distribute_tensor
     me = dist.get_rank()
     root = train_ranks[0]
+    isz = dtype.itemsize
     out = {}
     names = list(layout)
     k = 0
     while k < len(names):
         bucket, size = [], 0
-        while k < len(names) and (not bucket or size + _numel(layout[names[k]][0]) * 4 <= budget):
+        while k < len(names) and (not bucket or size + _numel(layout[names[k]][0]) * isz <= budget):
             bucket.append(names[k])
-            size += _numel(layout[names[k]][0]) * 4
+            size += _numel(layout[names[k]][0]) * isz
             k += 1
         fulls = []
         for name in bucket:
@@ -120,7 +123,7 @@ def gather_broadcast(weights, layout, train_ranks, infer_mesh, bcast_group, budg
                 if me == root:
                     rows = [len(c) for c in torch.empty(shape[0]).chunk(len(train_ranks))]
                     rows += [0] * (len(train_ranks) - len(rows))
-                    parts = [local] + [torch.empty((n,) + tuple(shape[1:])) for n in rows[1:]]
+                    parts = [local] + [torch.empty((n,) + tuple(shape[1:]), dtype=dtype) for n in rows[1:]]
                     for r, part in zip(train_ranks[1:], parts[1:]):
                         if part.numel():
                             dist.recv(part, src=r)
@@ -129,7 +132,7 @@ def gather_broadcast(weights, layout, train_ranks, infer_mesh, bcast_group, budg
                 elif local.numel():
                     dist.send(local.contiguous(), dst=root)
         if me == root or me in infer_mesh.mesh.flatten().tolist():
-            flat = torch.cat([f.reshape(-1) for f in fulls]) if me == root else torch.empty(size // 4)
+            flat = torch.cat([f.reshape(-1) for f in fulls]) if me == root else torch.empty(size // isz, dtype=dtype)
             dist.broadcast(flat, src=root, group=bcast_group)
             if me != root:
                 counter.received += flat.nbytes
@@ -145,7 +148,7 @@ def gather_broadcast(weights, layout, train_ranks, infer_mesh, bcast_group, budg
     return out
 
 
-def full_then_distribute(weights, layout, train_ranks, infer_mesh, counter):
+def full_then_distribute(weights, layout, train_ranks, infer_mesh, counter, dtype):
     """Per weight: full_tensor() on the training mesh, the whole tensor sent
     to inference rank 0, distribute_tensor on the inference mesh."""
     import torch
@@ -163,12 +166,12 @@ def full_then_distribute(weights, layout, train_ranks, infer_mesh, counter):
             if me == train_ranks[0]:
                 dist.send(full, dst=infer_ranks[0])
         elif me == infer_ranks[0]:
-            full = torch.empty(shape)
+            full = torch.empty(shape, dtype=dtype)
             dist.recv(full, src=train_ranks[0])
             counter.received += full.nbytes
         if me in infer_ranks:
             if me != infer_ranks[0]:
-                full = torch.empty(shape)
+                full = torch.empty(shape, dtype=dtype)
             d = distribute_tensor(full, infer_mesh, (pl,), src_data_rank=0)
             if me != infer_ranks[0]:
                 counter.received += d.to_local().nbytes
@@ -194,6 +197,7 @@ def worker(rank: int, port: int, args: dict, outdir: str) -> None:
     from torch.distributed.tensor import Shard, distribute_tensor
     from verishard.torch import plan_transfer, transfer
     torch.set_num_threads(1)
+    dtype = getattr(torch, args["dtype"])
     world = args["train"] + args["infer"]
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=1200))
     train_ranks = list(range(args["train"]))
@@ -204,19 +208,21 @@ def worker(rank: int, port: int, args: dict, outdir: str) -> None:
     layout = state_dict_layout(args["hidden"], args["layers"], args["vocab"])
     weights = {}
     for k, (name, (shape, _)) in enumerate(layout.items()):
-        weights[name] = distribute_tensor(global_weight(shape, k), train, (Shard(0),), src_data_rank=None)
+        weights[name] = distribute_tensor(global_weight(shape, k, dtype), train, (Shard(0),), src_data_rank=None)
     budget = int(args["budget_mib"] * MiB)
     targets = {name: (infer, (pl,)) for name, (_, pl) in layout.items()}
     sched = plan_transfer(weights, targets, budget_bytes=budget)
     methods = {
         "verishard": lambda c: {n: t.to_local() for n, t in transfer(weights, targets, budget_bytes=budget).items()},
-        "gather+broadcast": lambda c: gather_broadcast(weights, layout, train_ranks, infer, bcast_group, budget, c),
-        "full_tensor+distribute_tensor": lambda c: full_then_distribute(weights, layout, train_ranks, infer, c),
+        "gather+broadcast": lambda c: gather_broadcast(weights, layout, train_ranks, infer, bcast_group, budget, c,
+                                                       dtype),
+        "full_tensor+distribute_tensor": lambda c: full_then_distribute(weights, layout, train_ranks, infer, c, dtype),
     }
     rec = {"rank": rank, "role": "train" if rank in train_ranks else "infer",
            "lower_bound": sched.lower_bound(rank), "target_bytes": sched.target_bytes(rank),
            "source_bytes": sum(w._local_tensor.nbytes for w in weights.values()), "rounds": len(sched.rounds),
-           "tensors": len(layout), "global_bytes": sum(_numel(s) * 4 for s, _ in layout.values())}
+           "tensors": len(layout), "global_bytes": sum(_numel(s) * dtype.itemsize for s, _ in layout.values()),
+           "dtype": args["dtype"]}
     for label, fn in methods.items():
         dist.barrier()
         counter = Counter()
@@ -225,7 +231,7 @@ def worker(rank: int, port: int, args: dict, outdir: str) -> None:
         ok = True
         if rank in infer_ranks:
             for k, (name, (shape, pl)) in enumerate(layout.items()):
-                want = distribute_tensor(global_weight(shape, k), infer, (pl,), src_data_rank=None).to_local()
+                want = distribute_tensor(global_weight(shape, k, dtype), infer, (pl,), src_data_rank=None).to_local()
                 a = got.get(name)
                 ok = ok and a is not None and a.shape == want.shape and torch.equal(
                     a.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8))
@@ -254,12 +260,14 @@ def worker(rank: int, port: int, args: dict, outdir: str) -> None:
 def report(runs, args, seconds, command) -> str:
     import torch
     recs = runs[0][1]
-    g = recs[0]["global_bytes"]
+    sizes = {r[0]["dtype"]: r[0]["global_bytes"] for _, r in runs}
     L = ["# Weight sync: training ranks to inference ranks", "",
          f"`{command}` (gloo processes, {os.cpu_count()} CPU cores, {platform.machine()}, torch "
          f"{torch.__version__}); {seconds:.0f} s in all. The machine is shared with other work: times vary "
          "between runs; byte counts are exact.", "",
-         f"State dict: {recs[0]['tensors']} float32 tensors, {g / MiB:.1f} MiB (hidden {args.hidden}, "
+         f"State dict: {recs[0]['tensors']} tensors, "
+         + ", ".join(f"{g / MiB:.1f} MiB in {dt}" for dt, g in sizes.items())
+         + f" (hidden {args.hidden}, "
          f"{args.layers} layers, vocabulary {args.vocab}), `Shard(0)` over the training ranks, tensor-parallel "
          f"placements over the inference ranks. Budget (verishard's round, the baselines' bucket): "
          f"{args.budget_mib:g} MiB.", "",
@@ -268,11 +276,40 @@ def report(runs, args, seconds, command) -> str:
          "high-water during one call minus RSS before it; *time*: slowest rank, median over runs.", ""]
     for split, recs in runs:
         L += _split_table(split, recs, args)
+    L += _dtype_ratios(runs)
     return "\n".join(L) + "\n"
 
 
+def _dtype_ratios(runs) -> list[str]:
+    """Each later dtype's bytes and peaks over the first dtype's, split by split (measured in this run)."""
+    by = {}
+    for label, recs in runs:
+        split, dtype = label.split()
+        by.setdefault(dtype, {})[split] = recs
+    first, *others = list(by)
+    L = []
+    for other in others:
+        L += [f"## {other} over {first}, same splits, this run", "",
+              "Per method, the largest ratio over the ranks of each split (inference ranks' bytes received, training "
+              "ranks' bytes received where non-zero, inference ranks' peak).", "",
+              "| split | method | received, inference ranks | received, training ranks | peak, inference ranks |",
+              "|---|---|---:|---:|---:|"]
+        for split, recs in by[other].items():
+            base = by[first][split]
+
+            def ratio(key, role):
+                v = [a[key] / b[key] for a, b in zip(recs, base) if a["role"] == role and b[key]]
+                return f"{max(v):.3f}" if v else "-"
+            for m in METHODS:
+                L.append(f"| {split} | {m} | {ratio(m + ' received', 'infer')} | {ratio(m + ' received', 'train')} | "
+                         f"{ratio(m + ' peak', 'infer')} |")
+        L.append("")
+    return L
+
+
 def _split_table(split, recs, args) -> list[str]:
-    L = [f"## {split} ranks (training + inference); verishard's schedule: {recs[0]['rounds']} rounds", "",
+    L = [f"## {split.split()[0]} ranks (training + inference), {recs[0]['dtype']}; verishard's schedule: "
+         f"{recs[0]['rounds']} rounds", "",
          "| method | identical on every inference rank | time s | received / bound, inference ranks (max) | "
          "received MiB, training ranks (max) | peak MiB, inference ranks (max) | peak MiB, training ranks (max) |",
          "|---|---|---:|---:|---:|---:|---:|"]
@@ -304,14 +341,14 @@ def main(argv=None) -> int:
     command = "python bench/weight_sync.py" + ("" if len(sys.argv) == 1 else " " + " ".join(sys.argv[1:]))
     start = time.time()
     runs = []
-    for split in args.splits.split(","):
+    for dtype, split in [(d, s) for d in args.dtype.split(",") for s in args.splits.split(",")]:
         train, infer = (int(v) for v in split.split("+"))
         wargs = {"train": train, "infer": infer, "hidden": args.hidden, "layers": args.layers,
-                 "vocab": args.vocab, "budget_mib": args.budget_mib, "reps": args.reps}
+                 "vocab": args.vocab, "budget_mib": args.budget_mib, "reps": args.reps, "dtype": dtype}
         with tempfile.TemporaryDirectory() as outdir:
             mp.start_processes(worker, args=(free_port(), wargs, outdir), nprocs=train + infer, join=True,
                                start_method="fork")
-            runs.append((split, [json.load(open(os.path.join(outdir, f"rank{r}.json")))
+            runs.append((f"{split} {dtype}", [json.load(open(os.path.join(outdir, f"rank{r}.json")))
                                  for r in range(train + infer)]))
     text = report(runs, args, time.time() - start, command)
     emit_report(text, args.out)

@@ -351,14 +351,18 @@ let mplan_fn a =
    | Err (MNotLeast t) -> List.iter (Buffer.add_int buf) [3; t]);
   finish buf
 
-(* [Crossmesh.xplan], the cross-mesh schedule builder. Input ([read_xplan]):
-   mesh1; ranks1 (n; ranks); type1; mesh2; ranks2; type2. Answer: [1] when it refuses, else
+(* [Crossmesh.xplan], the cross-mesh schedule builder, or [Balance.xplan_bal]
+   (its moved pieces of each block dealt over the block's holders from
+   holder [start]). Input ([read_xplan]): mesh1; ranks1 (n; ranks); type1;
+   mesh2; ranks2; type2; deal ([0]: [xplan]; [start + 1]: [xplan_bal]). Answer: [1] when it refuses, else
    [0; number of targets; for each target: number of pieces; for each piece:
    sending rank, then per dimension: source block, global start, length]. *)
 let read_xplan next =
   let m1 = read_mesh next in let r1 = list_of next (next ()) in let t1 = read_type next in
   let m2 = read_mesh next in let r2 = list_of next (next ()) in let t2 = read_type next in
-  (xplan m1 r1 t1 m2 r2 t2, r2)
+  let deal = next () in
+  if deal > max_elements then raise (Bad_input "a rotation outside 0..2^50");
+  ((if deal = 0 then xplan m1 r1 t1 m2 r2 t2 else xplan_bal m1 r1 t1 m2 r2 t2 (deal - 1)), r2)
 
 let xplan_fn a =
   let next = reader a in
@@ -375,7 +379,7 @@ let xplan_fn a =
              q.pcell q.pbox) ps) pss);
   finish buf
 
-(* [Rounds.xrounds] on [Crossmesh.xplan]'s schedule: the staged transfers.
+(* [Rounds.xrounds] on [Crossmesh.xplan]'s or [Balance.xplan_bal]'s schedule: the staged transfers.
    Input: budget (elements per rank and round); then xplan's input. Answer:
    [1] when xplan refuses, else [0; number of rounds; for each round: number
    of cuts; for each cut: sending rank, receiving rank, target index, number

@@ -132,6 +132,11 @@ Print Assumptions VS.Roundsproof.pack_perm.
 Print Assumptions VS.Roundsproof.pack_bounded.
 Print Assumptions VS.Roundsproof.xrounds_correct.
 
+From VS Require Import Balance Balanceproof.
+Print Assumptions VS.Balanceproof.xplan_bal_correct.
+Print Assumptions VS.Balanceproof.xrounds_bal_correct.
+Print Assumptions VS.Balanceproof.xplan_bal_balanced.
+
 From VS Require Import Chunk Chunkproof.
 Print Assumptions VS.Chunkproof.chunk_range_divides.
 Print Assumptions VS.Chunkproof.chunk_source_coord.

@@ -41,19 +41,20 @@ def expected(p, j):
     return A[tuple(slice(s, s + l) for s, l in zip(p.dst.block_starts(j), p.dst.valid_shape(j)))]
 
 
-def xrun(p=None, *, src_dtype=np.float32, dst_dtype=np.float32, budget=64):
-    """One cross-mesh reshard; True when this rank's result is right."""
+def xrun(p=None, *, src_dtype=np.float32, dst_dtype=np.float32, budget=64, whole=False, timeout=60.0):
+    """One cross-mesh reshard; True when this rank's result is right.
+    ``whole``: this rank passes the whole array instead of its block."""
     p = p or xplan()
     i, j = p.src_index(ME), p.dst_index(ME)
-    local = None if i is None else A[4 * i:4 * i + 4].astype(src_dtype)
-    out = reshard(COMM, p, local, dtype=dst_dtype if i is None else None, budget=budget)
+    local = None if i is None else (A if whole else A[4 * i:4 * i + 4]).astype(src_dtype)
+    out = reshard(COMM, p, local, dtype=dst_dtype if i is None else None, budget=budget, timeout=timeout)
     return j is None or np.array_equal(out, expected(p, j))
 
 
-def mpi_run(chunks=None, budget_bytes=None):
+def mpi_run(chunks=None, budget_bytes=None, timeout=30):
     p = synthesize("x=4", "[2{x}8, 4]", "[8, 1{x}4]")
     local = distribute(A, p.mesh, p.src)[ME]
-    res = redistribute(p, local, chunks=chunks, budget_bytes=budget_bytes, timeout=30)
+    res = redistribute(p, local, chunks=chunks, budget_bytes=budget_bytes, timeout=timeout)
     return np.array_equal(res.output, distribute(A, p.mesh, p.dst)[ME])
 
 
@@ -72,6 +73,15 @@ CASES = [  # (name, the run, text the refusal must hold)
     ("runtime.mpi: chunks=2 on rank 3", lambda: mpi_run(chunks=2 if ME == 3 else None), "disagree on the chunking"),
     ("runtime.mpi: budget_bytes on rank 1", lambda: mpi_run(budget_bytes=2**20 if ME == 1 else None),
      "disagree on the chunking"),
+    # issue 39: a source passing the whole array, and timeouts that are not a number of seconds
+    ("source 1 passes the whole array", lambda: xrun(whole=ME == 1),
+     "rank 1: its local block has shape (8, 4), the source layout gives it the block shape (4, 4)"),
+    ("every source passes the whole array", lambda: xrun(whole=True),
+     "ranks 0-1: its local block has shape (8, 4)"),
+    ("timeout=nan on rank 2", lambda: xrun(timeout=float("nan") if ME == 2 else 60.0),
+     "rank 2: timeout nan is not a valid number of seconds"),
+    ("runtime.mpi: timeout=-1 on every rank", lambda: mpi_run(timeout=-1),
+     "ranks 0-3: timeout -1 is not a valid number of seconds"),
 ]
 
 

@@ -117,7 +117,7 @@ def test_cli_output_paths(tmp_path):
     ckpt = str(tmp_path / "ckpt")
     checkpoint.save(np.arange(4.0), "x=2", "[2{x}4]", ckpt)
     reshard = ["reshard-checkpoint", ckpt]
-    assert_usage_error(reshard + [str(afile), "--mesh", "x=2", "--type", "[4]"], "File exists")
+    assert_usage_error(reshard + [str(afile), "--mesh", "x=2", "--type", "[4]"], "exists and is not a directory")
     assert_usage_error(reshard + [str(afile / "sub"), "--mesh", "x=2", "--type", "[4]"], "Not a directory")
     assert_usage_error(reshard + [str(tmp_path / "out"), "--mesh", "x=2", "--type", "[4]", "--read-buffer", BIG],
                        "MAX_DIGITS")
@@ -278,8 +278,9 @@ def test_mpi_ranks_that_disagree_are_refused_on_every_rank():
     """tests/hostile_mpi_job.py on 4 ranks: each mismatch of issue 34 (another
     round budget, a float16 or float64 source, a target passing another
     dtype, target ranks in another order, another plan; runtime.mpi with
-    another chunks or budget_bytes) raises the same refusal on every rank, and
-    a correct run right after each gives every rank its block."""
+    another chunks or budget_bytes; issue 39: sources passing the whole array
+    instead of their block, a timeout of nan or -1) raises the same refusal on
+    every rank, and a correct run right after each gives every rank its block."""
     from mpi_helpers import report, require_mpi
 
     from verishard.runtime.launch import mpirun
@@ -287,8 +288,8 @@ def test_mpi_ranks_that_disagree_are_refused_on_every_rank():
     job = Path(__file__).with_name("hostile_mpi_job.py")
     res = mpirun([sys.executable, str(job)], 4, timeout=240, cwd=str(job.parent.parent))
     assert not res.timed_out and res.returncode == 0, report(res, 4)
-    # every rank's 8 cases refused and followed by a correct run (rank 0 says HOSTILE OK only when all ranks are)
-    assert res.output.count("refused; the correct run after it matches") == 4 * 8, report(res, 4)
+    # every rank's 12 cases refused and followed by a correct run (rank 0 says HOSTILE OK only when all ranks are)
+    assert res.output.count("refused; the correct run after it matches") == 4 * 12, report(res, 4)
     assert "HOSTILE OK" in res.output, report(res, 4)
 
 

@@ -89,8 +89,11 @@ def test_plan_for_and_plan_transfer_print_tables():
     assert any(line.startswith("  w: float32, [3{dim0}6, 4] on ranks 0, 1 -> [6, 2{dim0}4] on ranks 2, 3")
                for line in lines)
     assert lines[3].split()[:2] == ["round", "tensor"]
-    table = [line.split() for line in lines[4:-1]]
+    table = [line.split() for line in lines[4:-2]]
     assert len(table) == 8 and {r[1] for r in table} == {"v", "w"}
+    loads = sched.loads()
+    assert lines[-2] == f"sent: at most {max(sent for sent, _ in loads.values())} bytes per rank (rank 0); " \
+                        f"{(loads[0][0] + loads[1][0]) / 2:.0f} on average over the 2 sending ranks"
     assert sum(int(r[-1]) for r in table if r[4] == "2") == sched.received(2)
     assert lines[-1] == f"received: at most {sched.received(2)} bytes per rank (rank 2); lower bound " \
                         f"{sched.lower_bound(2)} bytes"

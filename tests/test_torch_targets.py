@@ -108,12 +108,12 @@ def test_bad_targets_are_refused_the_same_on_every_rank(job, label, part):
     assert all(rec["ok_after"] for rec in got)
 
 
-def test_a_refusal_between_some_ranks_is_agreed_among_them(job):
-    """A refused fused transfer whose sides are ranks 0 and 1: those two
-    raise the refusal, agreed between them, without waiting for ranks 2 and 3
-    (which do not call it) until the deadline."""
+def test_a_refusal_between_some_ranks_is_agreed_by_every_rank(job):
+    """A refused fused transfer whose sides are ranks 0 and 1: every rank of
+    the default group (transfer is collective over it) raises the same
+    refusal, without waiting until the deadline."""
     got = records(job, "sub_mesh_refusal")
-    assert [r for r, _ in got] == [0, 1]
+    assert [r for r, _ in got] == [0, 1, 2, 3]
     for r, rec in got:
         assert rec["error"]["type"] == "RedistributionRefused", (r, rec)
         assert "ab: part 'a' of extent 8 along dim 0 cannot have 3 equal heads" in rec["error"]["message"]

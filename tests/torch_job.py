@@ -61,15 +61,15 @@ PARTIAL_RTOL = PARTIAL_ATOL = 1e-5  # float32 results of partial sums; integers 
 NPROCS = 8
 
 
-def launch(script: str, outdir, nprocs: int, timeout: int) -> dict:
-    """Run a job script (``python SCRIPT OUTDIR``) and return every rank's
+def launch(script: str, outdir, nprocs: int, timeout: int, args=()) -> dict:
+    """Run a job script (``python SCRIPT OUTDIR [ARGS]``) and return every rank's
     JSON report, asserting that it exited cleanly, every rank reported and
     none crashed (the tests' fixture)."""
     import subprocess
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     here = os.path.dirname(os.path.abspath(__file__))
-    proc = subprocess.run([sys.executable, os.path.join(here, script), str(outdir)], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, os.path.join(here, script), str(outdir), *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
     ranks = {}
     for r in range(nprocs):
         path = os.path.join(str(outdir), f"rank{r}.json")

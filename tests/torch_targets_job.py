@@ -197,9 +197,10 @@ def targets_case(add, rank) -> None:
 
 
 def sub_mesh_refusal_case(add, rank) -> None:
-    """A refused fused transfer between ranks 0 and 1 only: ranks 2 and 3 do
-    not call it, and ranks 0 and 1 agree among themselves on the refusal
-    (no wait for the others)."""
+    """A refused fused transfer between ranks 0 and 1 only: transfer is
+    collective over the default group, so ranks 2 and 3 (on neither side)
+    call it too, and all four get the same refusal at once (no wait for the
+    deadline)."""
     import time
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import Shard, distribute_tensor
@@ -207,8 +208,6 @@ def sub_mesh_refusal_case(add, rank) -> None:
     pair = DeviceMesh("cpu", [0, 1])
     xs = {n: distribute_tensor(full((8, 4), seed=i), pair, (Shard(0),), src_data_rank=None)
           for i, n in enumerate(("a", "b"))}
-    if rank not in (0, 1):
-        return
     rec, t = {"case": "sub_mesh_refusal"}, time.monotonic()
     try:
         transfer(xs, {"ab": fused(pair, [Shard(0)], [("a", 3), "b"])}, deadline_s=20)

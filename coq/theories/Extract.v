@@ -16,6 +16,7 @@ From VS Require Import Minimal.
 From VS Require Import Puchecker.
 From VS Require Import Boxes.
 From VS Require Import Layoutchoice.
+From VS Require Import Balance.
 
 (** [Nat] of the prelude (what [+], [*], ... denote) *)
 Extract Inlined Constant Coq.Init.Nat.add => "(+)".
@@ -68,4 +69,4 @@ Extract Constant List.nth =>
   "let rec go n l d = match l with [] -> d | x :: t -> if n = 0 then x else go (n - 1) t d in go".
 
 Extraction "verishard_core.ml" check synthesize_best plan_problem pplan_problem pcheck lower_bound block_starts permute_table movement ucheck uplan_problem umovement xplan xrounds eplan_problem echeck ueplan_problem uecheck ulower_bound puplan_problem ubound certify_split
-  mplan_problem pucheck puplan_checked bplan brounds lplan.
+  mplan_problem pucheck puplan_checked bplan brounds lplan xplan_bal.

@@ -481,6 +481,9 @@ def _layout(lay: Any, where: str) -> ArrayType:
 def _mesh_rank(dm: Any) -> int:
     """This process's index in a DeviceMesh."""
     import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        raise CheckpointError("a DeviceMesh or DTensor without torch.distributed initialized: which rank is this "
+                              "process? init_process_group first, or pass rank=")
     ranks, me = dm.mesh.flatten().tolist(), dist.get_rank()
     if me not in ranks:
         raise CheckpointError(f"process {me} is not in the DeviceMesh of ranks {ranks[:16]}")
@@ -938,12 +941,15 @@ def _box_pieces(sources: list[Box], target: _Boxes) -> list[tuple[int, Box, tupl
     return out
 
 
-def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType | _Boxes, j: int, read_buffer: int) -> np.ndarray:
+def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType | _Boxes, j: int, read_buffer: int,
+                out: np.ndarray | None = None) -> np.ndarray:
     """Target device ``j``'s block of entry ``e`` under ``t``, read piece by
     piece along the verified schedule (the cross-mesh one between types, the
-    box one onto a layout our types cannot express)."""
+    box one onto a layout our types cannot express), into ``out`` (a view of
+    a target's own memory, of the block's shape and the entry's dtype) or a
+    new array."""
     if isinstance(t, _Boxes):
-        out = np.empty(t.local_shape, dtype=e.dtype)
+        out = np.empty(t.local_shape, dtype=e.dtype) if out is None else out
         pieces = _box_pieces([tuple(zip(b.start, b.shape)) for b in e.blocks], t)
         ck.pieces += len(pieces)
         for i, box, dst in pieces:
@@ -954,56 +960,236 @@ def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType | _Boxes, j: int, read
     st = e.t
     n1 = st.mesh.num_devices
     plan = crossmesh_plan(st, t, range(n1), range(n1, n1 + t.mesh.num_devices))
-    out = np.empty(t.valid_shape(j), dtype=e.dtype)
+    out = np.empty(t.valid_shape(j), dtype=e.dtype) if out is None else out
     ck.pieces += len(plan.pieces[j])
     for p in plan.pieces[j]:
         _read_box(ck, e, e.blocks[p.src], plan.src_local(p), out[plan.dst_local(j, p)], read_buffer)
     return out
 
 
+# What load accepts as a target (one leaf of ``targets``), named in its errors.
+TARGET_KINDS = (
+    "None (the whole array, as the type it was saved from)",
+    "a torch tensor or numpy array of the stored dtype and global shape (filled in place)",
+    "a DTensor (this rank's shard, filled in place)",
+    "(DeviceMesh, placements) (a new DTensor)",
+    "a jax.Array, a jax.ShapeDtypeStruct with a sharding, or a jax sharding (a new jax.Array with that sharding)",
+    "(mesh, type) in verishard's notation or an ArrayType (block rank= of it, numpy)",
+)
+
+
+def _target_kind(spec: Any) -> str | None:
+    """Which of :data:`TARGET_KINDS` ``spec`` is (None: not a target)."""
+    if spec is None:
+        return "none"
+    mod = type(spec).__module__
+    if mod.startswith("torch"):
+        return {"dtensor": "dtensor", "torch": "torch"}.get(_kind(spec))
+    if isinstance(spec, np.ndarray):
+        return "numpy"
+    if mod.startswith("jax"):
+        if hasattr(spec, "addressable_shards"):
+            return "jax"
+        if type(spec).__name__ == "ShapeDtypeStruct":
+            return "abstract"
+        if hasattr(spec, "device_set"):
+            return "sharding"
+        return None
+    if isinstance(spec, ArrayType):
+        return "layout"
+    if isinstance(spec, tuple) and len(spec) == 2:
+        if hasattr(spec[0], "mesh_dim_names"):
+            return "placements"
+        if isinstance(spec[0], (str, Mesh)):
+            return "layout"
+    return None
+
+
+def _refuse_target(spec: Any, where: str) -> CheckpointError:
+    return CheckpointError(f"{where}: a target {type(spec).__name__} is none of the kinds load takes: "
+                           f"{'; '.join(TARGET_KINDS)}")
+
+
+def _dtype_name(dtype: Any) -> str:
+    """A torch, JAX or numpy dtype's name (``float32``, ``bfloat16``), also of one verishard does not move."""
+    try:
+        return dtypes.name_of(dtype)
+    except DtypeError:
+        return str(dtype)
+
+
+def _check_leaf(e: Any, dtype: Any, shape: tuple[int, ...], where: str) -> None:
+    """A target leaf of its own dtype and global shape must match the stored
+    entry's (a scalar saved as one element fills a 0-d leaf): one error
+    naming both."""
+    stored = getattr(e, "dtype", None)
+    g = e.t.global_shape
+    shape = tuple(shape)
+    same_shape = shape == g or (shape == () and g == (1,) and getattr(e, "scalar", True))
+    if same_shape and (stored is None or _dtype_name(stored) == _dtype_name(dtype)):
+        return
+    raise CheckpointError(f"{where}: the checkpoint holds {_dtype_name(stored) if stored is not None else 'an array'} "
+                          f"of global shape {g}, the target is {_dtype_name(dtype)} of global shape {shape}: pass a "
+                          f"target of the stored dtype and shape, or None for the array as saved")
+
+
+def _memory_of(x: Any, dtype: np.dtype | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The torch tensor ``x``'s own memory as a C-contiguous numpy array of
+    ``dtype`` and ``shape`` (what a block is read into, so that loading
+    makes no second copy), or None where it has none (not on the CPU, not
+    contiguous, another dtype): then the block is read apart and copied in."""
+    if dtype is None or x.device.type != "cpu" or not x.is_contiguous() or x.is_conj() or x.is_neg():
+        return None
+    try:
+        v = dtypes.torch_to_numpy(x)   # on the CPU, contiguous: a view (bfloat16, float8: of the same bytes)
+    except (DtypeError, TypeError, RuntimeError):
+        return None
+    if (v.dtype != dtype or v.size != math.prod(shape) or not v.flags.c_contiguous or not v.flags.writeable
+            or (v.size and v.__array_interface__["data"][0] != x.data_ptr())):
+        return None
+    return v.reshape(shape)
+
+
+def _fill(leaf: Any, local: Any, into: np.ndarray | None, where: str):
+    """finish for a target filled in place: the block was read straight into
+    ``into`` (the local tensor's memory) where there was one, else it is
+    copied into ``local``; gives back the leaf itself."""
+    def finish(blocks):
+        if _dtype_name(blocks[0].dtype) != _dtype_name(local.dtype):   # (a DCP entry's dtype is known only now)
+            raise CheckpointError(f"{where}: the checkpoint holds {_dtype_name(blocks[0].dtype)}, the target is "
+                                  f"{_dtype_name(local.dtype)}: pass a target of the stored dtype, or None for "
+                                  f"the array as saved")
+        if into is None or blocks[0] is not into:
+            if isinstance(local, np.ndarray):
+                local[...] = blocks[0].reshape(local.shape)
+            else:
+                import torch
+                with torch.no_grad():
+                    local.copy_(dtypes.numpy_to_torch(blocks[0]).reshape(local.shape))
+        return leaf
+    finish.into = [into] if into is not None else None
+    return finish
+
+
+def _saved_kind(e: Any, blocks: list[np.ndarray]) -> Any:
+    """The whole array as the kind it was saved from (the manifest's
+    ``like``): a torch tensor from torch tensors and DTensors, a jax.Array
+    from JAX where JAX holds the dtype as it is (64-bit ones need JAX's x64),
+    numpy otherwise (or where that package is not installed)."""
+    like = getattr(e, "like", "numpy")
+    a = blocks[0]
+    try:
+        if like in ("torch", "dtensor"):
+            return dtypes.numpy_to_torch(a)
+        if like == "jax":
+            import jax
+            if jax.dtypes.canonicalize_dtype(a.dtype) == a.dtype:   # 64-bit dtypes without x64: numpy, exact
+                return jax.device_put(a)
+    except ImportError:
+        pass
+    return a
+
+
+def _jax_target(sh: Any, e: Any, shape: tuple[int, ...], where: str):
+    """(type, our ranks to load, finish) of a jax sharding: the blocks of this
+    process's devices, made into one jax.Array of ``shape`` with that sharding."""
+    import jax
+    g = e.t.global_shape
+    if not isinstance(sh, jax.sharding.NamedSharding):
+        if len(sh.device_set) != 1:
+            raise CheckpointError(f"{where}: a {type(sh).__name__} over {len(sh.device_set)} devices; load takes a "
+                                  f"NamedSharding (or a sharding on one device)")
+        return (ArrayType.parse(f"[{', '.join(map(str, g))}]", "one=1"), [0],
+                lambda blocks: jax.device_put(blocks[0].reshape(shape), sh))
+    from .jax_sharding import from_named_sharding
+    t = from_named_sharding(sh, g)
+    devices = list(sh.mesh.devices.flat)
+    mine = [r for r, d in enumerate(devices) if d.process_index == jax.process_index()]
+
+    def finish(blocks):
+        if shape != g:   # a scalar saved as one element, replicated: each device's block is the value
+            blocks = [b.reshape(shape) for b in blocks]
+        arrays = [jax.device_put(blocks[k], devices[r]) for k, r in enumerate(mine)]
+        return jax.make_array_from_single_device_arrays(shape, sh, arrays)
+    return t, mine, finish
+
+
+def _dtensor_target(dm: Any, placements: Any, e: Any, rank: int | None, where: str):
+    """(type, or _Boxes where our types cannot express the layout; [our rank]) of a DTensor layout."""
+    from torch.distributed.tensor.placement_types import _StridedShard
+    from .dtensor import UnsupportedLayout, from_placements
+    from .torch import planning_mesh
+    g = e.t.global_shape
+    r = _mesh_rank(dm) if rank is None else int(rank)
+    try:
+        t = from_placements(planning_mesh(dm), g, placements)
+    except ShardingError as err:
+        # layouts our types cannot express (uneven nested torch.chunk shards, _StridedShard interleaving
+        # that has no shard order): DTensor's own split as boxes; no pending reductions there
+        boxes = isinstance(err, UnsupportedLayout) or any(isinstance(p, _StridedShard) for p in placements)
+        if not boxes or len(placements) != dm.ndim or any(p.is_partial() for p in placements):
+            raise
+        if not 0 <= r < dm.mesh.numel():
+            raise CheckpointError(f"{where}: rank {r} is not a rank of the DeviceMesh") from None
+        t = _Boxes.of_dtensor(g, dm, placements, r, where)   # DTensor's own split: read its boxes
+    return t, r
+
+
 def _target(spec: Any, e: F.Entry, rank: int | None, where: str):
     """(type, or _Boxes where our types cannot express a DTensor layout; our ranks to load; finish: the
-    loaded blocks as the target's kind) for one load target."""
+    loaded blocks as the target's kind) for one load target. A finish whose ``into`` is set names, per
+    rank, the target's own memory to read that block into (filled in place)."""
     g = e.t.global_shape
-    if spec is None:
-        return ArrayType.parse(f"[{', '.join(map(str, g))}]", "one=1"), [0], lambda blocks: blocks[0]
-    if type(spec).__module__.startswith("jax") and hasattr(spec, "spec") and hasattr(spec, "mesh"):
-        from .jax_sharding import from_named_sharding
-        import jax
-        t = from_named_sharding(spec, g)
-        devices = list(spec.mesh.devices.flat)
-        mine = [r for r, d in enumerate(devices) if d.process_index == jax.process_index()]
-
-        def finish(blocks):
-            arrays = [jax.device_put(blocks[k], devices[r]) for k, r in enumerate(mine)]
-            return jax.make_array_from_single_device_arrays(g, spec, arrays)
-        return t, mine, finish
-    if isinstance(spec, tuple) and len(spec) == 2 and hasattr(spec[0], "mesh_dim_names"):
+    kind = _target_kind(spec)
+    whole = ArrayType.parse(f"[{', '.join(map(str, g))}]", "one=1")
+    if kind == "none":
+        return whole, [0], lambda blocks: _saved_kind(e, blocks)
+    if kind in ("torch", "numpy"):
+        _check_leaf(e, spec.dtype, spec.shape, where)
+        if kind == "numpy":
+            if not spec.flags.writeable:
+                raise CheckpointError(f"{where}: the target numpy array is read-only; pass a writable one")
+            into = spec.reshape(g) if spec.flags.c_contiguous else None
+        else:
+            into = _memory_of(spec, getattr(e, "dtype", None), g)
+        return whole, [0], _fill(spec, spec, into, where)
+    if kind in ("jax", "abstract", "sharding"):
+        sh = spec if kind == "sharding" else spec.sharding
+        if sh is None:
+            raise CheckpointError(f"{where}: a ShapeDtypeStruct without a sharding; give it one "
+                                  f"(sharding=NamedSharding(mesh, spec)) so load knows where each block goes")
+        shape = g
+        if kind != "sharding":
+            _check_leaf(e, spec.dtype, spec.shape, where)
+            shape = tuple(spec.shape)
+        return _jax_target(sh, e, shape, where)
+    if kind == "dtensor":
         import torch
-        import torch.distributed as dist
+        _check_leaf(e, spec.dtype, spec.shape, where)
+        if any(p.is_partial() for p in spec.placements):
+            raise CheckpointError(f"{where}: the target DTensor has placements {list(spec.placements)} with a "
+                                  f"pending reduction (Partial); load into a Shard/Replicate one")
+        t, r = _dtensor_target(spec.device_mesh, spec.placements, e, rank, where)
+        with torch.no_grad():
+            local = spec.to_local()
+        want = t.local_shape if isinstance(t, _Boxes) else t.valid_shape(r)
+        if tuple(local.shape) != tuple(want):
+            raise CheckpointError(f"{where}: the target DTensor's local tensor has shape {tuple(local.shape)}; its "
+                                  f"placements give rank {r} a block of shape {tuple(want)}")
+        return t, [r], _fill(spec, local, _memory_of(local, getattr(e, "dtype", None), tuple(want)), where)
+    if kind == "placements":
+        import torch
         from torch.distributed.tensor import DTensor
-        from torch.distributed.tensor.placement_types import _StridedShard
-        from .dtensor import UnsupportedLayout, from_placements
-        from .torch import planning_mesh
         dm, placements = spec
-        r = _mesh_rank(dm) if rank is None else int(rank)
-        try:
-            t = from_placements(planning_mesh(dm), g, placements)
-        except ShardingError as err:
-            # layouts our types cannot express (uneven nested torch.chunk shards, _StridedShard interleaving
-            # that has no shard order): DTensor's own split as boxes; no pending reductions there
-            boxes = isinstance(err, UnsupportedLayout) or any(isinstance(p, _StridedShard) for p in placements)
-            if not boxes or len(placements) != dm.ndim or any(p.is_partial() for p in placements):
-                raise
-            if not 0 <= r < dm.mesh.numel():
-                raise CheckpointError(f"{where}: rank {r} is not a rank of the DeviceMesh") from None
-            t = _Boxes.of_dtensor(g, dm, placements, r, where)   # DTensor's own split: read its boxes
+        t, r = _dtensor_target(dm, placements, e, rank, where)
         stride = tuple(math.prod(g[d + 1:]) for d in range(len(g)))
 
         def finish(blocks):
             return DTensor.from_local(dtypes.numpy_to_torch(blocks[0]), dm, list(placements), run_check=False,
                                       shape=torch.Size(g), stride=stride)
         return t, [r], finish
+    if kind != "layout":
+        raise _refuse_target(spec, where)
     t = _layout(spec, where)
     if rank is None:
         raise CheckpointError(f"{where}: a target in verishard's notation needs rank= (which block to load)")
@@ -1035,44 +1221,123 @@ def nest(flat: dict[tuple[str, ...], Any]) -> dict:
     return out
 
 
+def _key_name(k: Any) -> str:
+    """One step of a JAX key path as a name (a dict key, an attribute, an index)."""
+    for field in ("key", "name", "idx"):
+        if hasattr(k, field):
+            return str(getattr(k, field))
+    return str(k)
+
+
+def _is_one_target(targets: Any, type_: Any) -> bool:
+    """Whether ``load`` was called the one-array way: ``load(path, mesh, type,
+    rank)`` or ``load(path, target)`` with one target of :data:`TARGET_KINDS`."""
+    if type_ is not None:
+        return True
+    return targets is not None and not isinstance(targets, (Mapping, str)) and _target_kind(targets) is not None
+
+
+def select(targets: Any, names: list[tuple[str, ...]], path: str, split: str | None = None):
+    """(name -> target of every entry to load; give_back: the loaded values
+    (name -> value) in the shape of ``targets``). ``targets``: None (every
+    entry, as saved), a name (``"model"`` or ``"model/layer"``: that subtree),
+    a nested dict of names to targets (None at a subtree's name loads all of
+    it as saved) or, with JAX, any pytree of targets. ``split``: a separator
+    inside the targets' keys that the names are split at (DCP's ``.``: a
+    flat ``model.state_dict()`` names nested entries), the result keeping
+    the targets' own keys."""
+    if targets is None:
+        return {k: None for k in names}, nest
+    if isinstance(targets, str):
+        parts = tuple(targets.split("/"))
+        if not all(parts):
+            raise CheckpointError(f"{path}: {targets!r} is not a name of the checkpoint (names are joined by '/')")
+        targets = nest({parts: None})
+    treedef = None
+    if isinstance(targets, Mapping):
+        flat = _flatten(targets)
+    else:
+        try:
+            import jax
+        except ImportError:
+            jax = None
+        if jax is None:
+            raise CheckpointError(f"{path}: targets are a dict of names to targets, a name, or None, not "
+                                  f"{type(targets).__name__} (a pytree of targets needs JAX)")
+        leaves, treedef = jax.tree_util.tree_flatten_with_path(
+            targets, is_leaf=lambda x: x is None or _target_kind(x) is not None)
+        flat = [(tuple(_key_name(k) for k in kp), v) for kp, v in leaves]
+        if any(not key for key, _ in flat):   # not a container JAX knows: one leaf, named nothing
+            raise CheckpointError(f"{path}: targets are None, a name, a dict of names to targets or a pytree of "
+                                  f"them, not {type(targets).__name__}; each target is one of: "
+                                  f"{'; '.join(TARGET_KINDS)}")
+    have = set(names)
+    wanted: dict = {}
+    own = [key for key, _ in flat]   # the targets' keys, for the result
+    if split is not None:
+        flat = [(tuple(p for k in key for p in k.split(split)), spec) for key, spec in flat]
+    for key, spec in flat:
+        if key in have:
+            wanted[key] = spec
+            continue
+        under = [k for k in names if k[:len(key)] == key]
+        if not under:
+            raise CheckpointError(f"{path}: no entry {'/'.join(key)!r} (it holds "
+                                  f"{', '.join('/'.join(k) for k in names[:8])}{', ...' if len(names) > 8 else ''})")
+        if spec is not None:
+            raise CheckpointError(f"{path}: {'/'.join(key)!r} names {len(under)} entries; its target is None (all "
+                                  f"of them as saved) or a dict of targets by name, not one "
+                                  f"{type(spec).__name__}")
+        wanted.update((k, None) for k in under)
+
+    def give_back(out: dict) -> Any:
+        values = [out[key] if key in out else nest({k[len(key):]: v for k, v in out.items() if k[:len(key)] == key})
+                  for key, _ in flat]
+        if treedef is None:
+            return nest(dict(zip(own, values)))
+        return jax.tree_util.tree_unflatten(treedef, values)
+    return wanted, give_back
+
+
 def load(path: str, targets: Any = None, type: Any = None, rank: int | None = None, *, dtype: Any = None,
          read_buffer: int = DEFAULT_READ_BUFFER, stats: dict | None = None) -> Any:
     """Load from the checkpoint directory ``path`` (ours, or a PyTorch DCP one).
 
-    ``targets`` maps names (nested like the saved state) to where each goes:
-    ``None`` (the whole array as numpy; a plain value as itself), ``(mesh,
-    type)`` in our notation or an ArrayType (rank ``rank``'s block, numpy),
-    ``(DeviceMesh, placements)`` (a DTensor of this process's block) or a JAX
-    ``NamedSharding`` (a jax.Array of this process's devices). ``targets``
-    None loads every name whole. Each rank reads only the pieces of its
-    blocks that the verified schedule assigns it, and checks each tile it
-    reads. ``stats`` receives ``bytes_read`` (data, digests and headers),
-    ``bytes_needed`` and ``pieces`` (of the schedule).
+    ``targets`` says what to load and where each array goes: None (every
+    entry), a name (``"model"``: that subtree), a nested dict like the saved
+    state, or with JAX any pytree (names from its key paths). Each leaf is
+    one of :data:`TARGET_KINDS`: ``None`` (the whole array as the type it was
+    saved from, per the manifest's ``like``: a torch tensor, a jax.Array or
+    numpy; a plain value as itself; None at a subtree's name: all of it);
+    a torch tensor, numpy array or DTensor (filled in place: each block is
+    read straight into its memory, and the result holds the same object);
+    a jax.Array, ShapeDtypeStruct with a sharding, or jax sharding (a new
+    jax.Array of this process's devices with that sharding); ``(DeviceMesh,
+    placements)`` (a new DTensor of this rank's block); ``(mesh, type)`` in
+    our notation or an ArrayType (block ``rank`` of it, numpy). A leaf with
+    a dtype and shape of its own must match the stored ones. Each rank reads
+    only the pieces of its blocks that the verified schedule assigns it, and
+    checks each tile it reads. ``stats`` receives ``bytes_read`` (data,
+    digests and headers), ``bytes_needed`` and ``pieces`` (of the schedule).
 
-    ``load(path, mesh, type, rank)`` loads the one array of a one-array
-    checkpoint as before."""
+    ``load(path, mesh, type, rank)`` (or ``load(path, target)``) loads the
+    one array of a one-array checkpoint as before."""
     path = _dir_name(path, "load")
     read_buffer = _count(read_buffer, "read_buffer", 1)
     rank = _count(rank, "rank", 0, none=True)
     if os.path.lexists(os.path.join(path, ".metadata")) and not os.path.lexists(os.path.join(path, F.MANIFEST)):
         from . import checkpoint_dcp
         return checkpoint_dcp.load(path, targets, type, rank, dtype=dtype, read_buffer=read_buffer, stats=stats)
-    legacy = targets is not None and not isinstance(targets, Mapping)
+    legacy = _is_one_target(targets, type)
     with _opened(path) as ck:
+        names = list(ck.man.entries)
         if legacy:
             arrays = [k for k, e in ck.man.entries.items() if e.t is not None]
             if len(ck.man.entries) != 1 or not arrays:
                 raise CheckpointError(f"{path}: holds {len(ck.man.entries)} entries; pass a dict of targets")
-            wanted = {arrays[0]: (targets, type)}
-        elif targets is None:
-            wanted = {k: None for k in ck.man.entries}
+            wanted, give_back = {arrays[0]: (targets, type) if type is not None else targets}, None
         else:
-            wanted = dict(_flatten(targets))
-        missing = [k for k in wanted if k not in ck.man.entries]
-        if missing:
-            raise CheckpointError(f"{path}: no entry {'/'.join(missing[0])!r} (it holds "
-                                  f"{', '.join('/'.join(k) for k in list(ck.man.entries)[:8])}"
-                                  f"{', ...' if len(ck.man.entries) > 8 else ''})")
+            wanted, give_back = select(targets, names, path)
         out, needed = {}, 0
         for key, spec in wanted.items():
             e = ck.man.entries[key]
@@ -1087,7 +1352,8 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
                 if t.global_shape != e.t.global_shape:
                     raise CheckpointError(f"{where}: the checkpoint's global shape is {e.t.global_shape}, the "
                                           f"target's {t.global_shape}")
-                blocks = [_load_block(ck, e, t, j, read_buffer) for j in ranks]
+                into = getattr(finish, "into", None) or [None] * len(ranks)
+                blocks = [_load_block(ck, e, t, j, read_buffer, o) for j, o in zip(ranks, into)]
             except CheckpointError:
                 raise
             except VerishardError as err:
@@ -1102,7 +1368,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
             stats["pieces"] = stats.get("pieces", 0) + ck.pieces
     if legacy:
         return next(iter(out.values()))
-    return nest(out)
+    return give_back(out)
 
 
 def read_manifest(path: str) -> F.Manifest:
@@ -1128,34 +1394,104 @@ def verify(path: str) -> int:
     return n
 
 
-def reshard(src: str, dst: str, mesh: Mesh | str, type: ArrayType | str, *,
-            read_buffer: int = DEFAULT_READ_BUFFER, stats: dict | None = None) -> str:
-    """Offline: rewrite the one-array checkpoint ``src`` as ``dst`` with
-    ``type`` on ``mesh``, one target block at a time (memory: the largest
-    target block plus the read buffer)."""
+def _reshard_layout(lay: Any, shape: tuple[int, ...], where: str) -> ArrayType:
+    """One layout of :func:`reshard`'s map for an entry of global ``shape``:
+    ``{"mesh": M, "type": T}`` (verishard's notation, global shape included),
+    ``{"mesh": M, "spec": "P('x', None)"}`` (a JAX PartitionSpec) or
+    ``{"mesh": M, "placements": "Shard(0), Replicate()"}`` (DTensor's), the
+    last two for any shape; or ``(mesh, type)``, ``[mesh, type]``, an ArrayType."""
+    from . import notation
+    if isinstance(lay, list) and len(lay) == 2:
+        lay = tuple(lay)
+    if not isinstance(lay, Mapping):
+        return _layout(lay, where)
+    forms = [k for k in ("type", "spec", "placements") if k in lay]
+    if "mesh" not in lay or len(forms) != 1 or set(lay) - {"mesh", forms[0]}:
+        raise CheckpointError(f"{where}: a layout is {{'mesh': M}} with one of 'type' (verishard's notation, e.g. "
+                              f"'[4{{x}}8, 6]'), 'spec' (a PartitionSpec, e.g. \"P('x', None)\") or 'placements' "
+                              f"(DTensor's, e.g. 'Shard(0), Replicate()'); not the keys {sorted(map(str, lay))}")
+    text = lay[forms[0]]
+    if forms[0] == "type":
+        return _layout((lay["mesh"], text), where)
+    try:
+        mesh = Mesh.coerce(lay["mesh"])
+        if forms[0] == "spec":
+            return notation.from_partition_spec(mesh, shape, notation.parse_partition_spec(text))
+        return notation.from_placements(mesh, shape, notation.parse_placements(text))
+    except VerishardError as e:
+        raise CheckpointError(f"{where}: {e}") from None
+
+
+def reshard(src: str, dst: str, layouts: Any, type: Any = None, *, read_buffer: int = DEFAULT_READ_BUFFER,
+            stats: dict | None = None) -> str:
+    """Offline: rewrite the checkpoint ``src`` (every entry) as ``dst`` with
+    new layouts, one target block at a time (memory: the largest target block
+    plus the read buffer), each read checked against its digests.
+
+    ``layouts`` maps name patterns (``fnmatch``, on names joined by ``/``:
+    ``"model/*"``, ``"optim/*/exp_avg*"``) to layouts (see
+    :func:`_reshard_layout`); an entry takes the first pattern that matches
+    it, in the map's order. Entries no pattern matches, and plain values,
+    are copied as they are (their blocks re-read and checked, their layout
+    kept). A pattern that matches no entry is refused (a misspelt name would
+    otherwise change nothing), as is any layout that does not fit its
+    entries; all of it before anything is written. ``dst`` may be ``src``
+    (the rewrite is committed like a save: the old files go once it is).
+
+    ``reshard(src, dst, mesh, type)`` puts every array on ``type`` over
+    ``mesh`` (the one-array call of earlier versions)."""
+    import fnmatch
     read_buffer = _count(read_buffer, "read_buffer", 1)
-    m = Mesh.coerce(mesh)
-    t = as_type(type, m, "target")
+    if type is not None:
+        layouts = {"*": (layouts, type)}
+    if not isinstance(layouts, Mapping) or not layouts:
+        raise CheckpointError(f"reshard: layouts is a non-empty dict of name patterns to layouts (or pass mesh "
+                              f"and type), not {layouts!r}"[:300])
+    patterns = list(layouts.items())
+    for p, _ in patterns:
+        if not isinstance(p, str) or not 0 < len(p) <= F.MAX_NAME * F.MAX_DEPTH:
+            raise CheckpointError(f"reshard: pattern {p!r} is not a name pattern (a non-empty string, e.g. "
+                                  f"'model/*')")
     save_id = _new_id()
     with _opened(src) as ck:
-        arrays = [k for k, e in ck.man.entries.items() if e.t is not None]
-        if len(ck.man.entries) != 1 or not arrays:
-            raise CheckpointError(f"{src}: holds {len(ck.man.entries)} entries, not one array")
-        e = ck.man.entries[arrays[0]]
-        if t.global_shape != e.t.global_shape:
-            raise CheckpointError(f"{src}: the checkpoint's global shape is {e.t.global_shape}, the target "
-                                  f"type's {t.global_shape}")
+        todo, values, used = [], [], set()
+        for key, e in ck.man.entries.items():
+            name = "/".join(key)
+            hit = next((p for p, _ in patterns if fnmatch.fnmatchcase(name, p)), None)
+            if hit is not None:
+                used.add(hit)
+            if e.t is None:
+                values.append(dict(e.raw))
+                continue
+            where = f"{src}: {name!r} (pattern {hit!r})"
+            t = e.t if hit is None else _reshard_layout(layouts[hit], e.t.global_shape, where)
+            if t.global_shape != e.t.global_shape:
+                raise CheckpointError(f"{where}: the checkpoint's global shape is {e.t.global_shape}, the "
+                                      f"layout's {t.global_shape}")
+            if t.partial:
+                raise CheckpointError(f"{where}: {t} has pending axes; a checkpoint holds reduced arrays")
+            todo.append((key, e, t, hit is not None))
+        unused = [p for p, _ in patterns if p not in used]
+        if unused:
+            names = ["/".join(k) for k in ck.man.entries]
+            raise CheckpointError(f"{src}: pattern {unused[0]!r} matches no entry (it holds "
+                                  f"{', '.join(names[:8])}{', ...' if len(names) > 8 else ''})")
         with _directory(dst, create=True) as dirfd:
             parts = []
-            for r in range(m.num_devices):
+            # rank by rank, as that many ranks would save it: one data file (one writer) open at a time
+            for r in range(max((t.mesh.num_devices for _, _, t, _ in todo), default=0)):
                 w = _Writer(dirfd, save_id, r)
                 try:
-                    w.add(arrays[0], r, _load_block(ck, e, t, r, read_buffer), t, e.like, e.scalar)
+                    for key, e, t, _ in todo:
+                        if r < t.mesh.num_devices:
+                            w.add(key, r, _load_block(ck, e, t, r, read_buffer), t, e.like, e.scalar)
                     parts.append(w.finish())
                 finally:
                     w.release()
-            _commit_manifest(dirfd, _merge(parts, [], save_id))
+            _commit_manifest(dirfd, _merge(parts, values, save_id))
         if stats is not None:
             stats["bytes_read"] = stats.get("bytes_read", 0) + ck.bytes_read
             stats["pieces"] = stats.get("pieces", 0) + ck.pieces
+            stats["resharded"] = stats.get("resharded", 0) + sum(1 for *_, hit in todo if hit)
+            stats["copied"] = stats.get("copied", 0) + sum(1 for *_, hit in todo if not hit) + len(values)
     return os.path.join(dst, F.MANIFEST)

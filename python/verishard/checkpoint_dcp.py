@@ -78,7 +78,6 @@ import os
 import pickle
 import struct
 import zipfile
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -742,19 +741,17 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
          read_buffer: int = 0, stats: dict | None = None) -> Any:
     """:func:`verishard.checkpoint.load` on a DCP directory (same targets and
     results; names are DCP's flattened names, nested at ``.``)."""
-    from .checkpoint import _finish, _flatten, _target, nest
+    from .checkpoint import _finish, _is_one_target, _target, select
     ck = DCPCheckpoint(path)
     try:
-        legacy = targets is not None and not isinstance(targets, Mapping)
+        legacy = _is_one_target(targets, type)
         if legacy:
             tensors = [n for n in ck.names() if not _is_bytes(ck, n)]
             if len(tensors) != 1:
                 raise CheckpointError(f"{path}: holds {len(tensors)} tensors; pass a dict of targets")
-            wanted = {(tensors[0],): (targets, type)}
-        elif targets is None:
-            wanted = {tuple(n.split(".")): None for n in ck.names()}
+            wanted = {(tensors[0],): (targets, type) if type is not None else targets}
         else:
-            wanted = dict(_flatten(targets))
+            wanted, give_back = select(targets, [tuple(n.split(".")) for n in ck.names()], path, split=".")
         out, needed = {}, 0
         for key, spec in wanted.items():
             fqn = ".".join(key)
@@ -789,7 +786,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
         ck.close()
     if legacy:
         return next(iter(out.values()))
-    return nest(out)
+    return give_back(out)
 
 
 def _is_bytes(ck: DCPCheckpoint, fqn: str) -> bool:

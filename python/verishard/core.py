@@ -862,10 +862,13 @@ class Piece:
 
 
 def xplan(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType,
-          dst_ranks: Sequence[int]) -> list[list[Piece]] | None:
+          dst_ranks: Sequence[int], start: int | None = None) -> list[list[Piece]] | None:
     """The verified cross-mesh schedule (``Crossmesh.xplan``): for every
     device of ``dst.mesh`` in rank order, the pieces of its block and their
-    senders (world ranks); None when the core refuses the problem.
+    senders (world ranks); None when the core refuses the problem. With
+    ``start`` (an integer >= 0), ``Balance.xplan_bal``'s: the same pieces, the
+    moved pieces of each source block dealt over the ranks holding it from
+    holder ``start`` on (``Balanceproof.xplan_bal_balanced``).
 
     >>> from verishard import Mesh, ArrayType
     >>> s = ArrayType.parse("[3{x}6]", Mesh.parse("x=2"))
@@ -874,7 +877,7 @@ def xplan(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType,
     [[(0, ((0, 2),))], [(0, ((2, 1),)), (1, ((3, 1),))], [(1, ((4, 2),))]]
     """
     ints = (src.mesh.encode() + [len(src_ranks), *map(int, src_ranks)] + src.encode()
-            + dst.mesh.encode() + [len(dst_ranks), *map(int, dst_ranks)] + dst.encode())
+            + dst.mesh.encode() + [len(dst_ranks), *map(int, dst_ranks)] + dst.encode() + [_deal(start)])
     out = _call(_core.xplan, ints)
     if out[0] != 0:
         return None
@@ -894,6 +897,15 @@ def xplan(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType,
     return result
 
 
+def _deal(start: int | None) -> int:
+    """The builder choice the core reads: 0 for ``Crossmesh.xplan``, ``start + 1`` for ``Balance.xplan_bal``."""
+    if start is None:
+        return 0
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < 2**50:
+        raise ShardingError(f"the senders' rotation must be an integer in 0..2**50 - 1, not {start!r}")
+    return start + 1
+
+
 @dataclass(frozen=True)
 class Cut:
     """One transfer of a staged cross-mesh schedule (``Rounds.cut``): the
@@ -907,9 +919,10 @@ class Cut:
 
 
 def xrounds(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks: Sequence[int],
-            budget: int) -> list[list[Cut]] | None:
+            budget: int, start: int | None = None) -> list[list[Cut]] | None:
     """The rounds of the verified staged cross-mesh transfer (``Rounds.xrounds``
-    on ``Crossmesh.xplan``'s schedule; theorem ``Roundsproof.xrounds_correct``):
+    on ``Crossmesh.xplan``'s schedule, theorem ``Roundsproof.xrounds_correct``;
+    with ``start``, on ``Balance.xplan_bal``'s, ``Balanceproof.xrounds_bal_correct``):
     every piece a target receives from another rank cut into slices that fit
     ``budget`` elements, packed first fit (each cut into the first round with
     room for it, searched from the first rounds where its sender and receiver
@@ -925,7 +938,7 @@ def xrounds(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks:
     [[(0, 2, ((0, 1),)), (1, 3, ((3, 1),))], [(0, 2, ((1, 1),)), (1, 4, ((4, 1),))], [(0, 3, ((2, 1),)), (1, 4, ((5, 1),))]]
     """
     ints = ([int(budget)] + src.mesh.encode() + [len(src_ranks), *map(int, src_ranks)] + src.encode()
-            + dst.mesh.encode() + [len(dst_ranks), *map(int, dst_ranks)] + dst.encode())
+            + dst.mesh.encode() + [len(dst_ranks), *map(int, dst_ranks)] + dst.encode() + [_deal(start)])
     out = _call(_core.xrounds, ints)
     if out[0] != 0:
         return None

@@ -53,6 +53,21 @@ def as_type(t: ArrayType | str, mesh: Mesh | str | None, what: str) -> ArrayType
 
 def _ranks(ranks: Sequence[int] | None, default_start: int, n: int, what: str,
            world_size: int | None) -> tuple[int, ...]:
+    if isinstance(ranks, tuple):   # the same long lists come again with every tensor of a transfer: checked once
+        try:
+            return _ranks_checked(ranks, default_start, n, what, world_size)
+        except TypeError:   # unhashable entries: checked (and refused) below
+            pass
+    return _check_ranks(ranks, default_start, n, what, world_size)
+
+
+@lru_cache(maxsize=256)
+def _ranks_checked(ranks: tuple, default_start: int, n: int, what: str, world_size: int | None) -> tuple[int, ...]:
+    return _check_ranks(ranks, default_start, n, what, world_size)
+
+
+def _check_ranks(ranks: Sequence[int] | None, default_start: int, n: int, what: str,
+                 world_size: int | None) -> tuple[int, ...]:
     if ranks is None:
         ranks = range(default_start, default_start + n)
     if isinstance(ranks, (str, bytes)) or not isinstance(ranks, Iterable):
@@ -78,13 +93,16 @@ def _ranks(ranks: Sequence[int] | None, default_start: int, n: int, what: str,
 class CrossMeshPlan:
     """A verified cross-mesh schedule: ``pieces[j]`` are the pieces of target
     device ``j`` (world rank ``dst_ranks[j]``), each a :class:`core.Piece`
-    (sending world rank, source block, global box)."""
+    (sending world rank, source block, global box). ``start``: None for
+    ``Crossmesh.xplan``'s senders, else the rotation of ``Balance.xplan_bal``'s
+    (each source block's moved pieces dealt over its holders)."""
 
     src: ArrayType
     dst: ArrayType
     src_ranks: tuple[int, ...]
     dst_ranks: tuple[int, ...]
     pieces: tuple[tuple[core.Piece, ...], ...]
+    start: int | None = None
 
     # geometry -------------------------------------------------------------
     def src_index(self, rank: int) -> int | None:
@@ -157,7 +175,15 @@ class CrossMeshPlan:
     # in-process execution (tests, offline tools) ----------------------------
     def simulate(self, locals_: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         """Run the schedule in one process: ``locals_`` maps every source world
-        rank to its local block; returns every target world rank's block."""
+        rank to its local block (exactly its layout's shape: a
+        :class:`~verishard.errors.ShardingError` names the rank, the block
+        shape and the shape given); returns every target world rank's block."""
+        for i, r in enumerate(self.src_ranks):
+            want = tuple(self.src.valid_shape(i))
+            got = tuple(np.shape(locals_[r])) if r in locals_ else None
+            if got != want:
+                raise ShardingError(f"source rank {r}: " + ("no local block given" if got is None else
+                                    f"its local block has shape {got}, the source layout gives it {want}"))
         out = {}
         dtype = np.result_type(*[np.asarray(a).dtype for a in locals_.values()])
         for j, ps in enumerate(self.pieces):
@@ -212,13 +238,21 @@ def _show_ranks(ranks: tuple[int, ...]) -> str:
 def crossmesh_plan(src: ArrayType | str, dst: ArrayType | str, src_ranks: Sequence[int] | None = None,
                    dst_ranks: Sequence[int] | None = None, *, src_mesh: Mesh | str | None = None,
                    dst_mesh: Mesh | str | None = None, world_size: int | None = None,
-                   allow_overlap: bool = True) -> CrossMeshPlan:
+                   allow_overlap: bool = True, start: int | None = None) -> CrossMeshPlan:
     """Plan moving ``src`` (on its mesh, device ``i`` being world rank
     ``src_ranks[i]``; default ``0..N-1``) to ``dst`` (default ranks right
     after the source's). Everything is validated before any communication:
     both types plain (no pending axes), the same global shape, each rank list
     one distinct world rank per device within ``world_size``, and, when
     ``allow_overlap`` is false, no rank in both lists.
+
+    Where a source block is held by several ranks (replicas), ``start=None``
+    takes ``Crossmesh.xplan``'s sender (holder ``j mod |holders|`` for target
+    ``j``); an integer ``start`` deals each block's moved pieces over its
+    holders in turn from holder ``start`` (``Balance.xplan_bal``; theorem
+    ``Balanceproof.xplan_bal_balanced``: no rank sends more than its share
+    rounded up to one piece; ``xplan_bal_correct``: every guarantee of
+    ``xplan_correct`` kept).
 
     >>> crossmesh_plan("[2{x}4]", "[2{u}6]", src_mesh="x=2", dst_mesh="u=3")
     Traceback (most recent call last):
@@ -237,12 +271,12 @@ def crossmesh_plan(src: ArrayType | str, dst: ArrayType | str, src_ranks: Sequen
     r2 = _ranks(dst_ranks, n1 if src_ranks is None else max(r1) + 1, n2, "target", world_size)
     if not allow_overlap and set(r1) & set(r2):
         raise ShardingError(f"rank {min(set(r1) & set(r2))} is both a source and a target")
-    return _plan(s, d, r1, r2)
+    return _plan(s, d, r1, r2, start)
 
 
 @lru_cache(maxsize=256)
-def _plan(s: ArrayType, d: ArrayType, r1: tuple[int, ...], r2: tuple[int, ...]) -> CrossMeshPlan:
-    out = core.xplan(s, r1, d, r2)
+def _plan(s: ArrayType, d: ArrayType, r1: tuple[int, ...], r2: tuple[int, ...], start: int | None) -> CrossMeshPlan:
+    out = core.xplan(s, r1, d, r2, start)
     if out is None:
         raise PlanError(f"the verified cross-mesh builder refuses {s} on {s.mesh} -> {d} on {d.mesh}")
-    return CrossMeshPlan(s, d, r1, r2, tuple(tuple(ps) for ps in out))
+    return CrossMeshPlan(s, d, r1, r2, tuple(tuple(ps) for ps in out), start)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 
-from .errors import ShardingError, show
+from .errors import CheckpointError, ShardingError, show
 from .limits import MAX_DEVICES, MAX_INDEX, check_count, check_int, check_text, parse_int
 from .mesh import Mesh
 
@@ -63,14 +63,20 @@ def add_parsers(sub, common) -> None:
     c.add_argument("--world-size", type=int_option("--world-size", 1, MAX_INDEX), help="refuse ranks at or above this")
     c.add_argument("--format", choices=("table", "json"), default="table")
     r = sub.add_parser("reshard-checkpoint", parents=[common],
-                       help="rewrite a checkpoint for another mesh and type, offline",
-                       description="Read the checkpoint SRC_DIR and write it to DST_DIR with --type on "
-                                   "--mesh, one target block at a time (memory: one target block plus "
-                                   "the read buffer), each read checked against its chunk digest.")
+                       help="rewrite a checkpoint (a whole saved state) onto new layouts, offline",
+                       description="Read the checkpoint SRC_DIR and write it to DST_DIR with new layouts: "
+                                   "--layouts FILE maps name patterns to layouts (entries no pattern matches, "
+                                   "and plain values, are copied as they are), or --mesh and --type put every "
+                                   "array on one layout. One target block at a time (memory: one target block "
+                                   "plus the read buffer), each read checked against its chunk digest.")
     r.add_argument("src_dir")
     r.add_argument("dst_dir")
-    r.add_argument("--mesh", required=True, help="target mesh")
-    r.add_argument("--type", required=True, help="target type")
+    r.add_argument("--layouts", metavar="FILE",
+                   help="JSON (or YAML, with PyYAML installed) map of name patterns (fnmatch, names joined by '/') "
+                        "to layouts {\"mesh\": M, \"type\"|\"spec\"|\"placements\": ...}; the first matching "
+                        "pattern wins")
+    r.add_argument("--mesh", help="target mesh of every array (with --type)")
+    r.add_argument("--type", help="target type of every array (with --mesh)")
     r.add_argument("--read-buffer", type=int_option("--read-buffer", 1, 2**32), default=8 << 20,
                    help="read buffer in bytes (default 8 MiB)")
 
@@ -94,11 +100,61 @@ def run(args, out) -> int:
         return 0
     from . import checkpoint
     stats: dict = {}
-    path = checkpoint.reshard(args.src_dir, args.dst_dir, Mesh.parse(args.mesh), args.type,
-                              read_buffer=args.read_buffer, stats=stats)
-    print(f"wrote {path} ({args.type} on {Mesh.parse(args.mesh)}); read {stats.get('bytes_read', 0)} bytes "
-          f"in {stats.get('pieces', 0)} pieces", file=out)
+    if args.layouts is not None:
+        if args.mesh is not None or args.type is not None:
+            raise CheckpointError("reshard-checkpoint: pass --layouts FILE, or --mesh and --type, not both")
+        layouts = read_layouts(args.layouts)
+        what = f"{len(layouts)} pattern{'s' if len(layouts) != 1 else ''} of {args.layouts}"
+        path = checkpoint.reshard(args.src_dir, args.dst_dir, layouts, read_buffer=args.read_buffer, stats=stats)
+    else:
+        if args.mesh is None or args.type is None:
+            raise CheckpointError("reshard-checkpoint: pass --layouts FILE (name patterns to layouts), or --mesh "
+                                  "and --type (one layout for every array)")
+        what = f"{args.type} on {Mesh.parse(args.mesh)}"
+        path = checkpoint.reshard(args.src_dir, args.dst_dir, Mesh.parse(args.mesh), args.type,
+                                  read_buffer=args.read_buffer, stats=stats)
+    print(f"wrote {path} ({what}): {stats.get('resharded', 0)} arrays resharded, {stats.get('copied', 0)} "
+          f"entries copied as they were; read {stats.get('bytes_read', 0)} bytes in {stats.get('pieces', 0)} "
+          f"pieces", file=out)
     return 0
+
+
+def read_layouts(path: str) -> dict:
+    """The ``--layouts`` file: a JSON object (or, named ``*.yaml``/``*.yml``, a
+    YAML mapping; PyYAML needed) of name patterns to layouts, in its order."""
+    import json
+    import os
+    import stat
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):   # a FIFO would be waited on
+            raise CheckpointError(f"--layouts {path}: not a regular file")
+        with open(path, encoding="utf-8") as f:
+            text = f.read((1 << 20) + 1)
+        if len(text) > 1 << 20:
+            raise CheckpointError(f"--layouts {path}: more than 1 MiB")
+    except OSError as e:
+        raise CheckpointError(f"--layouts {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise CheckpointError(f"--layouts {path}: not UTF-8 text") from None
+    if path.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError:
+            raise CheckpointError(f"--layouts {path}: reading YAML needs PyYAML (pip install pyyaml), or write "
+                                  f"the map as JSON") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise CheckpointError(f"--layouts {path}: not YAML ({str(e)[:200]})") from None
+    else:
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise CheckpointError(f"--layouts {path}: not JSON ({str(e)[:200]})") from None
+    if not isinstance(data, dict) or not data:
+        raise CheckpointError(f"--layouts {path}: a non-empty map of name patterns to layouts, e.g. "
+                              f"{{\"model/*\": {{\"mesh\": \"x=4\", \"spec\": \"P('x')\"}}}}")
+    return data
 
 
 def build() -> argparse.ArgumentParser:
@@ -109,4 +165,4 @@ def build() -> argparse.ArgumentParser:
     return parser
 
 
-__all__ = ["add_parsers", "run", "build"]
+__all__ = ["add_parsers", "run", "build", "read_layouts"]

@@ -33,6 +33,12 @@ So every size, product, offset and traffic figure the core computes stays
 below ``2**51``. The binding checks again, refusing any integer outside
 ``[0, 2**62)`` with a :class:`ValueError`.
 
+Every deadline and timeout (``deadline_s=``, ``VERISHARD_DEADLINE_S``,
+:func:`verishard.runtime.torch.set_deadline`, the MPI backends'
+``timeout=``) is a number of seconds greater than 0 and at most
+:data:`MAX_SECONDS`, checked by :func:`check_seconds` when the call that
+waits is made (never at import).
+
 >>> check_int(3, "dimension", "DynSlice")
 3
 >>> check_int(2**62, "dimension", "DynSlice")
@@ -47,8 +53,8 @@ verishard.errors.PlanError: dimension -1 of AllGather is negative
 
 from __future__ import annotations
 
+import math
 import operator
-
 import re
 
 from .errors import LimitError, ParseError, PlanError, show
@@ -61,6 +67,7 @@ MAX_DIGITS = 30  # 2**62 has 19 digits; longer tokens are refused before int() (
 MAX_TEXT = 10_000  # characters of one mesh, type, PartitionSpec, placements or collective text
 MAX_MESH_PARTS = 64  # axes of a mesh, each factor of a split axis counted
 MAX_DIMS = 64  # dimensions of an array type (numpy's own limit)
+MAX_SECONDS = 10**8  # a deadline or timeout (about 3 years; timedelta and the stores' clocks overflow far above)
 MAX_ROUND_CUTS = 4096  # cuts of a staged cross-mesh transfer (each cut is one message)
 MAX_CERTIFY_STEPS = 2**20  # steps the certificate checker enumerates from one entry (core.certify_steps)
 # Parameters of one structured layer (verishard.butterfly), checked from the sizes before anything is allocated:
@@ -131,6 +138,43 @@ def check_int(value: object, what: str, owner: str | None = None, *, low: int | 
         raise LimitError(f"{what} {show_int(v)}{of} is too large (at most {_power(high)})")
     return v
 
+def check_seconds(value: object, what: str, *, error: type = PlanError, text: bool = False) -> float:
+    """``value`` as a float number of seconds, greater than 0 and at most
+    :data:`MAX_SECONDS` (so finite), else one ``error`` naming ``what``, the
+    value and the valid range: the
+    one check of every deadline and timeout (``deadline_s=``,
+    ``VERISHARD_DEADLINE_S``, the MPI backends' ``timeout=``). ``text``:
+    ``value`` may be a string holding the number (an environment
+    variable); otherwise bool, strings and other non-numbers are refused.
+
+    >>> check_seconds(2, "deadline_s"), check_seconds(" 1.5 ", "VERISHARD_DEADLINE_S", text=True)
+    (2.0, 1.5)
+    >>> check_seconds(float("inf"), "deadline_s")
+    Traceback (most recent call last):
+    ...
+    verishard.errors.PlanError: deadline_s inf is not a valid number of seconds: give a number greater than 0 and at most 1e+08 (verishard.limits.MAX_SECONDS)
+    >>> check_seconds("abc", "VERISHARD_DEADLINE_S", text=True)
+    Traceback (most recent call last):
+    ...
+    verishard.errors.PlanError: VERISHARD_DEADLINE_S 'abc' is not a valid number of seconds: give a number greater than 0 and at most 1e+08 (verishard.limits.MAX_SECONDS)
+    """
+    seconds: float | None = None
+    if isinstance(value, str) and text:
+        try:
+            seconds = float(value.strip()) if len(value) <= MAX_DIGITS + 10 else None
+        except ValueError:
+            seconds = None
+    elif not isinstance(value, (bool, str, bytes)):
+        try:
+            seconds = float(operator.index(value)) if isinstance(value, int) else float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError, OverflowError):
+            seconds = None
+    if seconds is None or not math.isfinite(seconds) or not 0 < seconds <= MAX_SECONDS:
+        raise error(f"{what} {_short_repr(value)} is not a valid number of seconds: give a number greater than 0 "
+                    f"and at most {MAX_SECONDS:.0e} (verishard.limits.MAX_SECONDS)")
+    return seconds
+
+
 def check_text(text: object, what: str) -> str:
     """``text`` when it is a string of at most :data:`MAX_TEXT` characters,
     else a :class:`~verishard.errors.ParseError` (not a string) or a
@@ -194,5 +238,5 @@ def parse_int(token: str, what: str, error: type = ParseError) -> int:
 
 __all__ = ["MAX_DEVICES", "MAX_ELEMENTS", "MAX_INDEX", "CORE_INT_LIMIT", "MAX_DIGITS", "MAX_TEXT",
            "MAX_MESH_PARTS", "MAX_DIMS", "MAX_ROUND_CUTS", "MAX_CERTIFY_STEPS", "MAX_LAYER_PARAMETERS",
-           "DEMO_RANKS_PER_CPU", "check_int", "show_int", "check_text", "check_count",
+           "DEMO_RANKS_PER_CPU", "MAX_SECONDS", "check_int", "check_seconds", "show_int", "check_text", "check_count",
            "parse_int"]

@@ -115,13 +115,14 @@ from torch.distributed.tensor.placement_types import Placement, _StridedShard
 from . import core
 from . import dtensor as _conv
 from .errors import VerishardError
+from .limits import check_seconds
 from .mesh import Mesh
 from .plan import Plan
 from .plan import _from_report, plan as _verified_plan
 from .runtime.crossmesh_mpi import DEFAULT_BUDGET
 from .runtime.backend import AxisGroup
-from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, agree,
-                            fingerprint, mesh_groups, real_tensors, reduction_problem, run_chunked, run_plan,
+from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, abandoned,
+                            agree, fingerprint, mesh_groups, real_tensors, reduction_problem, run_chunked, run_plan,
                             tracing, world)
 
 __all__ = ["redistribute", "transfer", "plan_transfer", "fused", "block_fp8", "BlockFP8Shard", "quantize_block_fp8",
@@ -310,17 +311,39 @@ def _desc(spec: DTensorSpec) -> str:
     return "(" + ", ".join(map(str, spec.placements)) + ")" + order
 
 
-def _extra(src: DTensorSpec, dst: DTensorSpec) -> tuple[str, str]:
+def _mesh_ranks(device_mesh: DeviceMesh) -> str:
+    """A DeviceMesh's rank layout as the ranks compare it: its ``mesh``
+    tensor as a list (shortened, with its sha256, when long). Two meshes of
+    one shape whose ranks are laid out differently give different plans.
+
+    >>> import torch
+    >>> from types import SimpleNamespace
+    >>> _mesh_ranks(SimpleNamespace(mesh=torch.tensor([[0, 2], [1, 3]])))
+    '[[0, 2], [1, 3]]'
+    """
+    import hashlib
+    import json
+    text = json.dumps(device_mesh.mesh.tolist())
+    if len(text) <= 200:
+        return text
+    return f"{text[:120]}... (sha256 {hashlib.sha256(text.encode()).hexdigest()[:16]})"
+
+
+def _extra(src: DTensorSpec, dst: DTensorSpec) -> tuple[str, str, dict]:
+    """What the ranks agree on besides the plan: the dtype, the global shape,
+    both placements and the mesh's rank layout (:func:`_mesh_ranks`), as
+    text for the fingerprint and as the record's named fields."""
     dtype = str(src.tensor_meta.dtype)
-    return dtype, f"{dtype}|{tuple(src.tensor_meta.shape)}|{_desc(src)}|{_desc(dst)}"
+    ranks = _mesh_ranks(src.mesh) if src.mesh == dst.mesh else f"{_mesh_ranks(src.mesh)} -> {_mesh_ranks(dst.mesh)}"
+    fields = {"dtype": dtype, "dtype_name": dtype, "mesh_ranks": ranks}
+    return dtype, f"{dtype}|{tuple(src.tensor_meta.shape)}|{_desc(src)}|{_desc(dst)}|{ranks}", fields
 
 
 def _identity_entry(mesh: Mesh, src: DTensorSpec, local_shape: tuple[int, ...]) -> _Entry:
     """DTensor's short cut (the placements do not change): keep the local tensor and the spec."""
-    dtype, extra = _extra(src, src)
+    dtype, extra, fields = _extra(src, src)
     fp = fingerprint(None, f"{mesh}|{extra}")
-    rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{_desc(src)} -> itself on {mesh}, {dtype}",
-           "dtype": dtype, "dtype_name": dtype}
+    rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{_desc(src)} -> itself on {mesh}, {dtype}", **fields}
     return _Entry(None, src, local_shape, fp, rec)
 
 
@@ -329,11 +352,10 @@ def _make_entry(mesh: Mesh, p: Plan, src: DTensorSpec, dst: DTensorSpec, out_spe
     """The entry of the verified plan ``p`` for plan rank ``rank``, whose
     input is the valid part of its source block (the padded buffers exist
     only while the plan runs, :func:`run_chunked`)."""
-    dtype, extra = _extra(src, dst)
+    dtype, extra, fields = _extra(src, dst)
     _STATS["plans"] += 1
     fp = fingerprint(p, extra)
-    rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{p.src} -> {p.dst} on {mesh}, {dtype}", "dtype": dtype,
-           "dtype_name": dtype}
+    rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{p.src} -> {p.dst} on {mesh}, {dtype}", **fields}
     return _Entry(p, out_spec, p.src.valid_shape(rank), fp, rec)
 
 
@@ -425,10 +447,9 @@ def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spe
         return None, [(INVALID, str(err))]
     _STATS["plans"] += 1
     me = [int(r) for r in mesh_obj.mesh.flatten().tolist()].index(dist.get_rank())
-    dtype, extra = _extra(src, dst)
+    dtype, extra, fields = _extra(src, dst)
     fp = fingerprint(None, f"boxes|{planning_mesh(mesh_obj)}|{extra}")
-    rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{_desc(src)} -> {_desc(dst)} as boxes, {dtype}",
-           "dtype": dtype, "dtype_name": dtype}
+    rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{_desc(src)} -> {_desc(dst)} as boxes, {dtype}", **fields}
     return _Entry(None, out_spec, s_shapes[me], fp, rec, boxes=boxes, out_shape=d_shapes[me],
                   pending=(op, *pending)), []
 
@@ -597,33 +618,44 @@ CHECKS = ("first", "always", False)
 
 
 def _policy(check_agreement: Any, deadline_s: Any) -> tuple[str | bool, float | None]:
-    """``(mode, deadline)`` from :func:`redistribute`'s arguments: True is "first"."""
+    """``(mode, deadline)`` from :func:`redistribute`'s arguments: True is
+    "first"; ``deadline_s`` checked by ``verishard.limits.check_seconds``
+    (a number greater than 0, at most ``MAX_SECONDS``; None: the default,
+    :func:`verishard.runtime.torch.deadline`, checked when the agreement
+    waits)."""
     mode = "first" if check_agreement is True else check_agreement
-    if mode not in CHECKS or isinstance(mode, int) and mode is not False:
+    try:
+        ok = mode in CHECKS and not (isinstance(mode, int) and mode is not False)
+    except (TypeError, ValueError):   # unhashable, or an array
+        ok = False
+    if not ok:
         raise RedistributionRefused(f"check_agreement must be True or 'first' (agree when a plan is first used), "
                                     f"'always', or False, not {check_agreement!r}")
-    if deadline_s is not None and not (isinstance(deadline_s, (int, float)) and deadline_s > 0):
-        raise RedistributionRefused(f"deadline_s must be a positive number of seconds, not {deadline_s!r}")
+    if deadline_s is not None:
+        deadline_s = check_seconds(deadline_s, "deadline_s", error=RedistributionRefused)
     return mode, deadline_s
 
 
 def _agree_on(entry: _Entry | None, problems: list, policy: tuple, ranks: tuple[int, ...] | None = None) -> None:
     """The agreement :func:`redistribute`'s ``check_agreement`` asks for:
     on a problem (every mode but False), on an entry's first use ("first"),
-    on every call ("always"); a problem without agreement is raised here.
-    Among the entry's ranks (``ranks`` without an entry: the mesh's,
-    :func:`_agreement_ranks`)."""
+    on every call ("always", and every call but False on a rank that left a
+    collective unfinished: the others are then refused at once); a problem
+    without agreement is raised here. Among the entry's ranks (``ranks``
+    without an entry: the mesh's, :func:`_agreement_ranks`)."""
     mode, deadline = policy
-    if mode is False or (mode == "first" and entry is not None and entry.agreed):
+    if mode is False or (mode == "first" and entry is not None and entry.agreed and abandoned() is None):
         if problems:
             raise _local_error(problems)
         return
+    # the policy is agreed on too: ranks that agree at other times would wait for each other until the deadline
     if entry is not None:
-        agree(entry.fp, entry.record, deadline_s=deadline, ranks=entry.ranks)
+        agree(fingerprint(None, f"{entry.fp:x}|{mode}"), {**entry.record, "check_agreement": str(mode)},
+              deadline_s=deadline, ranks=entry.ranks)
         entry.agreed = True
     else:
-        agree(0, {"errors": [t for _, t in problems], "unsupported": all(k == UNSUPPORTED for k, _ in problems)},
-              deadline_s=deadline, ranks=ranks)
+        agree(0, {"errors": [t for _, t in problems], "unsupported": all(k == UNSUPPORTED for k, _ in problems),
+                  "check_agreement": str(mode)}, deadline_s=deadline, ranks=ranks)
 
 
 def _run(x: Any, entry: _Entry | None, problems: list, policy: tuple) -> torch.Tensor:

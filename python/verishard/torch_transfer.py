@@ -3,12 +3,17 @@
 placements, device_mesh=other)`` (one tensor), both on the verified
 cross-mesh schedule.
 
-Per tensor the schedule is ``Crossmesh.xplan``'s (``crossmesh.crossmesh_plan``;
-``Crossmeshproof.xplan_correct``: every target rank assembles exactly its
-block, every element of it arrives once, from a rank whose block holds it,
-and it receives its block size less what it already holds), cut into the
+Per tensor the schedule is ``Balance.xplan_bal``'s (``crossmesh.crossmesh_plan``
+with ``start``: ``Crossmesh.xplan``'s pieces, each source block's moved
+pieces dealt over the ranks holding it, from a replica that turns with the
+tensor's position among the names; ``Balanceproof.xplan_bal_correct``: every
+target rank assembles exactly its block, every element of it arrives once,
+from a rank whose block holds it, and it receives its block size less what
+it already holds; ``Balanceproof.xplan_bal_balanced``: no source rank sends
+more than its share of its block's moved pieces rounded up to one piece),
+cut into the
 rounds of ``Rounds.xrounds`` within the byte budget
-(``Roundsproof.xrounds_correct``: per round a rank sends at most the budget
+(``Balanceproof.xrounds_bal_correct``: per round a rank sends at most the budget
 and receives at most the budget, or moves one slice larger than it). The
 rounds of all tensors are then packed first fit into shared rounds under the
 same per-rank budget (:func:`pack`): that packing only regroups verified
@@ -16,11 +21,17 @@ cuts, and the runtime checks its loads rather than a theorem. Each round runs
 as one ``batch_isend_irecv`` over the default process group
 (:func:`verishard.runtime.torch.run_rounds`), gloo or NCCL.
 
+The tensors of one shape and layouts share one plan and its rounds, and a
+repeated sync of the same layouts, dtypes and budget reuses its whole
+schedule (:data:`MAX_CACHED_SCHEDULES` kept, without the tensors).
+
 A rank holds its source blocks, its target blocks (allocated once, written in
 place) and at most one round's send and receive buffers; no tensor is ever
-gathered or staged whole anywhere. Before any data moves the ranks of both
-sides agree on a fingerprint of every tensor's types, rank lists, dtype and
-the budget, under the agreement deadline (:func:`verishard.runtime.torch.agree`).
+gathered or staged whole anywhere. Before any data moves every rank of the
+default group agrees on a fingerprint of every tensor's types, rank lists,
+dtype and the budget, and on the fields it names where they differ
+(``src_ranks``, every mesh's rank layout, the ``check_agreement`` policy),
+under the agreement deadline (:func:`verishard.runtime.torch.agree`).
 
 Sources are DTensors (Shard, Replicate, _StridedShard, Partial; on any DeviceMesh of
 the world, sub-meshes included: every rank of the world holds the DTensor
@@ -49,8 +60,11 @@ Importing this module imports torch; see ``docs/torch.md``.
 from __future__ import annotations
 
 import json
+import math
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -99,7 +113,8 @@ class TransferSchedule:
     """A transfer planned on this rank (local, no communication): the
     tensors' plans, the packed rounds ``(name, sender, receiver, global
     box)`` and the budget. :meth:`sent`, :meth:`received` and
-    :meth:`lower_bound` are per world rank, in bytes."""
+    :meth:`lower_bound` are per world rank, in bytes; :meth:`loads` gives
+    every rank's bytes sent and received at once."""
 
     moves: tuple[_Move, ...]
     rounds: tuple[tuple[tuple[str, int, int, tuple], ...], ...]
@@ -113,6 +128,19 @@ class TransferSchedule:
     def sent(self, rank: int) -> int:
         """Bytes world rank ``rank`` sends."""
         return self._bytes(rank, 1)
+
+    def loads(self) -> dict[int, tuple[int, int]]:
+        """``{rank: (bytes sent, bytes received)}`` for every rank of either
+        side, in one pass over the schedule."""
+        size = {m.name: m.dtype.itemsize for m in self.moves}
+        out = {r: [0, 0] for r in self.ranks()}
+        for rd in self.rounds:
+            for key, a, b, box in rd:
+                if a != b:
+                    n = size[_name(key)] * _volume(box)
+                    out[a][0] += n
+                    out[b][1] += n
+        return {r: (v[0], v[1]) for r, v in out.items()}
 
     def received(self, rank: int) -> int:
         """Bytes world rank ``rank`` receives."""
@@ -184,10 +212,16 @@ class TransferSchedule:
             lines.append(f"  ... {len(self.moves) - MAX_SHOWN_PIECES} more tensors")
         lines += pieces_table(pieces)
         if ranks:
-            recv = {r: self.received(r) for r in ranks}
-            worst = max(ranks, key=lambda r: (recv[r], -r))
+            loads = self.loads()
+            worst = max(ranks, key=lambda r: (loads[r][1], -r))
             lack = max(self.lower_bound(r) for r in ranks)
-            lines.append(f"received: at most {recv[worst]} bytes per rank (rank {worst}); lower bound {lack} bytes")
+            senders = [r for r in ranks if loads[r][0]]
+            if senders:
+                busiest = max(senders, key=lambda r: (loads[r][0], -r))
+                mean = sum(loads[r][0] for r in senders) / len(senders)
+                lines.append(f"sent: at most {loads[busiest][0]} bytes per rank (rank {busiest}); "
+                             f"{mean:.0f} on average over the {len(senders)} sending ranks")
+            lines.append(f"received: at most {loads[worst][1]} bytes per rank (rank {worst}); lower bound {lack} bytes")
         return "\n".join(lines)
 
     def __repr__(self) -> str:   # the fields hold tensors and long tuples of boxes: str() has the table
@@ -209,17 +243,19 @@ class TransferSchedule:
                    "bytes": nbytes} for i, name, a, b, box, nbytes in self._pieces()]
         return {"kind": "transfer", "budget_bytes": self.budget_bytes, "tensors": moves, "rounds": len(self.rounds),
                 "pieces": pieces,
-                "ranks": [{"rank": r, "sent": self.sent(r), "received": self.received(r),
-                           "lower_bound": self.lower_bound(r)} for r in self.ranks()]}
+                "ranks": [{"rank": r, "sent": sent, "received": received, "lower_bound": self.lower_bound(r)}
+                          for r, (sent, received) in self.loads().items()]}
 
-    def fingerprint(self) -> int:
+    def fingerprint(self, fields: dict | None = None) -> int:
+        """A 60-bit fingerprint of the schedule (every tensor's types, both rank
+        lists, dtype, pending reduction, target conversion; the budget) and ``fields``."""
         import hashlib
         obj = [([m.name, str(m.plan.src), str(m.plan.dst), str(m.dtype)] if isinstance(m.plan, BoxPlan) else
                 [m.name, str(m.plan.src), str(m.plan.src.mesh), list(m.plan.src_ranks), str(m.plan.dst),
                  str(m.plan.dst.mesh), list(m.plan.dst_ranks), str(m.dtype)])
                + [str(tuple(m.pending.placements)) if m.pending is not None else None]
                + [m.into.describe() if m.into is not None else None] for m in self.moves]
-        text = json.dumps([obj, self.budget_bytes])
+        text = json.dumps([obj, self.budget_bytes, fields or {}], sort_keys=True)
         return int(hashlib.sha256(text.encode()).hexdigest()[:15], 16) or 1
 
 
@@ -253,6 +289,13 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
     """
     packed: list[list] = []
     loads: list[tuple[dict, dict]] = []
+    # per (rank, bytes): the first round where the rank could still send
+    # (receive) that many bytes; before it its load was already too high, and
+    # loads only grow, so the pointers only move forward and a tensor's round
+    # is tried from the latest of its ranks' pointers on (the same rounds as
+    # scanning from the first)
+    send_from: dict[tuple[int, int], int] = {}
+    recv_from: dict[tuple[int, int], int] = {}
     for name, itemsize, rounds in per_tensor:
         for rd in rounds:
             send: dict[int, int] = {}
@@ -263,7 +306,10 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
                     send[a] = send.get(a, 0) + nbytes
                     recv[b] = recv.get(b, 0) + nbytes
             cuts = [(name if isinstance(t, int) else (name, t), a, b, box) for a, b, t, box in rd]
-            for k, (s, r) in enumerate(loads):
+            first = max([_first_room(send_from, a, v, loads, 0, budget_bytes) for a, v in send.items()]
+                        + [_first_room(recv_from, b, v, loads, 1, budget_bytes) for b, v in recv.items()] + [0])
+            for k in range(first, len(loads)):
+                s, r = loads[k]
                 if all(s.get(a, 0) + v <= budget_bytes for a, v in send.items()) and \
                         all(r.get(b, 0) + v <= budget_bytes for b, v in recv.items()):
                     packed[k].extend(cuts)
@@ -278,6 +324,17 @@ def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tup
     return packed
 
 
+def _first_room(start: dict[tuple[int, int], int], rank: int, nbytes: int, loads: list[tuple[dict, dict]],
+                side: int, budget_bytes: int) -> int:
+    """The first round where ``rank`` has room for ``nbytes`` more (``side``
+    0: sent, 1: received), from its pointer on; the pointer moves there."""
+    k = start.get((rank, nbytes), 0)
+    while k < len(loads) and loads[k][side].get(rank, 0) + nbytes > budget_bytes:
+        k += 1
+    start[(rank, nbytes)] = k
+    return k
+
+
 def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
     out, acc = [], 1
     for n in reversed(tuple(shape)):
@@ -287,12 +344,37 @@ def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def _ranks_of(mesh: DeviceMesh) -> tuple[int, ...]:
-    return tuple(int(r) for r in mesh.mesh.flatten().tolist())
+    """The world ranks of a DeviceMesh, row-major."""
+    return _mesh_key(mesh)[1]
+
+
+_MESH_KEYS: dict[int, tuple[DeviceMesh, tuple]] = {}
+
+
+def _mesh_key(mesh: DeviceMesh) -> tuple:
+    """What planning reads of a DeviceMesh (device type, world ranks
+    row-major, shape, dimension names), read once per mesh object:
+    ``DeviceMesh.mesh`` rebuilds its rank tensor at every access, and a
+    state dict asks for it with every tensor. Kept by identity with the
+    mesh itself (so the id is not reused), for at most 256 meshes."""
+    hit = _MESH_KEYS.get(id(mesh))
+    if hit is not None and hit[0] is mesh:
+        return hit[1]
+    ranks = mesh.mesh
+    key = (mesh.device_type, tuple(int(r) for r in ranks.flatten().tolist()), tuple(ranks.shape), mesh.mesh_dim_names)
+    if len(_MESH_KEYS) >= 256:
+        _MESH_KEYS.clear()
+    _MESH_KEYS[id(mesh)] = (mesh, key)
+    return key
 
 
 def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world: int,
-          me: int, budget_bytes: int) -> tuple[_Move | None, list]:
-    """The move of one tensor, or its problems (local, no communication)."""
+          me: int, budget_bytes: int, position: int = 0) -> tuple[_Move | None, list]:
+    """The move of one tensor, or its problems (local, no communication).
+    ``position``: the tensor's place among the transfer's names, which
+    rotates the dealing of its replicated blocks' pieces over their holders
+    (``Balance.xplan_bal``), so that tensors whose blocks have more holders
+    than moved pieces load different replicas."""
     from .torch import _normalise, _types, planning_mesh
     into = target if isinstance(target, BoxTarget) else None
     if into is not None:
@@ -340,7 +422,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
                          budget_bytes, into)
         return (replace(m, pending=pending) if m is not None else None), p
     if src_mesh is not None:
-        s, d, problems = _types((planning_mesh(src_mesh), planning_mesh(dst_mesh)), spec, dst_spec)
+        s, d, problems = _types_once(src_mesh, spec, dst_spec)
     else:
         try:
             s = _conv.from_placements(Mesh((("src", len(r1)),)), meta.shape, [Replicate()])
@@ -354,7 +436,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
     if problems:
         return None, [(k, f"{name}: {t}") for k, t in problems]
     try:
-        plan = crossmesh_plan(s, d, r1, _ranks_of(dst_mesh), world_size=world)
+        plan = crossmesh_plan(s, d, r1, _ranks_of(dst_mesh), world_size=world, start=position % _holders(s))
     except VerishardError as e:
         return None, [(INVALID, f"{name}: {e}")]
     if local is not None:
@@ -364,6 +446,26 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
                                     f"gives {tuple(want)}")]
     return _Move(name, plan, meta.dtype, meta, dst_mesh, pl, local, plan.src_ranks + plan.dst_ranks,
                  pending=pending), []
+
+
+_TYPES: dict[tuple, tuple] = {}
+
+
+def _types_once(src_mesh: DeviceMesh, spec: DTensorSpec, dst_spec: DTensorSpec) -> tuple[Any, Any, list]:
+    """``verishard.torch._types`` of a source and a target spec, computed
+    once per meshes, placements, shape and stride: the tensors of one
+    layout (a model's layers, an MoE's experts) share the answer (for at most
+    4096 layouts at a time)."""
+    from .torch import _types, planning_mesh
+    meta = spec.tensor_meta
+    key = (_mesh_key(src_mesh), tuple(spec.placements), _mesh_key(dst_spec.mesh), tuple(dst_spec.placements),
+           tuple(meta.shape), tuple(meta.stride))
+    out = _TYPES.get(key)
+    if out is None:
+        if len(_TYPES) >= 4096:
+            _TYPES.clear()
+        out = _TYPES[key] = _types((planning_mesh(src_mesh), planning_mesh(dst_spec.mesh)), spec, dst_spec)
+    return out
 
 
 def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta: TensorMeta,
@@ -392,6 +494,13 @@ def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta
                                 f"gives {src_shapes[r1.index(me)]}")]
     return _Move(name, plan, meta.dtype, meta, dst_mesh, tuple(dst_spec.placements), local, r1 + r2,
                  dst_shapes[r2.index(me)] if me in r2 else None, into=into), []
+
+
+def _holders(t) -> int:
+    """How many devices of an (even) type hold each of its blocks: the
+    period of the dealing's rotation (every rotation is as verified, and
+    tensors of one layout then share at most this many schedules)."""
+    return max(1, t.mesh.num_devices // math.prod(t.mesh.part_sizes[p] for d in t.dims for p in d.parts))
 
 
 class _Shape:
@@ -431,9 +540,13 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any) -> tupl
         return None, [(INVALID, f"names in one of tensors and targets only: {', '.join(missing[:5])}"
                                 + (" ..." if len(missing) > 5 else "") + " (every rank passes every name)")]
     world, me = dist.get_world_size(), dist.get_rank()
+    key = _schedule_key(tensors, targets, src_ranks, world, me, budget_bytes)
+    if key is not None and key in _SCHEDULES:
+        _SCHEDULES.move_to_end(key)
+        return _with_tensors(*_SCHEDULES[key], tensors, targets), []
     moves, problems = [], []
-    for name in sorted(targets, key=str):
-        m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me, budget_bytes)
+    for position, name in enumerate(sorted(targets, key=str)):
+        m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me, budget_bytes, position)
         problems += p
         if m is not None:
             moves.append(m)
@@ -441,9 +554,73 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any) -> tupl
         return None, problems
     per_tensor = [(m.name, m.dtype.itemsize,
                    [[(a, b, key, box) for key, a, b, box in rd] for rd in m.plan.rounds] if isinstance(m.plan, BoxPlan)
-                   else _verified_rounds(m.plan, m.dtype.itemsize, budget_bytes)) for m in moves]
-    return TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in pack(per_tensor, budget_bytes)),
-                            budget_bytes), []
+                   else _rounds(m.plan, m.dtype.itemsize, budget_bytes)) for m in moves]
+    sched = TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in pack(per_tensor, budget_bytes)), budget_bytes)
+    if key is not None:   # kept without the tensors: a later sync of the same layouts brings its own
+        held = tuple((m.local is not None, m.pending is not None) for m in moves)
+        _SCHEDULES[key] = (replace(sched, moves=tuple(replace(m, local=None, pending=None) for m in moves)), held)
+        while len(_SCHEDULES) > MAX_CACHED_SCHEDULES:
+            _SCHEDULES.popitem(last=False)
+    return sched, []
+
+
+MAX_CACHED_SCHEDULES = 2   # a world schedule can be large: the last two (e.g. a policy's sync and its reverse)
+_SCHEDULES: OrderedDict = OrderedDict()
+
+
+def _schedule_key(tensors: Mapping, targets: Mapping, src_ranks: Any, world: int, me: int,
+                  budget_bytes: int) -> tuple | None:
+    """Everything a transfer's schedule depends on: per name the source's
+    layout (mesh ranks and shape, placements, global shape and stride,
+    dtype; a plain tensor's shape, dtype and whether it is on ``meta``) and
+    the target (mesh, placements); the source ranks, world size, this rank
+    and the budget. None where an argument is not one a schedule is kept
+    for (the planning then names the problem)."""
+    try:
+        parts = []
+        for name in sorted(targets, key=str):
+            x, target = tensors[name], targets[name]
+            if not (isinstance(target, (tuple, list)) and len(target) == 2 and isinstance(target[0], DeviceMesh)):
+                return None
+            placements = tuple(target[1]) if isinstance(target[1], (tuple, list)) else target[1]
+            if isinstance(x, DTensor):
+                meta = x._spec.tensor_meta
+                src = (_mesh_key(x.device_mesh), tuple(x._spec.placements), tuple(meta.shape), tuple(meta.stride),
+                       meta.dtype)
+            elif isinstance(x, torch.Tensor):
+                src = (tuple(x.shape), x.dtype, x.is_meta)
+            else:
+                return None
+            parts.append((str(name), src, _mesh_key(target[0]), placements))
+        ranks = None if src_ranks is None else tuple(int(r) for r in src_ranks)
+        key = (world, me, budget_bytes, ranks, tuple(parts))
+        hash(key)
+        return key
+    except (TypeError, ValueError):  # unhashable placements, odd rank lists: planned (and refused) afresh
+        return None
+
+
+def _with_tensors(sched: TransferSchedule, held: tuple, tensors: Mapping, targets: Mapping) -> TransferSchedule:
+    """A kept schedule with this call's tensors and target meshes in its moves."""
+    by_name = {str(n): n for n in targets}
+    moves = []
+    for m, (local, pending) in zip(sched.moves, held):
+        x, dst_mesh = tensors[by_name[m.name]], targets[by_name[m.name]][0]
+        moves.append(replace(m, local=(x._local_tensor if isinstance(x, DTensor) else x) if local else None,
+                             pending=x if pending else None, dst_mesh=dst_mesh))
+    return replace(sched, moves=tuple(moves))
+
+
+@lru_cache(maxsize=1024)
+def _rounds_cached(src, dst, src_ranks, dst_ranks, start, itemsize: int, budget_bytes: int) -> list:
+    return _verified_rounds(crossmesh_plan(src, dst, src_ranks, dst_ranks, start=start), itemsize, budget_bytes)
+
+
+def _rounds(plan: CrossMeshPlan, itemsize: int, budget_bytes: int) -> list:
+    """The verified rounds of a plan (``Rounds.xrounds``), computed once per
+    layouts, item size and budget: the tensors of one shape and layout (a
+    model's layers, an MoE's experts) share them (read only)."""
+    return _rounds_cached(plan.src, plan.dst, plan.src_ranks, plan.dst_ranks, plan.start, itemsize, budget_bytes)
 
 
 def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh, Sequence[Any]]], *,
@@ -457,34 +634,72 @@ def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh,
     placements, block_fp8(...))`` (the result a ``BlockFP8Shard``):
     :mod:`verishard.torch_targets`.
 
-    Collective over every rank of either side (every rank of the world may
-    call it; ranks on neither side return ``{}`` at once). Per round a rank
+    Collective over every rank of the default group: they agree first (a
+    rank whose arguments name other ranks, a ``src_ranks`` or a mesh laid
+    out otherwise, is refused with the others), then ranks on neither side
+    return ``{}``; with ``check_agreement=False`` they may skip the call. Per round a rank
     sends and receives at most ``budget_bytes`` (or one slice larger than
     it); every rank receives exactly the bytes of its target blocks that its
     source blocks do not hold (:meth:`TransferSchedule.lower_bound`).
     ``check_agreement``: True (default) or "always" compare the schedule's
-    fingerprint across both sides before any data moves (every call:
-    ``"first"`` means the same here), False skips it.
+    fingerprint, ``src_ranks``, every mesh's rank layout and this policy
+    across the default group before any data moves (every call:
+    ``"first"`` means the same here; a field that differs is named), False
+    skips it. ``deadline_s``: as :func:`verishard.torch.redistribute`'s.
     """
     from .torch import _policy, _require_initialized
     _require_initialized()
     mode, deadline = _policy(check_agreement, deadline_s)
     sched, problems = _plan(tensors, targets, src_ranks, budget_bytes)
     me = dist.get_rank()
-    ranks = sched.ranks() if sched is not None else _named_ranks(tensors, targets, src_ranks)
-    if ranks is not None and me not in ranks:
-        return {}
     if mode is not False:
+        # over the whole default group, each rank's plan matched against those of the ranks it names
+        # (sub-meshes run separate plans): a rank whose arguments name other ranks (src_ranks, a mesh's
+        # layout) would otherwise agree within its own rank set only and move wrong data
+        fields = _agreed_fields(tensors, targets, src_ranks, mode)
         if sched is not None:
-            agree(sched.fingerprint(), {"errors": [], "plan": f"{sched.fingerprint():x}",
-                                        "desc": f"transfer of {len(sched.moves)} tensors, budget {budget_bytes}"},
-                  deadline_s=deadline, ranks=ranks)
+            fp = sched.fingerprint(fields)
+            agree(fp, {"errors": [], "plan": f"{fp:x}", **fields,
+                       "desc": f"transfer of {len(sched.moves)} tensors, budget {budget_bytes}"},
+                  deadline_s=deadline, group=sched.ranks())
         else:
-            agree(0, {"errors": [t for _, t in problems], "unsupported": all(k == UNSUPPORTED for k, _ in problems)},
-                  deadline_s=deadline, ranks=ranks)
+            agree(0, {"errors": [t for _, t in problems], "unsupported": all(k == UNSUPPORTED for k, _ in problems),
+                      **fields}, deadline_s=deadline)
     elif problems:
         raise _error(problems)
+    if me not in sched.ranks():
+        return {}
     return run_schedule(_reduce_pending(sched))
+
+
+def _agreed_fields(tensors: Any, targets: Any, src_ranks: Any, mode: Any) -> dict:
+    """The record's named fields of a transfer (each names itself when the
+    ranks differ on it): ``src_ranks``, every mesh's rank layout (sources'
+    and targets', :func:`verishard.torch._mesh_ranks`, in the order of the
+    names) and the agreement policy."""
+    from .torch import _mesh_ranks
+    try:
+        src = "None" if src_ranks is None else json.dumps([int(r) for r in src_ranks])
+    except (TypeError, ValueError):
+        src = repr(src_ranks)[:200]
+    layouts: list[str] = []
+    try:
+        for name in sorted(targets, key=str):
+            t = targets[name]
+            sources = [n for n, _ in t.parts] if isinstance(t, Fused) else [name]
+            for mesh in ([tensors.get(n).device_mesh for n in sources if isinstance(tensors.get(n), DTensor)]
+                         + [t.mesh if isinstance(t, Fused) else t[0] if isinstance(t, (tuple, list)) and t else None]):
+                if isinstance(mesh, DeviceMesh):
+                    text = _mesh_ranks(mesh)
+                    if text not in layouts:
+                        layouts.append(text)
+    except Exception:  # noqa: BLE001 - arguments too malformed to say: their problems are reported
+        pass
+    ranks = "; ".join(layouts)
+    if len(ranks) > 400:
+        import hashlib
+        ranks = f"{ranks[:300]}... (sha256 {hashlib.sha256(ranks.encode()).hexdigest()[:16]})"
+    return {"src_ranks": src, "mesh_ranks": ranks, "check_agreement": str(mode)}
 
 
 def _reduce_pending(sched: TransferSchedule) -> TransferSchedule:
@@ -503,22 +718,6 @@ def _reduce_pending(sched: TransferSchedule) -> TransferSchedule:
             m = replace(m, local=local, pending=None)
         moves.append(m)
     return replace(sched, moves=tuple(moves))
-
-
-def _named_ranks(tensors: Any, targets: Any, src_ranks: Any) -> tuple[int, ...] | None:
-    """Both sides' world ranks, as far as the (refused) arguments tell; None:
-    every rank of the world."""
-    try:
-        out = set(int(r) for r in src_ranks) if src_ranks is not None else set()
-        for name, t in targets.items():
-            out |= set(_ranks_of(t.mesh if isinstance(t, Fused) else t[0]))
-            for source in ([n for n, _ in t.parts] if isinstance(t, Fused) else [name]):
-                x = tensors.get(source)
-                if isinstance(x, DTensor):
-                    out |= set(_ranks_of(x.device_mesh))
-        return tuple(sorted(out)) or None
-    except Exception:  # noqa: BLE001 - arguments too malformed to say: the whole world agrees
-        return None
 
 
 def run_schedule(sched: TransferSchedule) -> dict[str, DTensor]:

@@ -46,30 +46,38 @@ DEFAULT_TIMEOUT = 60.0  # seconds every rank has to reach the agreement
 def rounds(plan: CrossMeshPlan, itemsize: int, budget: int = DEFAULT_BUDGET):
     """The rounds: lists of ``(sender, receiver, target index, global box)``,
     from the verified builder (``Rounds.xrounds``, theorem
-    ``Roundsproof.xrounds_correct``): per round every rank sends at most
+    ``Roundsproof.xrounds_correct``; ``Balanceproof.xrounds_bal_correct`` for a
+    plan with dealt senders): per round every rank sends at most
     ``budget`` bytes and receives at most ``budget`` bytes, or moves a single
     cut (a slice of its piece larger than the budget); every element a target
     does not hold arrives in exactly one cut, inside a piece of its schedule."""
     # (the core takes budgets up to 2**50 elements; rounds within a smaller budget keep the larger)
     per_round = min(max(1, budget // itemsize), MAX_ELEMENTS)
-    cuts, moved = _cuts(plan, per_round)
+    cuts, moved, pieces = _cuts(plan, per_round)
+    if pieces > MAX_ROUND_CUTS:  # no budget helps: every moved piece is at least one cut
+        raise LimitError(f"the layouts {plan.src} on {len(plan.src_ranks)} ranks -> {plan.dst} on "
+                         f"{len(plan.dst_ranks)} ranks split this transfer into {pieces} pieces that move (each "
+                         f"a target block's part of one source block); at most {MAX_ROUND_CUTS} "
+                         "(verishard.limits.MAX_ROUND_CUTS) and no budget lowers the piece count: fewer pieces "
+                         "need target blocks that meet fewer source blocks (the target sharded along the "
+                         "source's sharded dimension, or the source sharded over fewer ranks)")
     if cuts > MAX_ROUND_CUTS:  # refused before the core packs them (each cut is one message)
         need = itemsize * -(-moved // MAX_ROUND_CUTS)
         raise LimitError(f"a round budget of {budget} bytes cuts this transfer into {cuts} slices; at most "
                          f"{MAX_ROUND_CUTS} (verishard.limits.MAX_ROUND_CUTS): give a budget of at least "
                          f"{need} bytes")
-    rs = core.xrounds(plan.src, plan.src_ranks, plan.dst, plan.dst_ranks, per_round)
+    rs = core.xrounds(plan.src, plan.src_ranks, plan.dst, plan.dst_ranks, per_round, plan.start)
     if rs is None:  # a CrossMeshPlan comes from the same builder: never refused
         raise ShardingError(f"the verified core refuses the cross-mesh problem {plan.src} -> {plan.dst}")
     return [[(c.src, c.dst, c.target, c.box) for c in rd] for rd in rs]
 
 
-def _cuts(plan: CrossMeshPlan, per_round: int) -> tuple[int, int]:
+def _cuts(plan: CrossMeshPlan, per_round: int) -> tuple[int, int, int]:
     """How many cuts ``Rounds.xrounds`` makes of the pieces that move (each
     piece larger than ``per_round`` elements cut along its first dimension
-    of more than one index, into slices of whole rows), and the elements
-    moved."""
-    cuts = moved = 0
+    of more than one index, into slices of whole rows), the elements
+    moved and the pieces that move."""
+    cuts = moved = moving = 0
     for j, pieces in enumerate(plan.pieces):
         for p in pieces:
             if p.src == plan.dst_ranks[j]:
@@ -77,13 +85,14 @@ def _cuts(plan: CrossMeshPlan, per_round: int) -> tuple[int, int]:
             lengths = [l for _, l in p.box]
             vol = math.prod(lengths)
             moved += vol
+            moving += 1
             if vol <= per_round:
                 cuts += 1
                 continue
             d = next(k for k, l in enumerate(lengths) if l > 1)
             row = math.prod(lengths[d + 1:])
             cuts += -(-lengths[d] // max(1, per_round // row))
-    return cuts, moved
+    return cuts, moved, moving
 
 
 def _slices(box, starts):
@@ -127,8 +136,10 @@ def _local_check(comm, plan: CrossMeshPlan, local, dtype, budget) -> tuple[dict,
             errors.append(f"a source, and its local block is a {type(local).__name__}, not a numpy array")
         else:
             valid = plan.src.valid_shape(i)
-            if local.ndim != len(valid) or any(a < v for a, v in zip(local.shape, valid)):
-                errors.append(f"local block of shape {local.shape}, expected {valid}")
+            if tuple(local.shape) != tuple(valid):   # larger too: a whole array would be read as a block
+                errors.append(f"its local block has shape {tuple(local.shape)}, the source layout gives it the "
+                              f"block shape {tuple(valid)}: pass its block (CrossMeshPlan.src_slices()), not the "
+                              "whole array")
             if dtype is not None and dtype != local.dtype:
                 errors.append(f"local block of dtype {local.dtype}, but dtype={dtype} was passed")
             dtype = local.dtype
@@ -154,8 +165,10 @@ def reshard(comm, plan: CrossMeshPlan, local: np.ndarray | None, *, dtype=None,
     target block (None when it is not a target). ``dtype`` is needed on a
     rank that is a target but not a source (every source's dtype must be it).
 
-    Before any data moves, every rank checks its part and the ranks agree
-    (:func:`verishard.runtime.mpi.agree`, within ``timeout`` seconds) on
+    Before any data moves, every rank checks its part (a source's block has
+    exactly its layout's shape) and the ranks agree
+    (:func:`verishard.runtime.mpi.agree`, within ``timeout`` seconds: a
+    number greater than 0, or None to wait forever) on
     the plan (types, meshes and both rank lists, in order), the dtype and
     the budget: any problem or disagreement raises the same
     :class:`~verishard.runtime.mpi.RedistributionRefused` on every rank, and

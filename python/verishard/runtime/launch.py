@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from ..errors import VerishardError
+from ..limits import check_seconds
 
 
 class LaunchError(VerishardError):
@@ -143,7 +144,9 @@ def mpirun_command(nranks: int, argv: Sequence[str], mpirun: str = "mpirun",
 def mpirun(argv: Sequence[str], nranks: int, timeout: float | None = None, stream: TextIO | None = None,
            env: dict[str, str] | None = None, cwd: str | None = None, tag_output: bool = False) -> LaunchResult:
     """Run ``argv`` under ``mpirun -n nranks``; stream its output to ``stream``
-    (if given) line by line, and kill the whole job after ``timeout`` seconds.
+    (if given) line by line, and kill the whole job after ``timeout`` seconds
+    (None: never; else a number greater than 0, at most
+    ``verishard.limits.MAX_SECONDS``).
 
     The job runs in its own process group, so a timeout ends every rank.
 
@@ -151,6 +154,8 @@ def mpirun(argv: Sequence[str], nranks: int, timeout: float | None = None, strea
     >>> r.ok, r.output.count("hello")   # the two ranks' output may interleave
     (True, 2)
     """
+    if timeout is not None:   # nan would never end the job, 0 or less would end it at once
+        timeout = check_seconds(timeout, "timeout")
     path = _find_mpirun()
     cmd = mpirun_command(nranks, argv, path, _is_open_mpi(path), tag_output)
     full_env = dict(os.environ if env is None else env)

@@ -79,6 +79,7 @@ import numpy as np
 
 from ..collectives import AllPermute, Collective
 from ..errors import VerishardError
+from ..limits import check_seconds
 from ..mesh import Mesh
 from ..plan import Plan, Step
 from ..sharding import ArrayType
@@ -608,7 +609,9 @@ def _ranks(rs: list[int]) -> str:
 
 
 # what the ranks must agree on: (record key, record key of its description, what it is called)
-AGREED = (("plan", "desc", "plan"), ("dtype", "dtype_name", "dtype"),
+AGREED = (("mesh_ranks", "mesh_ranks", "device mesh ranks"), ("src_ranks", "src_ranks", "source ranks (src_ranks)"),
+          ("check_agreement", "check_agreement", "check_agreement policy"),
+          ("plan", "desc", "plan"), ("dtype", "dtype_name", "dtype"),
           ("chunking", "chunking", "chunking (budget_bytes, chunks)"), ("budget", "budget", "round budget"))
 
 
@@ -619,12 +622,17 @@ def _verdict(records: list[dict]) -> str | None:
         for e in rec.get("errors", []):
             errors.setdefault(e, []).append(r)
     lines = [f"{_ranks(rs)}: {e}" for e, rs in errors.items()]
+    named = False
     for key, label, what in AGREED:
         seen: dict[str, list[int]] = {}
         for r, rec in enumerate(records):
             if key in rec:
                 seen.setdefault(rec[key], []).append(r)
+        if (len(seen) > 1 and key == "plan" and named
+                and len({records[rs[0]].get(label) for rs in seen.values()}) == 1):
+            continue   # the plans differ only by a field named above (their descriptions are the same)
         if len(seen) > 1:
+            named = True
             parts = [f"{_ranks(rs)}: {records[rs[0]].get(label, v)}" + (f" [{v}]" if label != key else "")
                      for v, rs in sorted(seen.items(), key=lambda kv: kv[1][0])]
             lines.append(f"the ranks disagree on the {what}: " + "; ".join(parts))
@@ -673,8 +681,17 @@ def agree(comm: MPI.Comm, rec: dict, timeout: float | None, what: str = "redistr
     exited or never called ``what``) is named: every rank that did arrive
     prints the message naming it and the job is aborted (a missing rank
     cannot be waited for, nor left behind). ``timeout=None``: wait forever.
+    A ``timeout`` that is not a number greater than 0 (at most
+    ``verishard.limits.MAX_SECONDS``; ``verishard.limits.check_seconds``) is
+    this rank's problem, reported on every rank like any other: the exchange
+    then waits :data:`DEFAULT_TIMEOUT`.
     """
     n, me = comm.Get_size(), comm.Get_rank()
+    if timeout is not None:
+        try:
+            timeout = check_seconds(timeout, "timeout")
+        except VerishardError as e:
+            rec, timeout = {**rec, "errors": list(rec.get("errors", ())) + [str(e)]}, DEFAULT_TIMEOUT
     deadline = float("inf") if timeout is None else time.monotonic() + timeout
     late = (f"did not reach {what} within {timeout:g} s (it failed or exited before it, or does not call it); "
             f"aborting the job") if timeout is not None else ""
@@ -928,7 +945,9 @@ def guarded(main: Callable[[], Any], comm: MPI.Comm | None = None, barrier_timeo
 
     - :class:`RedistributionRefused` (raised on every rank at once): every rank
       prints the message prefixed with its rank, waits (up to
-      ``barrier_timeout`` s) until all ranks have printed, and exits with 1.
+      ``barrier_timeout`` s: a number greater than 0, at most
+      ``verishard.limits.MAX_SECONDS``) until all ranks have printed, and
+      exits with 1.
     - Any other exception: the rank prints it with its traceback and calls
       ``MPI_Abort``, so the other ranks do not wait forever.
 
@@ -936,6 +955,7 @@ def guarded(main: Callable[[], Any], comm: MPI.Comm | None = None, barrier_timeo
     hello from every rank
     0
     """
+    barrier_timeout = check_seconds(barrier_timeout, "barrier_timeout")   # before main(): a clear error at the call
     comm = MPI.COMM_WORLD if comm is None else comm
     rank = comm.Get_rank()
     try:

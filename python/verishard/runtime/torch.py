@@ -47,14 +47,20 @@ with the verified group index; where they differ (a backend that sorts the
 ranks), the backend reorders the blocks by that table.
 
 Validation (:func:`agree`): before any data moves, every rank writes its
-record (a fingerprint of its plan: mesh, types, collectives, dtype; and the
-problems it found) into the default group's key-value store under the
-agreement's number, waits for the other ranks' records under a deadline
-(:data:`DEADLINE_S`, 60 s by default) and reads them. If the ranks disagree
-or any rank found a problem, every rank raises the same
-:class:`RedistributionRefused`, naming every failing rank (the MPI backend's
-message, :mod:`verishard.runtime.mpi`); if a rank does not arrive, every rank
-that did raises :class:`RanksMissing` naming it.
+record (a fingerprint of what it will run: mesh and its rank layout, types,
+collectives, dtype, the agreement policy; and the problems it found) into
+the default group's key-value store under the agreement's number, waits for
+the other ranks' records under a deadline (:func:`deadline`: 60 s unless
+set) and reads them. The outcome is settled once in the store (the first
+rank to write it decides, ``compare_set``), so every rank raises or returns
+alike: if the ranks disagree or any rank found a problem, the same
+:class:`RedistributionRefused`, naming every failing rank and the field
+they differ on (the MPI backend's message, :mod:`verishard.runtime.mpi`);
+if a rank does not arrive, :class:`RanksMissing` naming it. Rank 0, the
+store's host, leaves a refusal only once every rank that arrived has read
+it. A rank waiting in a collective on CPU reads the store every
+:data:`POLL_S` and raises a :class:`RanksMissing` the others settled
+naming it (:func:`_finish`).
 
 Point to point (:func:`run_rounds`): cross-mesh schedules and transfers run
 in rounds of ``batch_isend_irecv`` over the default group.
@@ -71,6 +77,7 @@ import hashlib
 import json
 import os
 import socket
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -82,12 +89,14 @@ import torch.distributed as dist
 from .. import dtypes
 from ..collectives import AllPermute, Exchange
 from ..errors import VerishardError
+from ..limits import check_seconds
 from ..plan import Plan, box_text, pieces_table, ranks_text
 from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
 from .mpi import _ranks, _verdict
 
-__all__ = ["free_port", "TorchBackend", "FuncolBackend", "tracing", "real_tensors", "MeshGroups", "mesh_groups", "run_plan", "run_chunked", "fit_to", "agree",
-           "set_deadline", "DEADLINE_S", "RanksMissing", "fingerprint", "world",
+__all__ = ["free_port", "TorchBackend", "FuncolBackend", "tracing", "real_tensors", "MeshGroups", "mesh_groups",
+           "run_plan", "run_chunked", "fit_to", "agree",
+           "set_deadline", "deadline", "DEADLINE_S", "POLL_S", "abandoned", "RanksMissing", "fingerprint", "world",
            "RedistributionRefused", "NotSupportedYet", "row_chunks", "blocks_view", "ROUND_BYTES"]
 
 # torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single.
@@ -419,13 +428,13 @@ class TorchBackend(Backend):
         # gather straight into a large output would hold it twice
         chunks = row_chunks(x.shape[0], n * x.nbytes)
         if dim == 0 and g.rank_of_index is None and len(chunks) == 1:  # the blocks land in place
-            _all_gather_single(out, x, group=g.pg)
+            _finish(_all_gather_single(out, x, group=g.pg, async_op=True), out)
             return out
         blocks = blocks_view(out, n, dim)  # blocks[k]: the block of group index k
         for a, b in chunks:
             part = x[a:b]
             buf = part.new_empty((n * part.shape[0],) + tuple(part.shape[1:]))
-            _all_gather_single(buf, part, group=g.pg)
+            _finish(_all_gather_single(buf, part, group=g.pg, async_op=True), buf)
             got = buf.unflatten(0, (n, part.shape[0]))  # in group-rank order
             if g.rank_of_index is not None:
                 got = got.index_select(0, g.rank_of_index)
@@ -458,10 +467,10 @@ class TorchBackend(Backend):
                 send = send.index_select(0, g.index_of_rank)  # position j: the piece for group rank j
             send = send.contiguous()  # no copy when the pieces are slabs (dst_dim 0, one round)
             if whole and src_dim == 0 and g.rank_of_index is None:  # receive in place
-                dist.all_to_all_single(out, send, group=g.pg)
+                _finish(dist.all_to_all_single(out, send, group=g.pg, async_op=True), out)
                 return out
             recv = torch.empty_like(send)
-            dist.all_to_all_single(recv, send, group=g.pg)
+            _finish(dist.all_to_all_single(recv, send, group=g.pg, async_op=True), recv)
             del send
             if g.rank_of_index is not None:
                 recv = recv.index_select(0, g.rank_of_index)
@@ -471,7 +480,7 @@ class TorchBackend(Backend):
 
     def all_reduce(self, x: torch.Tensor, group: AxisGroup, op: str) -> torch.Tensor:
         y = x.clone(memory_format=torch.contiguous_format)  # all_reduce works in place
-        dist.all_reduce(y, op=_REDUCE_OPS[op], group=self.groups.group(group).pg)
+        _finish(dist.all_reduce(y, op=_REDUCE_OPS[op], group=self.groups.group(group).pg, async_op=True), y)
         return y
 
     def reduce_scatter(self, x: torch.Tensor, dim: int, group: AxisGroup, op: str) -> torch.Tensor:
@@ -484,8 +493,8 @@ class TorchBackend(Backend):
             send = pieces.contiguous()  # no copy for dim 0 in index order
             out = x.new_empty(send.shape[1:])
             try:
-                _reduce_scatter_single(out, send.flatten(0, 1), op=_REDUCE_OPS[op], group=g.pg)
-                return out
+                work = _reduce_scatter_single(out, send.flatten(0, 1), op=_REDUCE_OPS[op], group=g.pg,
+                                              async_op=True)
             except (NotImplementedError, RuntimeError) as e:
                 # A process group without reduce_scatter for this op or dtype
                 # (gloo in older torch releases) refuses on every rank before sending
@@ -493,6 +502,9 @@ class TorchBackend(Backend):
                 if not any(w in str(e).lower() for w in ("support", "implement")):
                     raise
                 _NO_REDUCE_SCATTER.add(g.pg)
+            else:
+                _finish(work, out)
+                return out
         # Fallback: the whole reduction on every member, then its own piece
         # (twice the traffic of a reduce-scatter, same result).
         return self.dyn_slice(self.all_reduce(x, group, op), dim, group)
@@ -531,7 +543,7 @@ class TorchBackend(Backend):
         ranks = self.groups.global_ranks
         works = dist.batch_isend_irecv([dist.P2POp(dist.isend, as_moved(x), ranks[dest]),
                                         dist.P2POp(dist.irecv, as_moved(out), ranks[src])])
-        for w in works:
+        for w in works:   # point to point: gloo ends a send or receive whose wait times out
             w.wait()
         return out
 
@@ -577,7 +589,7 @@ class TorchBackend(Backend):
 
     def _all_to_all_splits(self, send: torch.Tensor, out_splits: list[int], in_splits: list[int], pg: Any):
         recv = send.new_empty(sum(out_splits))
-        dist.all_to_all_single(recv, send, out_splits, in_splits, group=pg)
+        _finish(dist.all_to_all_single(recv, send, out_splits, in_splits, group=pg, async_op=True), recv)
         return recv
 
 
@@ -682,6 +694,7 @@ def run_plan(plan: Plan, x: torch.Tensor, groups: MeshGroups) -> torch.Tensor:
     collective over the mesh. Creates the process groups first (so that every
     rank has them before any data moves), then runs the shared executor and
     checks the result's shape against the verified type."""
+    _require_usable()
     groups.ensure(plan)
     y = execute(plan, x, _backend(plan, groups))
     if tuple(y.shape) != plan.dst.local_shape:  # pragma: no cover - a backend bug
@@ -748,29 +761,53 @@ def fingerprint(plan: Plan | None, extra: str = "") -> int:
 
 
 # How long a rank waits for the others in :func:`agree` before it fails,
-# naming the ranks that did not arrive (``VERISHARD_DEADLINE_S`` in the
-# environment, or :func:`set_deadline`).
-DEADLINE_S = float(os.environ.get("VERISHARD_DEADLINE_S", "60"))
+# naming the ranks that did not arrive: :func:`set_deadline`'s setting, else
+# ``VERISHARD_DEADLINE_S`` in the environment (read and checked by each call
+# that waits, never at import: a bad value fails that call, naming it), else
+# this default.
+DEADLINE_S = 60.0
+_DEADLINE_SET: list[float | None] = [None]
 
 
-def set_deadline(seconds: float) -> float:
-    """Set the agreement deadline (seconds, > 0); returns the previous one.
+def deadline() -> float:
+    """The agreement deadline (seconds) of a call without ``deadline_s``:
+    :func:`set_deadline`'s, else ``VERISHARD_DEADLINE_S``, else
+    :data:`DEADLINE_S`. A value that is not a number greater than 0 (at most
+    ``verishard.limits.MAX_SECONDS``) raises :class:`RedistributionRefused`
+    naming it.
+
+    >>> deadline() > 0
+    True
+    """
+    if _DEADLINE_SET[0] is not None:
+        return _DEADLINE_SET[0]
+    text = os.environ.get("VERISHARD_DEADLINE_S")
+    if text is None:
+        return DEADLINE_S
+    return check_seconds(text, "the agreement deadline VERISHARD_DEADLINE_S (in the environment)",
+                         error=RedistributionRefused, text=True)
+
+
+def set_deadline(seconds: float | None) -> float | None:
+    """Set the agreement deadline of every later call (seconds: a number
+    greater than 0, at most ``verishard.limits.MAX_SECONDS``; None: back to
+    ``VERISHARD_DEADLINE_S`` or :data:`DEADLINE_S`); returns the previous
+    setting (None: there was none).
 
     >>> old = set_deadline(5); set_deadline(old)
     5.0
     """
-    global DEADLINE_S
-    seconds = float(seconds)
-    if not seconds > 0:
-        raise RedistributionRefused(f"the agreement deadline must be a positive number of seconds, not {seconds!r}")
-    old, DEADLINE_S = DEADLINE_S, seconds
+    value = None if seconds is None else check_seconds(seconds, "the agreement deadline (set_deadline)",
+                                                        error=RedistributionRefused)
+    old, _DEADLINE_SET[0] = _DEADLINE_SET[0], value
     return old
 
 
 class RanksMissing(RedistributionRefused):
     """Raised on every rank that arrived when some rank did not reach the
-    agreement within the deadline (it failed before it, or does not call);
-    ``missing`` lists them. No data has moved.
+    agreement within the deadline (it failed before it, does not call, or
+    runs a cached plan the others are agreeing on); ``missing`` lists them.
+    No data has moved.
 
     >>> RanksMissing("rank 1 did not arrive", missing=(1,)).missing
     (1,)
@@ -781,7 +818,12 @@ class RanksMissing(RedistributionRefused):
         self.missing = tuple(missing)
 
 
-_SEQ: dict[Any, dict] = {}   # default group -> {rank set: [its prefix store, the next agreement's number]}
+# How often (seconds) a rank waiting in a collective on CPU looks for a
+# refusal the others settled without it (:func:`_finish`).
+POLL_S = 1.0
+
+_SEQ: dict[Any, dict] = {}   # default group -> {rank set: [its prefix store, the last agreement's number, acked]}
+_ABANDONED: dict[Any, str] = {}   # default group -> why this rank left a collective unfinished
 
 
 def _agreement_store(ranks: tuple[int, ...] | None) -> list:
@@ -789,76 +831,228 @@ def _agreement_store(ranks: tuple[int, ...] | None) -> list:
     per_set = _SEQ.get(w)
     if per_set is None:
         _SEQ.clear()   # stores of process groups destroyed since
+        _ABANDONED.clear()
         per_set = _SEQ[w] = {}
     entry = per_set.get(ranks)
     if entry is None:
         from torch.distributed.distributed_c10d import _get_default_store
         label = "all" if ranks is None else hashlib.sha256(repr(ranks).encode()).hexdigest()[:16]
-        entry = per_set[ranks] = [dist.PrefixStore(f"verishard/agree/{label}/", _get_default_store()), 0]
+        entry = per_set[ranks] = [dist.PrefixStore(f"verishard/agree/{label}/", _get_default_store()), 0, False]
     return entry
 
 
+def _judge(records: list[dict], members: tuple[int, ...], fp: int) -> dict:
+    """The outcome of an agreement every member arrived at: ``{"ok": True}``,
+    or the refusal (its class name and message), the same from any rank's
+    copy of the records. A record with a ``group`` (the world ranks its
+    plan involves) must match the records of that group's ranks, which must
+    name the same group; one without must match every member's."""
+    at = {r: k for k, r in enumerate(members)}
+    fps = [int(rec["fp"]) for rec in records]
+    odd: set[int] = set()
+    for r, rec in zip(members, records):
+        for q in rec.get("group", members):
+            k = at.get(q)
+            if k is None or records[k].get("group") != rec.get("group") or fps[k] != fps[at[r]]:
+                odd |= {r} | ({q} if k is not None else set())
+    if not odd and not any(rec.get("errors") for rec in records):
+        return {"ok": True}
+    shown = [r for r, rec in zip(members, records) if r in odd or rec.get("errors")]
+    by_rank: list[dict] = [{} for _ in range(max(members) + 1)]   # the message names world ranks
+    for r, rec in zip(members, records):
+        if r in shown:
+            by_rank[r] = rec
+    verdict = _verdict(by_rank)
+    if verdict is None:  # fingerprints or groups differ while the records agree: report both
+        verdict = ("redistribution refused before any data moved:\n  the ranks disagree on the plan "
+                   f"(fingerprints {', '.join(f'{f:x}' for f in sorted(set(fps)))}; ranks involved: "
+                   + "; ".join(f"rank {r}: {rec.get('group', 'all')}" for r, rec in zip(members, records)
+                               if r in shown) + ")")
+    with_errors = [rec for rec in records if rec.get("errors")]
+    only_unsupported = bool(with_errors) and all(rec.get("unsupported") for rec in with_errors) \
+        and len(set(fps)) == 1
+    return {"error": "NotSupportedYet" if only_unsupported else "RedistributionRefused", "message": verdict,
+            "arrived": list(members)}
+
+
+def _missing(store, keys: list[str], members: tuple[int, ...], me: int, timeout: float) -> dict | None:
+    """The outcome of an agreement some member did not reach in time (None: they all have now)."""
+    missing = [r for r, k in zip(members, keys) if not store.check([k])]
+    if not missing:
+        return None
+    n = len(members)
+    return {"error": "RanksMissing", "missing": missing, "arrived": [r for r in members if r not in missing],
+            "message": f"redistribution refused before any data moved: {_ranks(missing)} did not arrive within "
+                       f"{timeout:g} s (rank {me} waited; {n - len(missing)} of {n} ranks arrived). A rank that "
+                       "fails before redistribute, does not call it, or runs a plan it cached while the others "
+                       "agree on theirs (cache_clear(), enable() or check_agreement on some ranks only) stops "
+                       "every rank here; the deadline is verishard.runtime.torch.set_deadline (or "
+                       "VERISHARD_DEADLINE_S)"}
+
+
+def _raise(outcome: dict) -> None:
+    if outcome["error"] == "RanksMissing":
+        raise RanksMissing(outcome["message"], tuple(outcome.get("missing", ())))
+    raise (NotSupportedYet if outcome["error"] == "NotSupportedYet" else RedistributionRefused)(outcome["message"])
+
+
 def agree(fp: int, record: dict, device: torch.device | str | None = None, *,
-          deadline_s: float | None = None, ranks: tuple[int, ...] | None = None) -> None:
+          deadline_s: float | None = None, ranks: tuple[int, ...] | None = None,
+          group: tuple[int, ...] | None = None) -> None:
     """Collective over every process of the default group (or the world
     ranks ``ranks``): return when every rank has the same fingerprint ``fp``
     and no rank's ``record["errors"]`` is non-empty; else raise the same
     :class:`RedistributionRefused` (or :class:`NotSupportedYet` when every
     problem is of that kind) on every rank. A rank that does not arrive
-    within ``deadline_s`` (default :data:`DEADLINE_S`, 60 s) fails every
-    rank that did with :class:`RanksMissing` naming it.
+    within ``deadline_s`` (default :func:`deadline`: 60 s unless set) fails
+    every rank with :class:`RanksMissing` naming it.
 
     It runs over the default group's key-value store (the one
     ``init_process_group`` made), not a collective: each rank writes its
     record under this agreement's number, waits for the others' keys with the
-    deadline, and reads them (``device`` is not used). Agreements are
-    numbered in call order per rank set, so the ranks of a set must make the
-    same sequence of them (as they make the same sequence of collectives).
+    deadline, and reads them (``device`` is not used). ``group``: the world
+    ranks this rank's plan involves, where ranks of the agreement run
+    separate plans (sub-meshes): its fingerprint must then be that of every
+    rank of its group, which must give the same group. The outcome is then
+    settled once for all ranks: the first rank to write it into the store
+    (an atomic ``compare_set``) decides, and every rank raises or returns by
+    what is stored there, so a rank that arrives after another gave up gets
+    that rank's :class:`RanksMissing`, not a plan of its own. On a refusal
+    every rank that arrived marks that it read it, and rank 0, which hosts
+    the store under ``init_process_group``'s rendezvous (``env://``,
+    ``tcp://``, torchrun), waits (up to the deadline) until all of them have
+    before it raises, so that it cannot leave while another is still reading. Agreements are numbered in
+    call order per rank set, so the ranks of a set must make the same
+    sequence of them (as they make the same sequence of collectives).
 
     ``record`` is the MPI backend's validation record: ``errors`` (strings),
     and where known ``plan`` (a fingerprint in hex), ``desc``, ``dtype`` and
-    ``dtype_name``; ``unsupported`` (bool): every error is a feature not
-    supported yet.
+    ``dtype_name``, and the fields of :data:`verishard.runtime.mpi.AGREED`
+    (``mesh_ranks``, ``src_ranks``, ``dst_ranks``, ``check_agreement``)
+    that are named when they differ; ``unsupported`` (bool): every error is
+    a feature not supported yet.
     """
+    timeout = deadline() if deadline_s is None else check_seconds(deadline_s, "deadline_s",
+                                                                   error=RedistributionRefused)
     members = tuple(range(dist.get_world_size())) if ranks is None else tuple(ranks)
-    store, seq = entry = _agreement_store(ranks)
+    me = dist.get_rank()
+    entry = _agreement_store(ranks)
     entry[1] += 1
-    n, me = len(members), dist.get_rank()
-    timeout = DEADLINE_S if deadline_s is None else float(deadline_s)
+    store, seq, acked = entry[0], entry[1], entry[2]
+    if _ABANDONED.get(world()):
+        record = {**record, "errors": list(record.get("errors", ())) + [
+            "it left a collective unfinished after an earlier refusal (RanksMissing): destroy the process group "
+            "and initialize it again"]}
     keys = [f"{seq}/{r}" for r in members]
-    store.set(f"{seq}/{me}", json.dumps({**record, "fp": int(fp)}))
+    settled_key = f"{seq}/outcome"
+    until = time.monotonic() + timeout
     try:
-        store.wait(keys, timedelta(seconds=timeout))
-    except Exception as e:  # noqa: BLE001 - the store's timeout (DistStoreError, RuntimeError by release)
-        try:
-            missing = tuple(r for r, k in zip(members, keys) if not store.check([k]))
-        except Exception:  # noqa: BLE001 - the store itself is gone (its host rank exited)
-            missing = ()
-        who = _ranks(list(missing)) if missing else "a rank (the store could not say which: its host is gone)"
+        mine = {**record, "fp": int(fp)}
+        if group is not None:
+            mine["group"] = [int(r) for r in group]
+        store.set(f"{seq}/{me}", json.dumps(mine))
+        try:   # in one piece: each time-out of a store wait prints a warning of c10d's
+            store.wait(keys, timedelta(seconds=max(until - time.monotonic(), 1e-3)))
+            arrived = True
+        except Exception:  # noqa: BLE001 - the store's timeout (DistStoreError, RuntimeError by release)
+            arrived = False
+        outcome = json.loads(store.get(settled_key)) if store.check([settled_key]) else None
+        if outcome is None:
+            proposal = None if arrived else _missing(store, keys, members, me, timeout)
+            if proposal is None:   # every member arrived (the last ones, maybe, while this rank looked)
+                proposal = _judge([json.loads(v) for v in store.multi_get(keys)], members, fp)
+            outcome = json.loads(store.compare_set(settled_key, "", json.dumps(proposal, sort_keys=True)))
+        if seq > 1:  # every rank has read the previous agreement's keys by now (it wrote this one after)
+            store.delete_key(f"{seq - 1}/{me}")
+            if acked:
+                store.delete_key(f"{seq - 1}/read/{me}")
+                entry[2] = False
+            if outcome.get("ok") and me == members[0]:   # every member has read it (they all wrote this one)
+                store.delete_key(f"{seq - 1}/outcome")
+        if outcome.get("ok"):
+            return
+        store.set(f"{seq}/read/{me}", "1")
+        entry[2] = True
+    except Exception as e:  # noqa: BLE001 - the store itself is gone (its host rank exited)
         raise RanksMissing(
-            f"redistribution refused before any data moved: {who} did not arrive within {timeout:g} s "
-            f"(rank {me} waited; {n - len(missing)} of {n} ranks arrived). A rank that fails before "
-            "redistribute, or does not call it, stops every rank here; the deadline is "
-            "verishard.runtime.torch.set_deadline (or VERISHARD_DEADLINE_S)", missing) from e
-    records = [json.loads(v) for v in store.multi_get(keys)]
-    if seq > 1:  # every rank has read the previous agreement's keys by now (it wrote this one after)
-        store.delete_key(f"{seq - 1}/{me}")
-    fps = [int(rec["fp"]) for rec in records]
-    if all(f == fp for f in fps) and not any(rec.get("errors") for rec in records):
+            f"redistribution refused before any data moved: a rank (the store could not say which: its host is "
+            f"gone) did not take part in agreement {seq} (rank {me} waited; {type(e).__name__}: {e}). A rank "
+            "that fails before redistribute, or does not call it, stops every rank here") from e
+    if me == 0:   # the store's host (init_process_group's rendezvous) stays until every rank that arrived read it
+        try:
+            store.wait([f"{seq}/read/{r}" for r in outcome.get("arrived", ())], timedelta(seconds=timeout))
+        except Exception:  # noqa: BLE001 - one that arrived and then failed: the refusal stands
+            pass
+    _raise(outcome)
+
+
+def _gloo_timeout() -> float:
+    """The default group's own timeout on CPU (seconds), which bounds a wait in :func:`_finish`."""
+    try:
+        return world()._get_backend(torch.device("cpu")).options._timeout.total_seconds()
+    except Exception:  # noqa: BLE001 - another backend or release: torch's default
+        from torch.distributed.constants import default_pg_timeout
+        return default_pg_timeout.total_seconds()
+
+
+def _left_behind() -> None:
+    """Raise the :class:`RanksMissing` another rank settled for an agreement
+    this rank did not make (its next one in a rank set it has used): it is
+    running a plan the others are not, and they gave up waiting for it."""
+    me = dist.get_rank()
+    for entry in list(_SEQ.get(world(), {}).values()):
+        key = f"{entry[1] + 1}/outcome"
+        if entry[0].check([key]):
+            outcome = json.loads(entry[0].get(key))
+            if me in outcome.get("missing", ()):
+                _ABANDONED[world()] = outcome["message"]
+                entry[1] += 1   # that agreement is over for this rank too: the next one is numbered alike
+                _raise(outcome)
+
+
+def _finish(work: Any, like: torch.Tensor) -> None:
+    """Wait for a collective's work. On CPU (gloo) the wait runs in slices
+    of :data:`POLL_S`, between which a refusal naming this rank is raised
+    (:func:`_left_behind`): a rank whose cached plans differ from the
+    others' (``cache_clear()`` on one rank) would otherwise sit in a
+    collective the others never join until gloo's own timeout. This rank's
+    part of the collective is then abandoned, and the default group with it
+    (:func:`_require_usable`). The group's own timeout still bounds the whole
+    wait. Point-to-point works (``batch_isend_irecv``: AllPermute, box
+    schedules, transfers) are waited for whole: gloo fails a send or a
+    receive whose wait times out."""
+    if work is None:
         return
-    by_rank: list[dict] = [{} for _ in range(max(members) + 1)]   # the message names world ranks
-    for r, rec in zip(members, records):
-        by_rank[r] = rec
-    verdict = _verdict(by_rank)
-    if verdict is None:  # fingerprints differ while the records agree: report both
-        verdict = ("redistribution refused before any data moved:\n  the ranks disagree on the plan "
-                   f"(fingerprints {', '.join(f'{f:x}' for f in sorted(set(fps)))})")
-    with_errors = [rec for rec in records if rec.get("errors")]
-    only_unsupported = bool(with_errors) and all(rec.get("unsupported") for rec in with_errors) \
-        and len(set(fps)) == 1
-    raise (NotSupportedYet if only_unsupported else RedistributionRefused)(verdict)
+    if like.device.type != "cpu":
+        work.wait()
+        return
+    start, limit = time.monotonic(), None
+    while True:
+        try:
+            work.wait(timeout=timedelta(seconds=POLL_S))
+            return
+        except RuntimeError:
+            if work.is_completed():
+                raise
+            limit = _gloo_timeout() if limit is None else limit
+            if time.monotonic() - start >= limit:
+                raise
+        _left_behind()
 
 
+def abandoned() -> str | None:
+    """Why this rank left a collective of the default group unfinished
+    (:func:`_finish`), or None: such a rank agrees on every later call, so
+    that the others are refused at once rather than wait for it."""
+    return _ABANDONED.get(world())
+
+
+def _require_usable() -> None:
+    """Refuse to move data on a default group this rank left a collective of unfinished."""
+    why = _ABANDONED.get(world())
+    if why is not None:
+        raise RanksMissing(f"no data moved: rank {dist.get_rank()} left a collective unfinished after this refusal, "
+                           f"so its process group cannot run another: {why}", (dist.get_rank(),))
 
 
 # ---------------------------------------------------------------------------
@@ -884,6 +1078,7 @@ def run_rounds(rounds: list[list[tuple[Any, int, int, tuple]]], sources: dict[An
     holds at most one round's send and receive buffers at a time. Cuts are
     tagged by their position in the round, which every rank computes alike,
     so no message can be matched with another."""
+    _require_usable()
     me = dist.get_rank()
     for cuts in rounds:
         ops, landed = [], []
@@ -897,7 +1092,7 @@ def run_rounds(rounds: list[list[tuple[Any, int, int, tuple]]], sources: dict[An
                 local, starts = sources[key]
                 ops.append(dist.P2POp(dist.isend, as_moved(local[_box_slices(box, starts)].contiguous()), b, tag=tag))
         if ops:
-            for w in dist.batch_isend_irecv(ops):
+            for w in dist.batch_isend_irecv(ops):   # point to point: not in slices (see _finish)
                 w.wait()
         for out, where, buf in landed:
             out[where] = buf
