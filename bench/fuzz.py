@@ -797,6 +797,14 @@ def oversized_case(rng: random.Random, tmp: str):
         return {"whole": A, "padded": np.pad(b, ((0, 1), (0, 0))), "transposed": b.T, "cut": b[:-1],
                 "flat": b.reshape(-1), "extra-dim": b[None]}[how]
 
+    # what the ranks passed, where every block has its box's shape (a square block transposed is a block of
+    # other values, saved as given): the array a load must return if the save was accepted
+    passed = A.copy()
+    for r in range(t.mesh.num_devices):
+        box = tuple(slice(s, s + n) for s, n in zip(t.block_starts(r), t.valid_shape(r)))
+        if np.shape(block(r)) == passed[box].shape:
+            passed[box] = block(r)
+
     def run():
         victim = case / "victim.txt"
         try:
@@ -824,7 +832,7 @@ def oversized_case(rng: random.Random, tmp: str):
                     b["data"] = len(big) + len(F.table_of(A, rc, cc))
                 next(f for f in man["files"] if f["name"] == fname)["bytes"] = len(blob)
                 _write_manifest(d, man)
-            return judge_oversized(d, A, victim, how)
+            return judge_oversized(d, passed, victim, how)
         finally:
             shutil.rmtree(case, ignore_errors=True)
     return f"{how} block from rank {bad_rank} of {t} on {mesh} ({A.dtype})", run
@@ -944,6 +952,9 @@ def job_deadline_mpi(text: str, hang_s: float) -> None:
     from mpi4py import MPI
     from verishard.runtime import mpi as vm
     comm = MPI.COMM_WORLD
+    # a refused timeout is agreed under the default one (every rank refuses alike): shortened here so that the
+    # missing rank's documented abort comes within the hang limit
+    vm.DEFAULT_TIMEOUT = 2.0
     p = verishard.plan("x=2", "[2{x}4]", "[4]")
     if comm.Get_rank() == 0:
         v = eval(text)  # noqa: S307 - our own list above
@@ -1057,8 +1068,6 @@ def deadline_runs(tally: "Tally", hang_s: float) -> None:
         said = [ln for x in lines for ln in x.get("stderr", "").splitlines() if "verishard.mpi: rank 1" in ln]
         if not outs and said:   # the project's abort of the job, naming the missing rank
             got = f"error (the job aborted by the deadline, as documented): {said[0]}"
-            if text in INVALID:
-                ACCEPTED_INVALID.append(f"mpi timeout={text}: {said[0][:160]}")
         label = f"mpi redistribute(timeout={text}) with rank 1 missing"
         tally.run("deadline", label, lambda got=got, label=label: _deadline_kind(got, "missing", label))
 
@@ -1191,6 +1200,9 @@ def main() -> None:
         "",
         f"Of the plan inputs, {SIMULATED[0]} plans (even, no pending axes) ran in the simulator against "
         "numpy's distribution of a random array; the others were planned and checked by the verified core only.",
+        "",
+        "MPI `timeout=` values with a rank missing: a refused value is agreed under the default timeout "
+        "(shortened to 2 s in the job), so the job ends by the documented abort naming the missing rank.",
         "",
         "Issue 39 item 7's classes: DCP payloads: `dcp`; manifest aliasing: `manifest`; FIFOs: `fifo` (and "
         "`dcp`'s FIFOs); mesh-order and src_ranks disagreement: `ranks`; oversized blocks: `oversized`; deadline "
