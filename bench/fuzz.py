@@ -1,4 +1,4 @@
-"""A longer fuzzer over verishard's surfaces (issue 34 item 7); the fast
+"""A longer fuzzer over verishard's surfaces (issue 34 item 7, issue 39 item 7); the fast
 version is tests/test_hostile.py, whose input generators this reuses.
 
 Surfaces:
