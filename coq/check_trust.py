@@ -5,7 +5,8 @@ Fails (exit 1, one line "FAIL: ..." per problem, every problem reported) on:
 0. a Coq variable in the environment (any COQ* name: COQPATH, COQFLAGS, ...;
    OTHERFLAGS, which carries `-l file`; CAMLFLAGS), or set through
    MAKEFLAGS; a local build file under coq/ (CoqMakefile.local, *.local,
-   coqrc): coq_makefile's makefile or coqc would read it;
+   coqrc): coq_makefile's makefile or coqc would read it (the check then
+   reports the static checks below and builds nothing);
 1. a hole anywhere under coq/ (every .v file, not only theories/), matched
    case-insensitively on the text with comments and strings blanked:
    Admitted / admit (Admit Obligations too), Axiom(s), Parameter(s),
@@ -643,63 +644,47 @@ def finish_coqchk(proc, n: int) -> None:
 
 # --- 4, 5, 7, 8. through coqc, on the clean build ---------------------------
 class CoqSession:
-    """One coqtop process (no rc file) on the clean build's theories, with
-    ``header`` loaded once; ``ask`` runs sentences, each answer cut out by a
-    per-run marker (a failing sentence answers nothing)."""
+    """Queries on the clean build's theories, ``header`` loaded first: each
+    ``ask`` is one coqc run on a file this script writes (a persistent
+    coqtop keeps every sentence's state and runs these queries about three
+    times slower), each answer cut out by a per-run marker."""
 
     def __init__(self, theories: str, header: list[str]):
-        import threading
-        self.threading = threading
-        self.nonce = secrets.token_hex(8)
-        self.err = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(["coqtop", "-q", "-quiet", "-Q", theories, "VS"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.err, text=True, bufsize=1)
-        self.ok = True
-        if self.ask([("HEADER", h) for h in header]) is None:
-            self.ok = False
+        self.theories, self.header, self.ok = theories, header, True
 
     def ask(self, cmds: list[tuple[str, str]]) -> dict[str, str] | None:
-        if self.proc.poll() is not None:
+        nonce = secrets.token_hex(8)
+        lines = list(self.header)
+        for tag, c in cmds:
+            lines.append(f'Goal True. idtac "@@{nonce} {tag}". Abort.')
+            lines.append(c)
+        lines.append(f'Goal True. idtac "@@{nonce} END". Abort.')
+        with tempfile.TemporaryDirectory() as tmp:
+            query = os.path.join(tmp, "TrustQuery.v")
+            with open(query, "w", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
+            proc = subprocess.run(["coqc", "-Q", self.theories, "VS", query], capture_output=True, text=True,
+                                  cwd=tmp)
+        if proc.returncode != 0:
+            print(proc.stdout[-3000:] + proc.stderr[-3000:])
+            fail("coqc could not answer the check's queries on the clean build")
             return None
-        lines = []
-        for tag, c in cmds + [("END", "")]:
-            lines.append(f'Goal True. idtac "@@{self.nonce} {tag}". Abort.')
-            if c:
-                lines.append(c)
-        text = "\n".join(lines) + "\n"
-
-        def write():
-            try:
-                self.proc.stdin.write(text)
-                self.proc.stdin.flush()
-            except (BrokenPipeError, OSError):
-                pass
-        writer = self.threading.Thread(target=write, daemon=True)
-        writer.start()
         answers: dict[str, str] = {}
         tag, body = None, []
-        goal = re.compile(r"\n?1 goal\n\s*\n\s*=+\n\s*True\s*$")
-        for line in self.proc.stdout:
-            if line.startswith(f"@@{self.nonce} "):
+        for line in proc.stdout.splitlines():
+            if line.startswith(f"@@{nonce} "):
                 if tag:
-                    answers[tag] = goal.sub("", "\n".join(body)).strip()
-                tag, body = line.rstrip("\n").split(" ", 1)[1], []
-                if tag == "END":
-                    break
+                    answers[tag] = "\n".join(body).strip()
+                tag, body = line.split(" ", 1)[1], []
             elif tag:
                 body.append(line.rstrip())
-        writer.join()
         if tag != "END":
-            fail("coqtop stopped before answering the check's queries on the clean build")
+            fail("the output of coqc did not reach the end marker")
             return None
         return answers
 
     def close(self) -> None:
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        self.proc.wait(timeout=60)
+        pass
 
 
 def requires(module: str, theories: str, cache: dict = {}) -> set[str]:
@@ -1083,7 +1068,7 @@ def run_coq(table: dict[str, tuple[str, int]], clean: str, use_cache: bool, pin:
     finally:
         coq.close()
     if not coq.ok:
-        fail("coqtop could not load the theorems of the table from the clean build")
+        fail("coqc could not load the theorems of the table from the clean build")
 
 
 def pin_realizers(hashes: dict[str, str]) -> None:
@@ -1112,17 +1097,21 @@ def main(argv: list[str]) -> int:
     pin, use_cache = "--pin" in argv, "--no-cache" not in argv
     jobs = int(option(argv, "-j") or 2)
     reuse, keep = option(argv, "--reuse-build"), option(argv, "--keep-build")
+    before = len(failures)
     env = check_environment()
+    tainted = len(failures) > before
     scan_holes()
     hashes = check_extraction(read_allow())
     table = read_table()
     check_assumptions_file(table)
+    if tainted:
+        print("FAIL: not building: the build's inputs are not clean (above)")
     with tempfile.TemporaryDirectory() as tmp:
         where = keep or tmp
         if keep:
             shutil.rmtree(keep, ignore_errors=True)
             os.makedirs(keep)
-        clean = clean_build(env, jobs, reuse, where)
+        clean = None if tainted else clean_build(env, jobs, reuse, where)
         if clean is not None:
             compare_extraction(clean)
             chk = None if "--skip-coqchk" in argv else start_coqchk(clean, env)
