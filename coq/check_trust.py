@@ -66,7 +66,10 @@ the clean build's .vo files of its file and of everything that file
 requires, coqc and this script are byte-identical, and only when its entry
 in coq/.assumptions-cache carries an HMAC under a key kept outside the
 repository (~/.cache/verishard/trust-cache.key): a forged entry is asked
-again. `-j N`: jobs of the clean build (2). For the test suite's plants:
+again. Likewise the printed definitions (coq/.assumptions-cache.defs, one
+HMAC over the whole store) are reused for a definition while the clean
+build's .vo of its file, the list of modules loaded, coqc and this script
+are the same; they also give --pin's difference. `-j N`: jobs of the clean build (2). For the test suite's plants:
 `--keep-build DIR` keeps the clean build in DIR, `--reuse-build DIR` starts
 from such a build's .vo for byte-identical sources (make rebuilds the rest
 and what requires them), `--skip-coqchk`; `make proofs` passes none of them.
@@ -750,7 +753,8 @@ def tokens(text: str) -> set[str]:
     return {t for t in TOKEN_RE.findall(text) if t not in KEYWORDS}
 
 
-def closure_definitions(coq: CoqSession, stmt_all: dict[str, str]):
+def closure_definitions(coq: CoqSession, stmt_all: dict[str, str], reuse: dict[str, tuple[str, str]],
+                        text_key):
     """The definitions (constants, inductives; constructors through their
     type) that the statements mention, followed transitively through every
     constant not under Coq., each printed with `Set Printing All`: returns
@@ -779,15 +783,17 @@ def closure_definitions(coq: CoqSession, stmt_all: dict[str, str]):
                 if not q.startswith("Coq.") and q not in texts:
                     texts[q] = ""
                     wanted.append((kind, q))
-        print(f"  round {rounds}: {len(batch)} names, {len(wanted)} definitions to print", flush=True)
+        # A text printed by an earlier run is reused while its key (the .vo of
+        # its file, the modules loaded, coqc, this script) is the same.
+        fresh = [(kind, q) for kind, q in wanted if reuse.get(q, ("", ""))[0] != text_key(q)]
         printed = coq.ask([("ALL", "Set Printing All.")]
-                          + [(q, (f"Check @{q}." if kind == "Constructor" else f"Print {q}.")) for kind, q in wanted]
-                          + [("NOTALL", "Unset Printing All.")])
+                          + [(q, (f"Check @{q}." if kind == "Constructor" else f"Print {q}.")) for kind, q in fresh]
+                          + [("NOTALL", "Unset Printing All.")]) if fresh else {}
         if printed is None:
             return None
         frontier = set()
         for _, q in wanted:
-            texts[q] = printed.get(q, "")
+            texts[q] = printed[q] if q in printed else reuse[q][1]
             item_tokens[q] = tokens(texts[q])
             frontier |= item_tokens[q]
     refs = {q: {r for t in ts for r in resolved.get(t, ())} for q, ts in item_tokens.items()}
@@ -951,7 +957,29 @@ def run_coq(table: dict[str, tuple[str, int]], clean: str, use_cache: bool, pin:
 
         # The definitions the statements reach, printed fully.
         stmt_all = {qual[n]: answers.get(f"STMT {n}", "") for n in table}
-        got = closure_definitions(coq, stmt_all)
+        # The texts of the last run (coq/.assumptions-cache.defs): reused when
+        # signed with this machine's key, and for --pin's difference.
+        store = os.path.join(HERE, ".assumptions-cache.defs")
+        stored: dict = {}
+        if os.path.isfile(store):
+            try:
+                with gzip.open(store, "rt", encoding="utf-8") as f:
+                    stored = json.load(f)
+            except (OSError, ValueError, EOFError):
+                stored = {}
+        old_texts = stored.get("texts", {}) if isinstance(stored, dict) else {}
+        old_keys = stored.get("keys", {}) if isinstance(stored, dict) else {}
+        blob = json.dumps([old_keys, old_texts], sort_keys=True)
+        trusted = bool(secret and isinstance(stored, dict) and isinstance(stored.get("mac"), str)
+                       and hmac.compare_digest(stored["mac"], sign(secret, hashlib.sha256(blob.encode()).hexdigest())))
+        reuse = {q: (old_keys[q], old_texts[q]) for q in old_keys if q in old_texts} if trusted else {}
+        loaded = " ".join(modules)
+
+        def text_key(q: str) -> str:
+            mod = q.split(".")[1]
+            return hashlib.sha256("\n".join([version, script, q, loaded,
+                                             file_digest(os.path.join(theories, mod + ".vo"))]).encode()).hexdigest()
+        got = closure_definitions(coq, stmt_all, reuse, text_key)
         if got is None:
             return
         texts, refs, resolved, rounds = got
@@ -1010,15 +1038,6 @@ def run_coq(table: dict[str, tuple[str, int]], clean: str, use_cache: bool, pin:
         path = os.path.join(HERE, "statements.txt")
         pins, meanings, defs = read_statements(path)
         new_text = render_statements(stated, meaning, def_hash)
-        # The texts of the last run, for --pin's difference (not trusted: a diff only).
-        store = os.path.join(HERE, ".assumptions-cache.defs")
-        old_texts: dict[str, str] = {}
-        if os.path.isfile(store):
-            try:
-                with gzip.open(store, "rt", encoding="utf-8") as f:
-                    old_texts = json.load(f)
-            except (OSError, ValueError, EOFError):
-                old_texts = {}
         if pin:
             old = open(path, encoding="utf-8").read() if os.path.isfile(path) else ""
             diff = list(difflib.unified_diff(old.splitlines(), new_text.splitlines(), "coq/statements.txt (pinned)",
@@ -1051,11 +1070,15 @@ def run_coq(table: dict[str, tuple[str, int]], clean: str, use_cache: bool, pin:
                 users = sorted(q.split(".")[-1] for q in stated if d in reach(q, refs))
                 fail(f"{d}: its definition is not the one pinned in coq/statements.txt (used by {', '.join(users[:5])}"
                      f"{'...' if len(users) > 5 else ''}); after review: bash coq/check_assumptions.sh --pin")
-        try:
-            with gzip.open(store, "wt", encoding="utf-8") as f:
-                json.dump(texts, f)
-        except OSError:
-            pass
+        if secret:
+            new_keys = {q: text_key(q) for q in texts}
+            blob = json.dumps([new_keys, texts], sort_keys=True)
+            try:
+                with gzip.open(store, "wt", encoding="utf-8") as f:
+                    json.dump({"keys": new_keys, "texts": texts,
+                               "mac": sign(secret, hashlib.sha256(blob.encode()).hexdigest())}, f)
+            except OSError:
+                pass
         if len(failures) == before:
             print(f"OK: all {len(table)} theorems are closed under the global context "
                   f"({queried} asked now, {len(table) - queried} signed in the cache), each statement and the "

@@ -159,7 +159,7 @@ def test_stale_vo_with_a_realizer_changes_the_shipped_core(copy):
     # from the tree would accept a 66-axis mesh with a 0-size axis.
     v = copy / "theories" / "Layoutchoice.v"
     clean = v.read_text()
-    v.write_text(clean + '\nExtract Constant List.forallb => "fun f l -> List.for_all f (List.filteri (fun i _ -> i < 64) l)".\n')
+    v.write_text(clean + '\nFrom Coq Require Extraction.\nExtract Constant List.forallb => "fun f l -> List.for_all f (List.filteri (fun i _ -> i < 64) l)".\n')
     r = subprocess.run(["coqc", "-Q", "theories", "VS", "theories/Layoutchoice.v"], cwd=copy, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     v.write_text(clean)
