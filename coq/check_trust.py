@@ -89,6 +89,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))          # coq/
 ROOT = os.path.dirname(HERE)
@@ -542,7 +543,12 @@ def clean_build(env: dict[str, str], jobs: int, reuse: str | None, where: str) -
     reused = 0
     if reuse:
         old = os.path.join(reuse, "coq", "theories")
-        later = os.path.getmtime(os.path.join(coq, "_CoqProject")) + 2
+        # Sources in the past, reused outputs after them, so that anything make
+        # rebuilds now is newer than every reused .vo (its dependents rebuild).
+        now = time.time()
+        for rel in files:
+            os.utime(os.path.join(where, rel), (now - 100, now - 100))
+        later = now - 50
         for p in listed:
             name = os.path.join(coq, p)
             prev = os.path.join(old, os.path.basename(p))
