@@ -1,9 +1,13 @@
 """The trust check (coq/check_assumptions.sh) refuses every planted hole.
 
-Each case copies coq/ (the built .vo files included) and docs/proofs.md into
-a temporary folder, plants one hole there (compiling only the planted file),
-runs the check on the copy and expects it to fail with a message naming the
-hole. The unplanted copy passes.
+Each case copies the repository's inputs to the check (coq/ with its built
+.vo files, the shipped extraction coq/extract/, docs/proofs.md,
+bindings/glue.ml, .gitignore) into a temporary git repository, plants one
+hole there, runs the check on the copy and expects it to fail with a message
+naming the hole. The unplanted copy passes, coqchk included. The check
+builds the copy's tracked files afresh; so that each plant rebuilds only
+what it changed, the cases start from the unplanted copy's clean build
+(--reuse-build) and skip coqchk (run once, on the unplanted copy).
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,40 +26,65 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 COQ = ROOT / "coq"
 
-pytestmark = pytest.mark.skipif(shutil.which("coqc") is None, reason="coqc is not installed")
+pytestmark = pytest.mark.skipif(shutil.which("coqc") is None or shutil.which("git") is None,
+                                reason="coqc or git is not installed")
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
 
 
 def _copy(dst: Path) -> Path:
-    """coq/ and docs/proofs.md under ``dst``, as the check reads them."""
-    shutil.copytree(COQ, dst / "coq", ignore=shutil.ignore_patterns("extract", "*.glob", "*.vok", "*.vos", ".*.aux"))
-    (dst / "docs").mkdir()
-    shutil.copy(ROOT / "docs" / "proofs.md", dst / "docs" / "proofs.md")
+    """The check's inputs under ``dst``, a git repository tracking them."""
+    # The tree's caches come along: signed with this machine's key, they spare
+    # the unplanted copy's check the answers `make proofs` already got here
+    # (entries are keyed by the clean build's .vo; elsewhere they are ignored).
+    shutil.copytree(COQ, dst / "coq", ignore=shutil.ignore_patterns(
+        "extract", "*.glob", "*.vok", "*.vos", ".*.aux", "CoqMakefile*", ".CoqMakefile.d"))
+    shutil.copytree(COQ / "extract", dst / "coq" / "extract")
+    for rel in ("docs/proofs.md", "bindings/glue.ml", ".gitignore"):
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, dst / rel)
+    _git(dst, "init", "-q")
+    _git(dst, "add", "-A")
     return dst / "coq"
 
 
-def _check(coq: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(coq / "check_assumptions.sh")], capture_output=True, text=True, timeout=600)
+def _check(coq: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    _git(coq.parent, "add", "-A")  # planted sources are part of the commit under check
+    return subprocess.run(["bash", str(coq / "check_assumptions.sh"), *args], capture_output=True, text=True,
+                          timeout=900, env=env)
+
+
+KEEP: list[str] = []
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
-    """A checked, unplanted copy (its Print Assumptions answers cached, so
-    that a planted copy asks coqc only about what the plant changed)."""
-    if not (COQ / "theories" / "Extract.vo").exists():
-        pytest.skip("the theories are not built (make coq)")
+    """A checked, unplanted copy (coqchk included), its clean build kept in
+    ``keep``, its Print Assumptions answers cached, so that a planted copy
+    rebuilds and asks coqc only about what the plant changed."""
+    if not (COQ / "theories" / "Extract.vo").exists() or not (COQ / "extract" / "verishard_core.ml").exists():
+        pytest.skip("the theories are not built (make extract)")
     root = tmp_path_factory.mktemp("trust-base")
     coq = _copy(root)
-    run = _check(coq)
+    # The tree's own .vo seed the first clean build (only speed: the plants'
+    # checks start from this build, never from a tree's .vo).
+    run = _check(coq, "--reuse-build", str(ROOT), "--keep-build", str(root / "keep"))
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "OK: the trust statement holds" in run.stdout
+    assert "OK: the trust statement holds" in run.stdout and "OK: coqchk checked" in run.stdout
+    KEEP[:] = [str(root / "keep")]
     return root
 
 
 @pytest.fixture
 def copy(base, tmp_path) -> Path:
-    shutil.copytree(base / "coq", tmp_path / "coq")
-    shutil.copytree(base / "docs", tmp_path / "docs")
-    return tmp_path / "coq"
+    shutil.copytree(base, tmp_path / "repo", ignore=shutil.ignore_patterns("keep"), symlinks=True)
+    return tmp_path / "repo" / "coq"
+
+
+def _plant_check(coq: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return _check(coq, "--reuse-build", KEEP[0], "--skip-coqchk", *args, env=env)
 
 
 def _append(path: Path, text: str) -> None:
@@ -81,8 +112,8 @@ def _add_theorem(coq: Path, module: str, source: str, names: list[str], compiled
         _append(coq / "statements.txt", f"\n== {qual}\n{statement}\n")
 
 
-def _fails(coq: Path, *needles: str) -> str:
-    run = _check(coq)
+def _fails(coq: Path, *needles: str, env: dict | None = None) -> str:
+    run = _plant_check(coq, env=env)
     out = run.stdout + run.stderr
     assert run.returncode != 0, out
     fails = "\n".join(line for line in out.splitlines() if line.startswith("FAIL"))
@@ -105,18 +136,157 @@ def test_false_theorem_under_unset_guard_checking(copy):
     assert "assumed to be guarded" in fails and "Print All Dependencies" in fails
 
 
-def test_stale_vo_with_an_axiom_and_a_decoy_of_the_same_name(copy):
+def test_stale_vo_with_an_axiom_is_not_read(copy):
     # Leaf.vo was compiled with an axiom the source no longer shows (the scan of the
     # sources passes); a module Assumptions.v imports after it declares a closed
-    # `leaf : True`. The unqualified `Print Assumptions leaf` would read the decoy.
+    # `leaf : True`. The check builds the tracked sources afresh: the stale .vo is
+    # never read, and the source alone does not compile.
     _add_theorem(copy, "Decoy", "Theorem leaf : True.\nProof. exact I. Qed.\n", [])
     src = "Theorem leaf : 1 = 2.\nProof. exact cheat. Qed.\n"
     _add_theorem(copy, "Leaf", src, ["leaf"], compiled="Axiom cheat : 1 = 2.\n" + src,
                  pin={"VS.Leaf.leaf": "Leaf.leaf\n     : 1 = 2"},
                  assumptions_extra="From VS Require Import Decoy.\n")
-    fails = _fails(copy, "VS.Leaf.leaf is not closed under the global context")
+    _fails(copy, "the clean build failed")
+
+
+def _extract_in_tree(coq: Path) -> None:
+    """coq/extract/verishard_core.ml as `make extract` writes it from the tree's .vo."""
+    r = subprocess.run(["coqc", "-Q", "../theories", "VS", "../theories/Extract.v"], cwd=coq / "extract",
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_stale_vo_with_a_realizer_changes_the_shipped_core(copy):
+    # The issue's plant: a Layoutchoice.vo (its source clean) carrying an
+    # `Extract Constant List.forallb` that checks 64 elements; the core extracted
+    # from the tree would accept a 66-axis mesh with a 0-size axis.
+    v = copy / "theories" / "Layoutchoice.v"
+    clean = v.read_text()
+    v.write_text(clean + '\nFrom Coq Require Extraction.\nExtract Constant List.forallb => "fun f l -> List.for_all f (List.filteri (fun i _ -> i < 64) l)".\n')
+    r = subprocess.run(["coqc", "-Q", "theories", "VS", "theories/Layoutchoice.v"], cwd=copy, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    v.write_text(clean)
+    _extract_in_tree(copy)
+    assert "i < 64" in (copy / "extract" / "verishard_core.ml").read_text()
+    fails = _fails(copy, "coq/extract/verishard_core.ml differs from what a clean build of coq/'s tracked files extracts")
+    assert "Layoutchoice.v" not in fails  # the sources are clean: only the build tells
+
+
+@pytest.mark.parametrize("name", ["CoqMakefile.local", "theories/Makefile.local"])
+def test_local_makefile_fragment_is_refused(copy, tmp_path, name):
+    outside = tmp_path / "Evil.v"
+    outside.write_text('Extract Constant List.forallb => "fun f l -> true".\n')
+    (copy / name).write_text(f"OTHERFLAGS += -l {outside}\n")
+    _fails(copy, f"coq/{name}: a local build file")
+
+
+@pytest.mark.parametrize("var", ["OTHERFLAGS", "COQPATH"])
+def test_coq_variable_in_the_environment_is_refused(copy, tmp_path, var):
+    env = dict(os.environ, **{var: f"-l {tmp_path / 'Evil.v'}"})
+    _fails(copy, f"the environment sets {var}", env=env)
+    env = dict(os.environ, MAKEFLAGS=f"-j2 -- {var}=-l{tmp_path / 'Evil.v'}")
+    _fails(copy, f"MAKEFLAGS sets {var}", env=env)
+
+
+def test_shadowed_extracted_name(copy):
+    # A file defining its own pplan_problem, imported by Extract.v after the proved
+    # one, and the Extraction command naming it short: the glue would call it.
+    (copy / "theories" / "Shadow.v").write_text(
+        "From VS Require Import Mesh Partial Ppipeline.\n"
+        "Definition pplan_problem (m : Mesh.mesh) (s d : Partial.ptype) := Ppipeline.pplan_problem m s s.\n")
+    _append(copy / "_CoqProject", "theories/Shadow.v\n")
+    ex = copy / "theories" / "Extract.v"
+    text = ex.read_text()
+    assert "VS.Ppipeline.pplan_problem" in text
+    ex.write_text(text.replace("From VS Require Import Layoutchoice.", "From VS Require Import Layoutchoice.\n"
+                               "From VS Require Import Shadow.").replace("VS.Ppipeline.pplan_problem", "pplan_problem"))
+    _fails(copy, "the Extraction command names pplan_problem: name each function as VS.File.name",
+           "bindings/glue.ml calls pplan_problem")
+    # Qualified again: the other constant of that short name is still refused.
+    ex.write_text(text.replace("From VS Require Import Layoutchoice.", "From VS Require Import Layoutchoice.\n"
+                               "From VS Require Import Shadow."))
+    fails = _fails(copy, "bindings/glue.ml calls pplan_problem: VS.")
+    assert "VS.Shadow.pplan_problem" in fails
+
+
+def _forge(coq: Path, keep: Path, theorem: str) -> None:
+    """Entries for ``theorem`` in coq/.assumptions-cache, both as the old
+    cache had them (key -> answer) and signed with a key of the forger's."""
+    spec = importlib.util.spec_from_file_location("check_trust_forge", coq / "check_trust.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    theories = str(keep / "coq" / "theories")
+    version = subprocess.run(["coqc", "--version"], capture_output=True, text=True).stdout.strip()
+    module, name = theorem.split(".")[1:]
+    closure = sorted({module} | mod.requires(module, theories))
+    key = mod.hashlib.sha256("\n".join([version, mod.file_digest(str(coq / "check_trust.py")), theorem] + [
+        f"{m} {mod.file_digest(os.path.join(theories, m + '.vo'))}" for m in closure]).encode()).hexdigest()
+    (coq / ".assumptions-cache").write_text(json.dumps(
+        {"closed": {key: mod.sign(b"forger" * 8, key)}, key: mod.CLOSED}))
+
+
+def test_forged_cache_entry_is_asked_again(copy, tmp_path):
+    # Leaf's axiom is in its source (the scan names it); a forged cache entry
+    # must not spare it the Print Assumptions query.
+    src = "Axiom cheat : 1 = 2.\nTheorem leaf : 1 = 2.\nProof. exact cheat. Qed.\n"
+    _add_theorem(copy, "Leaf", src, ["leaf"], pin={"VS.Leaf.leaf": "Leaf.leaf\n     : 1 = 2"})
+    keep = tmp_path / "leaf-build"
+    _check(copy, "--reuse-build", KEEP[0], "--keep-build", str(keep), "--skip-coqchk")
+    _forge(copy, keep, "VS.Leaf.leaf")
+    fails = _fails(copy, "coq/theories/Leaf.v:1: Axiom", "VS.Leaf.leaf is not closed under the global context")
     assert "cheat" in fails
-    assert "Leaf.v" not in fails.replace("VS.Leaf.leaf", "")  # the sources themselves were clean
+
+
+def test_emptied_definition(copy):
+    # Boxesworldproof.boxes_ok := True: brounds_correct's printed statement is
+    # unchanged (proved by `exact I`); its meaning is not.
+    v = copy / "theories" / "Boxesworldproof.v"
+    text = v.read_text()
+    start = text.index("Definition boxes_ok (budget : nat) (ls lt : layout) (rds : list (list cut)) : Prop :=")
+    end = text.index("Theorem brounds_correct")
+    proof = text.index("Proof.", end)
+    qed = text.index("Qed.", proof)
+    v.write_text(text[:start] + "Definition boxes_ok (budget : nat) (ls lt : layout) (rds : list (list cut)) : Prop :=\n"
+                 "  True.\n\n" + text[end:proof] + "Proof. intros; exact I. Qed." + text[qed + 4:])
+    fails = _fails(copy, "VS.Boxesworldproof.boxes_ok: its definition is not the one pinned",
+                   "VS.Boxesworldproof.brounds_correct: its meaning differs")
+    assert "its statement differs" not in fails  # the printed statement is the same
+
+
+def test_stdlib_look_alike(copy):
+    # A VS PeanoNat.Nat.min that is max, used by a theorem: its name reads as the
+    # standard library's.
+    (copy / "theories" / "PeanoNat.v").write_text(
+        "From Coq Require Arith.\nModule Nat.\nDefinition min := Coq.Arith.PeanoNat.Nat.max.\nEnd Nat.\n")
+    (copy / "theories" / "Looks.v").write_text(
+        "From Coq Require Import Arith.\nFrom VS Require Import PeanoNat.\n"
+        "Theorem looks : forall a, PeanoNat.Nat.min a 0 = a.\n"
+        "Proof. intros a. unfold PeanoNat.Nat.min. apply Coq.Arith.PeanoNat.Nat.max_0_r. Qed.\n")
+    _append(copy / "_CoqProject", "theories/PeanoNat.v\ntheories/Looks.v\n")
+    _append(copy.parent / "docs" / "proofs.md", "| `looks` | Looks.v | planted |\n")
+    _append(copy / "Assumptions.v", "\nFrom VS Require Import Looks.\nPrint Assumptions VS.Looks.looks.\n")
+    _fails(copy, "VS.PeanoNat.Nat.min shadows the standard library's Coq.")
+
+
+def _pins_agree(statements: Path, pinned: Path) -> bool:
+    return statements.read_bytes() == pinned.read_bytes()
+
+
+def test_statements_pinned_twice():
+    # A re-pin (bash coq/check_assumptions.sh --pin) shows in review twice:
+    # coq/statements.txt and this copy must be changed together.
+    assert _pins_agree(COQ / "statements.txt", ROOT / "tests" / "statements.pinned"), (
+        "coq/statements.txt differs from tests/statements.pinned: after reviewing the re-pin, "
+        "cp coq/statements.txt tests/statements.pinned")
+
+
+def test_repin_without_the_tests_copy_is_caught(tmp_path):
+    st = tmp_path / "statements.txt"
+    text = (COQ / "statements.txt").read_text()
+    start = text.index("== VS.Pipelineproof.plan_spec\n")
+    line_end = text.index("\n", text.index("\n", start) + 1)
+    st.write_text(text[:line_end] + "\n       False ->" + text[line_end:])
+    assert not _pins_agree(st, ROOT / "tests" / "statements.pinned")
 
 
 def test_decoy_plan_spec_in_another_file(copy):
