@@ -126,11 +126,11 @@ let put_report buf put_t peak s ts rs =
   List.iter (put_t buf) ts;
   List.iter (Buffer.add_int buf) rs
 
-(* [x] encoded by [put], preceded by the length of its encoding. *)
-let put_sized buf put x =
+(* [x] encoded by [encode], preceded by the length of its encoding. *)
+let put_sized buf encode x =
   let at = buf.Buffer.len in
   Buffer.add_int buf 0;
-  put buf x;
+  encode buf x;
   buf.Buffer.data.(at) <- buf.Buffer.len - at - 1
 
 (* A pipeline's answer, plain or partial: [0; k; (len; sizes..) for each of
