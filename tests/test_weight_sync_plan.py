@@ -122,16 +122,13 @@ def test_a_repeated_sync_reuses_its_schedule(monkeypatch):
     (no tensor planned, no core call, no packing) and carries the new
     tensors; another budget plans afresh."""
     import torch
-    import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
     import verishard.core
     from verishard import torch_transfer as tt
+    from verishard.dtensor import fake_process_group
 
-    dist.init_process_group("fake", rank=0, world_size=8, store=FakeStore())
-    try:
+    with fake_process_group(8):
         src = DeviceMesh("cpu", torch.arange(4).reshape(2, 2))
         dst = DeviceMesh("cpu", torch.arange(4, 8).reshape(2, 2))
 
@@ -156,8 +153,6 @@ def test_a_repeated_sync_reuses_its_schedule(monkeypatch):
         assert all(m.local is again[m.name]._local_tensor for m in second.moves)
         tt.plan_transfer(again, targets, budget_bytes=1 << 10)
         assert calls["pack"] == 1 and calls["_move"] == 3
-    finally:
-        dist.destroy_process_group()
 
 
 def test_too_many_pieces_name_the_layouts_not_a_budget():

@@ -569,10 +569,12 @@ def fake_process_group(world_size: int):
     ...     print(dist.get_world_size(), dist.get_rank())
     4 0
     """
-    if dist.is_initialized():
-        if dist.get_world_size() != world_size:
+    if dist.is_initialized() and dist.get_world_size() != world_size:
+        if _FAKE["size"] is None:
             raise ShardingError(f"a process group of size {dist.get_world_size()} is already initialized; "
                                 f"DTensor planning needs {world_size}")
+        _drop_planning_group()   # planning_mesh's own fake group: ours to replace
+    if dist.is_initialized():
         yield
         return
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -603,6 +605,13 @@ _FAKE = {"size": None}
 _MESHES: dict[Mesh, Any] = {}
 
 
+def _drop_planning_group() -> None:
+    """End the fake process group :func:`planning_mesh` started (and forget its meshes)."""
+    dist.destroy_process_group()
+    _FAKE["size"] = None
+    _MESHES.clear()
+
+
 def planning_mesh(mesh: Mesh | str):
     """A DTensor ``DeviceMesh`` for planning only: on a fake process group that
     this module starts (and keeps) with ``mesh.num_devices`` ranks. Refuses to
@@ -620,9 +629,7 @@ def planning_mesh(mesh: Mesh | str):
             if _FAKE["size"] is None:
                 raise ShardingError(f"a process group of size {dist.get_world_size()} is already initialized; "
                                     f"DTensor planning on {mesh} needs {n}")
-            dist.destroy_process_group()
-            _FAKE["size"] = None
-            _MESHES.clear()
+            _drop_planning_group()
     if not dist.is_initialized():
         from torch.testing._internal.distributed.fake_pg import FakeStore
         dist.init_process_group("fake", rank=0, world_size=n, store=FakeStore())
