@@ -1178,12 +1178,17 @@ def _silence_stdout() -> None:
 def _output_lost(why: str) -> int:
     if sys.stdout is not None:
         _silence_stdout()
+    _say_error(f"{why}; nothing was written")
+    return EXIT_REJECTED
+
+
+def _say_error(msg: str) -> None:
+    """The one error line on stderr, if there is a stderr that can still take it."""
     if sys.stderr is not None:
         try:
-            print(f"verishard: error: {why}; nothing was written", file=_Out(sys.stderr))
+            print(f"verishard: error: {msg}", file=_Out(sys.stderr))
         except (OSError, VerishardError):
             pass
-    return EXIT_REJECTED
 
 
 class _Out:
@@ -1230,11 +1235,7 @@ def _fail(e: BaseException, code: int, debug: bool, internal: bool = False) -> i
         sys.stdout.flush()
     except Exception:  # noqa: BLE001
         pass
-    if sys.stderr is not None:
-        try:
-            print(f"verishard: error: {msg}", file=_Out(sys.stderr))
-        except (OSError, VerishardError):
-            pass
+    _say_error(msg)
     return code
 
 
