@@ -94,6 +94,29 @@ def test_transfer_moves_a_state_dict_exactly(job):
     assert sum(rec["sent"] for _, rec in recs) == sum(rec["received"] for _, rec in recs)
 
 
+def test_transfer_rounds_overlap_within_two_rounds_of_buffers(job):
+    """The same transfer, counted where it runs (the bytes run_rounds hands
+    to isend / irecv): every rank sends and receives exactly what the
+    schedule says (received = the lower bound) in every round of it; round
+    k+1 is posted before round k is waited for, so the round buffers alive
+    at once peak at exactly the largest sum of two consecutive rounds' bytes
+    (sent and received) of this rank, which exceeds one round's somewhere
+    (the overlap is there) and stays within 2 x budget sent plus 2 x budget
+    received where no round is a single larger slice."""
+    recs = records(job, "transfer")
+    overlapped = False
+    for r, rec in recs:
+        assert "error" not in rec, (r, rec.get("traceback"))
+        c, loads = rec["counted"], [a + b for a, b in rec["loads"]]
+        assert (c["sent"], c["received"], c["rounds"]) == (rec["sent"], rec["lower_bound"], rec["rounds"]), (r, c)
+        pairs = [loads[0]] + [x + y for x, y in zip(loads, loads[1:])]
+        assert c["peak_buffer_bytes"] == max(pairs), (r, c, loads)
+        overlapped |= c["peak_buffer_bytes"] > max(loads)
+        if not any(rec["single_cut_rounds"]):
+            assert c["peak_buffer_bytes"] <= 4 * rec["budget"], (r, c)
+    assert overlapped
+
+
 def test_cached_calls_agree_once(job):
     """Per-call cost: a plan's first use agrees (one store round trip), the
     cached calls after it make no agreement (DTensor's argument order

@@ -138,6 +138,7 @@ def transfer_case(add, rank) -> None:
     import torch
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from verishard.runtime.torch import counting_rounds
     from verishard.torch import plan_transfer, transfer
     S, R = Shard, Replicate
     train = DeviceMesh("cpu", torch.tensor([0, 1]), mesh_dim_names=("fsdp",))
@@ -169,7 +170,10 @@ def transfer_case(add, rank) -> None:
     rec = {"case": "transfer", "budget": budget}
     try:
         sched = plan_transfer(tensors, targets, src_ranks=[0], budget_bytes=budget)
-        got = transfer(tensors, targets, src_ranks=[0], budget_bytes=budget)
+        with counting_rounds() as traffic:   # what run_rounds handed to isend / irecv, and its buffers' peak
+            got = transfer(tensors, targets, src_ranks=[0], budget_bytes=budget)
+        rec["counted"] = {"sent": traffic.sent, "received": traffic.received, "rounds": traffic.rounds,
+                          "peak_buffer_bytes": traffic.peak_buffer_bytes}
         rec["names"] = sorted(got)
         rec["same"] = {n: same(t.to_local(), want[n]) for n, t in got.items()}
         rec["specs"] = {n: t.placements == tuple(targets[n][1]) and t.device_mesh is targets[n][0]

@@ -26,8 +26,9 @@ repeated sync of the same layouts, dtypes and budget reuses its whole
 schedule (:data:`MAX_CACHED_SCHEDULES` kept, without the tensors).
 
 A rank holds its source blocks, its target blocks (allocated once, written in
-place) and at most one round's send and receive buffers; no tensor is ever
-gathered or staged whole anywhere. Before any data moves every rank of the
+place) and at most two consecutive rounds' send and receive buffers (round
+k+1 is posted before round k is waited for, :func:`~verishard.runtime.torch.run_rounds`);
+no tensor is ever gathered or staged whole anywhere. Before any data moves every rank of the
 default group agrees on a fingerprint of every tensor's types, rank lists,
 dtype and the budget, and on the fields it names where they differ
 (``src_ranks``, every mesh's rank layout, the ``check_agreement`` policy),

@@ -63,7 +63,9 @@ it. A rank waiting in a collective on CPU reads the store every
 naming it (:func:`_finish`).
 
 Point to point (:func:`run_rounds`): cross-mesh schedules and transfers run
-in rounds of ``batch_isend_irecv`` over the default group.
+in rounds of ``batch_isend_irecv`` over the default group, round k+1 posted
+before round k is waited for (at most two rounds' buffers alive;
+:func:`counting_rounds` counts them).
 
 The DTensor front end is :func:`verishard.torch.redistribute`.
 
@@ -97,7 +99,8 @@ from .mpi import _ranks, _verdict
 __all__ = ["free_port", "TorchBackend", "FuncolBackend", "tracing", "real_tensors", "MeshGroups", "mesh_groups",
            "run_plan", "run_chunked", "fit_to", "agree",
            "set_deadline", "deadline", "DEADLINE_S", "POLL_S", "abandoned", "RanksMissing", "fingerprint", "world",
-           "RedistributionRefused", "NotSupportedYet", "row_chunks", "blocks_view", "ROUND_BYTES"]
+           "RedistributionRefused", "NotSupportedYet", "row_chunks", "blocks_view", "ROUND_BYTES",
+           "run_rounds", "counting_rounds", "RoundTraffic"]
 
 # torch 2.13 renamed all_gather_into_tensor (now deprecated) to all_gather_single.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -1063,6 +1066,59 @@ def _box_slices(box, starts) -> tuple[slice, ...]:
     return tuple(slice(s - o, s - o + length) for (s, length), o in zip(box, starts))
 
 
+@dataclass
+class RoundTraffic:
+    """What :func:`run_rounds` handed to point-to-point sends and receives
+    on this rank while :func:`counting_rounds` was active, counted at the
+    API (the bytes of the tensors given to ``isend`` / ``irecv``): bytes
+    sent, bytes received, rounds posted, and the most bytes of round
+    buffers (a round's send and receive tensors, from its posting until its
+    received pieces are copied into place) alive at once."""
+
+    sent: int = 0
+    received: int = 0
+    rounds: int = 0
+    peak_buffer_bytes: int = 0
+
+
+_COUNTING: list[RoundTraffic] = []
+
+
+@contextlib.contextmanager
+def counting_rounds():
+    """Count what :func:`run_rounds` moves on this rank in the block
+    (:class:`RoundTraffic`): ``with counting_rounds() as t: transfer(...)``."""
+    t = RoundTraffic()
+    _COUNTING.append(t)
+    try:
+        yield t
+    finally:
+        _COUNTING.remove(t)
+
+
+def _post_round(cuts: list, parity: int, me: int, sources: dict, targets: dict) -> tuple[list, list, int, int]:
+    """Post one round's cuts on this rank (one ``batch_isend_irecv``): its
+    works, the receive buffers to copy into place, and its bytes sent and
+    received. A cut's tag is its position in the round, doubled, plus the
+    round's parity: the two rounds in flight never share a tag."""
+    ops, landed, sent, received = [], [], 0, 0
+    for position, (key, a, b, box) in enumerate(cuts):
+        tag = 2 * position + parity
+        if b == me and a != me:
+            out, starts = targets[key]
+            buf = out.new_empty(tuple(length for _, length in box))
+            ops.append(dist.P2POp(dist.irecv, as_moved(buf), a, tag=tag))
+            landed.append((out, _box_slices(box, starts), buf))
+            received += buf.nbytes
+        elif a == me and b != me:
+            local, starts = sources[key]
+            piece = local[_box_slices(box, starts)].contiguous()
+            ops.append(dist.P2POp(dist.isend, as_moved(piece), b, tag=tag))
+            sent += piece.nbytes
+    works = dist.batch_isend_irecv(ops) if ops else []
+    return works, landed, sent, received
+
+
 def run_rounds(rounds: list[list[tuple[Any, int, int, tuple]]], sources: dict[Any, tuple[torch.Tensor, tuple]],
                targets: dict[Any, tuple[torch.Tensor, tuple]]) -> None:
     """Run staged point-to-point rounds on this rank; collective over the
@@ -1074,29 +1130,41 @@ def run_rounds(rounds: list[list[tuple[Any, int, int, tuple]]], sources: dict[An
     start. Per round every cut this rank sends is copied out of its block
     (``contiguous``: the cut's bytes, never the whole block), every cut it
     receives lands in a buffer of its size, all of them posted in one
-    ``batch_isend_irecv`` and waited for, then copied into place: a rank
-    holds at most one round's send and receive buffers at a time. Cuts are
-    tagged by their position in the round, which every rank computes alike,
-    so no message can be matched with another."""
+    ``batch_isend_irecv``. Rounds overlap by one: round k+1 is posted
+    before round k is waited for, then round k's pieces are copied into
+    place and its buffers dropped before round k+2 is posted, so a rank
+    holds at most two consecutive rounds' send and receive buffers at a
+    time (:class:`RoundTraffic` counts them). Every rank posts its rounds in
+    the schedule's order, so a round waits only for rounds every rank has
+    posted (gloo and NCCL alike); the waits are whole, as before (gloo fails
+    a send or receive whose wait times out, :func:`_finish`). Cuts are
+    tagged by their position in the round and the round's parity, which
+    every rank computes alike, so no message can be matched with another."""
     _require_usable()
     me = dist.get_rank()
-    for cuts in rounds:
-        ops, landed = [], []
-        for tag, (key, a, b, box) in enumerate(cuts):
-            if b == me and a != me:
-                out, starts = targets[key]
-                buf = out.new_empty(tuple(length for _, length in box))
-                ops.append(dist.P2POp(dist.irecv, as_moved(buf), a, tag=tag))
-                landed.append((out, _box_slices(box, starts), buf))
-            elif a == me and b != me:
-                local, starts = sources[key]
-                ops.append(dist.P2POp(dist.isend, as_moved(local[_box_slices(box, starts)].contiguous()), b, tag=tag))
-        if ops:
-            for w in dist.batch_isend_irecv(ops):   # point to point: not in slices (see _finish)
-                w.wait()
-        for out, where, buf in landed:
-            out[where] = buf
-        del ops, landed
+    counters = list(_COUNTING)
+    in_flight: list[tuple[list, list, int]] = []   # (works, landed, buffer bytes) of rounds posted, not yet waited
+    for k, cuts in enumerate(rounds):
+        works, landed, sent, received = _post_round(cuts, k % 2, me, sources, targets)
+        in_flight.append((works, landed, sent + received))
+        for t in counters:
+            t.sent += sent
+            t.received += received
+            t.rounds += 1
+            t.peak_buffer_bytes = max(t.peak_buffer_bytes, sum(n for _, _, n in in_flight))
+        if len(in_flight) == 2:
+            _complete(*in_flight.pop(0)[:2])
+    for works, landed, _ in in_flight:
+        _complete(works, landed)
+
+
+def _complete(works: list, landed: list) -> None:
+    """Wait for a posted round (point to point: whole, not in slices, see
+    :func:`_finish`) and copy its received pieces into place."""
+    for w in works:
+        w.wait()
+    for out, where, buf in landed:
+        out[where] = buf
 
 
 # ---------------------------------------------------------------------------
