@@ -114,6 +114,8 @@ bench: deps all
 	$(PY) bench/torch_redistribute.py --layouts 300
 	$(PY) bench/torch_redistribute.py --dtype float32,bfloat16 --pairs-3d 30 --reps 1 --big-mib 64 --out bench/results/torch_bf16.md
 	$(PY) bench/weight_sync.py --dtype float32,bfloat16
+	$(PY) bench/weight_sync.py --section engines
+	$(PY) bench/weight_sync.py --section m2n
 	$(PY) bench/jax_eager.py
 	$(PY) bench/cli_startup.py --repeat 9
 	$(PY) bench/fuzz.py --inputs 12000 --seed 0 --hang 10
