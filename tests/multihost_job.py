@@ -7,6 +7,10 @@ namespace has its own loopback). Every rank writes ``OUTDIR/rank<r>.json``.
 
 Cases:
 
+- ``redistribute``: ``verishard.torch.redistribute`` on a (2, 2) mesh whose
+  rows are the hosts and on a sub-mesh of one rank per host, against
+  ``DTensor.redistribute``.
+
 - ``transfer``: a weight sync from the first host's ranks (FSDP ``Shard(0)``)
   to the second's (tensor parallel: ``Shard(0)``, ``Shard(1)``,
   ``Replicate``; bf16 and float32; uneven), and one tensor onto a (2, 2) mesh
@@ -71,6 +75,27 @@ def transfer_case(rank: int) -> dict:
             "schedule_sent": sched.sent(rank), "rounds": len(sched.rounds)}
 
 
+def redistribute_case(rank: int) -> dict:
+    """verishard.torch.redistribute on a (2, 2) mesh whose rows are the
+    hosts (its groups span them) and on a sub-mesh of one rank of each host
+    (groups made among its members only), against DTensor's own."""
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from verishard.torch import redistribute
+    out = {}
+    for label, ranks, src, dst in (("(2, 2) over both hosts", [[0, 1], [2, 3]], (Shard(0), Replicate()),
+                                    (Replicate(), Shard(1))),
+                                   ("ranks 1 and 2, one per host", [1, 2], (Shard(1),), (Shard(0),))):
+        mesh = DeviceMesh("cpu", ranks)   # made on every rank; run by its members (the others skip, as in training)
+        if mesh.get_coordinate() is None:
+            continue
+        x = distribute_tensor(full((12, 10), torch.float32, seed=21), mesh, src, src_data_rank=None)
+        ours, theirs = redistribute(x, dst), x.redistribute(mesh, dst)
+        out[label] = same(ours.to_local(), theirs.to_local()) and ours.placements == theirs.placements
+    return {"same": out}
+
+
 def checkpoint_case(rank: int, outdir: str) -> dict:
     import torch
     from torch.distributed.device_mesh import DeviceMesh
@@ -106,7 +131,7 @@ def main(outdir: str) -> None:
     try:
         dist.init_process_group("gloo", timeout=timedelta(seconds=60))
         rec["world"] = dist.get_world_size()
-        for case, fn in (("transfer", lambda: transfer_case(rank)),
+        for case, fn in (("transfer", lambda: transfer_case(rank)), ("redistribute", lambda: redistribute_case(rank)),
                          ("checkpoint", lambda: checkpoint_case(rank, outdir))):
             try:
                 rec["records"].append({"case": case, **fn()})

@@ -134,7 +134,7 @@ def _case(ranks: dict, case: str) -> list[tuple[int, dict]]:
     return [(r, rec) for r, d in sorted(ranks.items()) for rec in d["records"] if rec["case"] == case]
 
 
-def test_two_hosts_sync_weights_and_save_and_load_a_checkpoint(job):
+def test_two_hosts_sync_weights_redistribute_and_save_and_load_a_checkpoint(job):
     """Ranks 0, 1 in the first namespace and 2, 3 in the second (local
     ranks 0, 1 on each), the rendezvous on the first's address:
 
@@ -144,6 +144,8 @@ def test_two_hosts_sync_weights_and_save_and_load_a_checkpoint(job):
       rank receiving exactly its lower bound in bytes counted at the
       point-to-point ops, the second host's ranks receiving everything they
       hold (nothing of it was there);
+    - redistribute on a (2, 2) mesh whose rows are the hosts and on a
+      sub-mesh of one rank per host: bit for bit with DTensor.redistribute;
     - a checkpoint saved from all four ranks and loaded in place onto a
       (2, 2) mesh with other placements: bit for bit, step restored."""
     hosts, ranks = job
@@ -159,6 +161,9 @@ def test_two_hosts_sync_weights_and_save_and_load_a_checkpoint(job):
         if r >= 2:
             assert rec["received"] > 0
     assert sum(rec["sent"] for _, rec in moved) == sum(rec["received"] for _, rec in moved)
+    for r, rec in _case(ranks, "redistribute"):   # the sub-mesh's members only run it
+        want = ["(2, 2) over both hosts"] + (["ranks 1 and 2, one per host"] if r in (1, 2) else [])
+        assert sorted(rec["same"]) == sorted(want) and all(rec["same"].values()), (r, rec)
     loaded = _case(ranks, "checkpoint")
     assert len(loaded) == NPROCS
     for r, rec in loaded:
