@@ -213,3 +213,8 @@ Print Assumptions VS.Boxesworldproof.brounds_correct.
 From VS Require Import Layoutchoice Layoutchoiceproof.
 Print Assumptions VS.Layoutchoiceproof.tbox_exact.
 Print Assumptions VS.Layoutchoiceproof.lplan_spec.
+
+From VS Require Import Cover Coverproof.
+Print Assumptions VS.Coverproof.holds_box_spec.
+Print Assumptions VS.Coverproof.bcovers_spec.
+Print Assumptions VS.Coverproof.brounds_complete.

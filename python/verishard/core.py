@@ -999,6 +999,28 @@ def bplan(src: Layout, dst: Layout, budget: int) -> tuple[list[list[Piece]], lis
     return pieces, _decode_box_rounds(out, pos, k)
 
 
+def bcovers(shape: Sequence[int], src: Layout, dst: Layout) -> bool:
+    """The box schedule's precondition (``Cover.bcovers``, theorem
+    ``Coverproof.bcovers_spec``): whether the source layout ``src`` holds
+    every index of the global array of shape ``shape`` and every box of
+    ``dst`` lies in the array (layouts as :func:`bplan` takes them). Where
+    it holds, :func:`bplan`'s schedule gives every target rank every index
+    of its box exactly once (``Coverproof.brounds_complete``).
+
+    >>> bcovers((5,), [(0, ((0, 3),)), (1, ((3, 2),))], [(0, ((0, 2),)), (1, ((2, 3),))])
+    True
+    >>> bcovers((5,), [(0, ((0, 3),)), (1, ((3, 1),))], [(0, ((0, 2),)), (1, ((2, 3),))])
+    False
+    """
+    k = len(shape)
+    # The answer is the same in any order of the holders (the theorem is over
+    # every list); by their boxes' starts, row-major, what is left of the array
+    # stays a few boxes (a grid in another order splits it into up to a row's).
+    src = sorted(src, key=lambda h: tuple(int(s) for s, _ in h[1]))
+    ints = [k] + [int(n) for n in shape] + _encode_layout(src, k) + _encode_layout(dst, k)
+    return _call(_core.bcovers, ints)[0] == 1
+
+
 def _decode_box_rounds(out: Sequence[int], pos: int, k: int) -> list[list[Cut]]:
     """Rounds of cuts of ``k`` dimensions from ``out[pos:]`` (``put_box_rounds`` in bindings/glue.ml)."""
     n_rounds, pos, rounds = out[pos], pos + 1, []
@@ -1064,4 +1086,4 @@ def lplan(mesh: Mesh, src: Layout, dst: Layout, budget: int,
 
 __all__ = ["PARTIAL_COLLECTIVES", "REASONS", "CheckOk", "reduction", "check", "Step", "PlanReport", "plan",
            "plan_checked", "eplan", "umovement", "lower_bound", "certify_steps", "certify", "mplan", "ulower_bound", "synthesize",
-           "movement", "Piece", "xplan", "Cut", "xrounds", "bplan", "type_layout", "lplan"]
+           "movement", "Piece", "xplan", "Cut", "xrounds", "bplan", "bcovers", "type_layout", "lplan"]
