@@ -450,6 +450,18 @@ let bplan_fn a =
   put_box_rounds buf (brounds budget srcs tgts);
   finish buf
 
+(* [Cover.bcovers]: the box schedule's precondition. Input: k dimensions;
+   the global shape (k sizes); the source layout, then the target layout, as
+   [bplan_fn] reads them. Answer: [1] when the source layout holds every
+   index of the array and every target box lies in it, else [0]. *)
+let bcovers_fn a =
+  let next = reader a in
+  let k = next () in
+  let shape = list_of next k in
+  check_within max_elements "2^50 elements" shape;
+  let srcs = read_layout next k in let tgts = read_layout next k in
+  [| if bcovers shape srcs tgts then 1 else 0 |]
+
 (* Plans that may hold an exchange: tag 7 then the target type; tags 0-3
    the four collectives, as [read_coll] reads them. *)
 let read_estep next =
@@ -619,6 +631,7 @@ let () =
   Callback.register "vs_xplan" (guard xplan_fn);
   Callback.register "vs_xrounds" (guard xrounds_fn);
   Callback.register "vs_bplan" (guard bplan_fn);
+  Callback.register "vs_bcovers" (guard bcovers_fn);
   Callback.register "vs_lplan" (guard lplan_fn);
   Callback.register "vs_synthesize" (guard synthesize_fn);
   Callback.register "vs_blocks" (guard blocks_fn);

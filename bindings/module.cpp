@@ -97,6 +97,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("xplan", [](py::object a) { return forward("vs_xplan", a); });
   m.def("xrounds", [](py::object a) { return forward("vs_xrounds", a); });
   m.def("bplan", [](py::object a) { return forward("vs_bplan", a); });
+  m.def("bcovers", [](py::object a) { return forward("vs_bcovers", a); });
   m.def("lplan", [](py::object a) { return forward("vs_lplan", a); });
   m.def("synthesize", [](py::object a) { return forward("vs_synthesize", a); });
   m.def("blocks", [](py::object a) { return forward("vs_blocks", a); });

@@ -213,3 +213,18 @@ Print Assumptions VS.Boxesworldproof.brounds_correct.
 From VS Require Import Layoutchoice Layoutchoiceproof.
 Print Assumptions VS.Layoutchoiceproof.tbox_exact.
 Print Assumptions VS.Layoutchoiceproof.lplan_spec.
+
+From VS Require Import Cover Coverproof.
+Print Assumptions VS.Coverproof.holds_box_spec.
+Print Assumptions VS.Coverproof.bcovers_spec.
+Print Assumptions VS.Coverproof.brounds_complete.
+
+From VS Require Import Pucheckerlinkproof.
+Print Assumptions VS.Pucheckerlinkproof.pucheck_device_memory.
+Print Assumptions VS.Pucheckerlinkproof.pucheck_colls_recv.
+Print Assumptions VS.Pucheckerlinkproof.pucheck_exch_recv.
+
+From VS Require Import Tablesproof.
+Print Assumptions VS.Tablesproof.block_starts_spec.
+Print Assumptions VS.Tablesproof.movement_spec.
+Print Assumptions VS.Tablesproof.umovement_spec.

@@ -29,7 +29,7 @@ def rows(text: str) -> list[tuple[int, int, int, str, int]]:
 def schedule(shape, mesh_sizes, src, dst, itemsize=4) -> BoxPlan:
     s, _ = layout_boxes(shape, mesh_sizes, src)
     d, _ = layout_boxes(shape, mesh_sizes, dst)
-    return BoxPlan.build(s, d, itemsize, 64 << 20)
+    return BoxPlan.build(shape, s, d, itemsize, 64 << 20)
 
 
 def test_box_schedule_prints_a_table_of_every_piece():

@@ -106,7 +106,7 @@ def test_box_schedule_receives_exactly_what_a_rank_lacks():
     for src, dst in itertools.permutations(layouts, 2):
         s, _ = layout_boxes((5, 3, 7), (2, 2), src)
         d, _ = layout_boxes((5, 3, 7), (2, 2), dst)
-        plan = BoxPlan.build(s, d, 4, 1 << 20)
+        plan = BoxPlan.build((5, 3, 7), s, d, 4, 1 << 20)
         for (r, box, _), ps in zip(d, plan.pieces):
             cover = Counter()
             for p in ps:

@@ -920,12 +920,17 @@ def _box_pieces(sources: list[Box], target: _Boxes) -> list[tuple[int, Box, tupl
     global box, where it goes in the local tensor). Theorem
     ``Boxesworldproof.brounds_correct``: every index of a target box that
     some source holds arrives in exactly one cut, inside the box of the
-    source it is read from; checked here to be every index of the box."""
+    source it is read from. Run only where the stored blocks cover the
+    array and the target boxes lie in it (``core.bcovers``); then
+    ``Coverproof.brounds_complete``: every index of every target box arrives."""
     from . import core
     n = len(sources)
     dst = [(n + k, box) for k, (box, _) in enumerate(target.holdings)]
     if not dst:
         return []
+    if not core.bcovers(target.global_shape, list(enumerate(sources)), dst):
+        raise CheckpointError(f"the stored blocks do not hold every element of the {tuple(target.global_shape)} "
+                              f"array, or a target box lies outside it (Cover.bcovers)")
     budget = min(max(math.prod(s for _, s in box) for _, box in dst), MAX_ELEMENTS)   # one cut per piece
     _, rounds = core.bplan(list(enumerate(sources)), dst, budget)
     cuts: list[list] = [[] for _ in dst]
@@ -934,8 +939,6 @@ def _box_pieces(sources: list[Box], target: _Boxes) -> list[tuple[int, Box, tupl
             cuts[c.target].append(c)
     out = []
     for (box, at), cs in zip(target.holdings, cuts):
-        if sum(math.prod(s for _, s in c.box) for c in cs) != math.prod(s for _, s in box):
-            raise CheckpointError(f"the stored blocks do not hold all of the target box {box}")
         out += [(c.src, c.box, tuple(slice(s - g + a, s - g + a + m) for (s, m), (g, _), a in zip(c.box, box, at)))
                 for c in cs]
     return out

@@ -600,7 +600,7 @@ def _box_schedule(mesh: Mesh, shape: tuple[int, ...], placements: tuple[tuple, t
     objs = tuple(dtensor.tuples_to_placements(pl) for pl in placements)
     s, _ = dtensor.layout_boxes(shape, mesh.axis_sizes, objs[0])
     d, _ = dtensor.layout_boxes(shape, mesh.axis_sizes, objs[1])
-    return BoxPlan.build(s, d, dtype.itemsize, DEFAULT_BUDGET), objs, name
+    return BoxPlan.build(shape, s, d, dtype.itemsize, DEFAULT_BUDGET), objs, name
 
 
 def _box_notes(mesh: Mesh, placements: tuple) -> str:

@@ -542,7 +542,9 @@ def umovement(t: ArrayType, op: Collective, t2: ArrayType) -> np.ndarray:
     """``Uchecker.umovement``: for every rank and every row-major position of
     its padded buffer after ``op``, the rank and padded offset it is read
     from; ``(N, 0)`` (N the number of devices) where the step writes fresh
-    padding. Shape ``(N, L, 2)``; for tests on small cases.
+    padding (theorem ``Tablesproof.umovement_spec``: ``[r, o]`` is where
+    ``Uchecker.usrc`` reads rank ``r``'s padded position of row-major number
+    ``o``). Shape ``(N, L, 2)``; for tests on small cases.
 
     >>> from verishard import Mesh, ArrayType, DynSlice
     >>> m = Mesh.parse("x=2")
@@ -802,7 +804,10 @@ def synthesize(mesh: Mesh, src: ArrayType, dst: ArrayType) -> tuple[bool, list[C
 @lru_cache(maxsize=1024)  # types are immutable; the runtime asks for the same ones repeatedly
 def block_starts(t: ArrayType) -> np.ndarray:
     """Global offset of every rank's block in every dimension, shape ``(N, rank)``
-    (``Types.block_starts``: block index times local size); read-only, cached.
+    (``Types.block_starts``: block index times local size; theorem
+    ``Tablesproof.block_starts_spec``: row ``r``, column ``d`` is where rank
+    ``r``'s block starts in dimension ``d``, its local index ``k`` there the
+    global index ``start + k``); read-only, cached.
 
     >>> from verishard import ArrayType
     >>> block_starts(ArrayType.parse("[2{x}4, 3{y}6]", "x=2,y=2")).tolist()
@@ -833,7 +838,9 @@ def permute_sources(src: ArrayType, dst: ArrayType) -> np.ndarray:
 
 def movement(t: ArrayType, op: Collective, t2: ArrayType) -> np.ndarray:
     """For every rank and every row-major local offset after ``op``, the rank
-    and local offset it comes from (``Semantics.movement``); shape ``(N, L, 2)``.
+    and local offset it comes from (``Semantics.movement``; theorem
+    ``Tablesproof.movement_spec``: ``[r, o]`` is where ``Semantics.source``
+    reads rank ``r``'s output position of row-major number ``o``); shape ``(N, L, 2)``.
     Meant for tests on small cases: it is as large as the whole array.
 
     After an all-gather over two devices, both hold rank 0's two elements
@@ -977,7 +984,8 @@ def bplan(src: Layout, dst: Layout, budget: int) -> tuple[list[list[Piece]], lis
     ``Boxes.brounds``'s rounds of cuts within ``budget`` elements per rank
     (theorem ``Boxesworldproof.brounds_correct``: every target gets every
     held index of its box exactly once, from itself where it holds it, else
-    in one cut from a rank whose box holds it).
+    in one cut from a rank whose box holds it; every index of its box where
+    :func:`bcovers` holds, ``Coverproof.brounds_complete``).
 
     >>> ps, rs = bplan([(0, ((0, 3),)), (1, ((3, 2),))], [(0, ((0, 2),)), (1, ((2, 3),))], 100)
     >>> [[(p.src, p.box) for p in q] for q in ps]
@@ -997,6 +1005,28 @@ def bplan(src: Layout, dst: Layout, budget: int) -> tuple[list[list[Piece]], lis
             pos += 1 + 2 * k
         pieces.append(ps)
     return pieces, _decode_box_rounds(out, pos, k)
+
+
+def bcovers(shape: Sequence[int], src: Layout, dst: Layout) -> bool:
+    """The box schedule's precondition (``Cover.bcovers``, theorem
+    ``Coverproof.bcovers_spec``): whether the source layout ``src`` holds
+    every index of the global array of shape ``shape`` and every box of
+    ``dst`` lies in the array (layouts as :func:`bplan` takes them). Where
+    it holds, :func:`bplan`'s schedule gives every target rank every index
+    of its box exactly once (``Coverproof.brounds_complete``).
+
+    >>> bcovers((5,), [(0, ((0, 3),)), (1, ((3, 2),))], [(0, ((0, 2),)), (1, ((2, 3),))])
+    True
+    >>> bcovers((5,), [(0, ((0, 3),)), (1, ((3, 1),))], [(0, ((0, 2),)), (1, ((2, 3),))])
+    False
+    """
+    k = len(shape)
+    # The answer is the same in any order of the holders (the theorem is over
+    # every list); by their boxes' starts, row-major, what is left of the array
+    # stays a few boxes (a grid in another order splits it into up to a row's).
+    src = sorted(src, key=lambda h: tuple(int(s) for s, _ in h[1]))
+    ints = [k] + [int(n) for n in shape] + _encode_layout(src, k) + _encode_layout(dst, k)
+    return _call(_core.bcovers, ints)[0] == 1
 
 
 def _decode_box_rounds(out: Sequence[int], pos: int, k: int) -> list[list[Cut]]:
@@ -1064,4 +1094,4 @@ def lplan(mesh: Mesh, src: Layout, dst: Layout, budget: int,
 
 __all__ = ["PARTIAL_COLLECTIVES", "REASONS", "CheckOk", "reduction", "check", "Step", "PlanReport", "plan",
            "plan_checked", "eplan", "umovement", "lower_bound", "certify_steps", "certify", "mplan", "ulower_bound", "synthesize",
-           "movement", "Piece", "xplan", "Cut", "xrounds", "bplan", "type_layout", "lplan"]
+           "movement", "Piece", "xplan", "Cut", "xrounds", "bplan", "bcovers", "type_layout", "lplan"]

@@ -442,7 +442,7 @@ def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spe
     try:
         s, s_shapes = _holdings(src, mesh_obj)
         d, d_shapes = _holdings(dst, mesh_obj)
-        boxes = BoxPlan.build(s, d, src.tensor_meta.dtype.itemsize, DEFAULT_BUDGET)
+        boxes = BoxPlan.build(tuple(src.tensor_meta.shape), s, d, src.tensor_meta.dtype.itemsize, DEFAULT_BUDGET)
     except VerishardError as err:
         return None, [(INVALID, str(err))]
     _STATS["plans"] += 1

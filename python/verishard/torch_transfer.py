@@ -487,7 +487,7 @@ def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta
             whole = tuple((0, n) for n in meta.shape)
             src, src_shapes = tuple((r, whole, (0,) * len(whole)) for r in r1), (tuple(meta.shape),) * len(r1)
         dst, dst_shapes = _holdings(dst_spec, dst_mesh) if into is None else into.holdings(dst_spec)
-        plan = BoxPlan.build(src, dst, meta.dtype.itemsize, budget_bytes)
+        plan = BoxPlan.build(tuple(meta.shape), src, dst, meta.dtype.itemsize, budget_bytes)
     except VerishardError as e:
         return None, [(INVALID, f"{name}: {e}")]
     if local is not None and tuple(local.shape) != src_shapes[r1.index(me)]:

@@ -1244,15 +1244,22 @@ class BoxPlan:
         }
 
     @classmethod
-    def build(cls, src: tuple, dst: tuple, itemsize: int, budget_bytes: int) -> "BoxPlan":
+    def build(cls, shape: tuple, src: tuple, dst: tuple, itemsize: int, budget_bytes: int) -> "BoxPlan":
+        """The schedule between the layouts ``src`` and ``dst`` of an array of
+        shape ``shape``; refused unless the source boxes cover the array and
+        every target box lies in it (``core.bcovers``, the precondition of
+        ``Coverproof.brounds_complete``: then every target rank gets every
+        element of its box)."""
         from .. import core
         from ..errors import LimitError, PlanError
         from ..limits import MAX_ELEMENTS, MAX_ROUND_CUTS
         per_round = min(max(1, budget_bytes // itemsize), MAX_ELEMENTS)
-        pieces, rounds = core.bplan([h[:2] for h in src], [h[:2] for h in dst], per_round)
-        for (r, box, _), ps in zip(dst, pieces):   # the theorem covers what some rank holds: check that is all
-            if sum(_vol(p.box) for p in ps) != _vol(box):
-                raise PlanError(f"the source layout does not hold all of rank {r}'s target box {box}")
+        src_boxes, dst_boxes = [h[:2] for h in src], [h[:2] for h in dst]
+        if not core.bcovers(shape, src_boxes, dst_boxes):
+            raise PlanError(f"the source layout does not hold every element of the {tuple(shape)} array, or a "
+                            f"target box lies outside it (Cover.bcovers): no schedule can give every target rank "
+                            f"its whole box")
+        pieces, rounds = core.bplan(src_boxes, dst_boxes, per_round)
         if sum(map(len, rounds)) > MAX_ROUND_CUTS:
             raise LimitError(f"the box schedule has more than {MAX_ROUND_CUTS} cuts (verishard.limits.MAX_ROUND_CUTS)")
         keyed = tuple(tuple(((next(i for i, (r, b, _) in enumerate(src) if r == c.src and _inside(c.box, b)),
