@@ -10,9 +10,12 @@
     source, the part of what is still missing that the source holds; what is
     missing is kept as a list of disjoint boxes, cut by box subtraction
     ([bsub]). [bplan] and [brounds] do it for every target rank of a
-    layout, staged in rounds. Definitions only; proofs in [Boxesproof.v]
-    and, for the whole world, [Boxesworldproof.v]. *)
+    layout, staged in rounds, each target reading only the holders whose
+    boxes meet its own ([window], from an index built once over the
+    holders: [bindex]). Definitions only; proofs in [Boxesproof.v] and,
+    for the whole world, [Boxesworldproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
+From Coq Require Orders Mergesort.
 From VS Require Import Crossmesh Rounds.
 Import ListNotations.
 
@@ -83,12 +86,103 @@ Fixpoint first_holder (p : list nat) (srcs : layout) : option nat :=
   | (r, B) :: srcs' => if in_boxb p B then Some r else first_holder p srcs'
   end.
 
+(** An index of the holders for reading, per target box, only the holders
+    that may meet it (without it every target reads every holder: the
+    whole world is quadratic in the ranks, 87 s for [2^14] one-element
+    boxes). The holders are keyed by their start along one dimension [d];
+    a holder meeting a box [T] along [d] starts in
+    [[start(T) + 1 - w, end(T))], [w] the longest holder along [d]. *)
+Definition skey (d : nat) (s : nat * box) : nat := fst (nth d (snd s) (0, 0)).
+
+(** The largest [f x] over [l] ([0] for none). *)
+Definition maxof {A} (f : A -> nat) (l : list A) : nat := fold_right (fun x m => Nat.max (f x) m) 0 l.
+
+(** The longest holder along [d], and where the last one ends. *)
+Definition hwidth (d : nat) (srcs : layout) : nat := maxof (fun s => snd (nth d (snd s) (0, 0))) srcs.
+Definition hextent (d : nat) (srcs : layout) : nat := maxof (fun s => skey d s + snd (nth d (snd s) (0, 0))) srcs.
+
+(** The dimension to key on: the one with the most slabs of the longest
+    holder's length (a grid's most divided dimension). Any dimension gives
+    the same schedule's guarantees; this one reads the fewest holders. *)
+Definition slabs (srcs : layout) (d : nat) : nat := hextent d srcs / Nat.max 1 (hwidth d srcs).
+
+Definition best_dim (srcs : layout) : nat :=
+  let k := match srcs with (_, B) :: _ => length B | [] => 0 end in
+  fst (fold_left (fun acc d => let n := slabs srcs d in if snd acc <? n then (d, n) else acc)
+                 (seq 0 k) (0, 0)).
+
+(** A search tree over keyed items: items with a key less than the node's
+    on its left, equal in the node, greater on its right. *)
+Inductive ktree (A : Type) : Type :=
+  | KLeaf (l : list (nat * A))
+  | KNode (lt : ktree A) (k : nat) (mid : list (nat * A)) (gt : ktree A).
+Arguments KLeaf {A} l.
+Arguments KNode {A} lt k mid gt.
+
+(** The tree of [l], split at the key of its middle item: of depth about
+    [log2 (length l)] when [l] is sorted by key (each side then holds at
+    most half), whatever the order its items are all in it. *)
+Fixpoint kbuild {A} (fuel : nat) (l : list (nat * A)) {struct fuel} : ktree A :=
+  match fuel, l with
+  | S f, x :: _ =>
+      let k := fst (nth (length l / 2) l x) in
+      KNode (kbuild f (filter (fun y => fst y <? k) l)) k (filter (fun y => fst y =? k) l)
+            (kbuild f (filter (fun y => k <? fst y) l))
+  | _, _ => KLeaf l
+  end.
+
+(** Every item of the tree whose key lies in [[lo, hi)], and perhaps others
+    (a leaf gives all its items). *)
+Fixpoint kquery {A} (lo hi : nat) (t : ktree A) : list (nat * A) :=
+  match t with
+  | KLeaf l => l
+  | KNode a k mid b =>
+      (if lo <? k then kquery lo hi a else [])
+      ++ (if (lo <=? k) && (k <? hi) then mid else [])
+      ++ (if S k <? hi then kquery lo hi b else [])
+  end.
+
+Module HolderLeb <: Orders.TotalLeBool.
+  Definition t := (nat * (nat * box))%type.
+  Definition leb (x y : t) := fst x <=? fst y.
+  Theorem leb_total : forall a1 a2, leb a1 a2 = true \/ leb a2 a1 = true.
+  Proof. intros a b. unfold leb. destruct (Nat.le_ge_cases (fst a) (fst b)); [left|right]; apply Nat.leb_le; auto. Qed.
+End HolderLeb.
+
+Module HolderSort := Mergesort.Sort HolderLeb.
+
+(** The index of the holders: the dimension keyed on, the longest holder
+    along it, and the tree of the holders sorted by their start along it. *)
+Definition hindex := (nat * nat * ktree (nat * box))%type.
+
+Definition bindex (srcs : layout) : hindex :=
+  let d := best_dim srcs in
+  let kl := HolderSort.sort (map (fun s => (skey d s, s)) srcs) in
+  (d, hwidth d srcs, kbuild (length kl) kl).
+
+(** The holders of [srcs] (indexed by [ix]) whose boxes meet [T]: those
+    starting along the keyed dimension in [T]'s window, then kept where
+    their box meets [T] (all of [srcs] where [T] has no such dimension). *)
+Definition window (ix : hindex) (srcs : layout) (T : box) : layout :=
+  let '(d, w, t) := ix in
+  let iv := nth d T (0, 0) in
+  filter (fun s => nonempty (bmeet (snd s) T))
+    (if d <? length T then map snd (kquery (fst iv + 1 - w) (fst iv + snd iv) t) else srcs).
+
+(** The schedule of target rank [j] with box [T] from the holders meeting
+    [T]: [bsched] over those ([Boxesproof.bsched_window_correct]). *)
+Definition bsched_in (ix : hindex) (srcs : layout) (j : nat) (T : box) : list (nat * box) :=
+  cover (self_first j (window ix srcs T)) [T].
+
 (** The whole world: for every target rank of [tgts] in order, its schedule
     as [Crossmesh.piece]s (sender and global box; no source cell, the
     sender's box is [srcs]'). What [verishard.torch] runs for layouts the
-    collectives cannot express. *)
-Definition bplan (srcs tgts : layout) : list (list piece) :=
-  map (fun t => map (fun q => mkpiece (fst q) [] (snd q)) (bsched srcs (fst t) (snd t))) tgts.
+    collectives cannot express. The index is built once ([bplan_in] takes
+    it), then each target reads its window. *)
+Definition bplan_in (ix : hindex) (srcs tgts : layout) : list (list piece) :=
+  map (fun t => map (fun q => mkpiece (fst q) [] (snd q)) (bsched_in ix srcs (fst t) (snd t))) tgts.
+
+Definition bplan (srcs tgts : layout) : list (list piece) := bplan_in (bindex srcs) srcs tgts.
 
 (** Its staged form: the pieces from other ranks cut and packed into rounds
     within [budget] elements per rank ([Rounds.xrounds]). *)

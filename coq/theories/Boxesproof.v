@@ -2,7 +2,7 @@
     schedule [bsched] of a target rank covers its box once, every piece from
     a rank that holds it, and from the target itself exactly where it holds
     the index ([bsched_correct]). *)
-From Coq Require Import List Arith Lia Bool.
+From Coq Require Import List Arith Lia Bool Permutation.
 From VS Require Import Crossmesh Boxes.
 Import ListNotations.
 
@@ -270,3 +270,127 @@ Proof.
     etransitivity; [exact H|]. rewrite held_self_first, hits_cons, Hp.
     destruct (held_by_any p srcs); reflexivity.
 Qed.
+
+(** The schedule from any list [W] of holders taken from [srcs] that holds
+    every holder of [srcs] meeting [T] (a window of them) keeps every
+    guarantee of [bsched_correct] over all of [srcs]: the holders left out
+    hold no index of [T]. *)
+Definition window_of (srcs W : layout) (T : box) : Prop :=
+  (forall s, In s W -> In s srcs) /\
+  (forall s p, In s srcs -> in_boxb p T = true -> in_boxb p (snd s) = true -> In s W).
+
+Lemma held_window : forall srcs W T p, window_of srcs W T -> in_boxb p T = true ->
+  held_by_any p W = held_by_any p srcs.
+Proof.
+  intros srcs W T p [Hsub Hall] HpT. unfold held_by_any.
+  destruct (existsb _ srcs) eqn:E.
+  - apply existsb_exists in E as (s & Hs & Hp). apply existsb_exists. exists s. split; [|exact Hp].
+    exact (Hall s p Hs HpT Hp).
+  - apply not_true_iff_false. intro H. apply existsb_exists in H as (s & Hs & Hp).
+    assert (existsb (fun s => in_boxb p (snd s)) srcs = true) by (apply existsb_exists; eauto).
+    congruence.
+Qed.
+
+Theorem bsched_window_correct : forall srcs W j T, src_dims (length T) srcs -> window_of srcs W T ->
+  (forall r B p, In (r, B) (cover (self_first j W) [T]) -> in_boxb p B = true ->
+     in_boxb p T = true /\ (exists S, In (r, S) srcs /\ in_boxb p S = true)
+     /\ (r = j <-> exists S, In (j, S) srcs /\ in_boxb p S = true))
+  /\ (forall p, in_boxb p T = true -> hits p (map snd (cover (self_first j W) [T])) = if held_by_any p srcs then 1 else 0).
+Proof.
+  intros srcs W j T Hs Hw.
+  assert (Hd : dims (length T) [T]) by (intros R [<-|[]]; reflexivity).
+  assert (Hs' : src_dims (length T) (self_first j W)).
+  { intros s Hin. apply Hs. apply in_self_first in Hin. exact (proj1 Hw s Hin). }
+  split.
+  - intros r B p Hin Hp.
+    destruct (cover_sender _ _ _ p r B Hd Hs' Hin Hp) as ((R & [<-|[]] & HpR) & Hfirst).
+    destruct (first_holder_self _ _ _ _ Hfirst) as [(S & HS & HpS) Hself].
+    split; [exact HpR|]. split; [exists S; split; [exact (proj1 Hw _ HS)|exact HpS]|].
+    rewrite Hself. split; intros (S' & HS' & HpS'); exists S'; split; auto.
+    + exact (proj1 Hw _ HS').
+    + exact (proj2 Hw _ p HS' HpR HpS').
+  - intros p Hp. pose proof (cover_hits (self_first j W) [T] (length T) p Hd Hs') as H.
+    etransitivity; [exact H|]. rewrite held_self_first, (held_window srcs W T p Hw Hp), hits_cons, Hp.
+    destruct (held_by_any p srcs); reflexivity.
+Qed.
+
+(** The search tree keeps its items, and a query gives every item whose
+    key lies in its range. *)
+Lemma kquery_sub : forall A fuel (l : list (nat * A)) lo hi y,
+  In y (kquery lo hi (kbuild fuel l)) -> In y l.
+Proof.
+  intros A fuel. induction fuel as [|f IH]; intros l lo hi y H; [exact H|].
+  destruct l as [|x l']; [exact H|]. cbn [kbuild kquery] in H.
+  apply in_app_or in H as [H|H]; [|apply in_app_or in H as [H|H]].
+  - destruct (lo <? _); [|contradiction]. apply IH in H. apply filter_In in H. exact (proj1 H).
+  - destruct (_ && _); [|contradiction]. apply filter_In in H. exact (proj1 H).
+  - destruct (S _ <? hi); [|contradiction]. apply IH in H. apply filter_In in H. exact (proj1 H).
+Qed.
+
+Lemma kquery_all : forall A fuel (l : list (nat * A)) lo hi y,
+  In y l -> lo <= fst y < hi -> In y (kquery lo hi (kbuild fuel l)).
+Proof.
+  intros A fuel. induction fuel as [|f IH]; intros l lo hi y H Hr; [exact H|].
+  destruct l as [|x l']; [exact H|]. cbn [kbuild kquery].
+  set (k := fst (nth (length (x :: l') / 2) (x :: l') x)).
+  destruct (Nat.lt_trichotomy (fst y) k) as [Hlt|[Heq|Hgt]]; apply in_or_app.
+  - left. replace (lo <? k) with true by (symmetry; apply Nat.ltb_lt; lia).
+    apply IH; [|exact Hr]. apply filter_In. split; [exact H|]. apply Nat.ltb_lt. exact Hlt.
+  - right. apply in_or_app. left.
+    replace ((lo <=? k) && (k <? hi)) with true by (symmetry; apply andb_true_iff; split; [apply Nat.leb_le|apply Nat.ltb_lt]; lia).
+    apply filter_In. split; [exact H|]. apply Nat.eqb_eq. exact Heq.
+  - right. apply in_or_app. right. replace (S k <? hi) with true by (symmetry; apply Nat.ltb_lt; lia).
+    apply IH; [|exact Hr]. apply filter_In. split; [exact H|]. apply Nat.ltb_lt. exact Hgt.
+Qed.
+
+Lemma maxof_ge : forall A (f : A -> nat) l x, In x l -> f x <= maxof f l.
+Proof.
+  intros A f l x. induction l as [|y l IH]; simpl; [contradiction|].
+  intros [<-|H]; [lia|]. specialize (IH H). lia.
+Qed.
+
+(** An index inside a box lies, along every dimension, in its interval. *)
+Lemma in_boxb_nth : forall p B d, in_boxb p B = true -> d < length B ->
+  fst (nth d B (0, 0)) <= nth d p 0 < fst (nth d B (0, 0)) + snd (nth d B (0, 0)).
+Proof.
+  induction p as [|x p IH]; destruct B as [|iv B]; simpl; intros d H Hd; try discriminate; try lia.
+  apply andb_true_iff in H as [Hx H]. destruct d as [|d].
+  - unfold insideb in Hx. apply andb_true_iff in Hx as [H1 H2].
+    apply Nat.leb_le in H1. apply Nat.ltb_lt in H2. lia.
+  - apply IH; [exact H|lia].
+Qed.
+
+(** The index's window of [T] holds every holder meeting [T], and only
+    holders. *)
+Lemma window_bindex : forall srcs T, window_of srcs (window (bindex srcs) srcs T) T.
+Proof.
+  intros srcs T. unfold bindex, window.
+  set (d := best_dim srcs). set (kl := HolderSort.sort (map (fun s => (skey d s, s)) srcs)).
+  pose proof (HolderSort.Permuted_sort (map (fun s => (skey d s, s)) srcs)) as P. fold kl in P.
+  split.
+  - intros s H. apply filter_In in H as [H _]. destruct (d <? length T); [|exact H].
+    apply in_map_iff in H as (y & <- & Hy). apply kquery_sub in Hy.
+    apply (Permutation_in _ (Permutation_sym P)) in Hy.
+    apply in_map_iff in Hy as (s & <- & Hs). exact Hs.
+  - intros s p Hs HpT Hps. apply filter_In. split.
+    + destruct (d <? length T) eqn:Ed; [|exact Hs]. apply Nat.ltb_lt in Ed.
+      assert (Hl : length (snd s) = length T) by (rewrite <- (in_boxb_len _ _ Hps); exact (in_boxb_len _ _ HpT)).
+      apply in_map_iff. exists (skey d s, s). split; [reflexivity|]. apply kquery_all.
+      * apply (Permutation_in _ P). apply in_map_iff. eauto.
+      * pose proof (in_boxb_nth p T d HpT Ed) as HT. pose proof (in_boxb_nth p (snd s) d Hps ltac:(lia)) as HS.
+        assert (Hw : snd (nth d (snd s) (0, 0)) <= hwidth d srcs) by exact (maxof_ge _ _ srcs s Hs).
+        unfold skey. cbn [fst]. lia.
+    + apply in_nonempty with (p := p). rewrite bmeet_in.
+      * rewrite Hps, HpT. reflexivity.
+      * rewrite <- (in_boxb_len _ _ Hps). exact (in_boxb_len _ _ HpT).
+Qed.
+
+(** [bsched_in] over the index of [srcs]: every guarantee of
+    [bsched_correct]. *)
+Theorem bsched_in_correct : forall srcs j T, src_dims (length T) srcs ->
+  (forall r B p, In (r, B) (bsched_in (bindex srcs) srcs j T) -> in_boxb p B = true ->
+     in_boxb p T = true /\ (exists S, In (r, S) srcs /\ in_boxb p S = true)
+     /\ (r = j <-> exists S, In (j, S) srcs /\ in_boxb p S = true))
+  /\ (forall p, in_boxb p T = true ->
+       hits p (map snd (bsched_in (bindex srcs) srcs j T)) = if held_by_any p srcs then 1 else 0).
+Proof. intros srcs j T Hs. exact (bsched_window_correct srcs _ j T Hs (window_bindex srcs T)). Qed.
