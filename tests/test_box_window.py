@@ -1,5 +1,5 @@
 """The box schedule reads, per target, only the holders whose boxes meet it
-(``Boxes.window`` over the index ``Boxes.bindex``; theorem
+(``Boxes.window`` over the tree of holders ``Boxes.bindex``; theorem
 ``Boxesworldproof.brounds_correct`` through ``Boxesproof.bsched_in_correct``).
 These tests check what the binding returns against a brute-force count over
 every index, on layouts the index must not get wrong: replicated holders,
@@ -77,3 +77,13 @@ def test_grid_of_holders_gives_each_target_its_cells():
         assert sorted((q.box for q in ps)) == sorted(((4 * i, 4), (4 * j, 4))
                                                      for i in range(a[0] // 4, a[0] // 4 + 4)
                                                      for j in range(b[0] // 4, b[0] // 4 + 4))
+
+
+def test_replicated_and_empty_holders():
+    # every block held by 4 ranks (the same box: the tree cannot split them), plus empty boxes
+    src = [(4 * b + r, ((3 * b, 3), (0, 5))) for b in range(8) for r in range(4)] + [(99, ((7, 0), (0, 5)))]
+    dst = [(4 * b + 1, ((0, 24), (b % 5, 1))) for b in range(8)] + [(50, ((5, 0), (0, 5)))]
+    _check(src, dst)
+    pieces, _ = core.bplan(src, dst, 5)
+    # a target takes its own block, and each other block from its first holder in the tree's order
+    assert all(len(ps) == 8 for ps in pieces[:8]) and pieces[8] == []

@@ -15,7 +15,6 @@
     holders: [bindex]). Definitions only; proofs in [Boxesproof.v] and,
     for the whole world, [Boxesworldproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
-From Coq Require Orders Mergesort.
 From VS Require Import Crossmesh Rounds.
 Import ListNotations.
 
@@ -89,100 +88,91 @@ Fixpoint first_holder (p : list nat) (srcs : layout) : option nat :=
 (** An index of the holders for reading, per target box, only the holders
     that may meet it (without it every target reads every holder: the
     whole world is quadratic in the ranks, 87 s for [2^14] one-element
-    boxes). The holders are keyed by their start along one dimension [d];
-    a holder meeting a box [T] along [d] starts in
-    [[start(T) + 1 - w, end(T))], [w] the longest holder along [d]. *)
-Definition skey (d : nat) (s : nat * box) : nat := fst (nth d (snd s) (0, 0)).
+    boxes): a tree whose every node splits its holders along one dimension
+    and knows where along it they start and end, so a box outside that
+    span skips all of them. *)
+Definition skey (e : nat) (s : nat * box) : nat := fst (nth e (snd s) (0, 0)).
 
-(** The largest [f x] over [l] ([0] for none). *)
+(** Where a holder ends along [e]. *)
+Definition send (e : nat) (s : nat * box) : nat := skey e s + snd (nth e (snd s) (0, 0)).
+
+(** The largest and the least [f x] over [l] ([0], [d] for none). *)
 Definition maxof {A} (f : A -> nat) (l : list A) : nat := fold_right (fun x m => Nat.max (f x) m) 0 l.
+Definition minof {A} (f : A -> nat) (l : list A) (d : nat) : nat := fold_right (fun x m => Nat.min (f x) m) d l.
 
-(** The longest holder along [d], and where the last one ends. *)
-Definition hwidth (d : nat) (srcs : layout) : nat := maxof (fun s => snd (nth d (snd s) (0, 0))) srcs.
-Definition hextent (d : nat) (srcs : layout) : nat := maxof (fun s => skey d s + snd (nth d (snd s) (0, 0))) srcs.
+(** The number of dimensions of the holders' boxes (the first's). *)
+Definition hdims (srcs : layout) : nat := match srcs with (_, B) :: _ => length B | [] => 0 end.
 
-(** The dimension to key on: the one with the most slabs of the longest
-    holder's length (a grid's most divided dimension). Any dimension gives
-    the same schedule's guarantees; this one reads the fewest holders. *)
-Definition slabs (srcs : layout) (d : nat) : nat := hextent d srcs / Nat.max 1 (hwidth d srcs).
+(** How far apart the holders' starts are along [e]. *)
+Definition spread (l : layout) (e : nat) : nat :=
+  match l with [] => 0 | x :: _ => maxof (skey e) l - minof (skey e) l (skey e x) end.
 
-Definition best_dim (srcs : layout) : nat :=
-  let k := match srcs with (_, B) :: _ => length B | [] => 0 end in
-  fst (fold_left (fun acc d => let n := slabs srcs d in if snd acc <? n then (d, n) else acc)
-                 (seq 0 k) (0, 0)).
+(** The dimension to split on: the one along which the starts are the
+    farthest apart. Any dimension gives the same guarantees; this one
+    splits the holders best. *)
+Definition best_dim (l : layout) : nat :=
+  fst (fold_left (fun acc e => let n := spread l e in if snd acc <? n then (e, n) else acc)
+                 (seq 0 (hdims l)) (0, 0)).
 
-(** A search tree over keyed items: items with a key less than the node's
-    on its left, equal in the node, greater on its right. *)
-Inductive ktree (A : Type) : Type :=
-  | KLeaf (l : list (nat * A))
-  | KNode (lt : ktree A) (k : nat) (mid : list (nat * A)) (gt : ktree A).
-Arguments KLeaf {A} l.
-Arguments KNode {A} lt k mid gt.
+(** A tree of holders: a node splits its holders along a dimension [e] (by
+    their starts), and keeps the least start [lo] and the greatest end [hi]
+    of all of them along [e]. *)
+Inductive ktree : Type :=
+  | KLeaf (l : layout)
+  | KNode (e lo hi : nat) (a b : ktree).
 
-(** The tree of [l], split at the key of its middle item: of depth about
-    [log2 (length l)] when [l] is sorted by key (each side then holds at
-    most half), whatever the order its items are all in it. *)
-Fixpoint kbuild {A} (fuel : nat) (l : list (nat * A)) {struct fuel} : ktree A :=
+(** The tree of [l]: each node splits along [best_dim] at the middle of its
+    starts (both sides then non-empty and, after as many splits as bits in
+    the starts, alone); holders that all start at the same corner make a
+    leaf. Whatever the fuel, every holder is in it. *)
+Fixpoint kbuild (fuel : nat) (l : layout) {struct fuel} : ktree :=
   match fuel, l with
   | S f, x :: _ =>
-      let k := fst (nth (length l / 2) l x) in
-      KNode (kbuild f (filter (fun y => fst y <? k) l)) k (filter (fun y => fst y =? k) l)
-            (kbuild f (filter (fun y => k <? fst y) l))
+      let e := best_dim l in
+      let lo := minof (skey e) l (skey e x) in
+      let k := lo + (maxof (skey e) l - lo) / 2 in
+      match filter (fun s => k <? skey e s) l with
+      | [] => KLeaf l
+      | upper => KNode e lo (maxof (send e) l) (kbuild f (filter (fun s => skey e s <=? k) l)) (kbuild f upper)
+      end
   | _, _ => KLeaf l
   end.
 
-(** Every item of the tree whose key lies in [[lo, hi)], and perhaps others
-    (a leaf gives all its items). *)
-Fixpoint kquery {A} (lo hi : nat) (t : ktree A) : list (nat * A) :=
+(** Whether the interval [[lo, hi)] meets [T] along [e] (yes where [T]
+    has no dimension [e]). *)
+Definition meets1 (T : box) (e lo hi : nat) : bool :=
+  negb (e <? length T) || ((fst (nth e T (0, 0)) <? hi) && (lo <? fst (nth e T (0, 0)) + snd (nth e T (0, 0)))).
+
+(** Every holder of the tree meeting [T], and perhaps others (a leaf gives
+    all its own). *)
+Fixpoint kquery (T : box) (t : ktree) : layout :=
   match t with
   | KLeaf l => l
-  | KNode a k mid b =>
-      (if lo <? k then kquery lo hi a else [])
-      ++ (if (lo <=? k) && (k <? hi) then mid else [])
-      ++ (if S k <? hi then kquery lo hi b else [])
+  | KNode e lo hi a b => if meets1 T e lo hi then kquery T a ++ kquery T b else []
   end.
 
-Module HolderLeb <: Orders.TotalLeBool.
-  Definition t := (nat * (nat * box))%type.
-  Definition leb (x y : t) := fst x <=? fst y.
-  Theorem leb_total : forall a1 a2, leb a1 a2 = true \/ leb a2 a1 = true.
-  Proof. intros a b. unfold leb. destruct (Nat.le_ge_cases (fst a) (fst b)); [left|right]; apply Nat.leb_le; auto. Qed.
-End HolderLeb.
+(** The index of the holders, built once. *)
+Definition bindex (srcs : layout) : ktree := kbuild (length srcs) srcs.
 
-Module HolderSort := Mergesort.Sort HolderLeb.
-
-(** The index of the holders: the dimension keyed on, the longest holder
-    along it, and the tree of the holders sorted by their start along it. *)
-Definition hindex := (nat * nat * ktree (nat * box))%type.
-
-Definition bindex (srcs : layout) : hindex :=
-  let d := best_dim srcs in
-  let kl := HolderSort.sort (map (fun s => (skey d s, s)) srcs) in
-  (d, hwidth d srcs, kbuild (length kl) kl).
-
-(** The holders of [srcs] (indexed by [ix]) whose boxes meet [T]: those
-    starting along the keyed dimension in [T]'s window, then kept where
-    their box meets [T] (all of [srcs] where [T] has no such dimension). *)
-Definition window (ix : hindex) (srcs : layout) (T : box) : layout :=
-  let '(d, w, t) := ix in
-  let iv := nth d T (0, 0) in
-  filter (fun s => nonempty (bmeet (snd s) T))
-    (if d <? length T then map snd (kquery (fst iv + 1 - w) (fst iv + snd iv) t) else srcs).
+(** The holders (indexed by [ix]) whose boxes meet [T]: those the tree
+    gives, kept where their box meets [T]. *)
+Definition window (ix : ktree) (T : box) : layout :=
+  filter (fun s => nonempty (bmeet (snd s) T)) (kquery T ix).
 
 (** The schedule of target rank [j] with box [T] from the holders meeting
-    [T]: [bsched] over those ([Boxesproof.bsched_window_correct]). *)
-Definition bsched_in (ix : hindex) (srcs : layout) (j : nat) (T : box) : list (nat * box) :=
-  cover (self_first j (window ix srcs T)) [T].
+    [T]: [bsched] over those ([Boxesproof.bsched_in_correct]). *)
+Definition bsched_in (ix : ktree) (j : nat) (T : box) : list (nat * box) :=
+  cover (self_first j (window ix T)) [T].
 
 (** The whole world: for every target rank of [tgts] in order, its schedule
     as [Crossmesh.piece]s (sender and global box; no source cell, the
     sender's box is [srcs]'). What [verishard.torch] runs for layouts the
     collectives cannot express. The index is built once ([bplan_in] takes
     it), then each target reads its window. *)
-Definition bplan_in (ix : hindex) (srcs tgts : layout) : list (list piece) :=
-  map (fun t => map (fun q => mkpiece (fst q) [] (snd q)) (bsched_in ix srcs (fst t) (snd t))) tgts.
+Definition bplan_in (ix : ktree) (tgts : layout) : list (list piece) :=
+  map (fun t => map (fun q => mkpiece (fst q) [] (snd q)) (bsched_in ix (fst t) (snd t))) tgts.
 
-Definition bplan (srcs tgts : layout) : list (list piece) := bplan_in (bindex srcs) srcs tgts.
+Definition bplan (srcs tgts : layout) : list (list piece) := bplan_in (bindex srcs) tgts.
 
 (** Its staged form: the pieces from other ranks cut and packed into rounds
     within [budget] elements per rank ([Rounds.xrounds]). *)

@@ -2,7 +2,7 @@
     schedule [bsched] of a target rank covers its box once, every piece from
     a rank that holds it, and from the target itself exactly where it holds
     the index ([bsched_correct]). *)
-From Coq Require Import List Arith Lia Bool Permutation.
+From Coq Require Import List Arith Lia Bool.
 From VS Require Import Crossmesh Boxes.
 Import ListNotations.
 
@@ -314,41 +314,31 @@ Proof.
     destruct (held_by_any p srcs); reflexivity.
 Qed.
 
-(** The search tree keeps its items, and a query gives every item whose
-    key lies in its range. *)
-Lemma kquery_sub : forall A fuel (l : list (nat * A)) lo hi y,
-  In y (kquery lo hi (kbuild fuel l)) -> In y l.
-Proof.
-  intros A fuel. induction fuel as [|f IH]; intros l lo hi y H; [exact H|].
-  destruct l as [|x l']; [exact H|]. cbn [kbuild kquery] in H.
-  apply in_app_or in H as [H|H]; [|apply in_app_or in H as [H|H]].
-  - destruct (lo <? _); [|contradiction]. apply IH in H. apply filter_In in H. exact (proj1 H).
-  - destruct (_ && _); [|contradiction]. apply filter_In in H. exact (proj1 H).
-  - destruct (S _ <? hi); [|contradiction]. apply IH in H. apply filter_In in H. exact (proj1 H).
-Qed.
-
-Lemma kquery_all : forall A fuel (l : list (nat * A)) lo hi y,
-  In y l -> lo <= fst y < hi -> In y (kquery lo hi (kbuild fuel l)).
-Proof.
-  intros A fuel. induction fuel as [|f IH]; intros l lo hi y H Hr; [exact H|].
-  destruct l as [|x l']; [exact H|]. cbn [kbuild kquery].
-  set (k := fst (nth (length (x :: l') / 2) (x :: l') x)).
-  destruct (Nat.lt_trichotomy (fst y) k) as [Hlt|[Heq|Hgt]]; apply in_or_app.
-  - left. replace (lo <? k) with true by (symmetry; apply Nat.ltb_lt; lia).
-    apply IH; [|exact Hr]. apply filter_In. split; [exact H|]. apply Nat.ltb_lt. exact Hlt.
-  - right. apply in_or_app. left.
-    replace ((lo <=? k) && (k <? hi)) with true by (symmetry; apply andb_true_iff; split; [apply Nat.leb_le|apply Nat.ltb_lt]; lia).
-    apply filter_In. split; [exact H|]. apply Nat.eqb_eq. exact Heq.
-  - right. apply in_or_app. right. replace (S k <? hi) with true by (symmetry; apply Nat.ltb_lt; lia).
-    apply IH; [|exact Hr]. apply filter_In. split; [exact H|]. apply Nat.ltb_lt. exact Hgt.
-Qed.
-
 Lemma maxof_ge : forall A (f : A -> nat) l x, In x l -> f x <= maxof f l.
 Proof.
   intros A f l x. induction l as [|y l IH]; simpl; [contradiction|].
   intros [<-|H]; [lia|]. specialize (IH H). lia.
 Qed.
 
+Lemma minof_le : forall A (f : A -> nat) l d x, In x l -> minof f l d <= f x.
+Proof.
+  intros A f l d x. induction l as [|y l IH]; simpl; [contradiction|].
+  intros [<-|H]; [lia|]. specialize (IH H). lia.
+Qed.
+
+(** The tree keeps its holders. *)
+Lemma kquery_sub : forall fuel l T s, In s (kquery T (kbuild fuel l)) -> In s l.
+Proof.
+  intros fuel. induction fuel as [|f IH]; intros l T s H; [exact H|].
+  destruct l as [|x l']; [exact H|]. cbn [kbuild] in H.
+  set (e := best_dim (x :: l')) in H.
+  set (k := minof (skey e) (x :: l') (skey e x) + _ / 2) in H.
+  destruct (filter (fun s => k <? skey e s) (x :: l')) as [|y ys] eqn:F; [exact H|].
+  cbn [kquery] in H. destruct (meets1 _ _ _ _); [|contradiction].
+  apply in_app_or in H as [H|H]; apply IH in H.
+  - apply filter_In in H. exact (proj1 H).
+  - rewrite <- F in H. apply filter_In in H. exact (proj1 H).
+Qed.
 (** An index inside a box lies, along every dimension, in its interval. *)
 Lemma in_boxb_nth : forall p B d, in_boxb p B = true -> d < length B ->
   fst (nth d B (0, 0)) <= nth d p 0 < fst (nth d B (0, 0)) + snd (nth d B (0, 0)).
@@ -360,26 +350,40 @@ Proof.
   - apply IH; [exact H|lia].
 Qed.
 
+(** A query gives every holder of the tree meeting [T]: a node's span
+    along its dimension holds every one of its holders' intervals. *)
+Lemma kquery_all : forall fuel l T s p, In s l -> in_boxb p T = true -> in_boxb p (snd s) = true ->
+  In s (kquery T (kbuild fuel l)).
+Proof.
+  intros fuel. induction fuel as [|f IH]; intros l T s p H HpT Hps; [exact H|].
+  destruct l as [|x l']; [exact H|]. cbn [kbuild].
+  set (e := best_dim (x :: l')).
+  set (mn := minof (skey e) (x :: l') (skey e x)).
+  set (k := mn + _ / 2).
+  destruct (filter (fun s => k <? skey e s) (x :: l')) as [|y ys] eqn:F; [exact H|].
+  cbn [kquery].
+  set (mx := maxof (send e) (x :: l')).
+  assert (Hm : meets1 T e mn mx = true).
+  { unfold meets1. destruct (e <? length T) eqn:Ee; [|reflexivity]. simpl.
+    apply Nat.ltb_lt in Ee.
+    assert (Hl : length (snd s) = length T) by (rewrite <- (in_boxb_len _ _ Hps); exact (in_boxb_len _ _ HpT)).
+    pose proof (in_boxb_nth p T e HpT Ee) as HT. pose proof (in_boxb_nth p (snd s) e Hps ltac:(lia)) as HS.
+    assert (H1 : mn <= skey e s) by exact (minof_le _ (skey e) (x :: l') (skey e x) s H).
+    assert (H2 : send e s <= mx) by exact (maxof_ge _ (send e) (x :: l') s H).
+    unfold send, skey in H1, H2. apply andb_true_iff; split; apply Nat.ltb_lt; lia. }
+  rewrite Hm. apply in_or_app. destruct (Nat.le_gt_cases (skey e s) k) as [Hle|Hgt].
+  - left. apply (IH _ T s p); auto. apply filter_In. split; auto. apply Nat.leb_le; auto.
+  - right. apply (IH _ T s p); auto. rewrite <- F. apply filter_In. split; auto. apply Nat.ltb_lt; auto.
+Qed.
+
 (** The index's window of [T] holds every holder meeting [T], and only
     holders. *)
-Lemma window_bindex : forall srcs T, window_of srcs (window (bindex srcs) srcs T) T.
+Lemma window_bindex : forall srcs T, window_of srcs (window (bindex srcs) T) T.
 Proof.
-  intros srcs T. unfold bindex, window.
-  set (d := best_dim srcs). set (kl := HolderSort.sort (map (fun s => (skey d s, s)) srcs)).
-  pose proof (HolderSort.Permuted_sort (map (fun s => (skey d s, s)) srcs)) as P. fold kl in P.
-  split.
-  - intros s H. apply filter_In in H as [H _]. destruct (d <? length T); [|exact H].
-    apply in_map_iff in H as (y & <- & Hy). apply kquery_sub in Hy.
-    apply (Permutation_in _ (Permutation_sym P)) in Hy.
-    apply in_map_iff in Hy as (s & <- & Hs). exact Hs.
+  intros srcs T. unfold bindex, window. split.
+  - intros s H. apply filter_In in H as [H _]. exact (kquery_sub _ _ _ _ H).
   - intros s p Hs HpT Hps. apply filter_In. split.
-    + destruct (d <? length T) eqn:Ed; [|exact Hs]. apply Nat.ltb_lt in Ed.
-      assert (Hl : length (snd s) = length T) by (rewrite <- (in_boxb_len _ _ Hps); exact (in_boxb_len _ _ HpT)).
-      apply in_map_iff. exists (skey d s, s). split; [reflexivity|]. apply kquery_all.
-      * apply (Permutation_in _ P). apply in_map_iff. eauto.
-      * pose proof (in_boxb_nth p T d HpT Ed) as HT. pose proof (in_boxb_nth p (snd s) d Hps ltac:(lia)) as HS.
-        assert (Hw : snd (nth d (snd s) (0, 0)) <= hwidth d srcs) by exact (maxof_ge _ _ srcs s Hs).
-        unfold skey. cbn [fst]. lia.
+    + exact (kquery_all _ _ T s p Hs HpT Hps).
     + apply in_nonempty with (p := p). rewrite bmeet_in.
       * rewrite Hps, HpT. reflexivity.
       * rewrite <- (in_boxb_len _ _ Hps). exact (in_boxb_len _ _ HpT).
@@ -388,9 +392,9 @@ Qed.
 (** [bsched_in] over the index of [srcs]: every guarantee of
     [bsched_correct]. *)
 Theorem bsched_in_correct : forall srcs j T, src_dims (length T) srcs ->
-  (forall r B p, In (r, B) (bsched_in (bindex srcs) srcs j T) -> in_boxb p B = true ->
+  (forall r B p, In (r, B) (bsched_in (bindex srcs) j T) -> in_boxb p B = true ->
      in_boxb p T = true /\ (exists S, In (r, S) srcs /\ in_boxb p S = true)
      /\ (r = j <-> exists S, In (j, S) srcs /\ in_boxb p S = true))
   /\ (forall p, in_boxb p T = true ->
-       hits p (map snd (bsched_in (bindex srcs) srcs j T)) = if held_by_any p srcs then 1 else 0).
+       hits p (map snd (bsched_in (bindex srcs) j T)) = if held_by_any p srcs then 1 else 0).
 Proof. intros srcs j T Hs. exact (bsched_window_correct srcs _ j T Hs (window_bindex srcs T)). Qed.

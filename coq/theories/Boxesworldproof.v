@@ -14,7 +14,7 @@ Lemma hits_lsum : forall p L, hits p L = lsum (fun B => if in_boxb p B then 1 el
 Proof. intros p L. induction L as [|B L IH]; simpl; auto. rewrite hits_cons, IH. reflexivity. Qed.
 
 Lemma bplan_nth : forall srcs tgts j self T, nth_error tgts j = Some (self, T) ->
-  nth_error (bplan srcs tgts) j = Some (map (fun q => mkpiece (fst q) [] (snd q)) (bsched_in (bindex srcs) srcs self T)).
+  nth_error (bplan srcs tgts) j = Some (map (fun q => mkpiece (fst q) [] (snd q)) (bsched_in (bindex srcs) self T)).
 Proof. intros srcs tgts j self T E. unfold bplan, bplan_in. rewrite nth_error_map, E. reflexivity. Qed.
 
 (** What rounds [rds] of the box schedule from layout [ls] to layout [lt]
@@ -48,7 +48,7 @@ Proof.
   split; [exact Hp|]. split; [apply pack_bounded|].
   intros j self T E.
   assert (E' : @nth_error (nat * box) tgts j = Some (self, T)) by exact E.
-  set (ps := map (fun q => mkpiece (fst q) [] (snd q)) (bsched_in (bindex srcs) srcs self T)).
+  set (ps := map (fun q => mkpiece (fst q) [] (snd q)) (bsched_in (bindex srcs) self T)).
   exists ps. split; [apply bplan_nth; exact E|].
   assert (Hs : src_dims (length T) srcs) by exact (Hdims (self, T) (nth_error_In _ _ E)).
   destruct (bsched_in_correct srcs self T Hs) as [Hin Hcov].
