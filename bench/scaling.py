@@ -6,7 +6,8 @@
 Every call runs on a thread with a 1 MiB stack (``threading.stack_size(1 <<
 20)``, as servers set it): the core runs on a stack of its own
 (bindings/stubs.c), so a deep recursion in it neither overflows the caller's
-stack nor fails for want of the main thread's 8 MiB.
+stack nor fails for want of the main thread's 8 MiB. The report ends with
+the deepest that stack went over the whole run (``_core.stack_peak``).
 
 The exchange planner (``verishard.plan(..., exchange=True)``: the plan of
 collectives and the lower bound, per device), the cross-mesh planner
@@ -39,18 +40,32 @@ every device, so their time grows at least linearly with it. For meshes of
   now from the first rounds where the sender and the receiver still have room;
 - *box plan*: ``core.bplan`` between two layouts of ``N`` one-element boxes
   (rank ``j`` holds index ``j``, then index ``N-1-j``; budget ``N``): every
-  target looks through the source boxes in order (``Boxes.bsched``), so this
-  grows with the square of the boxes;
+  target reads only the source boxes that may meet it, from a search tree
+  of the holders built once (``Boxes.bindex``, ``Boxes.window``;
+  ``Boxesproof.bsched_in_correct``), where it looked through every source
+  box (87 s at 2^14 boxes);
+- *box plan 2-D*: ``core.bplan`` from a grid of ``N`` cells of 2x2 (rank
+  ``i*cols+j`` holds cell ``(i, j)``) to the grid of ``N/4`` blocks of 4x4,
+  ranked column first (each block takes its 4 cells);
 - *layout plan*: ``core.lplan`` with types proposed for ``[2{x}2N-1] ->
   [2N-1]`` on ``x=N`` (the torch path's check that the types describe the
   boxes, then the type planner), the layouts built before the clock starts
-  (22.8 s at 2^14 while layouts were compared by recursion on each number).
+  (22.8 s at 2^14 while layouts were compared by recursion on each number);
+- *certify*: ``core.certify`` of ``[2{a,b,..}2N] -> [2{..,b,a}2N]`` with the
+  source type as its one entry (the checker's steps from it, over every
+  device);
+- *certify, axes of 2*: ``core.certify`` with one entry ``[N]`` on ``log2 N``
+  axes of 2, the issue's case that filled 8 GiB and aborted at 2^12: its
+  steps are arrangements of the axes (over 10^6 from 2^10 on), refused with
+  a ``LimitError`` before the core is called; the cell is the time to the
+  refusal.
 
 Each figure is the median wall time of REPEAT calls (the plan caches cleared
-before each), on this machine; the growth column is the time over the
-previous size's, the size doubling or quadrupling, reported as the exponent
-``log(time ratio) / log(size ratio)``: 1 is linear, 2 quadratic. Cells are
-skipped once a call passes SKIP_S seconds.
+before each; one call once a call takes ONE_CALL_S seconds), on this
+machine; the growth column is the time over the previous size's, the size
+doubling, reported as the exponent ``log(time ratio) / log(size ratio)``: 1
+is linear, 2 quadratic. Cells are skipped once a call passes SKIP_S
+seconds.
 """
 
 from __future__ import annotations
@@ -67,12 +82,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
 import verishard as vs  # noqa: E402
-from verishard import core  # noqa: E402
+from verishard import _core, core  # noqa: E402
 from verishard.crossmesh import _plan, crossmesh_plan  # noqa: E402
+from verishard.errors import LimitError  # noqa: E402
 from verishard.plan import _eplanned, _planned  # noqa: E402
 
 REPEAT = 3
-SKIP_S = 20.0
+ONE_CALL_S = 2.0
+SKIP_S = 120.0
 SMALL_STACK = 1 << 20
 
 
@@ -87,15 +104,19 @@ def mesh_of(n: int) -> str:
     return ",".join(f"{chr(ord('a') + i)}={s}" for i, s in enumerate(sizes))
 
 
-def timed(fn) -> float:
-    samples = []
+def timed(fn) -> tuple[float, str]:
+    """The median time of ``fn()``, and ``"LimitError"`` where it was refused."""
+    samples, refused = [], ""
     for _ in range(REPEAT):
         t0 = time.perf_counter()
-        fn()
+        try:
+            fn()
+        except LimitError:
+            refused = "LimitError"
         samples.append(time.perf_counter() - t0)
-        if samples[-1] > SKIP_S:
+        if samples[-1] > ONE_CALL_S:
             break
-    return statistics.median(samples)
+    return statistics.median(samples), refused
 
 
 def cases(n: int):
@@ -136,10 +157,26 @@ def cases(n: int):
         boxes_dst = [(j, ((n - 1 - j, 1),)) for j in range(n)]
         return lambda: core.bplan(boxes_src, boxes_dst, n)
 
+    def box_plan_2d():
+        rows = 1 << ((n.bit_length() - 1 + 1) // 2)
+        cols = n // rows
+        cells = [(i * cols + j, ((2 * i, 2), (2 * j, 2))) for i in range(rows) for j in range(cols)]
+        blocks = [(j * (rows // 2) + i, ((4 * i, 4), (4 * j, 4))) for i in range(rows // 2) for j in range(cols // 2)]
+        return lambda: core.bplan(cells, blocks, 1 << 30)
+
     def layout_plan():
         l_src, l_dst = vs.ArrayType.parse(f"[2{{x}}{2 * n - 1}]", lm), vs.ArrayType.parse(f"[{2 * n - 1}]", lm)
         boxes = (core.type_layout(l_src), core.type_layout(l_dst))   # before the clock starts
         return lambda: core.lplan(lm, *boxes, n, (l_src, l_dst))
+
+    def certify():
+        return lambda: core.certify(src, dst, 2, [(src, 0)], 0)
+
+    def certify_axes_of_2():
+        k = n.bit_length() - 1
+        m2 = vs.Mesh.parse(",".join(f"a{i}=2" for i in range(k)))
+        t = vs.ArrayType.parse(f"[{n}]", m2)
+        return lambda: core.certify(t, t, n, [(t, 0)], 0)
 
     # each entry builds its inputs when its column runs, and returns what is timed
     return {
@@ -151,7 +188,10 @@ def cases(n: int):
         "partial uneven": partial_uneven,
         "rounds 1-to-n": rounds_one_to_n,
         "box plan": box_plan,
+        "box plan 2-D": box_plan_2d,
         "layout plan": layout_plan,
+        "certify": certify,
+        "certify, axes of 2": certify_axes_of_2,
     }
 
 
@@ -188,6 +228,18 @@ def command_args() -> str:
     return "".join(" " + x for x in out)
 
 
+# the report's tables, each a group of columns (one table would be too wide to read)
+TABLES = [["exchange", "crossmesh", "rounds", "exchange a2a", "lower bound a2a"],
+          ["partial uneven", "rounds 1-to-n", "box plan", "box plan 2-D", "layout plan"],
+          ["certify", "certify, axes of 2"]]
+
+
+def slope(points: list[tuple[int, float]]) -> float:
+    """The exponent ``log(t1 / t0) / log(n1 / n0)`` from the first point to the last."""
+    (n0, t0), (n1, t1) = points[0], points[-1]
+    return math.log(t1 / t0) / math.log(n1 / n0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--max", type=int, default=1 << 20, help="largest number of devices (a power of two)")
@@ -195,35 +247,58 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="comma-separated column names (default: all)")
     args = ap.parse_args()
     sizes = [1 << k for k in range(10, args.max.bit_length()) if 1 << k <= args.max]
-    names = ["exchange", "crossmesh", "rounds", "exchange a2a", "lower bound a2a", "partial uneven", "rounds 1-to-n",
-             "box plan", "layout plan"]
+    names = [x for t in TABLES for x in t]
     if args.only:
         names = [x for x in names if x in args.only.split(",")]
-    rows, last, skipped = [], {}, set()
+    cells = {name: [] for name in names}      # per column: its cell per size
+    measured = {name: [] for name in names}   # per column: (size, seconds) of the calls that ran
+    skipped = set()
     for n in sizes:
         fns = cases(n)
-        row = [f"{n}"]
         for name in names:
             if name in skipped:
-                row.append("skipped")
+                cells[name].append("skipped")
                 continue
             fn = fns[name]()
-            t = on_small_stack(lambda: timed(fn))
-            growth = (f" ({math.log(t / last[name][1]) / math.log(n / last[name][0]):.2f})"
-                      if name in last and t > 0 and last[name][1] > 0 else "")
-            row.append(f"{t * 1000:.1f}{growth}")
-            last[name] = (n, t)
+            t, refused = on_small_stack(lambda: timed(fn))
+            last = measured[name][-1] if measured[name] else None
+            if refused:
+                cells[name].append(f"{t * 1000:.1f} ({refused})")
+            else:
+                growth = f" ({slope([last, (n, t)]):.2f})" if last and t > 0 and last[1] > 0 else ""
+                cells[name].append(f"{t * 1000:.1f}{growth}")
+                measured[name].append((n, t))
             if t > SKIP_S:
                 skipped.add(name)
-        rows.append(row)
-        print(" | ".join(row), flush=True)
+        print(n, " | ".join(cells[name][-1] for name in names), flush=True)
     lines = ["# Planners over every device: time against the number of devices", "",
-             f"Command: `.venv/bin/python bench/scaling.py{command_args()}` (see its docstring); median of {REPEAT} calls, "
-             "milliseconds on this machine (2 shared cores), each from a thread with a 1 MiB stack, with the "
-             "growth exponent against the row above in parentheses (1: linear, 2: quadratic); 'skipped' once "
-             f"a call passed {SKIP_S:.0f} s.", "",
-             "| devices | " + " | ".join(f"{n} ms" for n in names) + " |", "|---" * (len(names) + 1) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+             f"Command: `.venv/bin/python bench/scaling.py{command_args()}` (see its docstring); median of {REPEAT} calls "
+             f"(one once a call took {ONE_CALL_S:.0f} s), milliseconds on this machine (2 shared cores), each from a "
+             "thread with a 1 MiB stack, with the growth exponent against the row above in parentheses (1: linear, "
+             f"2: quadratic); 'skipped' once a call passed {SKIP_S:.0f} s; 'LimitError': refused, the time to the "
+             "refusal.", ""]
+    for table in TABLES:
+        cols = [x for x in table if x in names]
+        if not cols:
+            continue
+        lines += ["| devices | " + " | ".join(f"{x} ms" for x in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        lines += [f"| {n} | " + " | ".join(cells[x][i] for x in cols) + " |" for i, n in enumerate(sizes)]
+        lines.append("")
+    lines += ["Growth per column: the exponent from 2^14 devices (below it fixed costs dominate) to the largest "
+              "size measured, and over its last factor of 4 (1: linear, 2: quadratic).", "",
+              "| column | largest size | its time ms | exponent from 2^14 | exponent over the last 4x |",
+              "|---|---|---|---|---|"]
+    for name in names:
+        pts = [p for p in measured[name] if p[0] >= 1 << 14]
+        if len(pts) < 3:
+            lines.append(f"| {name} | every size refused (LimitError) | - | - | - |" if not measured[name] else
+                         f"| {name} | {measured[name][-1][0]} | {measured[name][-1][1] * 1000:.1f} | - | - |")
+            continue
+        lines.append(f"| {name} | {pts[-1][0]} | {pts[-1][1] * 1000:.1f} | {slope(pts):.2f} | {slope(pts[-3:]):.2f} |")
+    lines += ["", f"The core's own stack (bindings/stubs.c) went at most {_core.stack_peak() / 2**20:.0f} MiB deep "
+              f"over the whole run, of the {_core.stack_reserved() / 2**20:.0f} MiB reserved (0: never below its top "
+              "8 MiB). The callers' threads had 1 MiB stacks; the run reached this line, so no call overflowed a "
+              "stack or aborted the process (either would have ended it)."]
     text = "\n".join(lines) + "\n"
     if args.out == "-":
         print(text)

@@ -544,6 +544,36 @@ exception Core_error of string
 
 let () = Callback.register_exception "vs_error" (Core_error "")
 
+(* The heap's bound. An OCaml heap that cannot grow ends the process
+   ("Fatal error: out of memory", from inside a minor collection, where no
+   exception can be raised), so a call stops before: memprof samples about
+   one word in 10^4 allocated, and at a call's first sample and then once
+   the major heap has grown by [look_every] bytes since the last look, the
+   glue asks the system how much the process may still obtain ([room],
+   bindings/stubs.c: the address-space limit, the machine's available
+   memory, the memory cgroup).
+   With less than a quarter of the heap (its next growth: 15% by default,
+   and up to [look_every] more until the next look) plus [reserve] bytes
+   (the answer's copy into Python) left, it raises [Heap_full], which
+   unwinds the call; the heap is then compacted (what the call built is
+   garbage) and the caller gets a LimitError. A sample between looks costs
+   a few instructions. *)
+external room : unit -> int = "vs_room"
+
+exception Heap_full of int * int   (* heap bytes, bytes left to the process *)
+
+let look_every = 64 lsl 20
+let reserve = 256 lsl 20
+(* heap bytes at the last look; [- look_every] at the start of each call, so
+   that a call's first sample looks: a process with less than [look_every]
+   left would otherwise fill it before the first look, and abort. Only
+   inside a call's [guard] (samples also fall on the arguments' copy, made
+   before it, where [Heap_full] would escape). *)
+let looked_at = ref 0
+let in_call = ref false
+
+let heap_bytes () = (Gc.quick_stat ()).Gc.heap_words * (Sys.word_size / 8)
+
 (* The minor heap: a call that runs long enough to end a major GC cycle
    (planners over 2^16 devices and more) gets a 32 MiB one for the rest of
    the call, and the default again when it returns. With the default 2 MiB
@@ -553,38 +583,23 @@ let () = Callback.register_exception "vs_error" (Core_error "")
 let default_minor = (Gc.get ()).Gc.minor_heap_size
 let large_minor = 4 * 1024 * 1024   (* words *)
 let grown = ref false
+
+(* Resizing the minor heap allocates a new one: only with room for it and
+   the heap's reserve (a process near its limit keeps the default), and
+   where the allocation fails all the same the size in place stays (an
+   exception from the alarm or from [restore_minor]'s [finally] would
+   replace the call's own answer). *)
 let _ = Gc.create_alarm (fun () ->
-  if not !grown then begin grown := true; Gc.set { (Gc.get ()) with Gc.minor_heap_size = large_minor } end)
+  if not !grown && room () >= 4 * large_minor * (Sys.word_size / 8) + reserve then
+    try Gc.set { (Gc.get ()) with Gc.minor_heap_size = large_minor }; grown := true with Out_of_memory -> ())
 
 let restore_minor () =
-  if !grown then begin grown := false; Gc.set { (Gc.get ()) with Gc.minor_heap_size = default_minor } end
-
-(* The heap's bound. An OCaml heap that cannot grow ends the process
-   ("Fatal error: out of memory", from inside a minor collection, where no
-   exception can be raised), so a call stops before: memprof samples about
-   one word in 10^4 allocated, and at each sample, once the major heap has
-   grown by [look_every] bytes since the last look, the glue asks the system
-   how much the process may still obtain ([room], bindings/stubs.c: the
-   address-space limit, the machine's available memory, the memory cgroup).
-   With less than a quarter of the heap (its next growth: 15% by default,
-   and up to [look_every] more until the next look) plus [reserve] bytes
-   (the answer's copy into Python) left, it raises [Heap_full], which
-   unwinds the call; the heap is then compacted (what the call built is
-   garbage) and the caller gets a LimitError. A sample costs a few
-   instructions until the heap is [look_every] bytes large. *)
-external room : unit -> int = "vs_room"
-
-exception Heap_full of int * int   (* heap bytes, bytes left to the process *)
-
-let look_every = 64 lsl 20
-let reserve = 256 lsl 20
-let looked_at = ref 0   (* heap bytes at the last look; 0 at the start of each call *)
-
-let heap_bytes () = (Gc.quick_stat ()).Gc.heap_words * (Sys.word_size / 8)
+  if !grown then
+    try Gc.set { (Gc.get ()) with Gc.minor_heap_size = default_minor }; grown := false with Out_of_memory -> ()
 
 let watch_heap _ =
   let h = heap_bytes () in
-  if h >= !looked_at + look_every then begin
+  if !in_call && h >= !looked_at + look_every then begin
     let left = room () in
     if left < h / 4 + reserve then raise (Heap_full (h, left));
     looked_at := h
@@ -597,21 +612,29 @@ let () =
 
 let mib n = n lsr 20
 
+(* What a call's exception becomes for the caller; the heap is no longer
+   watched (the compaction and the message allocate too). *)
+let core_error_of e =
+  in_call := false;
+  match e with
+  | Bad_input msg -> Core_error ("bad input to the verified core: " ^ msg)
+  | Stack_overflow -> Core_error "input too large for the verified core"
+  | Heap_full (h, left) ->
+      (try Gc.compact () with Out_of_memory -> ());
+      Core_error (Printf.sprintf
+        "problem too large for this process's memory: the verified core's heap reached %d MiB with %d MiB \
+         left to the process (address-space limit, available memory, memory cgroup); stopped before the \
+         heap could not grow" (mib h) (mib left))
+  | Out_of_memory ->
+      (try Gc.compact () with Out_of_memory -> ());
+      Core_error "problem too large for this process's memory: out of memory in the verified core"
+  | e -> e
+
 let guard f a =
-  let run () = try f a with
-    | Bad_input msg -> raise (Core_error ("bad input to the verified core: " ^ msg))
-    | Stack_overflow -> raise (Core_error "input too large for the verified core")
-    | Heap_full (h, left) ->
-        Gc.compact ();
-        raise (Core_error (Printf.sprintf
-          "problem too large for this process's memory: the verified core's heap reached %d MiB with %d MiB \
-           left to the process (address-space limit, available memory, memory cgroup); stopped before the \
-           heap could not grow" (mib h) (mib left)))
-    | Out_of_memory ->
-        Gc.compact ();
-        raise (Core_error "problem too large for this process's memory: out of memory in the verified core") in
-  looked_at := 0;
-  Fun.protect ~finally:restore_minor run
+  let run () = try f a with e -> raise (core_error_of e) in
+  looked_at := - look_every;
+  in_call := true;
+  Fun.protect ~finally:(fun () -> in_call := false; restore_minor ()) run
 
 let () =
   Callback.register "vs_check" (guard check_fn);

@@ -196,6 +196,7 @@ Print Assumptions VS.Commuteproof.along_then_exchange.
 From VS Require Import Boxes Boxesproof.
 Print Assumptions VS.Boxesproof.bsub_hits.
 Print Assumptions VS.Boxesproof.bsched_correct.
+Print Assumptions VS.Boxesproof.bsched_in_correct.
 
 From VS Require Import Minimal Minimalproof.
 Print Assumptions VS.Minimalproof.mplan_spec.

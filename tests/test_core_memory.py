@@ -78,7 +78,23 @@ print(vs.plan("x=2,y=2", "[2{x}4, 4]", "[4, 2{y}4]").traffic)
 """
 
 
-@pytest.mark.parametrize("case", [GLUE, MOVEMENT], ids=["certify-12-axes", "movement-2^28"])
+# A process with less left than the glue's step between two looks at the heap
+# (64 MiB): the box schedule of 2^16 boxes, from a thread with a 1 MiB stack,
+# aborted with "Fatal error: out of memory" before the heap's first look.
+LITTLE_ROOM = """
+import threading
+n = 1 << 16
+src, dst = [(j, ((j, 1),)) for j in range(n)], [(j, ((n - 1 - j, 1),)) for j in range(n)]
+limit_memory(64 << 20)
+threading.stack_size(1 << 20)
+t = threading.Thread(target=refused, args=(lambda: core.bplan(src, dst, n),))
+t.start()
+t.join()
+print(vs.plan("x=2,y=2", "[2{x}4, 4]", "[4, 2{y}4]").traffic)
+"""
+
+
+@pytest.mark.parametrize("case", [GLUE, MOVEMENT, LITTLE_ROOM], ids=["certify-12-axes", "movement-2^28", "bplan-64MiB-left"])
 def test_core_stops_before_its_heap_runs_out(case):
     lines = run_case(case)
     assert lines[0].startswith("LimitError: problem too large for this process's memory"), lines

@@ -270,3 +270,131 @@ Proof.
     etransitivity; [exact H|]. rewrite held_self_first, hits_cons, Hp.
     destruct (held_by_any p srcs); reflexivity.
 Qed.
+
+(** The schedule from any list [W] of holders taken from [srcs] that holds
+    every holder of [srcs] meeting [T] (a window of them) keeps every
+    guarantee of [bsched_correct] over all of [srcs]: the holders left out
+    hold no index of [T]. *)
+Definition window_of (srcs W : layout) (T : box) : Prop :=
+  (forall s, In s W -> In s srcs) /\
+  (forall s p, In s srcs -> in_boxb p T = true -> in_boxb p (snd s) = true -> In s W).
+
+Lemma held_window : forall srcs W T p, window_of srcs W T -> in_boxb p T = true ->
+  held_by_any p W = held_by_any p srcs.
+Proof.
+  intros srcs W T p [Hsub Hall] HpT. unfold held_by_any.
+  destruct (existsb _ srcs) eqn:E.
+  - apply existsb_exists in E as (s & Hs & Hp). apply existsb_exists. exists s. split; [|exact Hp].
+    exact (Hall s p Hs HpT Hp).
+  - apply not_true_iff_false. intro H. apply existsb_exists in H as (s & Hs & Hp).
+    assert (existsb (fun s => in_boxb p (snd s)) srcs = true) by (apply existsb_exists; eauto).
+    congruence.
+Qed.
+
+Theorem bsched_window_correct : forall srcs W j T, src_dims (length T) srcs -> window_of srcs W T ->
+  (forall r B p, In (r, B) (cover (self_first j W) [T]) -> in_boxb p B = true ->
+     in_boxb p T = true /\ (exists S, In (r, S) srcs /\ in_boxb p S = true)
+     /\ (r = j <-> exists S, In (j, S) srcs /\ in_boxb p S = true))
+  /\ (forall p, in_boxb p T = true -> hits p (map snd (cover (self_first j W) [T])) = if held_by_any p srcs then 1 else 0).
+Proof.
+  intros srcs W j T Hs Hw.
+  assert (Hd : dims (length T) [T]) by (intros R [<-|[]]; reflexivity).
+  assert (Hs' : src_dims (length T) (self_first j W)).
+  { intros s Hin. apply Hs. apply in_self_first in Hin. exact (proj1 Hw s Hin). }
+  split.
+  - intros r B p Hin Hp.
+    destruct (cover_sender _ _ _ p r B Hd Hs' Hin Hp) as ((R & [<-|[]] & HpR) & Hfirst).
+    destruct (first_holder_self _ _ _ _ Hfirst) as [(S & HS & HpS) Hself].
+    split; [exact HpR|]. split; [exists S; split; [exact (proj1 Hw _ HS)|exact HpS]|].
+    rewrite Hself. split; intros (S' & HS' & HpS'); exists S'; split; auto.
+    + exact (proj1 Hw _ HS').
+    + exact (proj2 Hw _ p HS' HpR HpS').
+  - intros p Hp. pose proof (cover_hits (self_first j W) [T] (length T) p Hd Hs') as H.
+    etransitivity; [exact H|]. rewrite held_self_first, (held_window srcs W T p Hw Hp), hits_cons, Hp.
+    destruct (held_by_any p srcs); reflexivity.
+Qed.
+
+Lemma maxof_ge : forall A (f : A -> nat) l x, In x l -> f x <= maxof f l.
+Proof.
+  intros A f l x. induction l as [|y l IH]; simpl; [contradiction|].
+  intros [<-|H]; [lia|]. specialize (IH H). lia.
+Qed.
+
+Lemma minof_le : forall A (f : A -> nat) l d x, In x l -> minof f l d <= f x.
+Proof.
+  intros A f l d x. induction l as [|y l IH]; simpl; [contradiction|].
+  intros [<-|H]; [lia|]. specialize (IH H). lia.
+Qed.
+
+(** The tree keeps its holders. *)
+Lemma kquery_sub : forall fuel l T s, In s (kquery T (kbuild fuel l)) -> In s l.
+Proof.
+  intros fuel. induction fuel as [|f IH]; intros l T s H; [exact H|].
+  destruct l as [|x l']; [exact H|]. cbn [kbuild] in H.
+  set (e := best_dim (x :: l')) in H.
+  set (k := minof (skey e) (x :: l') (skey e x) + _ / 2) in H.
+  destruct (filter (fun s => k <? skey e s) (x :: l')) as [|y ys] eqn:F; [exact H|].
+  cbn [kquery] in H. destruct (meets1 _ _ _ _); [|contradiction].
+  apply in_app_or in H as [H|H]; apply IH in H.
+  - apply filter_In in H. exact (proj1 H).
+  - rewrite <- F in H. apply filter_In in H. exact (proj1 H).
+Qed.
+(** An index inside a box lies, along every dimension, in its interval. *)
+Lemma in_boxb_nth : forall p B d, in_boxb p B = true -> d < length B ->
+  fst (nth d B (0, 0)) <= nth d p 0 < fst (nth d B (0, 0)) + snd (nth d B (0, 0)).
+Proof.
+  induction p as [|x p IH]; destruct B as [|iv B]; simpl; intros d H Hd; try discriminate; try lia.
+  apply andb_true_iff in H as [Hx H]. destruct d as [|d].
+  - unfold insideb in Hx. apply andb_true_iff in Hx as [H1 H2].
+    apply Nat.leb_le in H1. apply Nat.ltb_lt in H2. lia.
+  - apply IH; [exact H|lia].
+Qed.
+
+(** A query gives every holder of the tree meeting [T]: a node's span
+    along its dimension holds every one of its holders' intervals. *)
+Lemma kquery_all : forall fuel l T s p, In s l -> in_boxb p T = true -> in_boxb p (snd s) = true ->
+  In s (kquery T (kbuild fuel l)).
+Proof.
+  intros fuel. induction fuel as [|f IH]; intros l T s p H HpT Hps; [exact H|].
+  destruct l as [|x l']; [exact H|]. cbn [kbuild].
+  set (e := best_dim (x :: l')).
+  set (mn := minof (skey e) (x :: l') (skey e x)).
+  set (k := mn + _ / 2).
+  destruct (filter (fun s => k <? skey e s) (x :: l')) as [|y ys] eqn:F; [exact H|].
+  cbn [kquery].
+  set (mx := maxof (send e) (x :: l')).
+  assert (Hm : meets1 T e mn mx = true).
+  { unfold meets1. destruct (e <? length T) eqn:Ee; [|reflexivity]. simpl.
+    apply Nat.ltb_lt in Ee.
+    assert (Hl : length (snd s) = length T) by (rewrite <- (in_boxb_len _ _ Hps); exact (in_boxb_len _ _ HpT)).
+    pose proof (in_boxb_nth p T e HpT Ee) as HT. pose proof (in_boxb_nth p (snd s) e Hps ltac:(lia)) as HS.
+    assert (H1 : mn <= skey e s) by exact (minof_le _ (skey e) (x :: l') (skey e x) s H).
+    assert (H2 : send e s <= mx) by exact (maxof_ge _ (send e) (x :: l') s H).
+    unfold send, skey in H1, H2. apply andb_true_iff; split; apply Nat.ltb_lt; lia. }
+  rewrite Hm. apply in_or_app. destruct (Nat.le_gt_cases (skey e s) k) as [Hle|Hgt].
+  - left. apply (IH _ T s p); auto. apply filter_In. split; auto. apply Nat.leb_le; auto.
+  - right. apply (IH _ T s p); auto. rewrite <- F. apply filter_In. split; auto. apply Nat.ltb_lt; auto.
+Qed.
+
+(** The index's window of [T] holds every holder meeting [T], and only
+    holders. *)
+Lemma window_bindex : forall srcs T, window_of srcs (window (bindex srcs) T) T.
+Proof.
+  intros srcs T. unfold bindex, window. split.
+  - intros s H. apply filter_In in H as [H _]. exact (kquery_sub _ _ _ _ H).
+  - intros s p Hs HpT Hps. apply filter_In. split.
+    + exact (kquery_all _ _ T s p Hs HpT Hps).
+    + apply in_nonempty with (p := p). rewrite bmeet_in.
+      * rewrite Hps, HpT. reflexivity.
+      * rewrite <- (in_boxb_len _ _ Hps). exact (in_boxb_len _ _ HpT).
+Qed.
+
+(** [bsched_in] over the index of [srcs]: every guarantee of
+    [bsched_correct]. *)
+Theorem bsched_in_correct : forall srcs j T, src_dims (length T) srcs ->
+  (forall r B p, In (r, B) (bsched_in (bindex srcs) j T) -> in_boxb p B = true ->
+     in_boxb p T = true /\ (exists S, In (r, S) srcs /\ in_boxb p S = true)
+     /\ (r = j <-> exists S, In (j, S) srcs /\ in_boxb p S = true))
+  /\ (forall p, in_boxb p T = true ->
+       hits p (map snd (bsched_in (bindex srcs) j T)) = if held_by_any p srcs then 1 else 0).
+Proof. intros srcs j T Hs. exact (bsched_window_correct srcs _ j T Hs (window_bindex srcs T)). Qed.

@@ -14,8 +14,8 @@ Lemma hits_lsum : forall p L, hits p L = lsum (fun B => if in_boxb p B then 1 el
 Proof. intros p L. induction L as [|B L IH]; simpl; auto. rewrite hits_cons, IH. reflexivity. Qed.
 
 Lemma bplan_nth : forall srcs tgts j self T, nth_error tgts j = Some (self, T) ->
-  nth_error (bplan srcs tgts) j = Some (map (fun q => mkpiece (fst q) [] (snd q)) (bsched srcs self T)).
-Proof. intros srcs tgts j self T E. unfold bplan. rewrite nth_error_map, E. reflexivity. Qed.
+  nth_error (bplan srcs tgts) j = Some (map (fun q => mkpiece (fst q) [] (snd q)) (bsched_in (bindex srcs) self T)).
+Proof. intros srcs tgts j self T E. unfold bplan, bplan_in. rewrite nth_error_map, E. reflexivity. Qed.
 
 (** What rounds [rds] of the box schedule from layout [ls] to layout [lt]
     guarantee ([brounds_correct]: [brounds]' do): for every target rank, every index of its box that some
@@ -48,12 +48,12 @@ Proof.
   split; [exact Hp|]. split; [apply pack_bounded|].
   intros j self T E.
   assert (E' : @nth_error (nat * box) tgts j = Some (self, T)) by exact E.
-  set (ps := map (fun q => mkpiece (fst q) [] (snd q)) (bsched srcs self T)).
+  set (ps := map (fun q => mkpiece (fst q) [] (snd q)) (bsched_in (bindex srcs) self T)).
   exists ps. split; [apply bplan_nth; exact E|].
   assert (Hs : src_dims (length T) srcs) by exact (Hdims (self, T) (nth_error_In _ _ E)).
-  destruct (bsched_correct srcs self T Hs) as [Hin Hcov].
+  destruct (bsched_in_correct srcs self T Hs) as [Hin Hcov].
   assert (Hj : j < length pss).
-  { unfold pss, bplan. rewrite map_length. apply nth_error_Some. intro H. rewrite H in E'. discriminate. }
+  { unfold pss, bplan, bplan_in. rewrite map_length. apply nth_error_Some. intro H. rewrite H in E'. discriminate. }
   assert (Hself : nth j tr 0 = self).
   { unfold tr. apply nth_error_nth. rewrite nth_error_map, E. reflexivity. }
   assert (Hps : nth j pss [] = ps) by (apply nth_error_nth; apply bplan_nth; exact E).
