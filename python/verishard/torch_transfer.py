@@ -3,27 +3,32 @@
 placements, device_mesh=other)`` (one tensor), both on the verified
 cross-mesh schedule.
 
-Per tensor the schedule is ``Balance.xplan_bal``'s (``crossmesh.crossmesh_plan``
-with ``start``: ``Crossmesh.xplan``'s pieces, each source block's moved
-pieces dealt over the ranks holding it, from a replica that turns with the
-tensor's position among the names; ``Balanceproof.xplan_bal_correct``: every
-target rank assembles exactly its block, every element of it arrives once,
-from a rank whose block holds it, and it receives its block size less what
-it already holds; ``Balanceproof.xplan_bal_balanced``: no source rank sends
-more than its share of its block's moved pieces rounded up to one piece),
-cut into the
-rounds of ``Rounds.xrounds`` within the byte budget
-(``Balanceproof.xrounds_bal_correct``: per round a rank sends at most the budget
-and receives at most the budget, or moves one slice larger than it). The
-rounds of all tensors are then packed first fit into shared rounds under the
-same per-rank budget (:func:`pack`): that packing only regroups verified
-cuts, and the runtime checks its loads rather than a theorem. Each round runs
-as one ``batch_isend_irecv`` over the default process group
+Each rank plans only its own part, from the layouts alone: per tensor the
+pieces it receives and the pieces it sends (``crossmesh.crossmesh_rank_plan``:
+``Perrank.rank_recv`` and ``rank_send``; ``Perrankproof.rank_recv_restrict``
+and ``rank_send_restrict``: exactly its entries of one world schedule,
+``Perrank.wplan``, which no rank builds; ``Perrankproof.wplan_correct``: in
+that schedule every target rank assembles exactly its block, every element
+of it arrives once, from a rank whose block holds it, and it receives its
+block size less what it already holds; ``rank_send_balanced``: each source
+block's moved pieces are dealt over the ranks holding it, from a replica
+that turns with the tensor's position among the names, so that no rank
+sends more than its share rounded up to one piece), each moved piece cut
+into slices within the byte budget (``Rounds.cut_box``, the same on both
+sides of a piece). The rank then numbers the rounds of its own cuts by a
+rule every rank evaluates alike (:func:`rank_rounds`: per sender and
+receiver, chunks within the budget in a shift pattern over the ranks; one
+partner per round): both sides of a cut place it in the same round, so no
+schedule is exchanged. That numbering is a local rule in Python whose
+properties (same round and place on both sides, one partner and at most
+the budget per rank and round) the tests check, not a theorem. Each round
+runs as one ``batch_isend_irecv`` over the default process group
 (:func:`verishard.runtime.torch.run_rounds`), gloo or NCCL.
 
-The tensors of one shape and layouts share one plan and its rounds, and a
-repeated sync of the same layouts, dtypes and budget reuses its whole
-schedule (:data:`MAX_CACHED_SCHEDULES` kept, without the tensors).
+The tensors of one shape and layouts (and rotation of the deal) share one
+rank plan, and a repeated sync of the same layouts, dtypes and budget
+reuses its whole schedule (:data:`MAX_CACHED_SCHEDULES` kept, without the
+tensors).
 
 A rank holds its source blocks, its target blocks (allocated once, written in
 place) and at most one round's send and receive buffers; no tensor is ever
@@ -334,19 +339,26 @@ def _own_cuts(moves: Sequence[_Move], me: int) -> list[tuple[Any, int, int, tupl
     and, within a move, in an order both sides of a cut read alike: a
     plan's pieces (at most one per sender and receiver), each cut as
     ``Rounds.cut_box`` cuts it; a box schedule's rounds."""
-    out = []
+    out: list = []
+    shared: dict[int, tuple] = {}   # per plan object (the tensors of one layout share theirs)
     for m in moves:
         size = m.dtype.itemsize
         if isinstance(m.plan, BoxPlan):
             out += [((m.name, key), a, b, box, size * _volume(box)) for rd in m.plan.rounds for key, a, b, box in rd
                     if a != b and me in (a, b)]
             continue
-        plan = m.plan
-        for p, cuts in plan.recv:
-            out += [(m.name, p.src, plan.rank, box, size * _volume(box)) for box in cuts]
-        for _, r, _, cuts in plan.send:
-            out += [(m.name, plan.rank, r, box, size * _volume(box)) for box in cuts]
+        cuts = shared.get(id(m.plan))
+        if cuts is None:
+            cuts = shared[id(m.plan)] = _plan_cuts(m.plan)
+        out += [(m.name, a, b, box, size * n) for a, b, box, n in cuts]
     return out
+
+
+def _plan_cuts(plan: RankPlan) -> tuple[tuple[int, int, tuple, int], ...]:
+    """A rank plan's cuts ``(sender, receiver, box, elements)``: what it
+    receives, then what it sends."""
+    return (tuple((p.src, plan.rank, box, _volume(box)) for p, cuts in plan.recv for box in cuts)
+            + tuple((plan.rank, r, box, _volume(box)) for _, r, _, cuts in plan.send for box in cuts))
 
 
 def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
@@ -589,15 +601,27 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any,
                                 + (" ..." if len(missing) > 5 else "") + " (every rank passes every name)")]
     own = dist.get_rank()
     me = own if rank is None else rank
-    key = _schedule_key(tensors, targets, src_ranks, world, me, budget_bytes)
+    names = sorted(targets, key=str)
+    index: dict[tuple, int] = {}      # each distinct layout key once: its (slow) hash computed once per tensor
+    layouts = [_layout_index(index, _layout_key(tensors[n], targets[n])) for n in names]
+    key = _schedule_key(names, layouts, tuple(index), src_ranks, world, me, budget_bytes)
     if key is not None and me == own and key in _SCHEDULES:
         _SCHEDULES.move_to_end(key)
         return _with_tensors(*_SCHEDULES[key], tensors, targets), []
     moves, problems = [], []
-    for position, name in enumerate(sorted(targets, key=str)):
-        m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me, budget_bytes, position,
-                     holds=me == own)
-        problems += p
+    shared: dict[tuple[int, int], _Move] = {}   # (layouts, rotation): the first such tensor's move
+    period: dict[int, int] = {}                 # layouts: the rotation's period (the blocks' holders)
+    for position, (name, lk) in enumerate(zip(names, layouts)):
+        m = None
+        if lk in period and (lk, position % period[lk]) in shared:
+            m = _like(shared[(lk, position % period[lk])], str(name), tensors[name], targets[name][0])
+        if m is None:
+            m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me, budget_bytes, position,
+                         holds=me == own)
+            problems += p
+            if m is not None and lk is not None and isinstance(m.plan, RankPlan):
+                period[lk] = _holders(m.plan.src)
+                shared[(lk, m.plan.start)] = m
         if m is not None:
             moves.append(m)
     if problems:
@@ -606,7 +630,8 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any,
     sched = TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in rounds), budget_bytes, me, tuple(ids))
     if key is not None and me == own:   # kept without the tensors: a later sync of the same layouts brings its own
         held = tuple((m.local is not None, m.pending is not None) for m in moves)
-        _SCHEDULES[key] = (replace(sched, moves=tuple(replace(m, local=None, pending=None) for m in moves)), held)
+        _SCHEDULES[key] = (replace(sched, moves=tuple(m if m.local is None and m.pending is None else
+                                                      _with(m, local=None, pending=None) for m in moves)), held)
         while len(_SCHEDULES) > MAX_CACHED_SCHEDULES:
             _SCHEDULES.popitem(last=False)
     return sched, []
@@ -616,36 +641,75 @@ MAX_CACHED_SCHEDULES = 2   # a rank's schedules: the last two (e.g. a policy's s
 _SCHEDULES: OrderedDict = OrderedDict()
 
 
-def _schedule_key(tensors: Mapping, targets: Mapping, src_ranks: Any, world: int, me: int,
-                  budget_bytes: int) -> tuple | None:
-    """Everything a transfer's schedule depends on: per name the source's
-    layout (mesh ranks and shape, placements, global shape and stride,
-    dtype; a plain tensor's shape, dtype and whether it is on ``meta``) and
-    the target (mesh, placements); the source ranks, world size, this rank
-    and the budget. None where an argument is not one a schedule is kept
-    for (the planning then names the problem)."""
+def _layout_key(x: Any, target: Any) -> tuple | None:
+    """What a tensor's move depends on besides its name, rank and position:
+    the source's layout (mesh ranks and shape, placements, global shape and
+    stride, dtype; a plain tensor's shape, dtype and whether it is on
+    ``meta``) and the target (mesh, placements). None where the arguments
+    are not ones a plan is shared for (the planning then names any problem)."""
     try:
-        parts = []
-        for name in sorted(targets, key=str):
-            x, target = tensors[name], targets[name]
-            if not (isinstance(target, (tuple, list)) and len(target) == 2 and isinstance(target[0], DeviceMesh)):
-                return None
-            placements = tuple(target[1]) if isinstance(target[1], (tuple, list)) else target[1]
-            if isinstance(x, DTensor):
-                meta = x._spec.tensor_meta
-                src = (_mesh_key(x.device_mesh), tuple(x._spec.placements), tuple(meta.shape), tuple(meta.stride),
-                       meta.dtype)
-            elif isinstance(x, torch.Tensor):
-                src = (tuple(x.shape), x.dtype, x.is_meta)
-            else:
-                return None
-            parts.append((str(name), src, _mesh_key(target[0]), placements))
-        ranks = None if src_ranks is None else tuple(int(r) for r in src_ranks)
-        key = (world, me, budget_bytes, ranks, tuple(parts))
-        hash(key)
-        return key
-    except (TypeError, ValueError):  # unhashable placements, odd rank lists: planned (and refused) afresh
+        if not (isinstance(target, (tuple, list)) and len(target) == 2 and isinstance(target[0], DeviceMesh)):
+            return None
+        placements = tuple(target[1]) if isinstance(target[1], (tuple, list)) else target[1]
+        if isinstance(x, DTensor):
+            meta = x._spec.tensor_meta
+            src = (_mesh_key(x.device_mesh), tuple(x._spec.placements), tuple(meta.shape), tuple(meta.stride),
+                   meta.dtype)
+        elif isinstance(x, torch.Tensor):
+            src = (tuple(x.shape), x.dtype, x.is_meta)
+        else:
+            return None
+        return (src, _mesh_key(target[0]), placements)
+    except (TypeError, ValueError):  # odd placements: planned (and refused) afresh
         return None
+
+
+def _layout_index(index: dict, key: tuple | None) -> int | None:
+    """The number of a layout key in ``index`` (added when new); None for none or an unhashable one."""
+    if key is None:
+        return None
+    try:
+        return index.setdefault(key, len(index))
+    except TypeError:
+        return None
+
+
+def _schedule_key(names: Sequence[Any], layouts: Sequence[int | None], distinct: Sequence[tuple], src_ranks: Any,
+                  world: int, me: int, budget_bytes: int) -> tuple | None:
+    """Everything a transfer's schedule depends on: per name its layouts
+    (``layouts[k]`` indexes ``distinct``, the :func:`_layout_key` of each,
+    in order of appearance), the source ranks, world size, this rank and
+    the budget. None where one is not kept (see :func:`_layout_key`)."""
+    if None in layouts:
+        return None
+    try:
+        ranks = None if src_ranks is None else tuple(int(r) for r in src_ranks)
+    except (TypeError, ValueError):  # odd rank lists: planned (and refused) afresh
+        return None
+    return (world, me, budget_bytes, ranks, tuple(map(str, names)), tuple(layouts), tuple(distinct))
+
+
+def _with(m: _Move, **fields: Any) -> _Move:
+    """``m`` with ``fields`` changed (``dataclasses.replace`` without its
+    per-field checks: a state dict has tens of thousands of moves)."""
+    out = object.__new__(_Move)
+    out.__dict__.update(m.__dict__)
+    out.__dict__.update(fields)
+    return out
+
+
+def _like(template: _Move, name: str, x: Any, dst_mesh: DeviceMesh) -> _Move | None:
+    """The move of tensor ``x`` (named ``name``) whose layouts and rotation
+    are ``template``'s: its plan, with this tensor's source block; None
+    where that block is not the layout's (planned in full, which names the
+    problem)."""
+    local = None
+    if template.local is not None:   # this rank holds a source block of the layout
+        local = x._local_tensor if isinstance(x, DTensor) else x
+        if tuple(local.shape) != tuple(template.local.shape) or (local.is_meta and not isinstance(x, DTensor)):
+            return None
+    return _with(template, name=name, local=local, pending=x if template.pending is not None else None,
+                 dst_mesh=dst_mesh)
 
 
 def _with_tensors(sched: TransferSchedule, held: tuple, tensors: Mapping, targets: Mapping) -> TransferSchedule:
@@ -654,8 +718,8 @@ def _with_tensors(sched: TransferSchedule, held: tuple, tensors: Mapping, target
     moves = []
     for m, (local, pending) in zip(sched.moves, held):
         x, dst_mesh = tensors[by_name[m.name]], targets[by_name[m.name]][0]
-        moves.append(replace(m, local=(x._local_tensor if isinstance(x, DTensor) else x) if local else None,
-                             pending=x if pending else None, dst_mesh=dst_mesh))
+        moves.append(_with(m, local=(x._local_tensor if isinstance(x, DTensor) else x) if local else None,
+                           pending=x if pending else None, dst_mesh=dst_mesh))
     return replace(sched, moves=tuple(moves))
 
 
