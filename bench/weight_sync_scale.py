@@ -226,7 +226,8 @@ def report(rows, args, command) -> str:
     growth = _growth(rows)
     if growth:
         lines += ["", "Growth: the exponent of planning seconds against the ranks (T + I) and against the rank's own "
-                  "cuts, fitted (least squares on logs) over a series' sizes; the slower of its two ranks per size.", "",
+                  "cuts (where they grow), fitted (least squares on logs) over a series' sizes; the slower of its two ranks "
+                  "per size.", "",
                   "| code | model, training layout | sizes | exponent in ranks | exponent in own cuts |",
                   "|---|---|---|---:|---:|"] + growth
     return "\n".join(lines) + "\n"
@@ -253,9 +254,10 @@ def _growth(rows) -> list[str]:
             return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else float("nan")
         ns = sorted(pts)
         ys = [math.log(pts[n][0]) for n in ns]
+        cuts = [pts[n][1] for n in ns]   # in own cuts only where they grow (a constant count has no exponent)
+        in_cuts = f"{slope([math.log(c) for c in cuts], ys):.2f}" if max(cuts) >= 2 * min(cuts) else "-"
         out.append(f"| {label} | {model.upper()}, {'FSDP' if training == 'fsdp' else '(dp, tp)'} | "
-                   f"{', '.join(map(str, ns))} | {slope([math.log(n) for n in ns], ys):.2f} | "
-                   f"{slope([math.log(pts[n][1]) for n in ns], ys):.2f} |")
+                   f"{', '.join(map(str, ns))} | {slope([math.log(n) for n in ns], ys):.2f} | {in_cuts} |")
     return out
 
 

@@ -693,8 +693,7 @@ def _with(m: _Move, **fields: Any) -> _Move:
     """``m`` with ``fields`` changed (``dataclasses.replace`` without its
     per-field checks: a state dict has tens of thousands of moves)."""
     out = object.__new__(_Move)
-    out.__dict__.update(m.__dict__)
-    out.__dict__.update(fields)
+    object.__setattr__(out, "__dict__", {**m.__dict__, **fields})
     return out
 
 
