@@ -5,6 +5,13 @@ assembles exactly its block of any global array; every element of its block
 arrives once, from a source device whose block holds it; it receives from
 other ranks its block size less what it already holds).
 
+:func:`crossmesh_rank_plan` gives one world rank's own part of such a
+schedule (what it receives and what it sends, senders dealt over replicas)
+from the two placements alone, without building any other rank's pieces
+(``Perrankproof.rank_recv_restrict``, ``rank_send_restrict``: exactly its
+entries of the world schedule ``Perrank.wplan``; ``wplan_correct``: that
+schedule's guarantees are ``xplan_correct``'s).
+
 Local blocks are the valid part of a device's block (``ArrayType.valid_shape``;
 on even types the whole local block). A padded source buffer is accepted:
 only its valid part is read (``Crossmeshproof.xplan_correct_valid``: whatever
