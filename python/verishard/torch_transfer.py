@@ -69,7 +69,6 @@ import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any
 
 import torch
@@ -198,8 +197,9 @@ class TransferSchedule:
     def _pieces(self) -> list[tuple[int, str, int, int, tuple, int]]:
         """Every piece sent: (round number, tensor, sender, receiver, global box, bytes)."""
         size = {m.name: m.dtype.itemsize for m in self.moves}
+        ids = self.round_ids or range(1, len(self.rounds) + 1)
         return [(i, _name(c[0]), c[1], c[2], c[3], size[_name(c[0])] * _volume(c[3]))
-                for i, rd in zip(self.round_ids or range(1, len(self.rounds) + 1), self.rounds) for c in rd if c[1] != c[2]]
+                for i, rd in zip(ids, self.rounds) for c in rd if c[1] != c[2]]
 
     def __str__(self) -> str:
         """The tensors, then a table as the type plans print (round, tensor,
