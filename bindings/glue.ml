@@ -404,6 +404,66 @@ let xrounds_fn a =
            List.iter (fun (s, l) -> Buffer.add_int buf s; Buffer.add_int buf l) c.cbox) rd) rs);
   finish buf
 
+let put_piece buf q =
+  Buffer.add_int buf q.psrc;
+  List.iter2 (fun k (s, l) -> Buffer.add_int buf k; Buffer.add_int buf s; Buffer.add_int buf l) q.pcell q.pbox
+
+(* [Perrank.wplan]: the world schedule assembled from every target's own
+   receive list (senders dealt from holder [start]). Input: xplan's input,
+   the last number [start]. Answer: as [xplan_fn]'s. *)
+let wplan_fn a =
+  let next = reader a in
+  let m1 = read_mesh next in let r1 = list_of next (next ()) in let t1 = read_type next in
+  let m2 = read_mesh next in let r2 = list_of next (next ()) in let t2 = read_type next in
+  let start = next () in
+  if start > max_elements then raise (Bad_input "a rotation outside 0..2^50");
+  let buf = Buffer.create () in
+  (match wplan m1 r1 t1 m2 r2 t2 start with
+   | None -> Buffer.add_int buf 1
+   | Some pss ->
+       Buffer.add_int buf 0; Buffer.add_int buf (List.length pss);
+       List.iter (fun ps -> Buffer.add_int buf (List.length ps); List.iter (put_piece buf) ps) pss);
+  finish buf
+
+(* [Perrank.rank_recv] and [Perrank.rank_send]: one rank's own part, and
+   each moved piece's cuts ([Rounds.cut_box]). Input: budget (elements per
+   cut); xplan's input with [start]; then target device + 1 (0: none),
+   source device + 1 (0: none). Answer: [1] when refused, else [0; number
+   of pieces received; each: sending rank, per dimension: source block,
+   start, length, then its number of cuts (none where the rank holds it)
+   and per cut, per dimension: start, length]; then [number of pieces sent;
+   each: target device, receiving rank, the piece as above, its cuts]. *)
+let xrank_fn a =
+  let next = reader a in
+  let budget = next () in
+  if budget > max_elements then raise (Bad_input "a budget of more than 2^50 elements");
+  let m1 = read_mesh next in let r1 = list_of next (next ()) in let t1 = read_type next in
+  let m2 = read_mesh next in let r2 = list_of next (next ()) in let t2 = read_type next in
+  let start = next () in
+  if start > max_elements then raise (Bad_input "a rotation outside 0..2^50");
+  let j = next () in let i = next () in
+  if j > max_devices || i > max_devices then raise (Bad_input "a device index past 2^20");
+  let put_cuts buf b =
+    let cs = cut_box budget b in
+    Buffer.add_int buf (List.length cs);
+    List.iter (List.iter (fun (s, l) -> Buffer.add_int buf s; Buffer.add_int buf l)) cs in
+  let recv = if j = 0 then Some [] else rank_recv m1 r1 t1 m2 r2 t2 start (j - 1) in
+  let send = if i = 0 then Some [] else rank_send m1 r1 t1 m2 r2 t2 start (i - 1) in
+  let buf = Buffer.create () in
+  (match recv, send with
+   | Some ps, Some sl ->
+       let r2a = Array.of_list r2 in
+       let self = if j = 0 then -1 else r2a.(j - 1) in
+       Buffer.add_int buf 0; Buffer.add_int buf (List.length ps);
+       List.iter (fun q ->
+         put_piece buf q;
+         if q.psrc = self then Buffer.add_int buf 0 else put_cuts buf q.pbox) ps;
+       Buffer.add_int buf (List.length sl);
+       List.iter (fun (t, q) ->
+         Buffer.add_int buf t; Buffer.add_int buf r2a.(t); put_piece buf q; put_cuts buf q.pbox) sl
+   | _ -> Buffer.add_int buf 1);
+  finish buf
+
 (* [Boxes.bplan] and [Boxes.brounds]: two layouts as explicit boxes per
    rank over one world. Input: budget (elements per rank and round); k
    dimensions; the source layout, then the target layout, each: n; n times:
@@ -653,6 +713,8 @@ let () =
   Callback.register "vs_ulower_bound" (guard ulower_bound_fn);
   Callback.register "vs_xplan" (guard xplan_fn);
   Callback.register "vs_xrounds" (guard xrounds_fn);
+  Callback.register "vs_wplan" (guard wplan_fn);
+  Callback.register "vs_xrank" (guard xrank_fn);
   Callback.register "vs_bplan" (guard bplan_fn);
   Callback.register "vs_bcovers" (guard bcovers_fn);
   Callback.register "vs_lplan" (guard lplan_fn);

@@ -136,6 +136,11 @@ From VS Require Import Balance Balanceproof.
 Print Assumptions VS.Balanceproof.xplan_bal_correct.
 Print Assumptions VS.Balanceproof.xrounds_bal_correct.
 Print Assumptions VS.Balanceproof.xplan_bal_balanced.
+From VS Require Import Perrank Perrankproof.
+Print Assumptions VS.Perrankproof.rank_recv_restrict.
+Print Assumptions VS.Perrankproof.rank_send_restrict.
+Print Assumptions VS.Perrankproof.wplan_correct.
+Print Assumptions VS.Perrankproof.rank_send_balanced.
 
 From VS Require Import Chunk Chunkproof.
 Print Assumptions VS.Chunkproof.chunk_range_divides.

@@ -82,10 +82,15 @@ def test_plan_for_and_plan_transfer_print_tables():
         a, b = DeviceMesh("cpu", [0, 1]), DeviceMesh("cpu", [2, 3])
         t = DTensor.from_local(torch.zeros(3, 4), a, [Shard(0)], shape=torch.Size((6, 4)), stride=(4, 1),
                                run_check=False)
-        sched = vt.plan_transfer({"w": t, "v": t}, {"w": (b, [Shard(1)]), "v": (b, [Replicate()])})
+        state, targets = {"w": t, "v": t}, {"w": (b, [Shard(1)]), "v": (b, [Replicate()])}
+        own = vt.plan_transfer(state, targets)
+        sched = vt.plan_transfer_world(state, targets)
+    # rank 0's own part: the cuts it sends, and its loads alone
+    assert str(own).splitlines()[0].startswith("transfer schedule over ranks 0..3, rank 0's part: 2 tensors; 4 pieces")
+    assert own.loads() == {0: (sched.sent(0), 0)}
     text = str(sched)
     lines = text.splitlines()
-    assert lines[0].startswith("transfer schedule over ranks 0..3: 2 tensors; 8 pieces sent in 1 round")
+    assert lines[0].startswith("transfer schedule over ranks 0..3: 2 tensors; 8 pieces sent in 3 rounds")
     assert any(line.startswith("  w: float32, [3{dim0}6, 4] on ranks 0, 1 -> [6, 2{dim0}4] on ranks 2, 3")
                for line in lines)
     assert lines[3].split()[:2] == ["round", "tensor"]
@@ -97,7 +102,7 @@ def test_plan_for_and_plan_transfer_print_tables():
     assert sum(int(r[-1]) for r in table if r[4] == "2") == sched.received(2)
     assert lines[-1] == f"received: at most {sched.received(2)} bytes per rank (rank 2); lower bound " \
                         f"{sched.lower_bound(2)} bytes"
-    assert repr(sched) == "<TransferSchedule: 2 tensors over ranks 0..3, 8 pieces in 1 rounds, budget 67108864 bytes>"
+    assert repr(sched) == "<TransferSchedule: 2 tensors over ranks 0..3, 8 pieces in 3 rounds, budget 67108864 bytes>"
     doc = json.loads(json.dumps(sched.to_json()))
     assert doc["kind"] == "transfer" and len(doc["pieces"]) == 8
     assert {r["rank"]: r["received"] for r in doc["ranks"]} == {r: sched.received(r) for r in range(4)}

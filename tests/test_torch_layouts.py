@@ -190,7 +190,7 @@ def test_crossmesh_box_layouts_match_distribute_tensor(job):
         assert rec["ok"], (r, rec["label"])
 
 
-def test_transfer_packs_box_layouts_with_the_others(job):
+def test_transfer_rounds_box_layouts_with_the_others(job):
     """transfer() of a dict with a nested and a strided uneven layout (box
     schedules) next to a plain one, in rounds of 64 bytes: every target rank
     holds distribute_tensor's shard of each, and receives exactly the bytes
@@ -200,7 +200,7 @@ def test_transfer_packs_box_layouts_with_the_others(job):
     for r, rec in recs:
         assert "error" not in rec, (r, rec.get("traceback"))
         assert rec["ok"] and rec["received"] == rec["lower_bound"], (r, rec)
-        assert rec["kinds"] == ["BoxPlan", "BoxPlan", "CrossMeshPlan"] and rec["rounds"] > 3, rec
+        assert rec["kinds"] == ["BoxPlan", "BoxPlan", "RankPlan"] and rec["rounds"] > 3, rec
 
 
 def test_enable_routes_nested_layouts(job):

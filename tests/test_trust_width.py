@@ -84,6 +84,29 @@ def test_cross_mesh_ranks_echo():
     assert {(c.src, c.dst) for rd in rounds for c in rd} <= {(a, b) for a in ranks[:2] for b in ranks[2:]}
 
 
+def test_per_rank_entries_echo_wide_ranks_boxes_and_rotations():
+    # wplan and xrank answer with world ranks, global boxes and cuts: the inputs, back, at full width.
+    half = CAP_ELEMENTS // 2
+    s = ArrayType.parse(f"[{half}{{x}}{CAP_ELEMENTS}]", Mesh.parse("x=2"))
+    d = ArrayType.parse(f"[{CAP_ELEMENTS}]", Mesh.parse("u=1"))
+    ranks = [WIDE + i for i in range(3)]
+    for start in (0, WIDE, CAP_ELEMENTS - 1):
+        world = core.wplan(s, ranks[:2], d, ranks[2:], start)
+        assert [[(p.src, p.box) for p in ps] for ps in world] == [[(ranks[0], ((0, half),)), (ranks[1], ((half, half),))]]
+        part = core.xrank(s, ranks[:2], d, ranks[2:], start, 0, None, CAP_ELEMENTS)
+        assert [(p.src, p.box, cuts) for p, cuts in part.recv] == [
+            (ranks[0], ((0, half),), (((0, half),),)), (ranks[1], ((half, half),), (((half, half),),))]
+        part = core.xrank(s, ranks[:2], d, ranks[2:], start, None, 1, WIDE)
+        assert [(j, r, p.box) for j, r, p, _ in part.send] == [(0, ranks[2], ((half, half),))]
+        assert part.send[0][3][0] == ((half, WIDE),) and sum(c[0][1] for c in part.send[0][3]) == half
+    with pytest.raises(LimitError, match="rotation outside 0..2\\^50"):   # the glue's, behind Python's
+        core._call(_core.wplan, core._xplan_ints(s, ranks[:2], d, ranks[2:]) + [CAP_ELEMENTS + 1])
+    with pytest.raises(LimitError, match="budget of more than 2\\^50"):
+        core._call(_core.xrank, [CAP_ELEMENTS + 1] + core._xplan_ints(s, ranks[:2], d, ranks[2:]) + [0, 1, 0])
+    with pytest.raises(LimitError, match="device index past 2\\^20"):
+        core._call(_core.xrank, [1] + core._xplan_ints(s, ranks[:2], d, ranks[2:]) + [0, CAP_DEVICES + 2, 0])
+
+
 def test_element_cap():
     m = Mesh.parse("x=2")
     ok = ArrayType.parse(f"[{CAP_ELEMENTS // 2}{{x}}{CAP_ELEMENTS}]", m)

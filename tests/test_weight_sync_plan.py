@@ -1,6 +1,7 @@
 """Weight-sync planning: senders dealt over replicas (``Balance.xplan_bal``,
-theorem ``Balanceproof.xplan_bal_balanced``) and the planner's reuse of
-schedules. Planning only: one process, no data moves."""
+theorem ``Balanceproof.xplan_bal_balanced``), the rounds each rank derives
+from its own cuts, planning at real sizes per rank, and the planner's reuse
+of schedules. Planning only: one process, no data moves."""
 
 from __future__ import annotations
 
@@ -71,50 +72,42 @@ def _block(t: ArrayType, i: int) -> tuple[int, ...]:
     return tuple(s // n for s, n in zip(t.block_starts(i), t.local_shape))
 
 
-def _first_fit_from_the_first_round(per_tensor, budget):
-    """The packing's specification: each tensor round into the first packed
-    round where all its senders and receivers stay within the budget."""
-    packed, loads = [], []
-    for name, itemsize, rounds in per_tensor:
-        for rd in rounds:
-            send, recv = Counter(), Counter()
-            for a, b, _, box in rd:
-                if a != b:
-                    n = itemsize
-                    for _, length in box:
-                        n *= length
-                    send[a] += n
-                    recv[b] += n
-            cuts = [(name, a, b, box) for a, b, _, box in rd]
-            for k, (s, r) in enumerate(loads):
-                if all(s[a] + v <= budget for a, v in send.items()) and all(r[b] + v <= budget for b, v in recv.items()):
-                    packed[k].extend(cuts)
-                    s.update(send)
-                    r.update(recv)
-                    break
-            else:
-                packed.append(cuts)
-                loads.append((send, recv))
-    return packed
-
-
 @st.composite
-def _tensor_rounds(draw):
+def _world_cuts(draw):
+    """A world's cuts in transfer order ``(key, sender, receiver, box, bytes)``."""
+    n = draw(st.integers(2, 9))
     out = []
-    for t in range(draw(st.integers(1, 12))):
-        rounds = []
-        for _ in range(draw(st.integers(1, 4))):
-            rounds.append([(draw(st.integers(0, 5)), draw(st.integers(0, 5)), 0, ((0, draw(st.integers(1, 9))),))
-                           for _ in range(draw(st.integers(1, 4)))])
-        out.append((f"t{t}", draw(st.sampled_from([1, 2, 4])), rounds))
-    return out
+    for k in range(draw(st.integers(1, 40))):
+        a, b = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1))
+        length = draw(st.integers(1, 9))
+        out.append((f"t{k % 5}", a, b, ((k, length),), length * draw(st.sampled_from([1, 2, 4]))))
+    return n, out
 
 
 @settings(max_examples=200, deadline=None)
-@given(_tensor_rounds(), st.integers(1, 40))
-def test_pack_is_first_fit_from_the_first_round(per_tensor, budget):
-    from verishard.torch_transfer import pack
-    assert pack(per_tensor, budget) == _first_fit_from_the_first_round(per_tensor, budget)
+@given(_world_cuts(), st.integers(1, 40))
+def test_every_rank_derives_the_same_rounds_from_its_own_cuts(world, budget):
+    """Each rank numbers the rounds of its own cuts alone (``rank_rounds``):
+    both sides of a cut put it in the same round at the same place; a rank
+    meets one partner per round, within the budget (or one larger cut)."""
+    from verishard.torch_transfer import rank_rounds
+    n, cuts = world
+    parts = {r: dict(zip(*rank_rounds([c for c in cuts if r in c[1:3]], n, budget))) for r in range(n)}
+    size = {c[:4]: c[4] for c in cuts}
+    for key, a, b, box, _ in cuts:
+        if a == b:
+            continue
+        where = [(t, rd.index((key, a, b, box))) for t, rd in parts[a].items() if (key, a, b, box) in rd]
+        assert where and where == [(t, rd.index((key, a, b, box))) for t, rd in parts[b].items()
+                                   if (key, a, b, box) in rd]
+    for r, rounds in parts.items():
+        for rd in rounds.values():
+            assert len({(a, b) for _, a, b, _ in rd}) == 1            # one partner, one direction
+            load = sum(size[c] for c in rd)
+            assert load <= budget or len(rd) == 1
+        # every cut of the rank is in exactly one of its rounds
+        assert sorted(c for rd in rounds.values() for c in rd) == sorted(c[:4] for c in cuts
+                                                                        if r in c[1:3] and c[1] != c[2])
 
 
 def test_a_repeated_sync_reuses_its_schedule(monkeypatch):
@@ -138,13 +131,14 @@ def test_a_repeated_sync_reuses_its_schedule(monkeypatch):
                     for k in range(3)}
         targets = {f"w{k}": (dst, (Replicate(), Shard(1))) for k in range(3)}
         calls = Counter()
-        for owner, name in ((verishard.core, "xplan"), (verishard.core, "xrounds"), (tt, "pack"), (tt, "_move")):
+        for owner, name in ((verishard.core, "xrank"), (tt, "rank_rounds"), (tt, "_move")):
             real = getattr(owner, name)
             monkeypatch.setattr(owner, name, lambda *a, _real=real, _name=name, **k: (calls.update([_name]),
                                                                                        _real(*a, **k))[1])
         tt._SCHEDULES.clear()
         first = tt.plan_transfer(state(0), targets, budget_bytes=1 << 20)
-        assert calls["_move"] == 3 and calls["pack"] == 1
+        # three tensors of one layout, held by 2 replicas: planned once per rotation of the deal
+        assert calls["_move"] == 2 and calls["rank_rounds"] == 1
         calls.clear()
         again = state(10)
         second = tt.plan_transfer(again, targets, budget_bytes=1 << 20)
@@ -152,7 +146,7 @@ def test_a_repeated_sync_reuses_its_schedule(monkeypatch):
         assert second.rounds == first.rounds
         assert all(m.local is again[m.name]._local_tensor for m in second.moves)
         tt.plan_transfer(again, targets, budget_bytes=1 << 10)
-        assert calls["pack"] == 1 and calls["_move"] == 3
+        assert calls["rank_rounds"] == 1 and calls["_move"] == 2
 
 
 def test_too_many_pieces_name_the_layouts_not_a_budget():
@@ -170,3 +164,86 @@ def test_too_many_pieces_name_the_layouts_not_a_budget():
         with pytest.raises(LimitError, match=r"8192 pieces that move.*no budget lowers the piece count.*sharded") as e:
             rounds(p, 2, budget=budget)
         assert "give a budget" not in str(e.value)
+
+
+def _dtensor(mesh, placements, shape):
+    import torch
+    from torch.distributed.tensor import DTensor, Shard
+    local = list(shape)
+    for p, n in zip(placements, mesh.mesh.shape):
+        if isinstance(p, Shard):
+            local[p.dim] = -(-local[p.dim] // n)
+    return DTensor.from_local(torch.empty(local, device="meta"), mesh, placements, run_check=False,
+                              shape=torch.Size(shape), stride=torch.empty(shape, device="meta").stride())
+
+
+def test_each_rank_plans_exactly_its_part_of_the_world_view():
+    """Every rank's own schedule (pieces and numbered rounds) is the world
+    view's restricted to its cuts; every target receives what it lacks."""
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Replicate, Shard
+    from verishard import torch_transfer as tt
+    from verishard.dtensor import fake_process_group
+
+    with fake_process_group(8):
+        src = DeviceMesh("cpu", torch.arange(4).reshape(2, 2))
+        dst = DeviceMesh("cpu", torch.tensor([[2, 3], [4, 5], [6, 7]]))    # ranks 2, 3 on both sides
+        layouts = {"a": ((Replicate(), Shard(0)), (Shard(0), Shard(1)), (12, 8)),
+                   "b": ((Shard(1), Replicate()), (Replicate(), Shard(0)), (7, 6)),      # uneven
+                   "c": ((Replicate(), Replicate()), (Shard(0), Replicate()), (9,)),
+                   "d": ((Shard(0), Shard(1)), (Replicate(), Replicate()), (4, 4, 2))}
+        state = {k: _dtensor(src, s, shape) for k, (s, _, shape) in layouts.items()}
+        targets = {k: (dst, d) for k, (_, d, _) in layouts.items()}
+        world = tt.plan_transfer_world(state, targets, budget_bytes=40)
+        loads = world.loads()
+        for r in range(8):
+            part = tt.plan_transfer(state, targets, budget_bytes=40, rank=r)
+            mine = [(t, tuple(c for c in rd if r in c[1:3])) for t, rd in zip(world.round_ids, world.rounds)]
+            assert list(zip(part.round_ids, part.rounds)) == [(t, rd) for t, rd in mine if rd]
+            assert part.loads() == {r: loads[r]}
+            assert loads[r][1] == world.lower_bound(r)
+            for rd in part.rounds:
+                assert len({(a, b) for _, a, b, _ in rd}) == 1
+                assert sum(4 * _volume(box) for _, _, _, box in rd) <= 40 or len(rd) == 1
+
+
+def _volume(box) -> int:
+    n = 1
+    for _, length in box:
+        n *= length
+    return n
+
+
+def test_a_rank_plans_its_part_at_real_sizes_without_a_cut_cap():
+    """8B FSDP 128 -> 64: a replicated norm reaches every target in 128
+    pieces (8192 in the world, once refused by a cut cap); each rank plans
+    its own 128 or 64 pieces, and the tensors of one layout share one plan."""
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Replicate, Shard
+    import verishard.core
+    from verishard import torch_transfer as tt
+    from verishard.dtensor import fake_process_group
+
+    with fake_process_group(192) as _:
+        src = DeviceMesh("cpu", torch.arange(128))
+        dst = DeviceMesh("cpu", torch.arange(128, 192).reshape(8, 8))
+        state = {f"layers.{i}.norm": _dtensor(src, (Shard(0),), (4096,)) for i in range(4)}
+        targets = {k: (dst, (Replicate(), Replicate())) for k in state}
+        calls = Counter()
+        real = verishard.core.xrank
+        verishard.core.xrank = lambda *a, **k: (calls.update(["xrank"]), real(*a, **k))[1]
+        try:
+            for rank in (0, 128):
+                tt._SCHEDULES.clear()
+                part = tt.plan_transfer(state, targets, budget_bytes=64 << 20, rank=rank)
+                sent, received = part.loads()[rank]
+                if rank == 0:     # every target reads rank 0's block
+                    assert sent == 4 * 64 * 32 * 4 and received == 0
+                else:
+                    assert received == part.lower_bound(rank) == 4 * 4096 * 4
+                    assert sum(len(rd) for rd in part.rounds) == 4 * 128
+        finally:
+            verishard.core.xrank = real
+        assert calls["xrank"] <= 2     # one layout (one rotation: no replicas) per rank

@@ -18,6 +18,7 @@ From VS Require Import Boxes.
 From VS Require Import Layoutchoice.
 From VS Require Import Balance.
 From VS Require Import Cover.
+From VS Require Import Perrank.
 
 (** [Nat] of the prelude (what [+], [*], ... denote) *)
 Extract Inlined Constant Coq.Init.Nat.add => "(+)".
@@ -81,5 +82,5 @@ Extraction "verishard_core.ml"
   VS.Exchange.ueplan_problem VS.Exchange.uecheck VS.Utraffic.ulower_bound VS.Puexchange.puplan_problem
   VS.Uchecker.ubound VS.Validate.bound VS.Certify.certify_split VS.Minimal.mplan_problem
   VS.Puchecker.pucheck VS.Puchecker.puplan_checked VS.Boxes.bplan VS.Boxes.brounds
-  VS.Layoutchoice.lplan VS.Balance.xplan_bal
-  VS.Cover.bcovers.
+  VS.Layoutchoice.lplan VS.Balance.xplan_bal VS.Perrank.wplan VS.Perrank.rank_recv VS.Perrank.rank_send
+  VS.Rounds.cut_box VS.Cover.bcovers.

@@ -961,6 +961,111 @@ def xrounds(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks:
     return result
 
 
+def _xplan_ints(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks: Sequence[int]) -> list[int]:
+    return (src.mesh.encode() + [len(src_ranks), *map(int, src_ranks)] + src.encode()
+            + dst.mesh.encode() + [len(dst_ranks), *map(int, dst_ranks)] + dst.encode())
+
+
+def _start(start: int) -> int:
+    return _deal(start) - 1
+
+
+def _read_piece(out: Sequence[int], pos: int, k: int) -> tuple[Piece, int]:
+    vals = out[pos + 1:pos + 1 + 3 * k]
+    return Piece(out[pos], tuple(vals[0::3]), tuple(zip(vals[1::3], vals[2::3]))), pos + 1 + 3 * k
+
+
+def wplan(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks: Sequence[int],
+          start: int = 0) -> list[list[Piece]] | None:
+    """The world schedule assembled from every target's own receive list
+    (``Perrank.wplan``; theorems ``Perrankproof.wplan_correct``: every
+    guarantee of ``xplan_correct``; ``rank_recv_restrict`` and
+    ``rank_send_restrict``: each rank's :func:`xrank` part is its
+    restriction): every target device's pieces, senders dealt over each
+    source block's holders from holder ``start``. None when the core refuses.
+
+    >>> from verishard import Mesh, ArrayType
+    >>> s = ArrayType.parse("[3{x}6]", Mesh.parse("x=2"))
+    >>> d = ArrayType.parse("[2{u}6]", Mesh.parse("u=3"))
+    >>> [[(p.src, p.box) for p in ps] for ps in wplan(s, [0, 1], d, [2, 3, 4])]
+    [[(0, ((0, 2),))], [(0, ((2, 1),)), (1, ((3, 1),))], [(1, ((4, 2),))]]
+    """
+    out = _call(_core.wplan, _xplan_ints(src, src_ranks, dst, dst_ranks) + [_start(start)])
+    if out[0] != 0:
+        return None
+    k, pos, result = dst.rank, 2, []
+    for _ in range(out[1]):
+        n, pos, pieces = out[pos], pos + 1, []
+        for _ in range(n):
+            p, pos = _read_piece(out, pos, k)
+            pieces.append(p)
+        result.append(pieces)
+    return result
+
+
+class RankPart(NamedTuple):
+    """One rank's own part of the world schedule :func:`wplan` builds
+    (``Perrank.rank_recv`` and ``rank_send``): ``recv``, the pieces of its
+    target block (None when it is no target), each with the cuts it arrives
+    in (``Rounds.cut_box``; none for a piece it holds itself); ``send``, the
+    pieces it sends to other ranks as ``(target device, receiving rank,
+    piece, cuts)``, in target order."""
+
+    recv: tuple[tuple[Piece, tuple[Box, ...]], ...] | None
+    send: tuple[tuple[int, int, Piece, tuple[Box, ...]], ...]
+
+
+def xrank(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks: Sequence[int], start: int,
+          target: int | None, source: int | None, budget: int) -> RankPart | None:
+    """What target device ``target`` receives and source device ``source``
+    sends (either None), computed from the two layouts alone, in time
+    linear in the two meshes' devices plus the rank's own pieces: the
+    restriction of :func:`wplan`'s world schedule to the rank
+    (``Perrankproof.rank_recv_restrict``, ``rank_send_restrict``; senders
+    balanced: ``rank_send_balanced``). Each moved piece comes with its cuts
+    of at most ``budget`` elements (a slice larger than it alone), the same
+    on both sides. None when the core refuses.
+
+    >>> from verishard import Mesh, ArrayType
+    >>> s = ArrayType.parse("[3{x}6]", Mesh.parse("x=2"))
+    >>> d = ArrayType.parse("[2{u}6]", Mesh.parse("u=3"))
+    >>> part = xrank(s, [0, 1], d, [2, 3, 4], 0, 1, 0, 100)
+    >>> [(p.src, p.box, cuts) for p, cuts in part.recv]
+    [(0, ((2, 1),), (((2, 1),),)), (1, ((3, 1),), (((3, 1),),))]
+    >>> [(j, r, p.box) for j, r, p, _ in part.send]
+    [(0, 2, ((0, 2),)), (1, 3, ((2, 1),))]
+    """
+    if not 0 <= int(budget) <= 2**50:
+        raise LimitError(f"a cut budget of {budget} elements: at most 2**50")
+    ints = ([int(budget)] + _xplan_ints(src, src_ranks, dst, dst_ranks) + [_start(start)]
+            + [0 if target is None else int(target) + 1, 0 if source is None else int(source) + 1])
+    out = _call(_core.xrank, ints)
+    if out[0] != 0:
+        return None
+    k = dst.rank
+
+    def cuts(pos):
+        n, pos, cs = out[pos], pos + 1, []
+        for _ in range(n):
+            vals = out[pos:pos + 2 * k]
+            cs.append(tuple(zip(vals[0::2], vals[1::2])))
+            pos += 2 * k
+        return tuple(cs), pos
+
+    pos, recv = 2, []
+    for _ in range(out[1]):
+        p, pos = _read_piece(out, pos, k)
+        cs, pos = cuts(pos)
+        recv.append((p, cs))
+    n, pos, send = out[pos], pos + 1, []
+    for _ in range(n):
+        j, r = out[pos], out[pos + 1]
+        p, pos = _read_piece(out, pos + 2, k)
+        cs, pos = cuts(pos)
+        send.append((j, r, p, cs))
+    return RankPart(None if target is None else tuple(recv), tuple(send))
+
+
 Box = tuple[tuple[int, int], ...]
 Layout = Sequence[tuple[int, Box]]
 
@@ -1094,4 +1199,4 @@ def lplan(mesh: Mesh, src: Layout, dst: Layout, budget: int,
 
 __all__ = ["PARTIAL_COLLECTIVES", "REASONS", "CheckOk", "reduction", "check", "Step", "PlanReport", "plan",
            "plan_checked", "eplan", "umovement", "lower_bound", "certify_steps", "certify", "mplan", "ulower_bound", "synthesize",
-           "movement", "Piece", "xplan", "Cut", "xrounds", "bplan", "bcovers", "type_layout", "lplan"]
+           "movement", "Piece", "xplan", "Cut", "xrounds", "wplan", "RankPart", "xrank", "bplan", "bcovers", "type_layout", "lplan"]

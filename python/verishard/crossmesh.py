@@ -5,6 +5,13 @@ assembles exactly its block of any global array; every element of its block
 arrives once, from a source device whose block holds it; it receives from
 other ranks its block size less what it already holds).
 
+:func:`crossmesh_rank_plan` gives one world rank's own part of such a
+schedule (what it receives and what it sends, senders dealt over replicas)
+from the two placements alone, without building any other rank's pieces
+(``Perrankproof.rank_recv_restrict``, ``rank_send_restrict``: exactly its
+entries of the world schedule ``Perrank.wplan``; ``wplan_correct``: that
+schedule's guarantees are ``xplan_correct``'s).
+
 Local blocks are the valid part of a device's block (``ArrayType.valid_shape``;
 on even types the whole local block). A padded source buffer is accepted:
 only its valid part is read (``Crossmeshproof.xplan_correct_valid``: whatever
@@ -37,7 +44,7 @@ from .errors import PlanError, ShardingError
 from .mesh import Mesh
 from .sharding import ArrayType
 
-__all__ = ["CrossMeshPlan", "crossmesh_plan", "as_type"]
+__all__ = ["CrossMeshPlan", "crossmesh_plan", "RankPlan", "crossmesh_rank_plan", "as_type"]
 
 
 def as_type(t: ArrayType | str, mesh: Mesh | str | None, what: str) -> ArrayType:
@@ -90,19 +97,14 @@ def _check_ranks(ranks: Sequence[int] | None, default_start: int, n: int, what: 
 
 
 @dataclass(frozen=True)
-class CrossMeshPlan:
-    """A verified cross-mesh schedule: ``pieces[j]`` are the pieces of target
-    device ``j`` (world rank ``dst_ranks[j]``), each a :class:`core.Piece`
-    (sending world rank, source block, global box). ``start``: None for
-    ``Crossmesh.xplan``'s senders, else the rotation of ``Balance.xplan_bal``'s
-    (each source block's moved pieces dealt over its holders)."""
+class _Placements:
+    """Two placements (types and world ranks) and what follows from them
+    alone: where blocks and pieces sit, what a target lacks."""
 
     src: ArrayType
     dst: ArrayType
     src_ranks: tuple[int, ...]
     dst_ranks: tuple[int, ...]
-    pieces: tuple[tuple[core.Piece, ...], ...]
-    start: int | None = None
 
     # geometry -------------------------------------------------------------
     def src_index(self, rank: int) -> int | None:
@@ -138,21 +140,6 @@ class CrossMeshPlan:
         starts = self.dst.block_starts(j)
         return tuple(slice(b - s, b - s + l) for (b, l), s in zip(piece.box, starts))
 
-    # figures --------------------------------------------------------------
-    def volumes(self) -> dict[tuple[int, int], int]:
-        """Elements each (sender, receiver) pair of distinct world ranks moves."""
-        out: dict[tuple[int, int], int] = {}
-        for j, ps in enumerate(self.pieces):
-            r = self.dst_ranks[j]
-            for p in ps:
-                if p.src != r:
-                    out[(p.src, r)] = out.get((p.src, r), 0) + _vol(p.box)
-        return dict(sorted(out.items()))
-
-    def received(self, j: int) -> int:
-        """Elements target device ``j`` receives from other ranks."""
-        r = self.dst_ranks[j]
-        return sum(_vol(p.box) for p in self.pieces[j] if p.src != r)
 
     def lower_bound(self, j: int) -> int:
         """Its block size less what it already holds (computed here from the
@@ -171,6 +158,34 @@ class CrossMeshPlan:
         i, j = self.src_index(rank), self.dst_index(rank)
         return ((int(np.prod(self.src.valid_shape(i))) if i is not None else 0)
                 + (int(np.prod(self.dst.valid_shape(j))) if j is not None else 0))
+
+
+@dataclass(frozen=True)
+class CrossMeshPlan(_Placements):
+    """A verified cross-mesh schedule: ``pieces[j]`` are the pieces of target
+    device ``j`` (world rank ``dst_ranks[j]``), each a :class:`core.Piece`
+    (sending world rank, source block, global box). ``start``: None for
+    ``Crossmesh.xplan``'s senders, else the rotation of ``Balance.xplan_bal``'s
+    (each source block's moved pieces dealt over its holders)."""
+
+    pieces: tuple[tuple[core.Piece, ...], ...]
+    start: int | None = None
+
+    # figures --------------------------------------------------------------
+    def volumes(self) -> dict[tuple[int, int], int]:
+        """Elements each (sender, receiver) pair of distinct world ranks moves."""
+        out: dict[tuple[int, int], int] = {}
+        for j, ps in enumerate(self.pieces):
+            r = self.dst_ranks[j]
+            for p in ps:
+                if p.src != r:
+                    out[(p.src, r)] = out.get((p.src, r), 0) + _vol(p.box)
+        return dict(sorted(out.items()))
+
+    def received(self, j: int) -> int:
+        """Elements target device ``j`` receives from other ranks."""
+        r = self.dst_ranks[j]
+        return sum(_vol(p.box) for p in self.pieces[j] if p.src != r)
 
     # in-process execution (tests, offline tools) ----------------------------
     def simulate(self, locals_: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
@@ -259,6 +274,12 @@ def crossmesh_plan(src: ArrayType | str, dst: ArrayType | str, src_ranks: Sequen
     ...
     verishard.errors.ShardingError: global shapes differ: source (4,), target (6,)
     """
+    s, d, r1, r2 = _placements(src, dst, src_ranks, dst_ranks, src_mesh, dst_mesh, world_size, allow_overlap)
+    return _plan(s, d, r1, r2, start)
+
+
+def _placements(src, dst, src_ranks, dst_ranks, src_mesh, dst_mesh, world_size, allow_overlap):
+    """Both types and rank lists, checked (see :func:`crossmesh_plan`)."""
     s = as_type(src, src_mesh, "source")
     d = as_type(dst, dst_mesh, "target")
     for t, what in ((s, "source"), (d, "target")):
@@ -271,7 +292,7 @@ def crossmesh_plan(src: ArrayType | str, dst: ArrayType | str, src_ranks: Sequen
     r2 = _ranks(dst_ranks, n1 if src_ranks is None else max(r1) + 1, n2, "target", world_size)
     if not allow_overlap and set(r1) & set(r2):
         raise ShardingError(f"rank {min(set(r1) & set(r2))} is both a source and a target")
-    return _plan(s, d, r1, r2, start)
+    return s, d, r1, r2
 
 
 @lru_cache(maxsize=256)
@@ -280,3 +301,70 @@ def _plan(s: ArrayType, d: ArrayType, r1: tuple[int, ...], r2: tuple[int, ...], 
     if out is None:
         raise PlanError(f"the verified cross-mesh builder refuses {s} on {s.mesh} -> {d} on {d.mesh}")
     return CrossMeshPlan(s, d, r1, r2, tuple(tuple(ps) for ps in out), start)
+
+
+@dataclass(frozen=True)
+class RankPlan(_Placements):
+    """One world rank's own part of a verified cross-mesh schedule
+    (``Perrank.rank_recv`` and ``rank_send``, built from the two placements
+    alone; ``Perrankproof.rank_recv_restrict`` and ``rank_send_restrict``:
+    exactly its entries of the world schedule ``Perrank.wplan``, whose
+    guarantees are ``xplan_correct``'s, ``Perrankproof.wplan_correct``).
+    ``recv``: the pieces of its target block (empty when it is no target),
+    each with the cuts it arrives in; ``send``: ``(target device, receiving
+    rank, piece, cuts)`` for every piece it sends to another rank. Cuts are
+    ``Rounds.cut_box``'s, of at most ``per_cut`` elements (a slice larger
+    than that alone), the same on both sides of a piece."""
+
+    rank: int
+    start: int
+    per_cut: int
+    recv: tuple[tuple[core.Piece, tuple], ...]
+    send: tuple[tuple[int, int, core.Piece, tuple], ...]
+
+    @property
+    def pieces(self) -> dict[int, tuple[core.Piece, ...]]:
+        """``{j: pieces}`` for this rank's target device ``j`` (as
+        :attr:`CrossMeshPlan.pieces` reads for that device)."""
+        j = self.dst_index(self.rank)
+        return {} if j is None else {j: tuple(p for p, _ in self.recv)}
+
+    def received(self) -> int:
+        """Elements this rank receives from other ranks."""
+        return sum(_vol(p.box) for p, _ in self.recv if p.src != self.rank)
+
+    def sent(self) -> int:
+        """Elements this rank sends to other ranks."""
+        return sum(_vol(p.box) for _, _, p, _ in self.send)
+
+
+def crossmesh_rank_plan(src: ArrayType | str, dst: ArrayType | str, rank: int,
+                        src_ranks: Sequence[int] | None = None, dst_ranks: Sequence[int] | None = None, *,
+                        src_mesh: Mesh | str | None = None, dst_mesh: Mesh | str | None = None,
+                        world_size: int | None = None, start: int = 0, per_cut: int = 2**50) -> RankPlan:
+    """World rank ``rank``'s own part of the cross-mesh schedule (arguments
+    checked as :func:`crossmesh_plan` checks them): the pieces it receives
+    and sends, each cut into pieces of at most ``per_cut`` elements, in
+    time linear in the two meshes' devices plus its own pieces (no other
+    rank's pieces are built). Each source block's moved pieces are dealt
+    over its holders from holder ``start`` (``Perrankproof.rank_send_balanced``:
+    no holder sends more than its share of the block's readers rounded up
+    to one piece). Placements of the same types, ranks, rotation and cut
+    size share one plan.
+
+    >>> p = crossmesh_rank_plan("[3{x}6]", "[2{u}6]", 3, src_mesh="x=2", dst_mesh="u=3")
+    >>> [(q.src, q.box) for q, _ in p.recv], p.send
+    ([(0, ((2, 1),)), (1, ((3, 1),))], ())
+    """
+    s, d, r1, r2 = _placements(src, dst, src_ranks, dst_ranks, src_mesh, dst_mesh, world_size, True)
+    return _rank_plan(s, d, r1, r2, int(rank), int(start), int(per_cut))
+
+
+@lru_cache(maxsize=4096)
+def _rank_plan(s: ArrayType, d: ArrayType, r1: tuple[int, ...], r2: tuple[int, ...], rank: int, start: int,
+               per_cut: int) -> RankPlan:
+    target, source = _index(r2).get(rank), _index(r1).get(rank)
+    part = core.xrank(s, r1, d, r2, start, target, source, per_cut)
+    if part is None:
+        raise PlanError(f"the verified cross-mesh builder refuses {s} on {s.mesh} -> {d} on {d.mesh}")
+    return RankPlan(s, d, r1, r2, rank, start, per_cut, part.recv or (), part.send)

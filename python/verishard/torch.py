@@ -125,7 +125,7 @@ from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, Redistributi
                             agree, fingerprint, mesh_groups, real_tensors, reduction_problem, run_chunked, run_plan,
                             tracing, world)
 
-__all__ = ["redistribute", "transfer", "plan_transfer", "fused", "block_fp8", "BlockFP8Shard", "quantize_block_fp8",
+__all__ = ["redistribute", "transfer", "plan_transfer", "plan_transfer_world", "fused", "block_fp8", "BlockFP8Shard", "quantize_block_fp8",
            "enable", "disable", "enabled", "routing_info",
            "check_entry_point", "EntryPointMoved", "planning_mesh", "plan_for", "cache_info", "cache_clear",
            "RedistributionRefused", "NotSupportedYet", "RanksMissing"]
@@ -863,7 +863,7 @@ def _outside_mesh(x: DTensor, placements: Any, dtype: torch.dtype) -> DTensor:
     return DTensor(local, spec, requires_grad=x.requires_grad)
 
 
-from .torch_transfer import plan_transfer, transfer  # noqa: E402  (it uses this module's checks)
+from .torch_transfer import plan_transfer, plan_transfer_world, transfer  # noqa: E402  (it uses this module's checks)
 from .torch_targets import BlockFP8Shard, block_fp8, fused, quantize_block_fp8  # noqa: E402,F401  (transfer's targets)
 
 

@@ -3,27 +3,32 @@
 placements, device_mesh=other)`` (one tensor), both on the verified
 cross-mesh schedule.
 
-Per tensor the schedule is ``Balance.xplan_bal``'s (``crossmesh.crossmesh_plan``
-with ``start``: ``Crossmesh.xplan``'s pieces, each source block's moved
-pieces dealt over the ranks holding it, from a replica that turns with the
-tensor's position among the names; ``Balanceproof.xplan_bal_correct``: every
-target rank assembles exactly its block, every element of it arrives once,
-from a rank whose block holds it, and it receives its block size less what
-it already holds; ``Balanceproof.xplan_bal_balanced``: no source rank sends
-more than its share of its block's moved pieces rounded up to one piece),
-cut into the
-rounds of ``Rounds.xrounds`` within the byte budget
-(``Balanceproof.xrounds_bal_correct``: per round a rank sends at most the budget
-and receives at most the budget, or moves one slice larger than it). The
-rounds of all tensors are then packed first fit into shared rounds under the
-same per-rank budget (:func:`pack`): that packing only regroups verified
-cuts, and the runtime checks its loads rather than a theorem. Each round runs
-as one ``batch_isend_irecv`` over the default process group
+Each rank plans only its own part, from the layouts alone: per tensor the
+pieces it receives and the pieces it sends (``crossmesh.crossmesh_rank_plan``:
+``Perrank.rank_recv`` and ``rank_send``; ``Perrankproof.rank_recv_restrict``
+and ``rank_send_restrict``: exactly its entries of one world schedule,
+``Perrank.wplan``, which no rank builds; ``Perrankproof.wplan_correct``: in
+that schedule every target rank assembles exactly its block, every element
+of it arrives once, from a rank whose block holds it, and it receives its
+block size less what it already holds; ``rank_send_balanced``: each source
+block's moved pieces are dealt over the ranks holding it, from a replica
+that turns with the tensor's position among the names, so that no rank
+sends more than its share rounded up to one piece), each moved piece cut
+into slices within the byte budget (``Rounds.cut_box``, the same on both
+sides of a piece). The rank then numbers the rounds of its own cuts by a
+rule every rank evaluates alike (:func:`rank_rounds`: per sender and
+receiver, chunks within the budget in a shift pattern over the ranks; one
+partner per round): both sides of a cut place it in the same round, so no
+schedule is exchanged. That numbering is a local rule in Python whose
+properties (same round and place on both sides, one partner and at most
+the budget per rank and round) the tests check, not a theorem. Each round
+runs as one ``batch_isend_irecv`` over the default process group
 (:func:`verishard.runtime.torch.run_rounds`), gloo or NCCL.
 
-The tensors of one shape and layouts share one plan and its rounds, and a
-repeated sync of the same layouts, dtypes and budget reuses its whole
-schedule (:data:`MAX_CACHED_SCHEDULES` kept, without the tensors).
+The tensors of one shape and layouts (and rotation of the deal) share one
+rank plan, and a repeated sync of the same layouts, dtypes and budget
+reuses its whole schedule (:data:`MAX_CACHED_SCHEDULES` kept, without the
+tensors).
 
 A rank holds its source blocks, its target blocks (allocated once, written in
 place) and at most two consecutive rounds' send and receive buffers (round
@@ -65,7 +70,6 @@ import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any
 
 import torch
@@ -75,17 +79,16 @@ from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
 from . import dtensor as _conv
-from .crossmesh import CrossMeshPlan, crossmesh_plan
+from .crossmesh import RankPlan, crossmesh_rank_plan
 from .crossmesh import _ranks as _check_ranks
 from .errors import VerishardError
 from .mesh import Mesh
 from .plan import MAX_SHOWN_PIECES, pieces_table, ranks_text
-from .runtime.crossmesh_mpi import rounds as _verified_rounds
 from .runtime.torch import (_REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree,
                             reduction_problem, run_rounds)
 from .torch_targets import BoxTarget, Fused, finish as _finish_targets, per_source
 
-__all__ = ["transfer", "plan_transfer", "TransferSchedule", "pack", "DEFAULT_BUDGET"]
+__all__ = ["transfer", "plan_transfer", "plan_transfer_world", "TransferSchedule", "rank_rounds", "DEFAULT_BUDGET"]
 
 DEFAULT_BUDGET = 64 << 20
 INVALID, UNSUPPORTED = "invalid", "unsupported"
@@ -97,7 +100,7 @@ class _Move:
     front end needs around it."""
 
     name: str
-    plan: CrossMeshPlan | BoxPlan   # a BoxPlan where our types cannot describe a layout (DTensor's nested chunks)
+    plan: RankPlan | BoxPlan   # a BoxPlan where our types cannot describe a layout (DTensor's nested chunks)
     dtype: torch.dtype
     meta: TensorMeta
     dst_mesh: DeviceMesh
@@ -111,15 +114,22 @@ class _Move:
 
 @dataclass(frozen=True)
 class TransferSchedule:
-    """A transfer planned on this rank (local, no communication): the
-    tensors' plans, the packed rounds ``(name, sender, receiver, global
-    box)`` and the budget. :meth:`sent`, :meth:`received` and
-    :meth:`lower_bound` are per world rank, in bytes; :meth:`loads` gives
-    every rank's bytes sent and received at once."""
+    """A transfer planned on one rank (local, no communication): the
+    tensors' plans (each this rank's own part, :class:`RankPlan`), the
+    rounds ``(name, sender, receiver, global box)`` it takes part in, in
+    order, with their round numbers (which every rank derives alike:
+    :func:`rank_rounds`), and the budget. ``rank``: the rank whose part
+    this is, or None for a world view (:func:`plan_transfer_world`: every
+    rank's rounds). :meth:`sent`, :meth:`received` and :meth:`lower_bound`
+    are per world rank, in bytes (sent and received: over the cuts of this
+    schedule); :meth:`loads` gives the bytes sent and received of the rank
+    (of every rank, in a world view)."""
 
     moves: tuple[_Move, ...]
     rounds: tuple[tuple[tuple[str, int, int, tuple], ...], ...]
     budget_bytes: int
+    rank: int | None = None
+    round_ids: tuple[int, ...] = ()
 
     def _bytes(self, rank: int, side: int) -> int:
         size = {m.name: m.dtype.itemsize for m in self.moves}
@@ -131,16 +141,18 @@ class TransferSchedule:
         return self._bytes(rank, 1)
 
     def loads(self) -> dict[int, tuple[int, int]]:
-        """``{rank: (bytes sent, bytes received)}`` for every rank of either
-        side, in one pass over the schedule."""
+        """``{rank: (bytes sent, bytes received)}`` for the schedule's rank
+        (every rank of either side in a world view), in one pass."""
         size = {m.name: m.dtype.itemsize for m in self.moves}
-        out = {r: [0, 0] for r in self.ranks()}
+        out = {r: [0, 0] for r in (self.ranks() if self.rank is None else (self.rank,))}
         for rd in self.rounds:
             for key, a, b, box in rd:
                 if a != b:
                     n = size[_name(key)] * _volume(box)
-                    out[a][0] += n
-                    out[b][1] += n
+                    if a in out:
+                        out[a][0] += n
+                    if b in out:
+                        out[b][1] += n
         return {r: (v[0], v[1]) for r, v in out.items()}
 
     def received(self, rank: int) -> int:
@@ -184,10 +196,11 @@ class TransferSchedule:
         return tuple(sorted({r for m in self.moves for r in m.ranks}))
 
     def _pieces(self) -> list[tuple[int, str, int, int, tuple, int]]:
-        """Every piece sent: (round, tensor, sender, receiver, global box, bytes)."""
+        """Every piece sent: (round number, tensor, sender, receiver, global box, bytes)."""
         size = {m.name: m.dtype.itemsize for m in self.moves}
+        ids = self.round_ids or range(1, len(self.rounds) + 1)
         return [(i, _name(c[0]), c[1], c[2], c[3], size[_name(c[0])] * _volume(c[3]))
-                for i, rd in enumerate(self.rounds, 1) for c in rd if c[1] != c[2]]
+                for i, rd in zip(ids, self.rounds) for c in rd if c[1] != c[2]]
 
     def __str__(self) -> str:
         """The tensors, then a table as the type plans print (round, tensor,
@@ -196,7 +209,8 @@ class TransferSchedule:
         what each rank receives against what it lacks."""
         pieces, ranks = self._pieces(), self.ranks()
         n = len(self.rounds)
-        lines = [f"transfer schedule over ranks {ranks_text(ranks)}: {len(self.moves)} tensor"
+        whose = "" if self.rank is None else f", rank {self.rank}'s part"
+        lines = [f"transfer schedule over ranks {ranks_text(ranks)}{whose}: {len(self.moves)} tensor"
                  f"{'s' if len(self.moves) != 1 else ''}; {len(pieces)} pieces sent in {n} round{'s' if n != 1 else ''}"
                  f" within {self.budget_bytes} bytes per round"]
         for m in self.moves[:MAX_SHOWN_PIECES]:
@@ -212,11 +226,12 @@ class TransferSchedule:
         if len(self.moves) > MAX_SHOWN_PIECES:
             lines.append(f"  ... {len(self.moves) - MAX_SHOWN_PIECES} more tensors")
         lines += pieces_table(pieces)
-        if ranks:
-            loads = self.loads()
-            worst = max(ranks, key=lambda r: (loads[r][1], -r))
-            lack = max(self.lower_bound(r) for r in ranks)
-            senders = [r for r in ranks if loads[r][0]]
+        loads = self.loads()
+        if loads:
+            shown = tuple(loads)
+            worst = max(shown, key=lambda r: (loads[r][1], -r))
+            lack = max(self.lower_bound(r) for r in shown)
+            senders = [r for r in shown if loads[r][0]]
             if senders:
                 busiest = max(senders, key=lambda r: (loads[r][0], -r))
                 mean = sum(loads[r][0] for r in senders) / len(senders)
@@ -242,7 +257,8 @@ class TransferSchedule:
             moves.append(entry)
         pieces = [{"round": i, "tensor": name, "sender": a, "receiver": b, "box": [list(x) for x in box],
                    "bytes": nbytes} for i, name, a, b, box, nbytes in self._pieces()]
-        return {"kind": "transfer", "budget_bytes": self.budget_bytes, "tensors": moves, "rounds": len(self.rounds),
+        return {"kind": "transfer", "rank": self.rank, "budget_bytes": self.budget_bytes, "tensors": moves,
+                "rounds": len(self.rounds),
                 "pieces": pieces,
                 "ranks": [{"rank": r, "sent": sent, "received": received, "lower_bound": self.lower_bound(r)}
                           for r, (sent, received) in self.loads().items()]}
@@ -272,68 +288,78 @@ def _volume(box) -> int:
     return n
 
 
-def pack(per_tensor: Sequence[tuple[str, int, list[list[tuple[int, int, int, tuple]]]]],
-         budget_bytes: int) -> list[list[tuple[str, int, int, tuple]]]:
-    """Pack the verified rounds of several tensors (``(name, itemsize,
-    rounds)``, each round a list of ``(sender, receiver, target, box)``; a
-    box schedule's cuts carry their key, a tuple, as the target and keep
-    it: ``(name, key)``) first fit into shared rounds in which every rank sends at most
-    ``budget_bytes`` and receives at most ``budget_bytes``; a tensor's round
-    above the budget (one slice larger than it, as ``Rounds.xrounds`` allows)
-    gets a round of its own. Rounds keep their cuts' order.
+def rank_rounds(cuts: Sequence[tuple[Any, int, int, tuple, int]], world_size: int,
+                budget_bytes: int) -> tuple[list[int], list[list[tuple[Any, int, int, tuple]]]]:
+    """The rounds of one rank's cuts ``(key, sender, receiver, global box,
+    bytes)``, by a rule every rank evaluates alike from its own cuts: the
+    cuts of each (sender, receiver) pair, in the order given (the transfer's
+    names, then each tensor's own order: the same on both sides of the pair),
+    go in chunks of at most ``budget_bytes`` (a cut larger than the budget
+    alone); chunk ``k`` of the pair ``a -> b`` is round ``(k W + s) 2 + c``,
+    ``W`` the least power of two of at least ``world_size`` (and 2), ``s =
+    (b - a) mod W`` and ``c`` bit ``v`` of ``a``, ``2^v`` the largest power
+    of two dividing ``s``. In round ``(k, s, c)`` a rank ``x`` could only send
+    to ``x + s`` (with colour bit ``v`` of ``x``) or receive from ``x - s``
+    (whose bit ``v`` differs from ``x``'s, as ``s`` is an odd multiple of
+    ``2^v`` and ``W`` a multiple of ``2^(v+1)``): so every round holds one
+    pair's chunk per rank, both sides place it in the same round and in the
+    same order, and a rank sends or receives at most the budget per round
+    (or one cut larger than it). Returns the round numbers and the rounds,
+    in increasing order: ranks run them in that order, each waiting only on
+    the one partner of its round (the least unfinished round number always
+    has both its ranks at it).
 
-    >>> r = [[(0, 2, 0, ((0, 4),))], [(1, 3, 1, ((4, 4),))]]    # 16 bytes from rank 0, then from rank 1
-    >>> [len(rd) for rd in pack([("a", 4, r), ("b", 4, r)], 32)]
-    [4]
-    >>> [len(rd) for rd in pack([("a", 4, r), ("b", 4, r)], 16)]
-    [2, 2]
+    >>> ids, rounds = rank_rounds([("w", 0, 1, ((0, 4),), 16), ("v", 0, 1, ((0, 4),), 16),
+    ...                            ("w", 2, 0, ((4, 4),), 16)], 4, 16)
+    >>> [(t, [(k, a, b) for k, a, b, _ in rd]) for t, rd in zip(ids, rounds)]
+    [(2, [('w', 0, 1)]), (5, [('w', 2, 0)]), (10, [('v', 0, 1)])]
     """
-    packed: list[list] = []
-    loads: list[tuple[dict, dict]] = []
-    # per (rank, bytes): the first round where the rank could still send
-    # (receive) that many bytes; before it its load was already too high, and
-    # loads only grow, so the pointers only move forward and a tensor's round
-    # is tried from the latest of its ranks' pointers on (the same rounds as
-    # scanning from the first)
-    send_from: dict[tuple[int, int], int] = {}
-    recv_from: dict[tuple[int, int], int] = {}
-    for name, itemsize, rounds in per_tensor:
-        for rd in rounds:
-            send: dict[int, int] = {}
-            recv: dict[int, int] = {}
-            for a, b, _, box in rd:
-                if a != b:
-                    nbytes = _volume(box) * itemsize
-                    send[a] = send.get(a, 0) + nbytes
-                    recv[b] = recv.get(b, 0) + nbytes
-            cuts = [(name if isinstance(t, int) else (name, t), a, b, box) for a, b, t, box in rd]
-            first = max([_first_room(send_from, a, v, loads, 0, budget_bytes) for a, v in send.items()]
-                        + [_first_room(recv_from, b, v, loads, 1, budget_bytes) for b, v in recv.items()] + [0])
-            for k in range(first, len(loads)):
-                s, r = loads[k]
-                if all(s.get(a, 0) + v <= budget_bytes for a, v in send.items()) and \
-                        all(r.get(b, 0) + v <= budget_bytes for b, v in recv.items()):
-                    packed[k].extend(cuts)
-                    for a, v in send.items():
-                        s[a] = s.get(a, 0) + v
-                    for b, v in recv.items():
-                        r[b] = r.get(b, 0) + v
-                    break
-            else:
-                packed.append(cuts)
-                loads.append((send, recv))
-    return packed
+    width = 2
+    while width < world_size:
+        width *= 2
+    pairs: dict[tuple[int, int], list] = {}
+    for key, a, b, box, nbytes in cuts:
+        if a != b:
+            pairs.setdefault((a, b), []).append((key, box, nbytes))
+    rounds: dict[int, list] = {}
+    for (a, b), pair in pairs.items():
+        shift = (b - a) % width
+        colour = (a >> ((shift & -shift).bit_length() - 1)) & 1
+        k = load = 0
+        for key, box, nbytes in pair:
+            if load and load + nbytes > budget_bytes:
+                k, load = k + 1, 0
+            load += nbytes
+            rounds.setdefault(((k * width + shift) << 1) | colour, []).append((key, a, b, box))
+    ids = sorted(rounds)
+    return ids, [rounds[t] for t in ids]
 
 
-def _first_room(start: dict[tuple[int, int], int], rank: int, nbytes: int, loads: list[tuple[dict, dict]],
-                side: int, budget_bytes: int) -> int:
-    """The first round where ``rank`` has room for ``nbytes`` more (``side``
-    0: sent, 1: received), from its pointer on; the pointer moves there."""
-    k = start.get((rank, nbytes), 0)
-    while k < len(loads) and loads[k][side].get(rank, 0) + nbytes > budget_bytes:
-        k += 1
-    start[(rank, nbytes)] = k
-    return k
+def _own_cuts(moves: Sequence[_Move], me: int) -> list[tuple[Any, int, int, tuple, int]]:
+    """The cuts rank ``me`` sends or receives, in the order of the moves
+    and, within a move, in an order both sides of a cut read alike: a
+    plan's pieces (at most one per sender and receiver), each cut as
+    ``Rounds.cut_box`` cuts it; a box schedule's rounds."""
+    out: list = []
+    shared: dict[int, tuple] = {}   # per plan object (the tensors of one layout share theirs)
+    for m in moves:
+        size = m.dtype.itemsize
+        if isinstance(m.plan, BoxPlan):
+            out += [((m.name, key), a, b, box, size * _volume(box)) for rd in m.plan.rounds for key, a, b, box in rd
+                    if a != b and me in (a, b)]
+            continue
+        cuts = shared.get(id(m.plan))
+        if cuts is None:
+            cuts = shared[id(m.plan)] = _plan_cuts(m.plan)
+        out += [(m.name, a, b, box, size * n) for a, b, box, n in cuts]
+    return out
+
+
+def _plan_cuts(plan: RankPlan) -> tuple[tuple[int, int, tuple, int], ...]:
+    """A rank plan's cuts ``(sender, receiver, box, elements)``: what it
+    receives, then what it sends."""
+    return (tuple((p.src, plan.rank, box, _volume(box)) for p, cuts in plan.recv for box in cuts)
+            + tuple((plan.rank, r, box, _volume(box)) for _, r, _, cuts in plan.send for box in cuts))
 
 
 def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
@@ -370,12 +396,14 @@ def _mesh_key(mesh: DeviceMesh) -> tuple:
 
 
 def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world: int,
-          me: int, budget_bytes: int, position: int = 0) -> tuple[_Move | None, list]:
-    """The move of one tensor, or its problems (local, no communication).
-    ``position``: the tensor's place among the transfer's names, which
-    rotates the dealing of its replicated blocks' pieces over their holders
-    (``Balance.xplan_bal``), so that tensors whose blocks have more holders
-    than moved pieces load different replicas."""
+          me: int, budget_bytes: int, position: int = 0, holds: bool = True) -> tuple[_Move | None, list]:
+    """The move of one tensor on rank ``me``, or its problems (local, no
+    communication): ``me``'s own part of its plan. ``position``: the
+    tensor's place among the transfer's names, which rotates the dealing of
+    its replicated blocks' pieces over their holders (``Perrank.rank_send``),
+    so that tensors whose blocks have more holders than moved pieces load
+    different replicas. ``holds``: whether this process holds ``me``'s
+    source blocks (false when planning another rank's part)."""
     from .torch import _normalise, _types, planning_mesh
     into = target if isinstance(target, BoxTarget) else None
     if into is not None:
@@ -387,14 +415,14 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
         spec, src_mesh = x._spec, x.device_mesh
         meta = spec.tensor_meta
         r1 = _ranks_of(src_mesh)
-        local = x._local_tensor if me in r1 else None
+        local = x._local_tensor if holds and me in r1 else None
     elif isinstance(x, torch.Tensor):
         if src_ranks is None:
             return None, [(INVALID, f"{name}: a plain tensor needs src_ranks= (the world ranks that hold it whole)")]
         r1 = tuple(int(r) for r in src_ranks)
         src_mesh = None
         meta = TensorMeta(tuple(x.shape), _contiguous_stride(x.shape), x.dtype)
-        local = x if me in r1 else None
+        local = x if holds and me in r1 else None
         if local is not None and local.is_meta:
             return None, [(INVALID, f"{name}: rank {me} is a source (src_ranks) but passes a meta tensor")]
     else:
@@ -437,7 +465,8 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
     if problems:
         return None, [(k, f"{name}: {t}") for k, t in problems]
     try:
-        plan = crossmesh_plan(s, d, r1, _ranks_of(dst_mesh), world_size=world, start=position % _holders(s))
+        plan = crossmesh_rank_plan(s, d, me, r1, _ranks_of(dst_mesh), world_size=world,
+                                   start=position % _holders(s), per_cut=_per_cut(budget_bytes, meta.dtype.itemsize))
     except VerishardError as e:
         return None, [(INVALID, f"{name}: {e}")]
     if local is not None:
@@ -497,6 +526,12 @@ def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta
                  dst_shapes[r2.index(me)] if me in r2 else None, into=into), []
 
 
+def _per_cut(budget_bytes: int, itemsize: int) -> int:
+    """The most elements of one cut: the budget's, at least one element (the
+    core takes budgets up to 2**50 elements; a smaller cut is within any larger budget)."""
+    return min(max(1, budget_bytes // itemsize), 2**50)
+
+
 def _holders(t) -> int:
     """How many devices of an (even) type hold each of its blocks: the
     period of the dealing's rotation (every rotation is as verified, and
@@ -513,13 +548,34 @@ class _Shape:
 
 
 def plan_transfer(tensors: Mapping[str, Any], targets: Mapping[str, Any], *, src_ranks: Sequence[int] | None = None,
-                  budget_bytes: int = DEFAULT_BUDGET) -> TransferSchedule:
-    """The schedule :func:`transfer` runs (local, no communication); raises
+                  budget_bytes: int = DEFAULT_BUDGET, rank: int | None = None) -> TransferSchedule:
+    """The schedule :func:`transfer` runs on this rank (local, no
+    communication): this rank's own part, planned from the layouts alone
+    (no other rank's pieces are built); ``rank``: plan another world rank's
+    part instead (its source blocks are not read). Raises
     :class:`~verishard.runtime.torch.RedistributionRefused` naming every problem."""
-    sched, problems = _plan(tensors, targets, src_ranks, budget_bytes)
+    sched, problems = _plan(tensors, targets, src_ranks, budget_bytes, rank)
     if problems:
         raise _error(problems)
     return sched
+
+
+def plan_transfer_world(tensors: Mapping[str, Any], targets: Mapping[str, Any], *,
+                        src_ranks: Sequence[int] | None = None, budget_bytes: int = DEFAULT_BUDGET) -> TransferSchedule:
+    """A world view, for tests and benchmarks: every rank's part planned
+    here (:func:`plan_transfer` with ``rank=``) and their rounds merged by
+    round number, each cut once (from its receiver's part); :meth:`TransferSchedule.loads`
+    then gives every rank's bytes sent and received. Its size is the
+    world's: a transfer never builds it."""
+    first = plan_transfer(tensors, targets, src_ranks=src_ranks, budget_bytes=budget_bytes)
+    merged: dict[int, list] = {}
+    for r in first.ranks():
+        part = first if r == first.rank else plan_transfer(tensors, targets, src_ranks=src_ranks,
+                                                           budget_bytes=budget_bytes, rank=r)
+        for t, rd in zip(part.round_ids, part.rounds):
+            merged.setdefault(t, []).extend(c for c in rd if c[2] == r)
+    ids = sorted(merged)
+    return replace(first, rounds=tuple(tuple(merged[t]) for t in ids), round_ids=tuple(ids), rank=None)
 
 
 def _error(problems: list) -> RedistributionRefused:
@@ -527,12 +583,16 @@ def _error(problems: list) -> RedistributionRefused:
     return cls("transfer refused before any data moved:\n  " + "\n  ".join(t for _, t in problems))
 
 
-def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any) -> tuple[TransferSchedule | None, list]:
+def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any,
+          rank: Any = None) -> tuple[TransferSchedule | None, list]:
     if not isinstance(tensors, Mapping) or not isinstance(targets, Mapping):
         return None, [(INVALID, "tensors and targets must be mappings from names to tensors and to "
                                 "(DeviceMesh, placements)")]
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 1:
         return None, [(INVALID, f"budget_bytes must be a positive integer, not {budget_bytes!r}")]
+    world = dist.get_world_size()
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world):
+        return None, [(INVALID, f"rank must be a world rank 0..{world - 1}, not {rank!r}")]
     targets, fused_problems = per_source(targets, tensors)   # fused and block_fp8 targets, one per source
     if fused_problems:
         return None, [(INVALID, t) for t in fused_problems]
@@ -540,65 +600,116 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any) -> tupl
     if missing:
         return None, [(INVALID, f"names in one of tensors and targets only: {', '.join(missing[:5])}"
                                 + (" ..." if len(missing) > 5 else "") + " (every rank passes every name)")]
-    world, me = dist.get_world_size(), dist.get_rank()
-    key = _schedule_key(tensors, targets, src_ranks, world, me, budget_bytes)
-    if key is not None and key in _SCHEDULES:
+    own = dist.get_rank()
+    me = own if rank is None else rank
+    names = sorted(targets, key=str)
+    index: dict[tuple, int] = {}      # each distinct layout key once: its (slow) hash computed once per tensor
+    layouts = [_layout_index(index, _layout_key(tensors[n], targets[n])) for n in names]
+    key = _schedule_key(names, layouts, tuple(index), src_ranks, world, me, budget_bytes)
+    if key is not None and me == own and key in _SCHEDULES:
         _SCHEDULES.move_to_end(key)
         return _with_tensors(*_SCHEDULES[key], tensors, targets), []
     moves, problems = [], []
-    for position, name in enumerate(sorted(targets, key=str)):
-        m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me, budget_bytes, position)
-        problems += p
+    shared: dict[tuple[int, int], _Move] = {}   # (layouts, rotation): the first such tensor's move
+    period: dict[int, int] = {}                 # layouts: the rotation's period (the blocks' holders)
+    for position, (name, lk) in enumerate(zip(names, layouts)):
+        m = None
+        if lk in period and (lk, position % period[lk]) in shared:
+            m = _like(shared[(lk, position % period[lk])], str(name), tensors[name], targets[name][0])
+        if m is None:
+            m, p = _move(str(name), tensors[name], targets[name], src_ranks, world, me, budget_bytes, position,
+                         holds=me == own)
+            problems += p
+            if m is not None and lk is not None and isinstance(m.plan, RankPlan):
+                period[lk] = _holders(m.plan.src)
+                shared[(lk, m.plan.start)] = m
         if m is not None:
             moves.append(m)
     if problems:
         return None, problems
-    per_tensor = [(m.name, m.dtype.itemsize,
-                   [[(a, b, key, box) for key, a, b, box in rd] for rd in m.plan.rounds] if isinstance(m.plan, BoxPlan)
-                   else _rounds(m.plan, m.dtype.itemsize, budget_bytes)) for m in moves]
-    sched = TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in pack(per_tensor, budget_bytes)), budget_bytes)
-    if key is not None:   # kept without the tensors: a later sync of the same layouts brings its own
+    ids, rounds = rank_rounds(_own_cuts(moves, me), world, budget_bytes)
+    sched = TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in rounds), budget_bytes, me, tuple(ids))
+    if key is not None and me == own:   # kept without the tensors: a later sync of the same layouts brings its own
         held = tuple((m.local is not None, m.pending is not None) for m in moves)
-        _SCHEDULES[key] = (replace(sched, moves=tuple(replace(m, local=None, pending=None) for m in moves)), held)
+        _SCHEDULES[key] = (replace(sched, moves=tuple(m if m.local is None and m.pending is None else
+                                                      _with(m, local=None, pending=None) for m in moves)), held)
         while len(_SCHEDULES) > MAX_CACHED_SCHEDULES:
             _SCHEDULES.popitem(last=False)
     return sched, []
 
 
-MAX_CACHED_SCHEDULES = 2   # a world schedule can be large: the last two (e.g. a policy's sync and its reverse)
+MAX_CACHED_SCHEDULES = 2   # a rank's schedules: the last two (e.g. a policy's sync and its reverse)
 _SCHEDULES: OrderedDict = OrderedDict()
 
 
-def _schedule_key(tensors: Mapping, targets: Mapping, src_ranks: Any, world: int, me: int,
-                  budget_bytes: int) -> tuple | None:
-    """Everything a transfer's schedule depends on: per name the source's
-    layout (mesh ranks and shape, placements, global shape and stride,
-    dtype; a plain tensor's shape, dtype and whether it is on ``meta``) and
-    the target (mesh, placements); the source ranks, world size, this rank
-    and the budget. None where an argument is not one a schedule is kept
-    for (the planning then names the problem)."""
+def _layout_key(x: Any, target: Any) -> tuple | None:
+    """What a tensor's move depends on besides its name, rank and position:
+    the source's layout (mesh ranks and shape, placements, global shape and
+    stride, dtype; a plain tensor's shape, dtype and whether it is on
+    ``meta``) and the target (mesh, placements). None where the arguments
+    are not ones a plan is shared for (the planning then names any problem)."""
     try:
-        parts = []
-        for name in sorted(targets, key=str):
-            x, target = tensors[name], targets[name]
-            if not (isinstance(target, (tuple, list)) and len(target) == 2 and isinstance(target[0], DeviceMesh)):
-                return None
-            placements = tuple(target[1]) if isinstance(target[1], (tuple, list)) else target[1]
-            if isinstance(x, DTensor):
-                meta = x._spec.tensor_meta
-                src = (_mesh_key(x.device_mesh), tuple(x._spec.placements), tuple(meta.shape), tuple(meta.stride),
-                       meta.dtype)
-            elif isinstance(x, torch.Tensor):
-                src = (tuple(x.shape), x.dtype, x.is_meta)
-            else:
-                return None
-            parts.append((str(name), src, _mesh_key(target[0]), placements))
-        ranks = None if src_ranks is None else tuple(int(r) for r in src_ranks)
-        key = (world, me, budget_bytes, ranks, tuple(parts))
-        hash(key)
-        return key
-    except (TypeError, ValueError):  # unhashable placements, odd rank lists: planned (and refused) afresh
+        if not (isinstance(target, (tuple, list)) and len(target) == 2 and isinstance(target[0], DeviceMesh)):
+            return None
+        placements = tuple(target[1]) if isinstance(target[1], (tuple, list)) else target[1]
+        if isinstance(x, DTensor):
+            meta = x._spec.tensor_meta
+            src = (_mesh_key(x.device_mesh), tuple(x._spec.placements), tuple(meta.shape), tuple(meta.stride),
+                   meta.dtype)
+        elif isinstance(x, torch.Tensor):
+            src = (tuple(x.shape), x.dtype, x.is_meta)
+        else:
+            return None
+        return (src, _mesh_key(target[0]), placements)
+    except (TypeError, ValueError):  # odd placements: planned (and refused) afresh
         return None
+
+
+def _layout_index(index: dict, key: tuple | None) -> int | None:
+    """The number of a layout key in ``index`` (added when new); None for none or an unhashable one."""
+    if key is None:
+        return None
+    try:
+        return index.setdefault(key, len(index))
+    except TypeError:
+        return None
+
+
+def _schedule_key(names: Sequence[Any], layouts: Sequence[int | None], distinct: Sequence[tuple], src_ranks: Any,
+                  world: int, me: int, budget_bytes: int) -> tuple | None:
+    """Everything a transfer's schedule depends on: per name its layouts
+    (``layouts[k]`` indexes ``distinct``, the :func:`_layout_key` of each,
+    in order of appearance), the source ranks, world size, this rank and
+    the budget. None where one is not kept (see :func:`_layout_key`)."""
+    if None in layouts:
+        return None
+    try:
+        ranks = None if src_ranks is None else tuple(int(r) for r in src_ranks)
+    except (TypeError, ValueError):  # odd rank lists: planned (and refused) afresh
+        return None
+    return (world, me, budget_bytes, ranks, tuple(map(str, names)), tuple(layouts), tuple(distinct))
+
+
+def _with(m: _Move, **fields: Any) -> _Move:
+    """``m`` with ``fields`` changed (``dataclasses.replace`` without its
+    per-field checks: a state dict has tens of thousands of moves)."""
+    out = object.__new__(_Move)
+    object.__setattr__(out, "__dict__", {**m.__dict__, **fields})
+    return out
+
+
+def _like(template: _Move, name: str, x: Any, dst_mesh: DeviceMesh) -> _Move | None:
+    """The move of tensor ``x`` (named ``name``) whose layouts and rotation
+    are ``template``'s: its plan, with this tensor's source block; None
+    where that block is not the layout's (planned in full, which names the
+    problem)."""
+    local = None
+    if template.local is not None:   # this rank holds a source block of the layout
+        local = x._local_tensor if isinstance(x, DTensor) else x
+        if tuple(local.shape) != tuple(template.local.shape) or (local.is_meta and not isinstance(x, DTensor)):
+            return None
+    return _with(template, name=name, local=local, pending=x if template.pending is not None else None,
+                 dst_mesh=dst_mesh)
 
 
 def _with_tensors(sched: TransferSchedule, held: tuple, tensors: Mapping, targets: Mapping) -> TransferSchedule:
@@ -607,21 +718,9 @@ def _with_tensors(sched: TransferSchedule, held: tuple, tensors: Mapping, target
     moves = []
     for m, (local, pending) in zip(sched.moves, held):
         x, dst_mesh = tensors[by_name[m.name]], targets[by_name[m.name]][0]
-        moves.append(replace(m, local=(x._local_tensor if isinstance(x, DTensor) else x) if local else None,
-                             pending=x if pending else None, dst_mesh=dst_mesh))
+        moves.append(_with(m, local=(x._local_tensor if isinstance(x, DTensor) else x) if local else None,
+                           pending=x if pending else None, dst_mesh=dst_mesh))
     return replace(sched, moves=tuple(moves))
-
-
-@lru_cache(maxsize=1024)
-def _rounds_cached(src, dst, src_ranks, dst_ranks, start, itemsize: int, budget_bytes: int) -> list:
-    return _verified_rounds(crossmesh_plan(src, dst, src_ranks, dst_ranks, start=start), itemsize, budget_bytes)
-
-
-def _rounds(plan: CrossMeshPlan, itemsize: int, budget_bytes: int) -> list:
-    """The verified rounds of a plan (``Rounds.xrounds``), computed once per
-    layouts, item size and budget: the tensors of one shape and layout (a
-    model's layers, an MoE's experts) share them (read only)."""
-    return _rounds_cached(plan.src, plan.dst, plan.src_ranks, plan.dst_ranks, plan.start, itemsize, budget_bytes)
 
 
 def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh, Sequence[Any]]], *,
@@ -753,7 +852,7 @@ def run_schedule(sched: TransferSchedule) -> dict[str, DTensor]:
             targets[m.name] = (block, m.plan.dst.block_starts(j))
             spec = DTensorSpec(m.dst_mesh, m.dst_placements, tensor_meta=m.meta)
             out[m.name] = DTensor(block, spec, requires_grad=False)
-    run_rounds([list(rd) for rd in sched.rounds], sources, targets)
+    run_rounds([list(rd) for rd in sched.rounds], sources, targets, sched.round_ids or None)
     return out | _finish_targets(buffers, sched.moves, me)
 
 

@@ -82,6 +82,7 @@ import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -1120,7 +1121,7 @@ def _post_round(cuts: list, parity: int, me: int, sources: dict, targets: dict) 
 
 
 def run_rounds(rounds: list[list[tuple[Any, int, int, tuple]]], sources: dict[Any, tuple[torch.Tensor, tuple]],
-               targets: dict[Any, tuple[torch.Tensor, tuple]]) -> None:
+               targets: dict[Any, tuple[torch.Tensor, tuple]], ids: Sequence[int] | None = None) -> None:
     """Run staged point-to-point rounds on this rank; collective over the
     ranks the rounds name (world ranks of the default group).
 
@@ -1139,12 +1140,15 @@ def run_rounds(rounds: list[list[tuple[Any, int, int, tuple]]], sources: dict[An
     posted (gloo and NCCL alike); the waits are whole, as before (gloo fails
     a send or receive whose wait times out, :func:`_finish`). Cuts are
     tagged by their position in the round and the round's parity, which
-    every rank computes alike, so no message can be matched with another."""
+    every rank computes alike, so no message can be matched with another.
+    ``ids`` number the rounds alike on every rank where each rank lists only
+    its own rounds (the weight sync's per-rank schedule); without them a
+    round's number is its place in ``rounds``."""
     _require_usable()
     me = dist.get_rank()
     counters = list(_COUNTING)
     in_flight: list[tuple[list, list, int]] = []   # (works, landed, buffer bytes) of rounds posted, not yet waited
-    for k, cuts in enumerate(rounds):
+    for k, cuts in zip(range(len(rounds)) if ids is None else ids, rounds):
         works, landed, sent, received = _post_round(cuts, k % 2, me, sources, targets)
         in_flight.append((works, landed, sent + received))
         for t in counters:
