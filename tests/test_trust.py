@@ -394,7 +394,8 @@ def _plant_row_naming_the_wrong_file(copy: Path) -> None:
 
 
 def test_row_naming_the_wrong_file(planted_static):
-    _failures(planted_static, "synthesize_memory is not declared (Theorem/Lemma/...) at the top level of coq/theories/Checker.v")
+    _failures(planted_static,
+              "synthesize_memory is not declared (Theorem/Lemma/...) at the top level of coq/theories/Checker.v")
 
 
 @shared("queries")
@@ -417,7 +418,8 @@ def _plant_extra_sentence_in_assumptions(copy: Path) -> None:
 
 def test_extra_sentence_in_assumptions(planted_static):
     fails = _failures(planted_static, "coq/Assumptions.v:")
-    assert re.search(r"^FAIL.*coq/Assumptions\.v:\d+: .*Print All Dependencies VS\.Pipelineproof\.plan_spec", fails, re.M)
+    assert re.search(r"^FAIL.*coq/Assumptions\.v:\d+: .*Print All Dependencies VS\.Pipelineproof\.plan_spec",
+                     fails, re.M)
 
 
 @shared("static")

@@ -303,7 +303,8 @@ def _bplan(v):
     dst = [(v + 2, ((0, 2 * h),))]
     pieces, rounds = core.bplan(src, dst, BUDGET)
     assert [[(p.src, p.box) for p in ps] for ps in pieces] == [[(v, ((0, h),)), (v + 1, ((h, h),))]]
-    assert [[(c.src, c.dst, c.box) for c in rd] for rd in rounds] == [[(v, v + 2, ((0, h),)), (v + 1, v + 2, ((h, h),))]]
+    assert [[(c.src, c.dst, c.box) for c in rd] for rd in rounds] == [
+        [(v, v + 2, ((0, h),)), (v + 1, v + 2, ((h, h),))]]
 
 
 @case("lplan")
