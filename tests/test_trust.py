@@ -277,37 +277,45 @@ def test_shadowing_constant_is_refused_when_qualified(planted):
     assert "VS.Shadow.pplan_problem" in fails
 
 
-def _forge(coq: Path, keep: Path, theorem: str) -> None:
-    """Entries for ``theorem`` in coq/.assumptions-cache, both as the old
-    cache had them (key -> answer) and signed with a key of the forger's."""
+def _forge(coq: Path, built: Path, theorem: str) -> None:
+    """Entries for ``theorem`` added to coq/.assumptions-cache, both as the
+    old cache had them (key -> answer) and signed with a key of the
+    forger's, keyed by the .vo files under ``built`` (a coq/ folder)."""
     spec = importlib.util.spec_from_file_location("check_trust_forge", coq / "check_trust.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    theories = str(keep / "coq" / "theories")
+    theories = str(built / "theories")
     version = subprocess.run(["coqc", "--version"], capture_output=True, text=True).stdout.strip()
     module, name = theorem.split(".")[1:]
     closure = sorted({module} | mod.requires(module, theories))
     key = mod.hashlib.sha256("\n".join([version, mod.file_digest(str(coq / "check_trust.py")), theorem] + [
         f"{m} {mod.file_digest(os.path.join(theories, m + '.vo'))}" for m in closure]).encode()).hexdigest()
-    (coq / ".assumptions-cache").write_text(json.dumps(
-        {"closed": {key: mod.sign(b"forger" * 8, key)}, key: mod.CLOSED}))
+    path = coq / ".assumptions-cache"
+    cache = json.loads(path.read_text()) if path.exists() else {}
+    cache.setdefault("closed", {})[key] = mod.sign(b"forger" * 8, key)
+    cache[key] = mod.CLOSED
+    path.write_text(json.dumps(cache))
 
 
 @shared("queries")
-def _plant_leaf(coq: Path) -> None:
-    # A theorem proved from an axiom in its source (the scan names it).
+def _plant_forged_cache_entry(coq: Path) -> None:
+    # Leaf's axiom is in its source (the scan names it); a cache entry forged
+    # for it, keyed by the Leaf.vo compiled in the tree (the clean build's is
+    # the same file: checked below), must not spare it the Print Assumptions query.
     src = "Axiom cheat : 1 = 2.\nTheorem leaf : 1 = 2.\nProof. exact cheat. Qed.\n"
     _add_theorem(coq, "Leaf", src, ["leaf"], pin={"VS.Leaf.leaf": "Leaf.leaf\n     : 1 = 2"})
+    _forge(coq, coq, "VS.Leaf.leaf")
+    FORGED_FROM.append(coq / "theories" / "Leaf.vo")
 
 
-def test_forged_cache_entry_is_asked_again(planted, copy):
-    # Leaf alone, with a cache entry forged for it from the clean build of the
-    # shared copy (where the same Leaf.v was built): it must not spare Leaf the
-    # Print Assumptions query.
-    _plant_leaf(copy)
-    _forge(copy, KEPT["queries"], "VS.Leaf.leaf")
-    fails = _fails(copy, "coq/theories/Leaf.v:1: Axiom", "VS.Leaf.leaf is not closed under the global context")
+FORGED_FROM: list[Path] = []
+
+
+def test_forged_cache_entry_is_asked_again(planted):
+    fails = _failures(planted, "coq/theories/Leaf.v:1: Axiom", "VS.Leaf.leaf is not closed under the global context")
     assert "cheat" in fails
+    # the entry was forged under the key the check computes: from the clean build's own Leaf.vo
+    assert FORGED_FROM[0].read_bytes() == (KEPT["queries"] / "coq" / "theories" / "Leaf.vo").read_bytes()
 
 
 @shared("queries")
