@@ -244,35 +244,44 @@ def test_coq_variable_in_the_environment_is_refused(copy, tmp_path, var):
     _fails(copy, f"MAKEFLAGS sets {var}", env=env)
 
 
-def _plant_shadow(copy: Path, qualified: bool) -> None:
-    """A file defining its own pplan_problem, imported by Extract.v after the
-    proved one; the Extraction command naming it short, or ``qualified``."""
-    (copy / "theories" / "Shadow.v").write_text(
-        "From VS Require Import Mesh Partial Ppipeline.\n"
-        "Definition pplan_problem (m : Mesh.mesh) (s d : Partial.ptype) := Ppipeline.pplan_problem m s s.\n")
-    _append(copy / "_CoqProject", "theories/Shadow.v\n")
+def _plant_shadow(copy: Path, module: str, qualified: str, name: str, decl: str) -> None:
+    """A file ``module`` defining its own ``name`` (``decl``), imported by
+    Extract.v after the proved one, ``qualified``; the Extraction command
+    naming it short (``qualified`` replaced by ``name``), or qualified as before."""
+    (copy / "theories" / f"{module}.v").write_text(decl)
+    _append(copy / "_CoqProject", f"theories/{module}.v\n")
     ex = copy / "theories" / "Extract.v"
     text = ex.read_text()
-    assert "VS.Ppipeline.pplan_problem" in text
-    text = text.replace("From VS Require Import Layoutchoice.", "From VS Require Import Layoutchoice.\n"
-                        "From VS Require Import Shadow.")
-    ex.write_text(text if qualified else text.replace("VS.Ppipeline.pplan_problem", "pplan_problem"))
+    assert qualified in text
+    ex.write_text(text.replace("From VS Require Import Layoutchoice.", "From VS Require Import Layoutchoice.\n"
+                               f"From VS Require Import {module}.").replace(qualified, name))
 
 
-def test_shadowed_extracted_name(copy):
-    # Named short: the glue would call the shadowing one.
-    _plant_shadow(copy, qualified=False)
-    _fails(copy, "the Extraction command names pplan_problem: name each function as VS.File.name",
-           "bindings/glue.ml calls pplan_problem")
+@shared("queries")
+def _plant_shadowed_extracted_name(copy: Path) -> None:
+    # A file defining its own uplan_problem, the Extraction command naming it
+    # short: the glue would call it.
+    _plant_shadow(copy, "ShadowShort", "VS.Upipeline.uplan_problem", "uplan_problem",
+                  "From VS Require Import Mesh Types Upipeline.\n"
+                  "Definition uplan_problem (m : Mesh.mesh) (s d : Types.atype) := Upipeline.uplan_problem m s s.\n")
+
+
+def test_shadowed_extracted_name(planted):
+    _failures(planted, "the Extraction command names uplan_problem: name each function as VS.File.name",
+              "bindings/glue.ml calls uplan_problem")
 
 
 @shared("queries")
 def _plant_shadow_qualified(copy: Path) -> None:
-    _plant_shadow(copy, qualified=True)
+    # Another file defining its own pplan_problem, the Extraction command naming
+    # the proved one qualified, as it does.
+    _plant_shadow(copy, "Shadow", "VS.Ppipeline.pplan_problem", "VS.Ppipeline.pplan_problem",
+                  "From VS Require Import Mesh Partial Ppipeline.\n"
+                  "Definition pplan_problem (m : Mesh.mesh) (s d : Partial.ptype) := Ppipeline.pplan_problem m s s.\n")
 
 
 def test_shadowing_constant_is_refused_when_qualified(planted):
-    # Qualified again: the other constant of that short name is still refused.
+    # Qualified: the other constant of that short name is still refused.
     fails = _failures(planted, "bindings/glue.ml calls pplan_problem: VS.")
     assert "VS.Shadow.pplan_problem" in fails
 
