@@ -161,7 +161,9 @@ def partial_problems(draw):
     return mesh, shape, (sa, sp), (da, dp), op, draw(st.integers(0, 9))
 
 
-@settings(max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck))
+# 1000: every pair of partial types on the small meshes is checked and executed by
+# test_every_pair_of_partial_types; these add larger meshes and the max/min reductions.
+@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 @given(partial_problems())
 def test_random_partial_problems(problem):
     mesh, shape, (sa, sp), (da, dp), op, run = problem
