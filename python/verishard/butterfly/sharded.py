@@ -38,7 +38,7 @@ from torch import nn
 
 from ..mesh import Mesh
 from ..plan import Plan, plan
-from ..runtime.torch import mesh_groups, run_plan
+from ..torch.backend import mesh_groups, run_plan
 from ..torch import planning_mesh
 from . import forms
 from .forms import TORCH, LayerError

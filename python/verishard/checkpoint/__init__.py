@@ -52,14 +52,14 @@ from typing import Any
 
 import numpy as np
 
-from . import checkpoint_format as F
-from . import dtypes
-from .checkpoint_format import CheckpointError
-from .crossmesh import as_type, crossmesh_plan
-from .errors import DtypeError, ShardingError, VerishardError, refusing_raw_errors
-from .limits import MAX_ELEMENTS
-from .mesh import Mesh
-from .sharding import ArrayType
+from . import format as F
+from .. import dtypes
+from .format import CheckpointError
+from ..crossmesh import as_type, crossmesh_plan
+from ..errors import DtypeError, ShardingError, VerishardError, refusing_raw_errors
+from ..limits import MAX_ELEMENTS
+from ..mesh import Mesh
+from ..sharding import ArrayType
 
 __all__ = ["save", "commit", "load", "verify", "reshard", "read_manifest", "DEFAULT_READ_BUFFER"]
 
@@ -496,15 +496,15 @@ def _blocks(obj: Any, lay: Any, rank: int | None, where: str):
     if kind == "jax" and _single_device(obj):
         obj = np.asarray(obj)   # one device's array: a global array, like numpy's
     elif kind == "jax":
-        from .jax_sharding import from_named_sharding
+        from ..jax.sharding import from_named_sharding
         sh = obj.sharding
         t = from_named_sharding(sh, obj.shape)
         devices = list(sh.mesh.devices.flat)
         return t, {devices.index(s.device): np.asarray(s.data) for s in obj.addressable_shards}, "jax", False
     if kind == "dtensor":
         import torch.distributed as dist
-        from .dtensor import UnsupportedLayout, from_spec
-        from .torch import planning_mesh
+        from ..torch.dtensor import UnsupportedLayout, from_spec
+        from ..torch import planning_mesh
         dm = obj.device_mesh
         try:
             t = from_spec(planning_mesh(dm), obj._spec)
@@ -892,7 +892,7 @@ class _Boxes:
         """Mesh rank ``r``'s boxes of ``placements`` on the DeviceMesh ``dm``."""
         from torch.distributed.tensor import Shard
         from torch.distributed.tensor.placement_types import _StridedShard
-        from .dtensor import layout_boxes
+        from ..torch.dtensor import layout_boxes
         k = len(global_shape)
         for i, p in enumerate(placements):
             shard = isinstance(p, (Shard, _StridedShard))
@@ -921,7 +921,7 @@ def _box_pieces(sources: list[Box], target: _Boxes) -> list[tuple[int, Box, tupl
     ``Boxesworldproof.brounds_correct``: every index of a target box that
     some source holds arrives in exactly one cut, inside the box of the
     source it is read from; checked here to be every index of the box."""
-    from . import core
+    from .. import core
     n = len(sources)
     dst = [(n + k, box) for k, (box, _) in enumerate(target.holdings)]
     if not dst:
@@ -1101,7 +1101,7 @@ def _jax_target(sh: Any, e: Any, shape: tuple[int, ...], where: str):
                                   f"NamedSharding (or a sharding on one device)")
         return (ArrayType.parse(f"[{', '.join(map(str, g))}]", "one=1"), [0],
                 lambda blocks: jax.device_put(blocks[0].reshape(shape), sh))
-    from .jax_sharding import from_named_sharding
+    from ..jax.sharding import from_named_sharding
     t = from_named_sharding(sh, g)
     devices = list(sh.mesh.devices.flat)
     mine = [r for r, d in enumerate(devices) if d.process_index == jax.process_index()]
@@ -1117,8 +1117,8 @@ def _jax_target(sh: Any, e: Any, shape: tuple[int, ...], where: str):
 def _dtensor_target(dm: Any, placements: Any, e: Any, rank: int | None, where: str):
     """(type, or _Boxes where our types cannot express the layout; [our rank]) of a DTensor layout."""
     from torch.distributed.tensor.placement_types import _StridedShard
-    from .dtensor import UnsupportedLayout, from_placements
-    from .torch import planning_mesh
+    from ..torch.dtensor import UnsupportedLayout, from_placements
+    from ..torch import planning_mesh
     g = e.t.global_shape
     r = _mesh_rank(dm) if rank is None else int(rank)
     try:
@@ -1326,7 +1326,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
     read_buffer = _count(read_buffer, "read_buffer", 1)
     rank = _count(rank, "rank", 0, none=True)
     if os.path.lexists(os.path.join(path, ".metadata")) and not os.path.lexists(os.path.join(path, F.MANIFEST)):
-        from . import checkpoint_dcp
+        from . import dcp
         return checkpoint_dcp.load(path, targets, type, rank, dtype=dtype, read_buffer=read_buffer, stats=stats)
     legacy = _is_one_target(targets, type)
     with _opened(path) as ck:
@@ -1400,7 +1400,7 @@ def _reshard_layout(lay: Any, shape: tuple[int, ...], where: str) -> ArrayType:
     ``{"mesh": M, "spec": "P('x', None)"}`` (a JAX PartitionSpec) or
     ``{"mesh": M, "placements": "Shard(0), Replicate()"}`` (DTensor's), the
     last two for any shape; or ``(mesh, type)``, ``[mesh, type]``, an ArrayType."""
-    from . import notation
+    from .. import notation
     if isinstance(lay, list) and len(lay) == 2:
         lay = tuple(lay)
     if not isinstance(lay, Mapping):

@@ -82,11 +82,11 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes
-from .checkpoint_format import MAX_MANIFEST_BYTES, dtype_name, open_regular
-from .errors import CheckpointError, DtypeError, VerishardError, show
-from .limits import CORE_INT_LIMIT, MAX_DIMS, show_int
-from .sharding import ArrayType
+from .. import dtypes
+from .format import MAX_MANIFEST_BYTES, dtype_name, open_regular
+from ..errors import CheckpointError, DtypeError, VerishardError, show
+from ..limits import CORE_INT_LIMIT, MAX_DIMS, show_int
+from ..sharding import ArrayType
 
 __all__ = ["DCPCheckpoint", "load"]
 
@@ -670,7 +670,7 @@ def _grid_type(shape: tuple[int, ...], chunks: list[_Chunk]) -> tuple[ArrayType,
     if math.prod(len(s) for s in starts) != len(chunks):
         return None
     try:
-        from .mesh import Mesh
+        from ..mesh import Mesh
         mesh = Mesh.parse(",".join(f"{a}={n}" for a, n in axes) or "one=1")
         t = ArrayType.parse(f"[{', '.join(dims)}]", mesh)
     except VerishardError:
@@ -713,8 +713,8 @@ def _read_into(chunk: _Chunk, box: tuple[tuple[int, int], ...], out: np.ndarray,
 def _load_tensor(ck: DCPCheckpoint, fqn: str, t: Any, j: int) -> np.ndarray:
     """Target device ``j``'s block under ``t`` (our type, or the target
     rank's boxes of a layout our types cannot express), piece by piece."""
-    from .checkpoint import _box_pieces, _Boxes
-    from .crossmesh import crossmesh_plan
+    from . import _box_pieces, _Boxes
+    from ..crossmesh import crossmesh_plan
     shape, dtype, chunks = ck.tensor(fqn)
     if t.global_shape != shape:
         raise CheckpointError(f"{ck.path}: {fqn!r} has global shape {shape}, the target {t.global_shape}")
@@ -741,7 +741,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
          read_buffer: int = 0, stats: dict | None = None) -> Any:
     """:func:`verishard.checkpoint.load` on a DCP directory (same targets and
     results; names are DCP's flattened names, nested at ``.``)."""
-    from .checkpoint import _finish, _is_one_target, _target, select
+    from . import _finish, _is_one_target, _target, select
     ck = DCPCheckpoint(path)
     try:
         legacy = _is_one_target(targets, type)

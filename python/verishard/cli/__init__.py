@@ -56,10 +56,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ParseError, PlanError, ShardingError, VerishardError, show
-from .limits import DEMO_RANKS_PER_CPU, MAX_DEVICES, MAX_DIMS, check_count, check_int, check_text, parse_int
-from .mesh import Mesh
-from .sharding import ArrayType
+from ..errors import ParseError, PlanError, ShardingError, VerishardError, show
+from ..limits import DEMO_RANKS_PER_CPU, MAX_DEVICES, MAX_DIMS, check_count, check_int, check_text, parse_int
+from ..mesh import Mesh
+from ..sharding import ArrayType
 
 __all__ = ["main", "SCHEMA", "dumps", "plan_document", "guarantees", "check_document", "load_plan_file", "DEMO_CASES",
            "int_option", "OPTIONAL_PACKAGES", "OutputLost", "demo_rank_cap"]
@@ -106,7 +106,7 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
     >>> [name for name, _ in guarantees(check("x=2", "[2{x}4]", "[4]", [AllGather(0, "x")]))]
     ['Checker.check_ok_iff', 'Rules.step_wf', 'Semantics.movement_correct', None, 'Trafficproof.accepted_traffic_lower_bound']
     """
-    from .collectives import AllPermute, Exchange
+    from ..collectives import AllPermute, Exchange
 
     if plan.partial and plan.uneven:
         return _puneven_guarantees(plan)
@@ -434,7 +434,7 @@ def check_document(doc: dict[str, Any]):
     ...
     verishard.errors.PlanError: field 'peak' says 2 but the verified checker computes 4
     """
-    from .plan import Plan
+    from ..plan import Plan
 
     if not isinstance(doc, dict):
         raise ParseError(f"a plan must be a JSON object, not {type(doc).__name__}")
@@ -505,7 +505,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
 
 def _problem(args) -> tuple[Mesh, ArrayType, ArrayType, str | None]:
     """Mesh, source and target types from ``--mesh --src --dst [--shape] [--jax|--dtensor]``."""
-    from . import notation
+    from .. import notation
 
     for opt in ("mesh", "src", "dst"):
         if getattr(args, opt) is None:
@@ -565,12 +565,12 @@ def _dtensor_type(mesh: Mesh, shape: tuple[int, ...], placements: tuple) -> "Arr
     notation (numpy only), uneven ones our blocks where DTensor's shards are
     those blocks (read with torch, which says where DTensor puts each shard),
     else a :class:`DTensorLayout`."""
-    from . import notation
+    from .. import notation
 
     t = notation.from_placements(mesh, shape, placements, uneven=True)
     if not t.uneven:
         return t
-    from . import dtensor   # needs torch: DTensor's own shard offsets decide
+    from ..torch import dtensor   # needs torch: DTensor's own shard offsets decide
 
     try:
         return dtensor.from_placements(mesh, shape, dtensor.tuples_to_placements(placements))
@@ -585,9 +585,9 @@ def _box_schedule(mesh: Mesh, shape: tuple[int, ...], placements: tuple[tuple, t
     ``BoxPlan.build``), for elements of ``dtype_name``; and the placements as objects."""
     import torch
 
-    from . import dtensor
-    from .runtime.crossmesh_mpi import DEFAULT_BUDGET
-    from .runtime.torch import BoxPlan
+    from ..torch import dtensor
+    from ..runtime.crossmesh_mpi import DEFAULT_BUDGET
+    from ..torch.backend import BoxPlan
 
     name = dtype_name.removeprefix("torch.")
     dtype = getattr(torch, name, None) if name.isidentifier() else None
@@ -646,7 +646,7 @@ def _notation_hint(text: str, kind: str | None) -> str:
 
 
 def _notation_lines(plan, kind: str | None) -> str:
-    from . import notation
+    from .. import notation
 
     if kind is None:
         return ""
@@ -664,7 +664,7 @@ def _notation_lines(plan, kind: str | None) -> str:
 
 
 def _plan_from_args(args):
-    from .plan import plan as synthesize
+    from ..plan import plan as synthesize
 
     if getattr(args, "file", None) is not None:
         if any(getattr(args, o) is not None for o in ("mesh", "src", "dst", "shape")) or args.jax or args.dtensor:
@@ -672,7 +672,7 @@ def _plan_from_args(args):
         return check_document(load_plan_file(args.file)), None
     mesh, src, dst, kind = _problem(args)
     if isinstance(src, DTensorLayout) or isinstance(dst, DTensorLayout):
-        from . import notation
+        from .. import notation
 
         placements = (notation.parse_placements(args.src), notation.parse_placements(args.dst))
         shape = src.shape if isinstance(src, DTensorLayout) else src.global_shape
@@ -692,7 +692,7 @@ class BoxSchedule:
         self.boxes, self.placements, self.objects, self.dtype = boxes, placements, objects, dtype
 
     def _placements_text(self) -> tuple[str, str]:
-        from . import notation
+        from .. import notation
 
         return tuple(notation.format_placements(pl) for pl in self.placements)
 
@@ -798,7 +798,7 @@ def cmd_show(args, out) -> int:
       A 0..3  A 0..3
     0
     """
-    from . import picture
+    from .. import picture
 
     p, kind = _plan_from_args(args)
     if isinstance(p, BoxSchedule):
@@ -852,7 +852,7 @@ DEMO_MINIMAL = ("certified least traffic (--minimal)", "x=2,y=3", "[9, 2{y}6, 2]
 def _run_demo_case(i: int, title: str, mesh: str, src: str, dst: str, what: str, out,
                    minimal: bool = False) -> bool:
     import verishard
-    from . import picture
+    from .. import picture
 
     out.write(f"\n== {i}. {title}: {Mesh.parse(mesh)}  {src} -> {dst}\n   {what}\n")
     try:
@@ -935,14 +935,14 @@ def _run_mpi_demo(nranks: int, out) -> bool:
 
 def cmd_partition(args, out) -> int:
     """``verishard partition``: the logic is :func:`verishard.partition.cli.run`."""
-    from .partition.cli import run
+    from .partition import run
 
     return run(args, out)
 
 
 def cmd_crossmesh(args, out) -> int:
     """``verishard crossmesh`` and ``reshard-checkpoint``: the logic is :func:`verishard.crossmesh_cli.run`."""
-    from .crossmesh_cli import run
+    from .crossmesh import run
 
     return run(args, out)
 
@@ -1049,7 +1049,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print a traceback on errors")
     parser = _Parser(prog="verishard", description="Verified array redistribution for SPMD programs.",
                      parents=[common])
-    from . import __version__
+    from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"verishard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="{plan,check,show,demo,partition,crossmesh,reshard-checkpoint}", parser_class=_Parser)
@@ -1084,10 +1084,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--nranks", type=int_option("--nranks", 1, MAX_DEVICES), default=DEMO_RANKS,
                    help=f"MPI ranks for the runtime demo (default {DEMO_RANKS}; at most {DEMO_RANKS_PER_CPU} per "
                         f"core, and at least {DEMO_RANKS} allowed)")
-    from .partition.cli import add_parser as _add_partition_parser  # verishard.partition owns its options
+    from .partition import add_parser as _add_partition_parser  # verishard.partition owns its options
 
     _add_partition_parser(sub, common)
-    from .crossmesh_cli import add_parsers as _add_crossmesh_parsers  # verishard.crossmesh_cli owns its options
+    from .crossmesh import add_parsers as _add_crossmesh_parsers  # verishard.crossmesh_cli owns its options
 
     _add_crossmesh_parsers(sub, common)
     return parser
@@ -1238,6 +1238,3 @@ def _fail(e: BaseException, code: int, debug: bool, internal: bool = False) -> i
     _say_error(msg)
     return code
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -55,7 +55,7 @@ def dtensor_transforms(mesh: Mesh, src: ArrayType, dst: ArrayType, min_cost: boo
     from torch.distributed.tensor import _redistribute as R
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
-    from ..dtensor import planning_mesh, to_spec
+    from ..torch.dtensor import planning_mesh, to_spec
     dm = planning_mesh(mesh)
     s, d = to_spec(src, dm), to_spec(dst, dm)
     forced = not all(DTensorSpec.is_default_device_order(o) for o in (s.shard_order, d.shard_order))

@@ -171,7 +171,7 @@ def _ours(case: Case, G: np.ndarray) -> UnevenResult:
 
 
 def _padded_global(G: np.ndarray, t: ArrayType) -> np.ndarray:
-    from ..runtime.jax import padded_global_shape
+    from ..jax.backend import padded_global_shape
     out = np.zeros(padded_global_shape(t), dtype=G.dtype)
     out[tuple(slice(0, g) for g in G.shape)] = G
     return out
@@ -187,7 +187,7 @@ def _program(case: Case, ours: bool):
     from jax.sharding import NamedSharding
 
     from .. import jax as vj
-    from ..runtime.jax import padded_global_shape
+    from ..jax.backend import padded_global_shape
     jm = vj.jax_mesh(case.mesh)  # Auto axes: JAX's only home for uneven shardings
     s, d = vj.to_partition_spec(case.src), vj.to_partition_spec(case.dst)
     shape = case.src.global_shape
@@ -292,7 +292,7 @@ def _dtensor_buffers(info: Any, kind: str, before: np.ndarray, after: np.ndarray
 
 
 def _dtensor(case: Case, G: np.ndarray, min_cost: bool) -> UnevenResult:
-    from ..dtensor import UnsupportedLayout
+    from ..torch.dtensor import UnsupportedLayout
     from ..runtime.uneven import distribute_chunked
     from .torch_dtensor import _describe, dtensor_transforms, replay
     name = "dtensor-mincost" if min_cost else "dtensor-greedy"

@@ -48,17 +48,17 @@ from jax.interpreters import ad, batching, mlir
 from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
 from jax.sharding import Mesh as JaxMesh
 
-from .errors import ShardingError, VerishardError
-from .jax_sharding import (from_named_sharding, from_partition_spec, jax_mesh, mesh_from_jax, spec_entries,
+from ..errors import ShardingError, VerishardError
+from .sharding import (from_named_sharding, from_partition_spec, jax_mesh, mesh_from_jax, spec_entries,
                            to_named_sharding, to_partition_spec)
-from .mesh import Mesh
-from .plan import Plan
-from .plan import plan as synthesize
-from .runtime.backend import step_call, validate_plan
-from .runtime.jax import (JaxBackend, compile_plan, execute, host_executor, host_runs, padded_global_shape, rewrap,
+from ..mesh import Mesh
+from ..plan import Plan
+from ..plan import plan as synthesize
+from ..runtime.backend import step_call, validate_plan
+from .backend import (JaxBackend, compile_plan, execute, host_executor, host_runs, padded_global_shape, rewrap,
                           run_bits)
-from .sharding import ArrayType
-from .notation import parse_partition_spec
+from ..sharding import ArrayType
+from ..notation import parse_partition_spec
 
 try:  # the concrete array class: the eager fast path tests ``type(x) is ArrayImpl``
     from jax._src.array import ArrayImpl

@@ -30,11 +30,11 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import NamedSharding
 
-from ..jax_sharding import to_partition_spec
+from .sharding import to_partition_spec
 from ..plan import Plan
-from .backend import step_call, validate_plan
-from .chunked import ChunkReport, StepChunks, _refined, choose_k, chunk_geometry, default_budget
-from .jax import JaxBackend, compile_plan, rewrap
+from ..runtime.backend import step_call, validate_plan
+from ..runtime.chunked import ChunkReport, StepChunks, _refined, choose_k, chunk_geometry, default_budget
+from .backend import JaxBackend, compile_plan, rewrap
 
 __all__ = ["schedule", "compile_chunked", "execute"]
 

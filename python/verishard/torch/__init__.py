@@ -112,16 +112,16 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor.placement_types import Placement, _StridedShard
 
-from . import core
+from .. import core
 from . import dtensor as _conv
-from .errors import VerishardError
-from .limits import check_seconds
-from .mesh import Mesh
-from .plan import Plan
-from .plan import _from_report, plan as _verified_plan
-from .runtime.crossmesh_mpi import DEFAULT_BUDGET
-from .runtime.backend import AxisGroup
-from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, abandoned,
+from ..errors import VerishardError
+from ..limits import check_seconds
+from ..mesh import Mesh
+from ..plan import Plan
+from ..plan import _from_report, plan as _verified_plan
+from ..runtime.crossmesh_mpi import DEFAULT_BUDGET
+from ..runtime.backend import AxisGroup
+from .backend import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, abandoned,
                             agree, fingerprint, mesh_groups, real_tensors, reduction_problem, run_chunked, run_plan,
                             tracing, world)
 
@@ -844,7 +844,7 @@ def _redistribute(dtensor: Any, args: tuple, placements: Any, device_mesh: Any, 
         return _Redistribute.apply(dtensor, device_mesh, placements, policy, (None, None, None))  # refused there
     input_dtype = dtensor._local_tensor.dtype
     if isinstance(device_mesh, DeviceMesh) and device_mesh != dtensor.device_mesh:
-        from .torch_transfer import crossmesh_redistribute
+        from .crossmesh import crossmesh_redistribute
         x = dtensor if forward_dtype is None else dtensor.to(forward_dtype)
         return crossmesh_redistribute(x, device_mesh, placements, policy)
     if not dtensor.device_mesh._is_current_rank_part_of_mesh():
@@ -863,8 +863,8 @@ def _outside_mesh(x: DTensor, placements: Any, dtype: torch.dtype) -> DTensor:
     return DTensor(local, spec, requires_grad=x.requires_grad)
 
 
-from .torch_transfer import plan_transfer, transfer  # noqa: E402  (it uses this module's checks)
-from .torch_targets import BlockFP8Shard, block_fp8, fused, quantize_block_fp8  # noqa: E402,F401  (transfer's targets)
+from .crossmesh import plan_transfer, transfer  # noqa: E402  (it uses this module's checks)
+from .targets import BlockFP8Shard, block_fp8, fused, quantize_block_fp8  # noqa: E402,F401  (transfer's targets)
 
 
 # ---------------------------------------------------------------------------

@@ -91,8 +91,8 @@ from ..collectives import AllPermute, Exchange
 from ..errors import VerishardError
 from ..limits import check_seconds
 from ..plan import Plan, box_text, pieces_table, ranks_text
-from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
-from .mpi import _ranks, _verdict
+from ..runtime.backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
+from ..runtime.mpi import _ranks, _verdict
 
 __all__ = ["free_port", "TorchBackend", "FuncolBackend", "tracing", "real_tensors", "MeshGroups", "mesh_groups",
            "run_plan", "run_chunked", "fit_to", "agree",

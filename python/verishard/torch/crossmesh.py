@@ -74,15 +74,15 @@ from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
 from . import dtensor as _conv
-from .crossmesh import CrossMeshPlan, crossmesh_plan
-from .crossmesh import _ranks as _check_ranks
-from .errors import VerishardError
-from .mesh import Mesh
-from .plan import MAX_SHOWN_PIECES, pieces_table, ranks_text
-from .runtime.crossmesh_mpi import rounds as _verified_rounds
-from .runtime.torch import (_REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree,
+from ..crossmesh import CrossMeshPlan, crossmesh_plan
+from ..crossmesh import _ranks as _check_ranks
+from ..errors import VerishardError
+from ..mesh import Mesh
+from ..plan import MAX_SHOWN_PIECES, pieces_table, ranks_text
+from ..runtime.crossmesh_mpi import rounds as _verified_rounds
+from .backend import (_REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree,
                             reduction_problem, run_rounds)
-from .torch_targets import BoxTarget, Fused, finish as _finish_targets, per_source
+from .targets import BoxTarget, Fused, finish as _finish_targets, per_source
 
 __all__ = ["transfer", "plan_transfer", "TransferSchedule", "pack", "DEFAULT_BUDGET"]
 
@@ -375,7 +375,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
     rotates the dealing of its replicated blocks' pieces over their holders
     (``Balance.xplan_bal``), so that tensors whose blocks have more holders
     than moved pieces load different replicas."""
-    from .torch import _normalise, _types, planning_mesh
+    from . import _normalise, _types, planning_mesh
     into = target if isinstance(target, BoxTarget) else None
     if into is not None:
         target = (into.mesh, into.placements)
@@ -456,7 +456,7 @@ def _types_once(src_mesh: DeviceMesh, spec: DTensorSpec, dst_spec: DTensorSpec) 
     once per meshes, placements, shape and stride: the tensors of one
     layout (a model's layers, an MoE's experts) share the answer (for at most
     4096 layouts at a time)."""
-    from .torch import _types, planning_mesh
+    from . import _types, planning_mesh
     meta = spec.tensor_meta
     key = (_mesh_key(src_mesh), tuple(spec.placements), _mesh_key(dst_spec.mesh), tuple(dst_spec.placements),
            tuple(meta.shape), tuple(meta.stride))
@@ -475,7 +475,7 @@ def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta
     uneven chunks, on either side) as explicit boxes of world ranks, by the
     verified box schedule (``Boxesworldproof.brounds_correct``); a plain
     tensor source is the whole box on every rank of ``r1``."""
-    from .torch import _holdings
+    from . import _holdings
     dst_mesh = dst_spec.mesh
     r2 = _ranks_of(dst_mesh)
     try:
@@ -647,7 +647,7 @@ def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh,
     ``"first"`` means the same here; a field that differs is named), False
     skips it. ``deadline_s``: as :func:`verishard.torch.redistribute`'s.
     """
-    from .torch import _policy, _require_initialized
+    from . import _policy, _require_initialized
     _require_initialized()
     mode, deadline = _policy(check_agreement, deadline_s)
     sched, problems = _plan(tensors, targets, src_ranks, budget_bytes)
@@ -677,7 +677,7 @@ def _agreed_fields(tensors: Any, targets: Any, src_ranks: Any, mode: Any) -> dic
     ranks differ on it): ``src_ranks``, every mesh's rank layout (sources'
     and targets', :func:`verishard.torch._mesh_ranks`, in the order of the
     names) and the agreement policy."""
-    from .torch import _mesh_ranks
+    from . import _mesh_ranks
     try:
         src = "None" if src_ranks is None else json.dumps([int(r) for r in src_ranks])
     except (TypeError, ValueError):
@@ -770,6 +770,6 @@ def crossmesh_redistribute(x: DTensor, device_mesh: DeviceMesh, placements: Any,
 
 
 def _placements_or_empty(placements: Any, x: DTensor, device_mesh: DeviceMesh) -> tuple[tuple, list]:
-    from .torch import _normalise
+    from . import _normalise
     pl, problems = _normalise(placements, x, device_mesh)
     return (pl if pl is not None else tuple(Replicate() for _ in range(device_mesh.ndim))), problems

@@ -180,7 +180,7 @@ def main() -> int:
     import verishard.torch  # noqa: F401
     sys.stdout.flush()
     try:
-        from .torch import free_port
+        from .backend import free_port
         mp.start_processes(worker, args=(free_port(),), nprocs=NPROCS, join=True, start_method="fork")
     except mp.ProcessExitedException as e:
         print(f"verishard.torch demo FAILED: {e}", file=sys.stderr)

@@ -34,7 +34,7 @@ from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
 from . import dtensor as _conv
-from .errors import ShardingError
+from ..errors import ShardingError
 
 __all__ = ["fused", "block_fp8", "Fused", "BlockFP8", "BlockFP8Shard", "quantize_block_fp8", "AMAX_FLOOR"]
 
