@@ -57,9 +57,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ParseError, PlanError, ShardingError, VerishardError, show
-from ..limits import DEMO_RANKS_PER_CPU, MAX_DEVICES, MAX_DIMS, check_count, check_int, check_text, parse_int
+from ..limits import DEMO_RANKS_PER_CPU, MAX_DEVICES, MAX_DIMS, check_count, check_text, parse_int
 from ..mesh import Mesh
 from ..sharding import ArrayType
+from .options import int_option
 
 __all__ = ["main", "SCHEMA", "dumps", "plan_document", "guarantees", "check_document", "load_plan_file", "DEMO_CASES",
            "int_option", "OPTIONAL_PACKAGES", "OutputLost", "demo_rank_cap"]
@@ -1010,32 +1011,6 @@ _PLAN_EXAMPLES = """examples:
   verishard plan --mesh x=2,y=2 --shape 16,16 --dtensor --src "Shard(0),Replicate()" --dst "Replicate(),Shard(1)"
 
 notations: docs/types.md, docs/jax.md, docs/dtensor.md; reading the output: docs/reading-a-plan.md"""
-
-
-def int_option(option: str, low: int, high: int):
-    """An argparse ``type`` reading ``option`` as a decimal integer in
-    ``[low, high]`` (ASCII digits only, at most ``MAX_DIGITS`` of them),
-    else one usage error naming the option.
-
-    >>> nranks = int_option("--nranks", 1, MAX_DEVICES)
-    >>> nranks("8")
-    8
-    >>> nranks(str(2**70))
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: --nranks 1180591620717411303424 is too large (at most 2**20)
-    >>> nranks("²")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: --nranks '²' is not an integer
-    """
-    def read(text: str) -> int:
-        try:
-            return check_int(parse_int(text, option, UsageError), option, low=low, high=high, error=UsageError)
-        except VerishardError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    read.__name__ = option.lstrip("-").replace("-", "_")  # argparse names the type in some messages
-    return read
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -48,7 +48,7 @@ def _ranks(text: str | None, option: str):
 
 
 def add_parsers(sub, common) -> None:
-    from . import int_option
+    from .options import int_option
 
     c = sub.add_parser("crossmesh", parents=[common], help="print the verified cross-mesh schedule",
                        description="Plan moving an array from one mesh and type (on some world ranks) to "

@@ -36,7 +36,7 @@ def _positive_float(text: str) -> float:
 
 
 def add_parser(sub, common) -> None:
-    from . import int_option
+    from .options import int_option
     from ..partition import METHODS, OBJECTIVES
 
     p = sub.add_parser("partition", parents=[common], help="place a DNN's operators on a heterogeneous platform",
