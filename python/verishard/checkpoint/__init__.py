@@ -1327,7 +1327,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
     rank = _count(rank, "rank", 0, none=True)
     if os.path.lexists(os.path.join(path, ".metadata")) and not os.path.lexists(os.path.join(path, F.MANIFEST)):
         from . import dcp
-        return checkpoint_dcp.load(path, targets, type, rank, dtype=dtype, read_buffer=read_buffer, stats=stats)
+        return dcp.load(path, targets, type, rank, dtype=dtype, read_buffer=read_buffer, stats=stats)
     legacy = _is_one_target(targets, type)
     with _opened(path) as ck:
         names = list(ck.man.entries)
