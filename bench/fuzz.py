@@ -573,7 +573,7 @@ def judge_loads(d: str, victim: Path, keep: bytes) -> str:
                 continue
             if want is None:
                 return f"wrong: {what} returned data though the manifest does not read independently"
-            flat = {("a",): None} if what == "verify" else dict(checkpoint._flatten(got))
+            flat = {("a",): None} if what == "verify" else dict(checkpoint.flatten(got))
             for key, v in flat.items():
                 why = _needed(bad.get(key, []), rows) if what != "verify" else next(
                     (w for k in bad for w in [_needed(bad[k], None)] if w), None)
