@@ -82,12 +82,14 @@ from ..plan import MAX_SHOWN_PIECES, pieces_table, ranks_text
 from ..runtime.crossmesh_mpi import rounds as _verified_rounds
 from .backend import (_REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree,
                             reduction_problem, run_rounds)
+from .specs import (INVALID, UNSUPPORTED, planning_mesh, agreement_policy as _policy, holdings as _holdings,
+                    mesh_ranks as _mesh_ranks, normalise_placements as _normalise,
+                    require_initialized as _require_initialized, spec_types as _types)
 from .targets import BoxTarget, Fused, finish as _finish_targets, per_source
 
 __all__ = ["transfer", "plan_transfer", "TransferSchedule", "pack", "DEFAULT_BUDGET"]
 
 DEFAULT_BUDGET = 64 << 20
-INVALID, UNSUPPORTED = "invalid", "unsupported"
 
 
 @dataclass(frozen=True)
@@ -375,7 +377,6 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
     rotates the dealing of its replicated blocks' pieces over their holders
     (``Balance.xplan_bal``), so that tensors whose blocks have more holders
     than moved pieces load different replicas."""
-    from . import _normalise, _types, planning_mesh
     into = target if isinstance(target, BoxTarget) else None
     if into is not None:
         target = (into.mesh, into.placements)
@@ -456,7 +457,6 @@ def _types_once(src_mesh: DeviceMesh, spec: DTensorSpec, dst_spec: DTensorSpec) 
     once per meshes, placements, shape and stride: the tensors of one
     layout (a model's layers, an MoE's experts) share the answer (for at most
     4096 layouts at a time)."""
-    from . import _types, planning_mesh
     meta = spec.tensor_meta
     key = (_mesh_key(src_mesh), tuple(spec.placements), _mesh_key(dst_spec.mesh), tuple(dst_spec.placements),
            tuple(meta.shape), tuple(meta.stride))
@@ -475,7 +475,6 @@ def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta
     uneven chunks, on either side) as explicit boxes of world ranks, by the
     verified box schedule (``Boxesworldproof.brounds_correct``); a plain
     tensor source is the whole box on every rank of ``r1``."""
-    from . import _holdings
     dst_mesh = dst_spec.mesh
     r2 = _ranks_of(dst_mesh)
     try:
@@ -647,7 +646,6 @@ def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh,
     ``"first"`` means the same here; a field that differs is named), False
     skips it. ``deadline_s``: as :func:`verishard.torch.redistribute`'s.
     """
-    from . import _policy, _require_initialized
     _require_initialized()
     mode, deadline = _policy(check_agreement, deadline_s)
     sched, problems = _plan(tensors, targets, src_ranks, budget_bytes)
@@ -677,7 +675,6 @@ def _agreed_fields(tensors: Any, targets: Any, src_ranks: Any, mode: Any) -> dic
     ranks differ on it): ``src_ranks``, every mesh's rank layout (sources'
     and targets', :func:`verishard.torch._mesh_ranks`, in the order of the
     names) and the agreement policy."""
-    from . import _mesh_ranks
     try:
         src = "None" if src_ranks is None else json.dumps([int(r) for r in src_ranks])
     except (TypeError, ValueError):
@@ -770,6 +767,5 @@ def crossmesh_redistribute(x: DTensor, device_mesh: DeviceMesh, placements: Any,
 
 
 def _placements_or_empty(placements: Any, x: DTensor, device_mesh: DeviceMesh) -> tuple[tuple, list]:
-    from . import _normalise
     pl, problems = _normalise(placements, x, device_mesh)
     return (pl if pl is not None else tuple(Replicate() for _ in range(device_mesh.ndim))), problems
