@@ -92,7 +92,7 @@ from ..errors import VerishardError
 from ..limits import check_seconds
 from ..plan import Plan, box_text, pieces_table, ranks_text
 from ..runtime.backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
-from ..runtime.mpi import _ranks, _verdict
+from ..runtime.agreement import agreement_verdict as _verdict, rank_list as _ranks
 
 __all__ = ["free_port", "TorchBackend", "FuncolBackend", "tracing", "real_tensors", "MeshGroups", "mesh_groups",
            "run_plan", "run_chunked", "fit_to", "agree",
