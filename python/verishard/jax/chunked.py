@@ -33,7 +33,7 @@ from jax.sharding import NamedSharding
 from .sharding import to_partition_spec
 from ..plan import Plan
 from ..runtime.backend import step_call, validate_plan
-from ..runtime.chunked import ChunkReport, StepChunks, _refined, choose_k, chunk_geometry, default_budget
+from ..runtime.chunked import ChunkReport, StepChunks, choose_k, chunk_geometry, default_budget, refined_bound
 from .backend import JaxBackend, compile_plan, rewrap
 
 __all__ = ["schedule", "compile_chunked", "execute"]
@@ -59,7 +59,7 @@ def schedule(plan: Plan, itemsize: int, budget_bytes: int | None = None, chunks:
         else:
             R, G_in, _ = chunk_geometry(t.local_shape, step.type.local_shape)
             k = 1 if call[0] in _WHOLE else choose_k(in_b, out_b, R, G_in, budget, chunks)
-            ref = _refined(in_b, out_b, k, G_in > 1 and k > 1)
+            ref = refined_bound(in_b, out_b, k, G_in > 1 and k > 1)
             out.append(StepChunks(i, call[0], k, R, in_b, out_b, G_in > 1 and k > 1, ref, ref))
         t = step.type
     return ChunkReport(bound, budget, tuple(out))
