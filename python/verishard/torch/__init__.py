@@ -117,7 +117,7 @@ from . import dtensor as _conv
 from ..errors import VerishardError
 from ..mesh import Mesh
 from ..plan import Plan
-from ..plan import _from_report, plan as _verified_plan
+from ..plan import from_report as _from_report, plan as _verified_plan
 from ..runtime.crossmesh_mpi import DEFAULT_BUDGET
 from ..runtime.backend import AxisGroup
 from .backend import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, abandoned,
