@@ -75,7 +75,7 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
 from . import dtensor as _conv
 from ..crossmesh import CrossMeshPlan, crossmesh_plan
-from ..crossmesh import _ranks as _check_ranks
+from ..crossmesh import checked_ranks as _check_ranks
 from ..errors import VerishardError
 from ..mesh import Mesh
 from ..plan import MAX_SHOWN_PIECES, pieces_table, ranks_text
