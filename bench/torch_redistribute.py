@@ -117,7 +117,7 @@ def dtensor_type_level(x, dm, dst, min_cost: bool) -> tuple[int, int, int]:
     chunk divides it, an all-to-all keeps it)."""
     from torch.distributed.tensor import _redistribute as R
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
-    from verishard.crosscheck.torch_dtensor import transform_costs
+    from verishard.torch.dtensor import transform_costs
     target = DTensorSpec(dm, dst, tensor_meta=x._spec.tensor_meta)
     with R.use_min_cost_redistribution_plan(min_cost):
         infos = R._gen_transform_infos_non_cached(x._spec, target)

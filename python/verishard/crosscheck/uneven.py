@@ -294,7 +294,8 @@ def _dtensor_buffers(info: Any, kind: str, before: np.ndarray, after: np.ndarray
 def _dtensor(case: Case, G: np.ndarray, min_cost: bool) -> UnevenResult:
     from ..torch.dtensor import UnsupportedLayout
     from ..runtime.uneven import distribute_chunked
-    from .torch_dtensor import _describe, dtensor_transforms, replay
+    from ..torch.dtensor import describe_transform
+    from .torch_dtensor import dtensor_transforms, replay
     name = "dtensor-mincost" if min_cost else "dtensor-greedy"
     try:
         infos, _ = dtensor_transforms(case.mesh, case.src, case.dst, min_cost)
@@ -310,9 +311,10 @@ def _dtensor(case: Case, G: np.ndarray, min_cost: bool) -> UnevenResult:
         if step is None:
             continue
         kind, new, _ = step
-        program.append(_describe(info))
+        program.append(describe_transform(info))
         if kind == "unsupported":
-            return UnevenResult(name, "unsupported", f"transform {_describe(info)} is not modelled", tuple(program))
+            return UnevenResult(name, "unsupported", f"transform {describe_transform(info)} is not modelled",
+                                tuple(program))
         dims = tuple(getattr(info, "original_mesh_dims", None) or (info.mesh_dim,))
         size = prod(case.mesh.axis_sizes[d] for d in dims)
         cost = [_dtensor_buffers(info, kind, x, y, size) for x, y in zip(xs, new)]

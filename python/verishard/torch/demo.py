@@ -77,11 +77,11 @@ def dtensor_steps(x, dm, dst):
     all-to-all keeps it)."""
     from torch.distributed.tensor import _redistribute as R
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
-    from ..crosscheck.torch_dtensor import _describe, transform_costs
+    from .dtensor import describe_transform, transform_costs
     target = DTensorSpec(dm, dst, tensor_meta=x._spec.tensor_meta)
     infos = R._optimize_transform_infos(R._gen_transform_infos(x._spec, target), dm, x.placements, dst)
     moving, peak, recv = transform_costs(infos, dm, x.to_local().numel())
-    return [_describe(info) for info in moving], peak, recv
+    return [describe_transform(info) for info in moving], peak, recv
 
 
 def worker(rank: int, port: int) -> None:
