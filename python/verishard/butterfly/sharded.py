@@ -7,7 +7,7 @@ the weights, by block, and nothing of them twice. Between the factors, the
 computation is local along a dimension no mesh axis shards
 (``Commuteproof.along_commutes``); every permutation that crosses devices is
 an array redistribution planned by :func:`verishard.plan.plan` and run by
-verishard's torch runtime (:func:`verishard.runtime.torch.run_plan`), so the
+verishard's torch runtime (:func:`verishard.torch.backend.run_plan`), so the
 sharded layer computes the layer (``Commuteproof.along_then_plan`` over the
 plans of collectives and ``along_then_exchange`` over the exchange: the two
 kinds of plan ``Exchangeproof.eplan_spec`` returns).

@@ -5,8 +5,8 @@ other meshes and layouts, each rank reading only what the verified
 cross-mesh schedule (``Crossmesh.xplan``, ``Crossmeshproof.xplan_correct``)
 assigns it, and checking exactly what it reads.
 
-The format and its defensive reading are :mod:`verishard.checkpoint_format`;
-PyTorch DCP directories are read by :mod:`verishard.checkpoint_dcp`.
+The format and its defensive reading are :mod:`verishard.checkpoint.format`;
+PyTorch DCP directories are read by :mod:`verishard.checkpoint.dcp`.
 
 >>> import numpy as np, tempfile
 >>> from verishard import checkpoint
@@ -28,7 +28,7 @@ of a save still running, whose writer holds a lock on its marker; and only
 files a save provably wrote: ``_sweep``). A crash at any point leaves the
 previous complete checkpoint or none; leftovers of killed writers are
 removed by the next save. Every file of the directory is opened as a
-regular file only (``checkpoint_format.open_regular``: a FIFO is refused,
+regular file only (``format.open_regular``: a FIFO is refused,
 never waited on). Loading opens every file first (a load racing a re-save
 reads the old or the new checkpoint, or says the checkpoint changed),
 checks the manifest's digest and schema (no two blocks sharing bytes),

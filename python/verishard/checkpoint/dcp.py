@@ -500,7 +500,7 @@ class DCPCheckpoint:
 
     def _open(self, name: str) -> int:
         """The file ``name`` of the directory, opened by
-        :func:`checkpoint_format.open_regular` (a regular file only, checked
+        :func:`verishard.checkpoint.format.open_regular` (a regular file only, checked
         before any read: a FIFO does not block)."""
         if not isinstance(name, str) or "/" in name or "\0" in name or name in ("", ".", "..") or len(name) > 255:
             raise CheckpointError(f"{self.path}: DCP file name {show(name)} is not a file of the directory")

@@ -85,7 +85,7 @@ Box = tuple[tuple[int, int], ...]
 class Boxes:
     """One rank's part of a target layout that our types cannot express
     (DTensor's nested ``torch.chunk`` shards, uneven ``_StridedShard``), as
-    DTensor lays it out (:func:`verishard.dtensor.layout_boxes`): its global
+    DTensor lays it out (:func:`verishard.torch.dtensor.layout_boxes`): its global
     boxes, each with where it starts in the local tensor, and the local
     shape. Several boxes where ``_StridedShard`` interleaves; none where the
     shard is empty."""

@@ -562,7 +562,7 @@ class DTensorLayout:
 
 def _dtensor_type(mesh: Mesh, shape: tuple[int, ...], placements: tuple) -> "ArrayType | DTensorLayout":
     """The type of DTensor placements as the Python API reads them
-    (:func:`verishard.dtensor.from_placements`): even shapes through the
+    (:func:`verishard.torch.dtensor.from_placements`): even shapes through the
     notation (numpy only), uneven ones our blocks where DTensor's shards are
     those blocks (read with torch, which says where DTensor puts each shard),
     else a :class:`DTensorLayout`."""
@@ -582,7 +582,7 @@ def _dtensor_type(mesh: Mesh, shape: tuple[int, ...], placements: tuple) -> "Arr
 def _box_schedule(mesh: Mesh, shape: tuple[int, ...], placements: tuple[tuple, tuple], dtype_name: str):
     """The verified box schedule between two DTensor layouts (notation
     tuples), what :func:`verishard.torch.redistribute` runs where the types
-    cannot describe one of them (:func:`verishard.dtensor.layout_boxes`,
+    cannot describe one of them (:func:`verishard.torch.dtensor.layout_boxes`,
     ``BoxPlan.build``), for elements of ``dtype_name``; and the placements as objects."""
     import torch
 
@@ -935,14 +935,14 @@ def _run_mpi_demo(nranks: int, out) -> bool:
 
 
 def cmd_partition(args, out) -> int:
-    """``verishard partition``: the logic is :func:`verishard.partition.cli.run`."""
+    """``verishard partition``: the logic is :func:`verishard.cli.partition.run`."""
     from .partition import run
 
     return run(args, out)
 
 
 def cmd_crossmesh(args, out) -> int:
-    """``verishard crossmesh`` and ``reshard-checkpoint``: the logic is :func:`verishard.crossmesh_cli.run`."""
+    """``verishard crossmesh`` and ``reshard-checkpoint``: the logic is :func:`verishard.cli.crossmesh.run`."""
     from .crossmesh import run
 
     return run(args, out)
@@ -1062,7 +1062,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .partition import add_parser as _add_partition_parser  # verishard.partition owns its options
 
     _add_partition_parser(sub, common)
-    from .crossmesh import add_parsers as _add_crossmesh_parsers  # verishard.crossmesh_cli owns its options
+    from .crossmesh import add_parsers as _add_crossmesh_parsers  # verishard.cli.crossmesh owns its options
 
     _add_crossmesh_parsers(sub, common)
     return parser

@@ -27,7 +27,7 @@ only, against numpy (the valid part of every device's block):
   dimensions shard one uneven tensor dimension, DTensor chunks each chunk
   again, which is another layout than the type's (``5`` over ``2 x 2``:
   2, 1, 1, 1 against 2, 2, 1, 0); such a case is not the same problem, and
-  is reported ``unsupported`` with :mod:`verishard.dtensor`'s reason.
+  is reported ``unsupported`` with :mod:`verishard.torch.dtensor`'s reason.
 
 Both XLA programs take the source as the padded global array (every block
 padded to ``c``, an even array XLA accepts at a jit's boundary), cut it to

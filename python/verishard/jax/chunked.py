@@ -5,13 +5,13 @@ Between steps the array is held as its list of ``k`` pieces when the next
 step cuts it the same way (same chunk range and ``k``), so a piece's buffer
 is dead, and XLA may reuse it, as soon as the next step has consumed it;
 otherwise the pieces are concatenated and cut again. Every piece runs the
-step's own collective (:class:`verishard.runtime.jax.JaxBackend`), so the
+step's own collective (:class:`verishard.jax.backend.JaxBackend`), so the
 result is the unchunked plan's (``Chunkproof.chunk_decompose``); the memory
 XLA really uses is what its buffer assignment makes of this program
 (``compiled.memory_analysis()``; see ``bench/jax_memory.py``).
 
 >>> from verishard import plan
->>> from verishard.jax_sharding import jax_mesh, to_named_sharding
+>>> from verishard.jax.sharding import jax_mesh, to_named_sharding
 >>> p = plan("x=2", "[8{x}16, 4]", "[16, 2{x}4]")
 >>> x = jax.device_put(jnp.arange(64.0).reshape(16, 4), to_named_sharding(p.src, jax_mesh(p.mesh)))
 >>> y, rep = execute(p, x, chunks=4)

@@ -13,7 +13,7 @@ data moves by the plan ``verishard.plan`` returns for the two layouts
 (``Pipelineproof.plan_spec``: every rank ends with exactly its
 target block, and no rank holds more than ``max(size(src), size(dst))``
 elements of array data between steps), run with torch.distributed collectives
-by :mod:`verishard.runtime.torch`: gloo for CPU tensors, NCCL for CUDA
+by :mod:`verishard.torch.backend`: gloo for CPU tensors, NCCL for CUDA
 tensors, on the process groups of the DTensor's ``DeviceMesh``.
 
 What it takes:
@@ -44,14 +44,14 @@ What it takes:
   shard to the block size, runs the verified plan (``Upipelineproof``;
   ``Ucheckerproof.ucheck_correct_chunked``: no padding reaches a valid
   position) and keeps the valid part of its target block
-  (:func:`~verishard.runtime.torch.run_chunked`), which is the shard
+  (:func:`~verishard.torch.backend.run_chunked`), which is the shard
   ``DTensor.redistribute`` gives it. Every shard of the source and of the
   target is compared with DTensor's own offsets
-  (:func:`verishard.dtensor.layout_mismatches`, in :func:`_types`).
+  (:func:`verishard.torch.dtensor.layout_mismatches`, in :func:`_types`).
   Where they differ (a dimension several mesh dimensions shard: chunk by
   chunk, 5 over 2 x 2 is 2, 1, 1, 1 for DTensor, 2, 2, 1, 0 for us; or
   interleaved by ``_StridedShard``), both layouts become explicit boxes per
-  rank read off DTensor itself (:func:`verishard.dtensor.layout_boxes`) and
+  rank read off DTensor itself (:func:`verishard.torch.dtensor.layout_boxes`) and
   the verified box schedule runs point to point (:func:`_box_entry`,
   ``Boxesworldproof.brounds_correct``; Partial sources reduced first,
   Partial targets made pending after). The core takes that decision:
@@ -75,11 +75,11 @@ with the same layouts does no planning work (:func:`cache_info`).
 
 Before any data moves, every rank checks its input and plan and the ranks
 compare a fingerprint of the plan through the default group's store
-(:func:`verishard.runtime.torch.agree`); bad input or ranks that disagree
-raise the same :class:`~verishard.runtime.torch.RedistributionRefused` (a
+(:func:`verishard.torch.backend.agree`); bad input or ranks that disagree
+raise the same :class:`~verishard.torch.backend.RedistributionRefused` (a
 ``ValueError``) on every rank, naming every failing rank, and a rank that
 does not arrive within the deadline (60 s by default) fails the others with
-:class:`~verishard.runtime.torch.RanksMissing` naming it. By default the
+:class:`~verishard.torch.backend.RanksMissing` naming it. By default the
 ranks agree when a rank first uses a cached plan (``check_agreement=True``
 or ``"first"``); ``"always"`` agrees on every call, ``False`` never (a
 problem is then raised on the ranks that see it).
@@ -87,10 +87,10 @@ problem is then raised on the ranks that see it).
 DTensor's keywords ``forward_dtype``, ``backward_dtype`` and ``async_op``
 mean what they mean there (:func:`redistribute`). Under ``torch.compile``
 the plan is made while tracing and its collectives enter the graph as
-functional collectives (:class:`~verishard.runtime.torch.FuncolBackend`).
+functional collectives (:class:`~verishard.torch.backend.FuncolBackend`).
 
 Another ``device_mesh`` than the DTensor's runs the verified cross-mesh
-schedule point to point (:mod:`verishard.torch_transfer`, which also holds
+schedule point to point (:mod:`verishard.torch.crossmesh`, which also holds
 :func:`transfer`, a whole state dict in one schedule). :func:`enable` routes
 DTensor's own redistributions through verified plans.
 
@@ -156,11 +156,11 @@ def _agreement_ranks(device_mesh: DeviceMesh) -> tuple[int, ...] | None:
 
 def _partial_problems(src: DTensorSpec, dst: DTensorSpec, device_mesh: DeviceMesh,
                       what: tuple[str, str] = ("source", "target")) -> list[tuple[str, str]]:
-    """Partial placements our types cannot hold (``verishard.dtensor.partial_of``:
+    """Partial placements our types cannot hold (``verishard.torch.dtensor.partial_of``:
     ``Partial("avg")``, other reductions, Partial subclasses: unsupported;
     two reductions in one tuple: invalid, DTensor refuses them too), a
     reduction the dtype or the mesh's process group cannot run
-    (:func:`verishard.runtime.torch.reduction_problem`: unsupported), and a
+    (:func:`verishard.torch.backend.reduction_problem`: unsupported), and a
     target pending another reduction than the source (unsupported: a plan
     keeps the reduction)."""
     names = tuple(device_mesh.mesh_dim_names) if device_mesh.mesh_dim_names else None
@@ -354,7 +354,7 @@ def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spe
     """Where our types cannot describe a layout (``problems`` from
     :func:`_types`: DTensor's nested ``torch.chunk`` shards, uneven
     ``_StridedShard``), the entry of the verified box schedule between the
-    two layouts as DTensor lays them out (:func:`verishard.dtensor.layout_boxes`;
+    two layouts as DTensor lays them out (:func:`verishard.torch.dtensor.layout_boxes`;
     ``Boxesworldproof.brounds_correct``), run point to point. A Partial
     source is reduced first (all-reduce over its pending mesh dimensions), a
     Partial target made pending after, as the plans of collectives do
@@ -408,10 +408,10 @@ def _move_local(entry: _Entry, local: torch.Tensor, mesh_obj: DeviceMesh) -> tor
 def plan_for(dtensor: DTensor, placements: Sequence[Placement], *,
              device_mesh: DeviceMesh | None = None) -> Plan | BoxPlan | None:
     """The verified plan :func:`redistribute` runs for these arguments (a
-    :class:`~verishard.runtime.torch.BoxPlan` where the collectives cannot
+    :class:`~verishard.torch.backend.BoxPlan` where the collectives cannot
     express the layouts; None when the local tensor is kept as it is);
     local, no communication. Raises
-    :class:`~verishard.runtime.torch.RedistributionRefused` naming the problem."""
+    :class:`~verishard.torch.backend.RedistributionRefused` naming the problem."""
     _require_initialized()
     key, entry, problems = _forward_entry(dtensor, device_mesh, placements)
     if problems:
@@ -443,7 +443,7 @@ def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Ent
             return key, None, [(INVALID, f"device_mesh must be a DeviceMesh, not {type(device_mesh).__name__}")]
         if device_mesh != x.device_mesh:
             return key, None, [(UNSUPPORTED, f"device_mesh {device_mesh} is not the DTensor's mesh {x.device_mesh}: "
-                                             "redistribute runs it point to point (verishard.torch_transfer); its "
+                                             "redistribute runs it point to point (verishard.torch.crossmesh); its "
                                              "schedule is verishard.torch.plan_transfer's, not a plan of collectives")]
     src = x._spec
     pl, problems = _normalise(placements, x, mesh_obj)
@@ -678,8 +678,8 @@ def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] |
     call); False never (a problem is then raised on the ranks that see it).
     The ranks that agree are the mesh's (a sub-mesh agrees within itself).
     ``deadline_s``: how long the agreement waits for the other ranks
-    (default :data:`verishard.runtime.torch.DEADLINE_S`, 60 s) before it
-    fails with :class:`~verishard.runtime.torch.RanksMissing` naming those
+    (default :data:`verishard.torch.backend.DEADLINE_S`, 60 s) before it
+    fails with :class:`~verishard.torch.backend.RanksMissing` naming those
     that did not arrive.
 
     Under ``torch.compile`` (``fullgraph=True`` included) it is a
@@ -688,10 +688,10 @@ def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] |
     (docs/torch.md, ``torch.compile``).
 
     Raises, on every rank and before any data moves,
-    :class:`~verishard.runtime.torch.RedistributionRefused` for bad input
+    :class:`~verishard.torch.backend.RedistributionRefused` for bad input
     (placements of the wrong length, a dimension out of range, another
     DeviceMesh, mixed Partial reductions, ranks that disagree) and
-    :class:`~verishard.runtime.torch.NotSupportedYet` for ``Partial("avg")``
+    :class:`~verishard.torch.backend.NotSupportedYet` for ``Partial("avg")``
     and DTensor's other reductions and a change of the pending reduction
     (module docstring).
     """

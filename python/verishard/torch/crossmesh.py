@@ -19,7 +19,7 @@ rounds of all tensors are then packed first fit into shared rounds under the
 same per-rank budget (:func:`pack`): that packing only regroups verified
 cuts, and the runtime checks its loads rather than a theorem. Each round runs
 as one ``batch_isend_irecv`` over the default process group
-(:func:`verishard.runtime.torch.run_rounds`), gloo or NCCL.
+(:func:`verishard.torch.backend.run_rounds`), gloo or NCCL.
 
 The tensors of one shape and layouts share one plan and its rounds, and a
 repeated sync of the same layouts, dtypes and budget reuses its whole
@@ -31,7 +31,7 @@ gathered or staged whole anywhere. Before any data moves every rank of the
 default group agrees on a fingerprint of every tensor's types, rank lists,
 dtype and the budget, and on the fields it names where they differ
 (``src_ranks``, every mesh's rank layout, the ``check_agreement`` policy),
-under the agreement deadline (:func:`verishard.runtime.torch.agree`).
+under the agreement deadline (:func:`verishard.torch.backend.agree`).
 
 Sources are DTensors (Shard, Replicate, _StridedShard, Partial; on any DeviceMesh of
 the world, sub-meshes included: every rank of the world holds the DTensor
@@ -42,7 +42,7 @@ DeviceMesh and placements per name. A layout our types cannot describe (a
 dimension split unevenly by several mesh dimensions: DTensor's nested
 ``torch.chunk``, uneven ``_StridedShard``), on either side, moves as explicit
 boxes of world ranks by the verified box schedule
-(:class:`~verishard.runtime.torch.BoxPlan`, ``Boxesworldproof.brounds_correct``:
+(:class:`~verishard.torch.backend.BoxPlan`, ``Boxesworldproof.brounds_correct``:
 every target rank gets each element of its box once, from a rank holding
 it, receiving exactly what it does not hold), whose rounds are packed with
 the others. A Partial source (sum, max or min) is first reduced on its own mesh,
@@ -50,9 +50,9 @@ after the agreement: the partial types' ``AllReduce`` step over each pending
 mesh dimension, which keeps the local shape; the schedule moves the reduced
 blocks, planned as the same placements with Replicate for Partial. Partial
 targets are refused. Targets laid out as inference engines hold them
-(:func:`verishard.torch_targets.fused`, and ``(mesh, placements,
+(:func:`verishard.torch.targets.fused`, and ``(mesh, placements,
 block_fp8())``) are explicit target boxes too, moved by the same box
-schedule (:class:`~verishard.torch_targets.BoxTarget`).
+schedule (:class:`~verishard.torch.targets.BoxTarget`).
 
 Importing this module imports torch; see ``docs/torch.md``.
 """
@@ -107,7 +107,7 @@ class _Move:
     ranks: tuple[int, ...] = ()    # both sides' world ranks
     out_shape: tuple[int, ...] | None = None   # with a BoxPlan: this rank's target local shape (None: not a target)
     pending: Any = None            # a Partial source DTensor, reduced on its own mesh before the schedule runs
-    into: BoxTarget | None = None  # a fused or block_fp8 target (torch_targets): its boxes, buffer and result
+    into: BoxTarget | None = None  # a fused or block_fp8 target (torch/targets.py): its boxes, buffer and result
 
 
 @dataclass(frozen=True)
@@ -418,7 +418,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
         # planned as the reduced layout; the reduction itself runs after the agreement (transfer)
         pending, spec = x, DTensorSpec(src_mesh, tuple(Replicate() if p.is_partial() else p for p in spec.placements),
                                        tensor_meta=meta)
-    if into is not None:   # explicit target boxes (torch_targets): the verified box schedule
+    if into is not None:   # explicit target boxes (torch/targets.py): the verified box schedule
         m, p = _box_move(name, spec if src_mesh is not None else None, r1, meta, dst_spec, local, world, me,
                          budget_bytes, into)
         return (replace(m, pending=pending) if m is not None else None), p
@@ -513,7 +513,7 @@ class _Shape:
 def plan_transfer(tensors: Mapping[str, Any], targets: Mapping[str, Any], *, src_ranks: Sequence[int] | None = None,
                   budget_bytes: int = DEFAULT_BUDGET) -> TransferSchedule:
     """The schedule :func:`transfer` runs (local, no communication); raises
-    :class:`~verishard.runtime.torch.RedistributionRefused` naming every problem."""
+    :class:`~verishard.torch.backend.RedistributionRefused` naming every problem."""
     sched, problems = _plan(tensors, targets, src_ranks, budget_bytes)
     if problems:
         raise _error(problems)
@@ -631,7 +631,7 @@ def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh,
     every target mesh). A target may also be ``fused(...)`` (its parts are
     source names; the result is the rank's fused local tensor) or ``(mesh,
     placements, block_fp8(...))`` (the result a ``BlockFP8Shard``):
-    :mod:`verishard.torch_targets`.
+    :mod:`verishard.torch.targets`.
 
     Collective over every rank of the default group: they agree first (a
     rank whose arguments name other ranks, a ``src_ranks`` or a mesh laid

@@ -1,4 +1,4 @@
-"""The PyTorch part of ``make demo``: ``python -m verishard.runtime.torch_demo``.
+"""The PyTorch part of ``make demo``: ``python -m verishard.torch.demo``.
 
 Starts 8 gloo processes (``torch.multiprocessing``, forked, MASTER_ADDR
 127.0.0.1 and a free port), redistributes a few DTensors on a (2, 4) and a

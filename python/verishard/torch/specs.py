@@ -58,7 +58,7 @@ def spec_types(mesh: Mesh | tuple[Mesh, Mesh], src: DTensorSpec, dst: DTensorSpe
            what: tuple[str, str] = ("source", "target")) -> tuple[Any, Any, list[tuple[str, str]]]:
     """Our types for the two specs (on one mesh, or on the source's and the
     target's), and the problems: layouts our types do
-    not describe (:class:`verishard.dtensor.UnsupportedLayout`: an uneven
+    not describe (:class:`verishard.torch.dtensor.UnsupportedLayout`: an uneven
     dimension DTensor splits otherwise than our blocks, checked shard by
     shard against DTensor's own offsets; Partial with an uneven dimension)
     and a Partial type next to an uneven one (the verified core plans
@@ -100,7 +100,7 @@ def mesh_ranks(device_mesh: DeviceMesh) -> str:
 
 def holdings(spec: DTensorSpec, mesh_obj: DeviceMesh) -> tuple[tuple, tuple]:
     """``spec``'s layout on ``mesh_obj`` as explicit boxes of world ranks, and
-    every mesh rank's local shape (:func:`verishard.dtensor.layout_boxes`)."""
+    every mesh rank's local shape (:func:`verishard.torch.dtensor.layout_boxes`)."""
     order = None if spec.use_strided_shard_as_shard_order else spec.shard_order
     return _conv.layout_boxes(spec.tensor_meta.shape, tuple(mesh_obj.mesh.shape), spec.placements, order,
                               [int(r) for r in mesh_obj.mesh.flatten().tolist()])
@@ -149,7 +149,7 @@ def agreement_policy(check_agreement: Any, deadline_s: Any) -> tuple[str | bool,
     """``(mode, deadline)`` from :func:`redistribute`'s arguments: True is
     "first"; ``deadline_s`` checked by ``verishard.limits.check_seconds``
     (a number greater than 0, at most ``MAX_SECONDS``; None: the default,
-    :func:`verishard.runtime.torch.deadline`, checked when the agreement
+    :func:`verishard.torch.backend.deadline`, checked when the agreement
     waits)."""
     mode = "first" if check_agreement is True else check_agreement
     try:
