@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import importlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -227,3 +229,13 @@ def test_old_paths_are_the_new_modules(old):
     if ".jax" in MOVED[old]:
         pytest.importorskip("jax")
     assert importlib.import_module(old) is importlib.import_module(MOVED[old])
+
+
+def test_python_m_of_an_old_path_runs_the_new_module():
+    # verishard.crossmesh_cli is verishard.cli.crossmesh, which only defines its parsers: runs and exits 0
+    proc = subprocess.run([sys.executable, "-m", "verishard.crossmesh_cli"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "verishard.nothing_moved_here"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0 and "No module named verishard.nothing_moved_here" in proc.stderr
