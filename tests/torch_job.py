@@ -90,7 +90,7 @@ def fork_workers(worker, outdir, nprocs: int, *args) -> None:
     spawned torch imports take ~12 s on 2 cores)."""
     import torch.multiprocessing as mp
 
-    from verishard.runtime.torch import free_port
+    from verishard.torch.backend import free_port
     os.makedirs(outdir, exist_ok=True)
     mp.start_processes(worker, args=(free_port(), outdir, *args), nprocs=nprocs, join=True, start_method="fork")
 
@@ -104,6 +104,47 @@ def finish_worker(outdir, rank: int, record: dict) -> None:
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001 - already gone
         pass
+
+
+def run_cases(outdir, nprocs: int, cases: dict, only: str = "", quiet: bool = True, barrier: bool = False) -> None:
+    """The worker harness of the multi-process jobs: fork ``nprocs`` gloo
+    processes; each runs every case of ``cases`` (name -> ``fn(add, rank)``)
+    named in ``only`` (comma-separated; all when empty), in order, then
+    writes ``OUTDIR/rank<r>.json`` = ``{"rank", "records"}``: what the cases
+    passed to ``add`` (a dict, or keywords), and a ``crash`` record with the
+    traceback if one raised. ``quiet``: warnings ignored; ``barrier``: the
+    ranks meet before leaving the group. Every collective waits at most 60 s
+    (the group's timeout), so a lost rank fails the job instead of hanging it."""
+    fork_workers(_case_worker, outdir, nprocs, nprocs, cases, only, quiet, barrier)
+
+
+def _case_worker(rank: int, port: int, outdir, nprocs: int, cases: dict, only: str, quiet: bool,
+                 barrier: bool) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    if quiet:
+        import warnings
+        warnings.filterwarnings("ignore")
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    records = []
+
+    def add(rec: dict | None = None, **fields) -> None:
+        records.append(fields if rec is None else rec)
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=nprocs, timeout=timedelta(seconds=60))
+        for name, fn in cases.items():
+            if not only or name in only.split(","):
+                fn(add, rank)
+    except BaseException as e:  # noqa: BLE001 - reported through the file
+        add(case="crash", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+    finally:
+        if barrier:
+            try:
+                dist.barrier()
+            except Exception:  # noqa: BLE001 - a rank already gone: its crash record says why
+                pass
+        finish_worker(outdir, rank, {"rank": rank, "records": records})
 
 
 def global_tensor(shape, dtype, seed: int):
