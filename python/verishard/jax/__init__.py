@@ -50,13 +50,13 @@ from jax.sharding import Mesh as JaxMesh
 
 from ..errors import ShardingError, VerishardError
 from .sharding import (from_named_sharding, from_partition_spec, jax_mesh, mesh_from_jax, spec_entries,
-                           to_named_sharding, to_partition_spec)
+                       to_named_sharding, to_partition_spec)
 from ..mesh import Mesh
 from ..plan import Plan
 from ..plan import plan as synthesize
 from ..runtime.backend import step_call, validate_plan
 from .backend import (JaxBackend, compile_plan, execute, host_executor, host_runs, padded_global_shape, rewrap,
-                          run_bits)
+                      run_bits)
 from ..sharding import ArrayType
 from ..notation import parse_partition_spec
 

@@ -26,7 +26,7 @@ from jax.sharding import AxisType
 from .. import dtypes
 from ..errors import ShardingError
 from .sharding import (devices_of, cached_jax_mesh, from_named_sharding, jax_mesh, mesh_from_jax,
-                            part_axis_types, to_named_sharding, to_partition_spec)
+                       part_axis_types, to_named_sharding, to_partition_spec)
 from ..mesh import Mesh
 from ..plan import Plan
 from ..runtime.backend import AxisGroup, Backend, reduction_identity, validate_plan

@@ -121,8 +121,8 @@ from ..plan import from_report as _from_report, plan as _verified_plan
 from ..runtime.crossmesh_mpi import DEFAULT_BUDGET
 from ..runtime.backend import AxisGroup
 from .backend import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, abandoned,
-                            agree, fingerprint, mesh_groups, real_tensors, reduction_problem, run_chunked, run_plan,
-                            tracing, world)
+                      agree, fingerprint, mesh_groups, real_tensors, reduction_problem, run_chunked, run_plan,
+                      tracing, world)
 from .specs import (CHECKS, INVALID, UNSUPPORTED, planning_mesh,  # noqa: F401  (CHECKS: this module's name too)
                     agreement_policy as _policy, dim_label as _dim_label, holdings as _holdings,
                     mesh_ranks as _mesh_ranks, normalise_placements as _normalise,

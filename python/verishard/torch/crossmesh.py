@@ -81,7 +81,7 @@ from ..mesh import Mesh
 from ..plan import MAX_SHOWN_PIECES, pieces_table, ranks_text
 from ..runtime.crossmesh_mpi import rounds as _verified_rounds
 from .backend import (_REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree,
-                            reduction_problem, run_rounds)
+                      reduction_problem, run_rounds)
 from .specs import (INVALID, UNSUPPORTED, planning_mesh, agreement_policy as _policy, holdings as _holdings,
                     mesh_ranks as _mesh_ranks, normalise_placements as _normalise,
                     require_initialized as _require_initialized, spec_types as _types)
