@@ -337,7 +337,7 @@ def main(argv=None) -> int:
     import torch.multiprocessing as mp
     import torch.distributed.tensor  # noqa: F401  (import once, then fork)
     import verishard.torch  # noqa: F401
-    from verishard.runtime.torch import free_port
+    from verishard.torch.backend import free_port
     command = "python bench/weight_sync.py" + ("" if len(sys.argv) == 1 else " " + " ".join(sys.argv[1:]))
     start = time.time()
     runs = []

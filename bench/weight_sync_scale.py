@@ -91,7 +91,7 @@ def one_case(case: str, budget_mib: float) -> dict:
 
     import verishard
     import verishard.torch  # noqa: F401 - plan_transfer imports it on first use: not part of planning
-    from verishard.torch_transfer import plan_transfer
+    from verishard.torch.crossmesh import plan_transfer
 
     model, training, t, i = _parse(case)
     dist.init_process_group("fake", rank=0, world_size=t + i, store=FakeStore())

@@ -113,7 +113,7 @@ def _tensor_rounds(draw):
 @settings(max_examples=200, deadline=None)
 @given(_tensor_rounds(), st.integers(1, 40))
 def test_pack_is_first_fit_from_the_first_round(per_tensor, budget):
-    from verishard.torch_transfer import pack
+    from verishard.torch.crossmesh import pack
     assert pack(per_tensor, budget) == _first_fit_from_the_first_round(per_tensor, budget)
 
 
@@ -125,8 +125,8 @@ def test_a_repeated_sync_reuses_its_schedule(monkeypatch):
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
     import verishard.core
-    from verishard import torch_transfer as tt
-    from verishard.dtensor import fake_process_group
+    from verishard.torch import crossmesh as tt
+    from verishard.torch.dtensor import fake_process_group
 
     with fake_process_group(8):
         src = DeviceMesh("cpu", torch.arange(4).reshape(2, 2))

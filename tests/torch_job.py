@@ -235,7 +235,7 @@ def flat_blocks_agree(dm, shape, placements) -> bool:
     ``distribute_tensor`` shard) is verishard's uneven type for them: blocks
     of ``ceil(g / n)`` over each dimension's mesh dimensions in DTensor's
     shard order (decoded by DTensor's own rule), built here from
-    ``ArrayType`` without ``verishard.dtensor``. Collective (one
+    ``ArrayType`` without ``verishard.torch.dtensor``. Collective (one
     ``all_gather_object``): the answer is every rank's."""
     import torch
     import torch.distributed as dist
@@ -541,7 +541,7 @@ def partial_uneven_cases(job: Job, dm) -> None:
     schedule, make pending)."""
     import torch
     from torch.distributed.tensor import DTensor
-    from verishard.dtensor import all_placements
+    from verishard.torch.dtensor import all_placements
     from verishard.torch import NotSupportedYet, redistribute
     lp = all_placements(dm, 2, partial="sum")
     pairs = random.Random(78).sample([(a, b) for a in lp for b in lp if any(p.is_partial() for p in a + b)], 40)
@@ -567,7 +567,7 @@ def exchange_cases(job: Job, dm) -> None:
     import torch
     from mpi_cases import all_types
     import verishard
-    from verishard.runtime.torch import mesh_groups, run_plan
+    from verishard.torch.backend import mesh_groups, run_plan
     from verishard.runtime.uneven import distribute_padded
     mesh = verishard.Mesh.parse("x=2,y=2,z=2")
     rank = dist_rank()
@@ -742,7 +742,7 @@ def error_cases(job: Job, dm, dm_other) -> None:
     job.add(case="submesh", ok=same(y.to_local(), want) and y.placements == (Replicate(), Replicate()))
     # one gather over both of its dimensions: a process group the sub-mesh does not have, made by
     # ranks 0-3 only (ranks 4-7 do not call)
-    from verishard.runtime import torch as runtime
+    from verishard.torch import backend as runtime
     t = DTensor.from_local(torch.full((2, 4), float(r)), small, [Shard(0), Shard(0)], run_check=False)
     y = redistribute(t, [Replicate(), Replicate()])
     want = torch.arange(4.0).repeat_interleave(2).reshape(8, 1).expand(8, 4) if r < 4 else torch.empty(0)
@@ -802,7 +802,7 @@ def worker(rank: int, port: int, outdir: str) -> None:
         m42 = init_device_mesh("cpu", (4, 2), mesh_dim_names=("a", "b"))
         rnd = random.Random(12)
         dtypes = [torch.float32, torch.int64, torch.float64, torch.bfloat16, torch.int32, torch.float16]
-        from verishard.dtensor import all_placements
+        from verishard.torch.dtensor import all_placements
         l24 = all_placements(m24, 2)
         l222 = all_placements(m222, 2)
         l222_3 = all_placements(m222, 3)
@@ -817,7 +817,7 @@ def worker(rank: int, port: int, outdir: str) -> None:
         sweep(job, "(2,2,2) x,y,z", m222, (8, 8), pairs222, dtypes)
         sweep(job, "(2,2,2) x,y,z", m222, (8, 8, 8), pairs222_3, dtypes)
         sweep(job, "(2,4) permuted ranks", mperm, (8, 16), pairs_perm[:SAMPLE_PERM], dtypes)
-        import verishard.runtime.torch as vrt
+        import verishard.torch.backend as vrt
         saved, vrt.ROUND_BYTES = vrt.ROUND_BYTES, 1  # every all-to-all and gather in up to 8 rounds
         try:
             sweep(job, "(2,4) x,y in rounds", m24, (16, 16), pairs_rounds, dtypes)
@@ -885,7 +885,7 @@ def fork_job(worker, outdir: str, nprocs: int) -> None:
     import torch._dynamo  # noqa: F401 - DTensor.from_local imports it on first use (~2 s per process)
     import verishard.torch  # noqa: F401
     os.makedirs(outdir, exist_ok=True)
-    from verishard.runtime.torch import free_port
+    from verishard.torch.backend import free_port
     mp.start_processes(worker, args=(free_port(), outdir), nprocs=nprocs, join=True, start_method="fork")
 
 
