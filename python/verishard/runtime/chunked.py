@@ -70,7 +70,7 @@ LAZY_BYTES = 1 << 20     # outputs at least this large are anonymous mappings (p
 HUGE_PAGE = 2 << 20      # a transparent huge page (x86-64)
 
 __all__ = ["StepChunks", "ChunkReport", "chunk_geometry", "refined_bound", "choose_k", "default_budget",
-           "execute_chunked", "ArrayOps", "ListOps", "lazy_empty", "release_rows", "MIN_EXTRA"]
+           "execute_chunked", "ArrayOps", "ListOps", "MPIArrayOps", "lazy_empty", "release_rows", "MIN_EXTRA"]
 
 
 @dataclass(frozen=True)
@@ -597,3 +597,121 @@ def _run_exchange(i: int, d: int | None, sched, x, backend: Backend, ops, in_b: 
 
 # ---------------------------------------------------------------------------
 # MPI: pieces straight between the input and output buffers
+
+
+def _region(x: np.ndarray, G: int, R: int, a: int, b: int) -> np.ndarray:
+    """Rows ``g*R + [a, b)`` of ``x`` as a (strided) view of shape ``(G, b-a) + rest``."""
+    return x.reshape((G, R) + x.shape[1:])[:, a:b]
+
+
+class MPIArrayOps(ArrayOps):
+    """:class:`ArrayOps` for :class:`~verishard.runtime.mpi.MPIBackend`: gathers,
+    all-to-alls, permutes and slices of a piece read its rows in place from the
+    input buffer and write them in place into the output buffer, through MPI
+    derived datatypes built from the numpy views (cached per step shape), so
+    nothing is packed or held besides the two buffers."""
+
+    DIRECT = ("all_gather", "all_to_all", "all_permute", "dyn_slice")
+
+    def can_direct(self, name, args) -> bool:
+        return name in self.DIRECT
+
+    def _type(self, v: np.ndarray, extent: int | None = None):
+        """A committed datatype for the elements of view ``v`` (relative to its first
+        element), resized to ``extent`` bytes when given; cached."""
+        it = v.dtype.itemsize
+        dims = [(n, st) for n, st in zip(v.shape, v.strides) if n != 1]
+        key = ("chunk-view", it, tuple(dims), extent)
+
+        def make():
+            run, rest = 1, list(dims)
+            while rest and rest[-1][1] == it * run:
+                run *= rest[-1][0]
+                rest.pop()
+            made = []
+            t = self.backend.unit(it).Create_contiguous(run)
+            made.append(t)
+            for n, st in reversed(rest):
+                t = t.Create_hvector(n, 1, st)
+                made.append(t)
+            if extent is not None:
+                t = t.Create_resized(0, extent)
+                made.append(t)
+            t.Commit()
+            for u in made[:-1]:
+                u.Free()
+            return t
+
+        return self.backend.mc.datatype(key, make)
+
+    @staticmethod
+    def _at(base: np.ndarray, v: np.ndarray):
+        off = v.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        if not 0 <= off < max(1, base.nbytes) or not np.may_share_memory(v, base):
+            from .backend import RuntimeCheckError
+            raise RuntimeCheckError("chunked MPI step: a piece's view is not inside its buffer")
+        return base.reshape(-1).view(np.uint8)[off:]
+
+    def direct(self, name, args, x, y, G_in, G_out, R, a, b) -> int:
+        be = self.backend
+        populate_rows(y, G_out, R, a, b)
+        xin, yout = _region(x, G_in, R, a, b), _region(y, G_out, R, a, b)
+        if name == "dyn_slice":
+            dim, group = args
+            n, k = group.size, int(group.index[be.rank])
+            l = yout.shape[dim + 1]
+            if G_in != G_out:  # slicing dimension 0: keep group k of the G_in = n * G_out groups
+                src = xin[k * G_out:(k + 1) * G_out]
+            else:
+                idx = [slice(None)] * xin.ndim
+                idx[dim + 1] = slice(k * l, k * l + l)
+                src = xin[tuple(idx)]
+            yout[...] = src
+            be.sent = be.received = 0
+            return int(yout.nbytes)
+        if name == "all_permute":
+            (sources,) = args
+            r = be.rank
+            src_rank = int(sources[r])
+            dest = int(np.flatnonzero(sources == r)[0])
+            be.mc.cart.Sendrecv([self._at(x, xin), 1, self._type(xin)], dest, 7,
+                                [self._at(y, yout), 1, self._type(yout)], src_rank, 7)
+            be.sent = be.received = int(xin.nbytes)
+            return int(yout.nbytes)
+        if name == "all_gather":
+            dim, group = args
+            n = group.size
+            sub = be.mc.group_comm(group.parts)
+            if G_out == n * G_in and dim == 0:   # member m's rows go to groups m*G_in ..
+                blocks = yout.reshape((n, G_in) + yout.shape[1:])
+                blk = blocks[0]
+                ext = blocks.strides[0]
+            else:
+                blocks = yout.reshape(yout.shape[:dim + 1] + (n, yout.shape[dim + 1] // n) + yout.shape[dim + 2:])
+                blk = blocks[(slice(None),) * (dim + 1) + (0,)]
+                ext = blocks.strides[dim + 1]
+            sub.Allgather([self._at(x, xin), 1, self._type(xin)], [self._at(y, blk), 1, self._type(blk, ext)])
+            be.sent = be.received = (n - 1) * int(xin.nbytes)
+            return int(yout.nbytes)
+        if name == "all_to_all":
+            d, e, group = args
+            n = group.size
+            sub = be.mc.group_comm(group.parts)
+            # pieces sent: split along e (dimension 0: the G_in = n * G_out groups)
+            if e == 0:
+                sp = xin.reshape((n, G_out) + xin.shape[1:])
+                sblk, sext = sp[0], sp.strides[0]
+            else:
+                sp = xin.reshape(xin.shape[:e + 1] + (n, xin.shape[e + 1] // n) + xin.shape[e + 2:])
+                sblk, sext = sp[(slice(None),) * (e + 1) + (0,)], sp.strides[e + 1]
+            # pieces received: stacked along d (dimension 0: the G_out = n * G_in groups)
+            if d == 0:
+                rp = yout.reshape((n, G_in) + yout.shape[1:])
+                rblk, rext = rp[0], rp.strides[0]
+            else:
+                rp = yout.reshape(yout.shape[:d + 1] + (n, yout.shape[d + 1] // n) + yout.shape[d + 2:])
+                rblk, rext = rp[(slice(None),) * (d + 1) + (0,)], rp.strides[d + 1]
+            sub.Alltoall([self._at(x, sblk), 1, self._type(sblk, sext)], [self._at(y, rblk), 1, self._type(rblk, rext)])
+            be.sent = be.received = (n - 1) * int(sblk.nbytes)
+            return int(yout.nbytes)
+        raise AssertionError(name)  # pragma: no cover
