@@ -92,7 +92,7 @@ test: deps all proofs
 
 demo: deps all
 	$(VENV)/bin/verishard demo
-	$(PY) -m verishard.runtime.torch_demo
+	$(PY) -m verishard.torch.demo
 	$(PY) -m verishard.butterfly.demo
 
 bench: deps all

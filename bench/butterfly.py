@@ -267,7 +267,7 @@ def _worker(rank: int, port: int, nprocs: int, out: str, width: int, batch: int,
 def sharded_section(nprocs: int, width: int, batch: int, repeats: int) -> list[str]:
     import torch.multiprocessing as mp
 
-    from verishard.runtime.torch import free_port
+    from verishard.torch.backend import free_port
     with tempfile.TemporaryDirectory() as out:
         mp.start_processes(_worker, args=(free_port(), nprocs, out, width, batch, repeats), nprocs=nprocs,
                            join=True, start_method="fork")

@@ -326,7 +326,7 @@ def run_group(argvs, envs=None, handshake=False):
 
 
 def dist_envs(world: int) -> list[dict]:
-    from verishard.runtime.torch import free_port
+    from verishard.torch.backend import free_port
     port = str(free_port())
     return [{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(r), "WORLD_SIZE": str(world),
              "LOCAL_RANK": str(r)} for r in range(world)]

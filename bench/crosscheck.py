@@ -344,7 +344,7 @@ def render_uneven(args, results, notes, elapsed, jax_version, torch_version, pla
          "cross-check) replayed with DTensor's data semantics on its chunked buffers. Where several mesh "
          "dimensions shard one uneven tensor dimension, DTensor chunks each chunk again, which is another layout "
          "than the type's (5 over 2 x 2: 2, 1, 1, 1 against 2, 2, 1, 0): that case is a different problem for "
-         "DTensor, reported *unsupported* with the reason (`verishard.dtensor.layout_mismatches`).", "",
+         "DTensor, reported *unsupported* with the reason (`verishard.torch.dtensor.layout_mismatches`).", "",
          "Figures in elements per device. **Peak**: the largest buffer a program holds. Ours: the executor's "
          "largest array, including a gather's concatenation before its cut and the pad before a slice (the "
          "checker's type-level peak is given apart); ours-jax and xla: the largest data-carrying value of the "

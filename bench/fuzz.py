@@ -463,7 +463,7 @@ def torch_size(rng: random.Random):
 
 # --- issue 39's classes: manifests, FIFOs, oversized blocks, deadlines, ranks ------------------
 
-from verishard import checkpoint_format as F   # noqa: E402
+from verishard.checkpoint import format as F   # noqa: E402
 
 LAY = ("x=2", "[2{x}4, 3]")
 M_A = np.arange(12, dtype=np.float64).reshape(4, 3)
@@ -573,7 +573,7 @@ def judge_loads(d: str, victim: Path, keep: bytes) -> str:
                 continue
             if want is None:
                 return f"wrong: {what} returned data though the manifest does not read independently"
-            flat = {("a",): None} if what == "verify" else dict(checkpoint._flatten(got))
+            flat = {("a",): None} if what == "verify" else dict(checkpoint.flatten(got))
             for key, v in flat.items():
                 why = _needed(bad.get(key, []), rows) if what != "verify" else next(
                     (w for k in bad for w in [_needed(bad[k], None)] if w), None)
@@ -898,8 +898,8 @@ def job_deadline_torch(mode: str, hang_s: float) -> None:
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.distributed_c10d import _get_default_store
     import verishard.torch as vt
-    from verishard.runtime import torch as rt
-    from verishard.torch_transfer import transfer
+    from verishard.torch import backend as rt
+    from verishard.torch.crossmesh import transfer
     rank, world = _gloo(hang_s)
     dm = DeviceMesh("cpu", list(range(world)))
     G = torch.arange(8.0).reshape(4, 2)
@@ -929,7 +929,7 @@ def job_deadline_torch(mode: str, hang_s: float) -> None:
 def job_deadline_env(hang_s: float) -> None:
     """``import verishard`` under the environment's VERISHARD_DEADLINE_S, then one agreement on a world of one."""
     try:
-        import verishard.runtime.torch  # noqa: F401
+        import verishard.torch.backend  # noqa: F401
         import verishard.torch as vt
     except Exception as e:  # noqa: BLE001
         print(json.dumps({"outcome": f"escape at import: {type(e).__name__}: {str(e)[:160]}"}), flush=True)
@@ -968,7 +968,7 @@ def job_ranks(case: str, hang_s: float) -> None:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
     import verishard.torch as vt
-    from verishard.torch_transfer import transfer
+    from verishard.torch.crossmesh import transfer
     rank, _ = _gloo(hang_s)
     G = torch.arange(16.0).reshape(4, 4)
     if case == "mesh":

@@ -13,7 +13,7 @@ with ``block_until_ready``; a time is the median:
   first ``reshard`` with every cache empty (planning, building the executor, running);
 - *ours*: ``verishard.jax.reshard(x, dst)``, its executor cached (the call a training loop makes).
   On CPU devices it runs the verified plan's steps on the devices' blocks in host memory
-  (``verishard.runtime.jax.host_executor``: no XLA program), then hands each device its block;
+  (``verishard.jax.backend.host_executor``: no XLA program), then hands each device its block;
 - *program*: ``jax.jit(lambda v: verishard.jax.reshard(v, dst))``, the verified plan compiled
   (its ``shard_map`` of collectives: what runs under ``jax.jit``);
 - *XLA jit*: ``jax.jit(lambda v: jax.sharding.reshard(v, dst))``, XLA's own program for the pair;
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
         f"the compiled program / device_put {statistics.median(prog_ratios):.2f}x on the same `x`.",
         "",
         "On CPU devices the eager call runs no XLA program: the verified plan's steps move the devices' "
-        "blocks in host memory (`verishard.runtime.jax.host_executor`; step for step the simulator's "
+        "blocks in host memory (`verishard.jax.backend.host_executor`; step for step the simulator's "
         "data movement, tests/test_jax_host.py), as device_put copies through the host. Under `jax.jit`, "
         "and eagerly on other devices, the plan runs as its compiled program (*program*).",
         "",

@@ -31,8 +31,8 @@ import jax.numpy as jnp  # noqa: E402
 
 import verishard  # noqa: E402
 from verishard import ArrayType, Mesh  # noqa: E402
-from verishard.jax_sharding import jax_mesh, to_named_sharding  # noqa: E402
-from verishard.runtime import chunked_jax as cj  # noqa: E402
+from verishard.jax.sharding import jax_mesh, to_named_sharding  # noqa: E402
+from verishard.jax import chunked as cj  # noqa: E402
 
 from runtime import CASES, MiB, case_types, symbolic  # noqa: E402
 from report import emit_report  # noqa: E402  (bench/: this script's directory)
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
              f"(jax {jax.__version__}, {len(jax.devices())} CPU devices, {os.cpu_count()} cores).", "",
              "*XLA / bound*: XLA's per-device memory for the compiled program (arguments + outputs + "
              "temporaries - the donated source aliased to the output), divided by max(size(src), size(dst)) "
-             "per device; *k*: pieces per step (`verishard.runtime.chunked_jax`, default budget). Times: "
+             "per device; *k*: pieces per step (`verishard.jax.chunked`, default budget). Times: "
              "median of interleaved runs, source donated.", "",
              "| redistribution | MiB | k | XLA / bound unchunked | XLA / bound chunked | temp / bound unchunked "
              "| temp / bound chunked | ms unchunked | ms chunked | chunked / unchunked time |",

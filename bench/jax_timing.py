@@ -64,7 +64,7 @@ from jax import lax  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 import verishard.jax as vj  # noqa: E402
-from verishard.runtime.jax import JaxBackend  # noqa: E402
+from verishard.jax.backend import JaxBackend  # noqa: E402
 from report import emit_report  # noqa: E402  (bench/: this script's directory)
 
 MiB = 1 << 20
@@ -333,7 +333,7 @@ def report(rows, probes, args, wall, load0, load1) -> str:
         "",
         "- *XLA*: `jax.jit(lambda v: jax.sharding.reshard(v, dst))`;",
         "- *ours*: `jax.jit(lambda v: verishard.jax.reshard(v, dst))`, the verified plan's `shard_map` "
-        "lowered by `verishard.runtime.jax.JaxBackend` (what `jax.jit` runs, and the eager call off CPU devices);",
+        "lowered by `verishard.jax.backend.JaxBackend` (what `jax.jit` runs, and the eager call off CPU devices);",
         "- *before*: the same plan lowered as the backend lowered it before this benchmark (`PreviousLowering` "
         "in the script): the same plans, only the lowering of their steps differs.",
         "",

@@ -30,7 +30,7 @@ source/target pairs are planned by:
   DT greedy DTensor's planner call `_gen_transform_infos_non_cached(src, dst)`
             (torch.distributed.tensor._redistribute) under
             `use_min_cost_redistribution_plan(False)`, on the specs that
-            `verishard.dtensor.to_spec` builds on a fake process group (the
+            `verishard.torch.dtensor.to_spec` builds on a fake process group (the
             cross-check's adapter); setup is not timed. Torch plans every
             problem with a non-default shard order (an axis order other than
             mesh order) with its graph search whatever the flag;
@@ -208,7 +208,7 @@ class DTensor:
         from torch.distributed.tensor import _redistribute as R
         from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
-        from verishard.dtensor import planning_mesh, to_spec
+        from verishard.torch.dtensor import planning_mesh, to_spec
         self.R, self.Spec, self.planning_mesh, self.to_spec = R, DTensorSpec, planning_mesh, to_spec
         logging.getLogger(R.__name__).setLevel(logging.ERROR)  # its "flatten mesh dimensions" advice
         signal.signal(signal.SIGALRM, _alarm)

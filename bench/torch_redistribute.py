@@ -117,7 +117,7 @@ def dtensor_type_level(x, dm, dst, min_cost: bool) -> tuple[int, int, int]:
     chunk divides it, an all-to-all keeps it)."""
     from torch.distributed.tensor import _redistribute as R
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
-    from verishard.crosscheck.torch_dtensor import transform_costs
+    from verishard.torch.dtensor import transform_costs
     target = DTensorSpec(dm, dst, tensor_meta=x._spec.tensor_meta)
     with R.use_min_cost_redistribution_plan(min_cost):
         infos = R._gen_transform_infos_non_cached(x._spec, target)
@@ -195,7 +195,7 @@ class Worker:
         torch = self.torch
         gc.collect()  # once per case (tensors are freed by reference counting; this catches cycles)
         from torch.distributed.tensor import DTensor, _redistribute as R
-        from verishard.dtensor import from_placements
+        from verishard.torch.dtensor import from_placements
         from verishard.torch import plan_for, planning_mesh
         t_src = from_placements(planning_mesh(dm), shape, src)
         t_dst = from_placements(planning_mesh(dm), shape, dst)
@@ -243,7 +243,7 @@ class Worker:
         torch, dist = self.torch, self.dist
         from torch.distributed.tensor import distribute_tensor, _redistribute as R
         from verishard.torch import redistribute
-        from verishard.runtime.torch import agree
+        from verishard.torch.backend import agree
         G = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(self.args["device_str"])
         x = distribute_tensor(G, dm, src, src_data_rank=None)
         fns = {"ours (default: agree on a plan's first use)": lambda: redistribute(x, dst),
@@ -331,7 +331,7 @@ def worker(rank: int, port: int, args: dict, outdir: str) -> None:
         side = int(math.sqrt(args["sweep_mib"] * MiB / 4))
         side -= side % 8
         rnd = random.Random(3)
-        from verishard.dtensor import all_placements
+        from verishard.torch.dtensor import all_placements
         p24 = [(a, b) for a in all_placements(m24, 2) for b in all_placements(m24, 2) if a != b]
         p222 = rnd.sample([(a, b) for a in all_placements(m222, 2) for b in all_placements(m222, 2) if a != b], args["pairs_3d"])
         if args["pairs_2d"]:
@@ -363,7 +363,7 @@ def layouts_sweep(rank: int, args: dict, outdir: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
-    from verishard.dtensor import all_placements
+    from verishard.torch.dtensor import all_placements
     from verishard.torch import plan_for, redistribute
     rnd = random.Random(7)
     out = []
@@ -746,7 +746,7 @@ def main(argv=None) -> int:
         if args.out == os.path.join(HERE, "results", "torch.md"):
             args.out = os.path.join(HERE, "results", "torch_layouts.md")
         with tempfile.TemporaryDirectory() as outdir:
-            from verishard.runtime.torch import free_port
+            from verishard.torch.backend import free_port
             mp.start_processes(worker, args=(free_port(), wargs, outdir), nprocs=args.nprocs, join=True,
                                start_method="spawn" if args.device == "cuda" else "fork")
             text = layouts_report(outdir, args.nprocs, time.time() - start, command)
@@ -766,7 +766,7 @@ def main(argv=None) -> int:
                 os.makedirs(args.keep, exist_ok=True)
                 outdir = args.keep
             method = "spawn" if args.device == "cuda" else "fork"  # CUDA cannot be forked into
-            from verishard.runtime.torch import free_port
+            from verishard.torch.backend import free_port
             mp.start_processes(worker, args=(free_port(), wargs, outdir), nprocs=args.nprocs, join=True,
                                start_method=method)
             results = merge(outdir, args.nprocs)

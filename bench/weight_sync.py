@@ -44,7 +44,7 @@ bits, bytes received against the lower bound and the reference's.
 meshes, uneven shards, two shard axes on a side, replicated on both sides),
 one ``transfer`` each: identical with ``distribute_tensor``, bytes received
 against the lower bound. There verishard's bytes are counted where they
-are moved (``verishard.runtime.torch.counting_rounds``), not read off the
+are moved (``verishard.torch.backend.counting_rounds``), not read off the
 schedule. Each section rewrites its own part of the report file and keeps
 the others.
 """
@@ -498,7 +498,7 @@ def section_worker(rank: int, port: int, args: dict, outdir: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import Shard, distribute_tensor
-    from verishard.runtime.torch import counting_rounds
+    from verishard.torch.backend import counting_rounds
     from verishard.torch import plan_transfer, transfer
     torch.set_num_threads(1)
     dtype = torch.bfloat16
@@ -558,7 +558,7 @@ def section_report(name: str, recs: list, args, seconds: float, command: str) ->
     head = (f"`{command}` (8 gloo processes: {who}; "
             f"bf16; {os.cpu_count()} CPU cores, torch {torch.__version__}); {seconds:.0f} s in all. Budget "
             f"{args.budget_kib:g} KiB per round. Bytes are counted where they are moved "
-            "(`verishard.runtime.torch.counting_rounds`: the bytes of the tensors handed to `isend` / `irecv`"
+            "(`verishard.torch.backend.counting_rounds`: the bytes of the tensors handed to `isend` / `irecv`"
             + ("; the reference's at its `recv` and `broadcast` calls, a broadcast counting the whole tensor at "
                "every receiver" if name == "engines" else "") + "), not read off the schedule.")
     per_row = list(zip(*(r["rows"] for r in recs)))
@@ -641,7 +641,7 @@ def main(argv=None) -> int:
     import torch.multiprocessing as mp
     import torch.distributed.tensor  # noqa: F401  (import once, then fork)
     import verishard.torch  # noqa: F401
-    from verishard.runtime.torch import free_port
+    from verishard.torch.backend import free_port
     command = "python bench/weight_sync.py" + ("" if len(sys.argv) == 1 else " " + " ".join(sys.argv[1:]))
     start = time.time()
     if args.section != "splits":

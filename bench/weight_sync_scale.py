@@ -98,7 +98,7 @@ def one_case(case: str, budget_mib: float, role: str) -> dict:
 
     import verishard
     import verishard.torch  # noqa: F401 - plan_transfer imports it on first use: not part of planning
-    from verishard.torch_transfer import plan_transfer
+    from verishard.torch.crossmesh import plan_transfer
 
     model, training, t, i = _parse(case)
     per_rank = "rank" in inspect.signature(plan_transfer).parameters

@@ -155,7 +155,7 @@ def layouts_rank(rank: int, world: int, path: str, port: str) -> None:
 
 def torch_main(path: str, savers: int, loaders: int) -> int:
     import torch.multiprocessing as mp
-    from verishard.runtime.torch import free_port
+    from verishard.torch.backend import free_port
     for phase, world in (("save", savers), ("load", loaders)):
         mp.start_processes(torch_rank, args=(world, phase, path, str(free_port())), nprocs=world, join=True,
                            start_method="fork")
@@ -164,7 +164,7 @@ def torch_main(path: str, savers: int, loaders: int) -> int:
 
 def layouts_main(path: str) -> int:
     import torch.multiprocessing as mp
-    from verishard.runtime.torch import free_port
+    from verishard.torch.backend import free_port
     mp.start_processes(layouts_rank, args=(4, path, str(free_port())), nprocs=4, join=True, start_method="fork")
     return 0
 

@@ -24,11 +24,11 @@ values that are not numbers of the dtype, compare as bytes):
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import sys
-import traceback
-from datetime import timedelta
+
+from torch_job import run_cases
 
 NPROCS = 4
 PAIRS = (("S0,S1", "R,R"), ("S0,R", "S1,S0"), ("R,S1", "S0,S0"), ("S1,S0", "S0,R"))
@@ -74,107 +74,89 @@ def random_tensor(name, shape, seed):
     return raw.view(dt).reshape(shape)
 
 
-def worker(rank, port, outdir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-    import warnings
-    warnings.filterwarnings("ignore")
+def dtypes_case(add, rank, outdir) -> None:
+    """Every dtype through redistribute, transfer, checkpoint (saved under ``outdir``) and a Partial
+    (module docstring)."""
     import torch
-    import torch.distributed as dist
-    torch.set_num_threads(1)
-    records = []
-    try:
-        dist.init_process_group("gloo", rank=rank, world_size=NPROCS, timeout=timedelta(seconds=60))
-        from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-        from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
-        from verishard import dtypes
-        from verishard.torch import redistribute, transfer
-        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("x", "y"))
-        line = DeviceMesh("cpu", [3, 2, 1, 0])
-        coords = mesh.get_coordinate()
-        for k, name in enumerate(dtypes.NAMES):
-            for shape in SHAPES:
-                g = random_tensor(name, shape, 1000 + k)
-                for src, dst in PAIRS:
-                    sp, dp = placements(src), placements(dst)
-                    x = DTensor.from_local(shard_of(g, sp, coords), mesh, sp, run_check=False, shape=g.shape,
-                                           stride=g.stride())
-                    rec = {"case": "redistribute", "dtype": name, "shape": list(shape), "src": src, "dst": dst}
-                    try:
-                        y = redistribute(x, dp)
-                        rec.update(ok=as_bytes(y.to_local()) == as_bytes(shard_of(g, dp, coords)),
-                                   dtype_kept=y.to_local().dtype == g.dtype and y.dtype == g.dtype,
-                                   placements=str(tuple(y.placements)) == str(tuple(dp)))
-                    except Exception as e:  # noqa: BLE001 - reported
-                        rec["error"] = f"{type(e).__name__}: {e}"
-                    records.append(rec)
-                # transfer to a 1-D mesh of the ranks in reverse order, split along the last dimension
-                sp = placements("S0,S1")
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+    from verishard import dtypes
+    from verishard.torch import redistribute, transfer
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("x", "y"))
+    line = DeviceMesh("cpu", [3, 2, 1, 0])
+    coords = mesh.get_coordinate()
+    for k, name in enumerate(dtypes.NAMES):
+        for shape in SHAPES:
+            g = random_tensor(name, shape, 1000 + k)
+            for src, dst in PAIRS:
+                sp, dp = placements(src), placements(dst)
                 x = DTensor.from_local(shard_of(g, sp, coords), mesh, sp, run_check=False, shape=g.shape,
                                        stride=g.stride())
-                rec = {"case": "transfer", "dtype": name, "shape": list(shape)}
+                rec = {"case": "redistribute", "dtype": name, "shape": list(shape), "src": src, "dst": dst}
                 try:
-                    out = transfer({"w": x}, {"w": (line, [Shard(1)])})["w"]
-                    pos = [3, 2, 1, 0].index(rank)
-                    want = torch.chunk(g, 4, 1)[pos] if pos < len(torch.chunk(g, 4, 1)) else g[:, :0]
-                    rec.update(ok=as_bytes(out.to_local()) == as_bytes(want),
-                               dtype_kept=out.to_local().dtype == g.dtype)
+                    y = redistribute(x, dp)
+                    rec.update(ok=as_bytes(y.to_local()) == as_bytes(shard_of(g, dp, coords)),
+                               dtype_kept=y.to_local().dtype == g.dtype and y.dtype == g.dtype,
+                               placements=str(tuple(y.placements)) == str(tuple(dp)))
                 except Exception as e:  # noqa: BLE001 - reported
                     rec["error"] = f"{type(e).__name__}: {e}"
-                records.append(rec)
-            # a pending sum reduced: each rank's term is the global tensor's values where it is the rank
-            # (zeros elsewhere, so that the sum is exact in every dtype that has a zero)
-            g = random_tensor(name, (4, 6), 2000 + k)
-            mask = (torch.arange(24).reshape(4, 6) % NPROCS) == rank
-            term = torch.where(mask, g, torch.zeros((), dtype=g.dtype)) if name != "float8_e8m0fnu" else g
-            x = DTensor.from_local(term, mesh, [Partial("sum"), Partial("sum")], run_check=False)
-            rec = {"case": "partial", "dtype": name}
-            theirs = None
+                add(rec)
+            # transfer to a 1-D mesh of the ranks in reverse order, split along the last dimension
+            sp = placements("S0,S1")
+            x = DTensor.from_local(shard_of(g, sp, coords), mesh, sp, run_check=False, shape=g.shape,
+                                   stride=g.stride())
+            rec = {"case": "transfer", "dtype": name, "shape": list(shape)}
             try:
-                theirs = x.redistribute(mesh, [Replicate(), Replicate()]).to_local()
-            except Exception as e:  # noqa: BLE001 - DTensor's own limits
-                rec["dtensor_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-            try:
-                y = redistribute(x, [Replicate(), Replicate()])
-                rec["dtype_kept"] = y.to_local().dtype == g.dtype
-                if theirs is not None:
-                    rec["dtensor"] = as_bytes(theirs) == as_bytes(y.to_local())
+                out = transfer({"w": x}, {"w": (line, [Shard(1)])})["w"]
+                pos = [3, 2, 1, 0].index(rank)
+                want = torch.chunk(g, 4, 1)[pos] if pos < len(torch.chunk(g, 4, 1)) else g[:, :0]
+                rec.update(ok=as_bytes(out.to_local()) == as_bytes(want),
+                           dtype_kept=out.to_local().dtype == g.dtype)
             except Exception as e:  # noqa: BLE001 - reported
                 rec["error"] = f"{type(e).__name__}: {e}"
-            records.append(rec)
-        # a checkpoint of DTensors of every dtype, saved by all ranks, loaded onto the 1-D mesh as DTensors
-        from verishard import checkpoint
-        sp = placements("S0,S1")
-        state = {name: DTensor.from_local(shard_of(random_tensor(name, (4, 6), 3000 + k), sp, coords), mesh, sp,
-                                          run_check=False, shape=(4, 6), stride=(6, 1))
-                 for k, name in enumerate(dtypes.NAMES)}
-        path = os.path.join(outdir, "checkpoint")
-        checkpoint.save(state, path)
-        back = checkpoint.load(path, {name: (line, [Shard(1)]) for name in dtypes.NAMES})
-        pos = [3, 2, 1, 0].index(rank)
-        for k, name in enumerate(dtypes.NAMES):
-            g = random_tensor(name, (4, 6), 3000 + k)
-            want = torch.chunk(g, 4, 1)[pos] if pos < len(torch.chunk(g, 4, 1)) else g[:, :0]
-            y = back[name]
-            records.append({"case": "checkpoint", "dtype": name, "ok": isinstance(y, DTensor) and
-                            as_bytes(y.to_local()) == as_bytes(want), "dtype_kept": y.to_local().dtype == g.dtype})
-    except BaseException as e:  # noqa: BLE001 - reported through the file
-        records.append({"case": "crash", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
-    finally:
-        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-            json.dump({"rank": rank, "records": records}, f)
+            add(rec)
+        # a pending sum reduced: each rank's term is the global tensor's values where it is the rank
+        # (zeros elsewhere, so that the sum is exact in every dtype that has a zero)
+        g = random_tensor(name, (4, 6), 2000 + k)
+        mask = (torch.arange(24).reshape(4, 6) % NPROCS) == rank
+        term = torch.where(mask, g, torch.zeros((), dtype=g.dtype)) if name != "float8_e8m0fnu" else g
+        x = DTensor.from_local(term, mesh, [Partial("sum"), Partial("sum")], run_check=False)
+        rec = {"case": "partial", "dtype": name}
+        theirs = None
         try:
-            dist.destroy_process_group()
-        except Exception:  # noqa: BLE001
-            pass
+            theirs = x.redistribute(mesh, [Replicate(), Replicate()]).to_local()
+        except Exception as e:  # noqa: BLE001 - DTensor's own limits
+            rec["dtensor_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        try:
+            y = redistribute(x, [Replicate(), Replicate()])
+            rec["dtype_kept"] = y.to_local().dtype == g.dtype
+            if theirs is not None:
+                rec["dtensor"] = as_bytes(theirs) == as_bytes(y.to_local())
+        except Exception as e:  # noqa: BLE001 - reported
+            rec["error"] = f"{type(e).__name__}: {e}"
+        add(rec)
+    # a checkpoint of DTensors of every dtype, saved by all ranks, loaded onto the 1-D mesh as DTensors
+    from verishard import checkpoint
+    sp = placements("S0,S1")
+    state = {name: DTensor.from_local(shard_of(random_tensor(name, (4, 6), 3000 + k), sp, coords), mesh, sp,
+                                      run_check=False, shape=(4, 6), stride=(6, 1))
+             for k, name in enumerate(dtypes.NAMES)}
+    path = os.path.join(outdir, "checkpoint")
+    checkpoint.save(state, path)
+    back = checkpoint.load(path, {name: (line, [Shard(1)]) for name in dtypes.NAMES})
+    pos = [3, 2, 1, 0].index(rank)
+    for k, name in enumerate(dtypes.NAMES):
+        g = random_tensor(name, (4, 6), 3000 + k)
+        want = torch.chunk(g, 4, 1)[pos] if pos < len(torch.chunk(g, 4, 1)) else g[:, :0]
+        y = back[name]
+        add({"case": "checkpoint", "dtype": name, "ok": isinstance(y, DTensor) and
+                        as_bytes(y.to_local()) == as_bytes(want), "dtype_kept": y.to_local().dtype == g.dtype})
 
 
 def main(outdir: str) -> None:
-    import torch.multiprocessing as mp
     import torch.distributed.tensor  # noqa: F401  (import once, then fork)
     import verishard.torch  # noqa: F401
-    os.makedirs(outdir, exist_ok=True)
-    from verishard.runtime.torch import free_port
-    mp.start_processes(worker, args=(free_port(), outdir), nprocs=NPROCS, join=True, start_method="fork")
+    run_cases(outdir, NPROCS, {"dtypes": functools.partial(dtypes_case, outdir=outdir)})
 
 
 if __name__ == "__main__":

@@ -68,5 +68,5 @@ def rank_main(rank: int, world: int, path: str, port: str) -> None:
 
 if __name__ == "__main__":
     import torch.multiprocessing as mp
-    from verishard.runtime.torch import free_port
+    from verishard.torch.backend import free_port
     mp.start_processes(rank_main, args=(2, sys.argv[1], str(free_port())), nprocs=2, join=True, start_method="fork")

@@ -51,7 +51,7 @@ def transfer_case(rank: int) -> dict:
     import torch
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-    from verishard.runtime.torch import counting_rounds
+    from verishard.torch.backend import counting_rounds
     from verishard.torch import plan_transfer, transfer
     train = DeviceMesh("cpu", [0, 1], mesh_dim_names=("fsdp",))          # the first host
     infer = DeviceMesh("cpu", [2, 3], mesh_dim_names=("tp",))            # the second host

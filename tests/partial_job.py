@@ -173,7 +173,7 @@ def torch_worker(rank: int, port: int, outdir: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-    import verishard.runtime.torch as vrt
+    import verishard.torch.backend as vrt
     from torch_job import finish_worker
     torch.set_num_threads(1)
     rec: dict = {"rank": rank, "cases": 0, "failures": []}
@@ -207,7 +207,7 @@ def torch_worker(rank: int, port: int, outdir: str) -> None:
 
 
 def torch_main(outdir: str) -> None:
-    import verishard.runtime.torch  # noqa: F401 - imported once, then forked
+    import verishard.torch.backend  # noqa: F401 - imported once, then forked
     from torch_job import fork_workers
     fork_workers(torch_worker, outdir, NPROCS)
 

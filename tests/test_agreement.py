@@ -113,7 +113,7 @@ def test_bad_seconds_are_one_error_naming_the_value_and_range(value):
 def test_redistribute_and_transfer_refuse_a_bad_deadline_at_the_call(value):
     """deadline_s is checked before any communication (no process group is
     needed to see the refusal)."""
-    from verishard.runtime.torch import RedistributionRefused
+    from verishard.torch.backend import RedistributionRefused
     from verishard.torch import _policy
     with pytest.raises(RedistributionRefused, match=r"deadline_s .* is not a valid number of seconds"):
         _policy(True, value)
@@ -122,7 +122,7 @@ def test_redistribute_and_transfer_refuse_a_bad_deadline_at_the_call(value):
 
 @pytest.mark.parametrize("text", ["abc", "-1", "0", "inf", "nan", ""])
 def test_a_bad_environment_deadline_fails_the_call_that_waits(monkeypatch, text):
-    import verishard.runtime.torch as rt
+    import verishard.torch.backend as rt
     monkeypatch.setenv("VERISHARD_DEADLINE_S", text)
     with pytest.raises(rt.RedistributionRefused, match="VERISHARD_DEADLINE_S"):
         rt.deadline()
@@ -174,7 +174,7 @@ def test_a_bad_mpirun_timeout_is_refused_before_the_job_starts(timeout):
 @pytest.mark.parametrize("text", ["abc", "-1"])
 def test_a_bad_environment_deadline_does_not_break_import(text):
     env = dict(os.environ, VERISHARD_DEADLINE_S=text)
-    code = "import verishard, verishard.torch, verishard.runtime.torch; print('imported')"
+    code = "import verishard, verishard.torch, verishard.torch.backend; print('imported')"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "imported" in proc.stdout, proc.stderr[-2000:]
 

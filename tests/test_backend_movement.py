@@ -43,9 +43,9 @@ def jax_compiled(plan, xs: list[np.ndarray], chunks: int | None = None) -> list[
     import jax
     from jax.sharding import NamedSharding
 
-    from verishard.jax_sharding import to_partition_spec
-    from verishard.runtime.chunked_jax import compile_chunked
-    from verishard.runtime.jax import compile_plan, padded_global_shape
+    from verishard.jax.sharding import to_partition_spec
+    from verishard.jax.chunked import compile_chunked
+    from verishard.jax.backend import compile_plan, padded_global_shape
     if chunks is None:
         fn, jm = compile_plan(plan)
     else:
@@ -69,7 +69,7 @@ def jax_local(plan, xs: list[np.ndarray]) -> list[np.ndarray]:
     from jax.sharding import NamedSharding, PartitionSpec
 
     from verishard.jax import reshard_local
-    from verishard.jax_sharding import jax_mesh
+    from verishard.jax.sharding import jax_mesh
     jm = jax_mesh(plan.mesh)
     every = PartitionSpec(tuple(name for name, _ in plan.mesh.parts))
     f = jax.jit(jax.shard_map(lambda v: reshard_local(v[0], plan)[None], mesh=jm, in_specs=every,
@@ -85,8 +85,8 @@ def jax_host(plan, xs: list[np.ndarray]) -> list[np.ndarray]:
     import jax
     from jax.sharding import NamedSharding
 
-    from verishard.jax_sharding import jax_mesh, to_partition_spec
-    from verishard.runtime.jax import host_executor
+    from verishard.jax.sharding import jax_mesh, to_partition_spec
+    from verishard.jax.backend import host_executor
     jm = jax_mesh(plan.mesh)
     devices = list(jm.devices.flat)
     in_sh, out_sh = (NamedSharding(jm, to_partition_spec(t, parts=True)) for t in (plan.src, plan.dst))
@@ -118,7 +118,7 @@ def test_the_cases_cover_every_kind():
     assert kinds >= set(mvc.KINDS) | set(mvc.UNEVEN_KINDS) | {"AllReduce", "ReduceScatter", "ToPartial"}
     assert any(p.src.uneven or p.dst.uneven for _, p in JAX_CASES)
     assert {p.reduce for _, p in JAX_CASES if p.src.partial or p.dst.partial} == {"sum", "max", "min"}
-    from verishard.runtime.chunked_jax import schedule
+    from verishard.jax.chunked import schedule
     plain = [p for _, p in JAX_CASES if not (p.src.partial or p.dst.partial or p.src.uneven or p.dst.uneven)]
     assert sum(max(schedule(p, 4, chunks=2).ks) > 1 for p in plain) >= 4   # really cut in pieces (4 of 47)
 

@@ -167,7 +167,7 @@ def _main(outdir: str) -> None:
     import torch.distributed.tensor  # noqa: F401  (imported before the fork)
 
     import verishard.butterfly.sharded  # noqa: F401
-    from verishard.runtime.torch import free_port
+    from verishard.torch.backend import free_port
     mp.start_processes(_worker, args=(free_port(), outdir), nprocs=NPROCS, join=True, start_method="fork")
 
 

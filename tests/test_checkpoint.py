@@ -85,7 +85,7 @@ def test_jax_array(tmp_path):
     if len(jax.devices()) < 4:
         pytest.skip("needs 4 JAX devices")
     from jax.sharding import NamedSharding, PartitionSpec as P
-    from verishard.jax_sharding import jax_mesh
+    from verishard.jax.sharding import jax_mesh
     jm = jax_mesh("x=2,y=2")
     A = np.arange(48, dtype=np.float32).reshape(6, 8)
     x = jax.device_put(A, NamedSharding(jm, P("x", "y")))
@@ -105,7 +105,7 @@ def test_docs_page_runs():
 def test_torch_dtensor(tmp_path):
     torch = pytest.importorskip("torch")
     from torch.distributed.tensor import DTensor, Shard
-    from verishard.dtensor import device_mesh, fake_process_group
+    from verishard.torch.dtensor import device_mesh, fake_process_group
     A = np.arange(48, dtype=np.float32).reshape(6, 8)
     t = ArrayType.parse("[3{x}6, 4{y}8]", "x=2,y=2")
     with fake_process_group(4):   # this process is rank 0 of 4

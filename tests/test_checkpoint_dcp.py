@@ -60,7 +60,7 @@ def test_load_everything_and_values(saved):
 
 def test_load_dcp_into_dtensor(saved):
     from torch.distributed.tensor import Shard
-    from verishard.dtensor import fake_process_group
+    from verishard.torch.dtensor import fake_process_group
     with fake_process_group(4):   # this process is rank 0 of 4
         from torch.distributed.device_mesh import init_device_mesh
         dm = init_device_mesh("cpu", (2, 2), mesh_dim_names=("a", "b"))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from verishard import checkpoint
-from verishard import checkpoint_format as F
+from verishard.checkpoint import format as F
 from verishard.errors import CheckpointError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -23,7 +23,7 @@ from torch.distributed.tensor import DTensor, Partial, Shard  # noqa: E402
 from torch.distributed.tensor.placement_types import _StridedShard  # noqa: E402
 
 from verishard import checkpoint  # noqa: E402
-from verishard.dtensor import fake_process_group, from_placements  # noqa: E402
+from verishard.torch.dtensor import fake_process_group, from_placements  # noqa: E402
 from verishard.errors import CheckpointError, ShardingError  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

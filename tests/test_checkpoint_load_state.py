@@ -126,7 +126,7 @@ def test_no_target_gives_the_saved_types_and_load_state_dict_works(tmp_path):
     torch = pytest.importorskip("torch")
     jax = pytest.importorskip("jax")
     from jax.sharding import NamedSharding, PartitionSpec as P
-    from verishard.jax_sharding import jax_mesh
+    from verishard.jax.sharding import jax_mesh
     model = torch.nn.Linear(5, 4)
     jx = jax.device_put(np.arange(6.0, dtype=np.float32), NamedSharding(jax_mesh("x=2"), P("x")))
     state = {"model": model.state_dict(), "np": np.arange(3), "jx": jx, "step": 2,
@@ -161,7 +161,7 @@ def test_jax_targets_on_8_devices(tmp_path):
         pytest.skip("needs 8 JAX devices")
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
-    from verishard.jax_sharding import jax_mesh
+    from verishard.jax.sharding import jax_mesh
     A = np.arange(16 * 24, dtype=np.float32).reshape(16, 24)
     B = np.arange(40, dtype=np.int32)
     m8 = jax_mesh("x=2,y=4")

@@ -96,7 +96,7 @@ def test_jax_state_on_8_devices(tmp_path):
     if len(jax.devices()) < 8:
         pytest.skip("needs 8 JAX devices")
     from jax.sharding import NamedSharding, PartitionSpec as P
-    from verishard.jax_sharding import jax_mesh
+    from verishard.jax.sharding import jax_mesh
     A = np.arange(24 * 24, dtype=np.float32).reshape(24, 24)
     B = np.arange(48, dtype=np.int32)
     m8 = jax_mesh("x=2,y=4")
@@ -171,7 +171,7 @@ def test_nested_uneven_dtensor_target(tmp_path):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
-    from verishard.dtensor import fake_process_group
+    from verishard.torch.dtensor import fake_process_group
     A = np.arange(28, dtype=np.float32).reshape(7, 4)
     checkpoint.save({"a": A}, str(tmp_path), {"a": ("x=3", "[3{x}7, 4]")})
     with fake_process_group(4):

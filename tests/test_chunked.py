@@ -139,9 +139,9 @@ def test_jax_chunked_8_devices():
     jax = pytest.importorskip("jax")
     if len(jax.devices()) < 8:
         pytest.skip("needs 8 JAX devices")
-    from verishard.jax_sharding import jax_mesh, to_named_sharding
-    from verishard.runtime import chunked_jax as cj
-    from verishard.runtime import jax as rj
+    from verishard.jax.sharding import jax_mesh, to_named_sharding
+    from verishard.jax import chunked as cj
+    from verishard.jax import backend as rj
     rng = random.Random(5)
     plans = [verishard.plan(*c) for c in BENCH]
     for _ in range(12):
@@ -173,8 +173,8 @@ def test_jax_in_place_step_memory():
     if len(jax.devices()) < 8:
         pytest.skip("needs 8 JAX devices")
     import jax.numpy as jnp
-    from verishard.jax_sharding import jax_mesh, to_named_sharding
-    from verishard.runtime import chunked_jax as cj
+    from verishard.jax.sharding import jax_mesh, to_named_sharding
+    from verishard.jax import chunked as cj
     plan = verishard.plan("x=2,y=2,z=2", "[256{x}512, 256{y}512]", "[256{y}512, 256{x}512]")
     assert [type(c).__name__ for c in plan.collectives] == ["AllPermute"]
     spec = jax.ShapeDtypeStruct((512, 512), jnp.float32, sharding=to_named_sharding(plan.src, jax_mesh(plan.mesh)))

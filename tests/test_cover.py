@@ -105,7 +105,7 @@ def test_bcovers_at_full_width():
 
 
 def test_box_plan_refuses_a_source_that_does_not_cover():
-    from verishard.runtime.torch import BoxPlan
+    from verishard.torch.backend import BoxPlan
     src = ((0, ((0, 3),), (0,)), (1, ((4, 2),), (0,)))   # index 3 is held by no rank
     dst = ((0, ((0, 6),), (0,)),)
     with pytest.raises(PlanError, match="does not hold every element of the \\(6,\\) array"):

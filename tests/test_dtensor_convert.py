@@ -13,7 +13,7 @@ from torch.distributed.tensor._utils import _compute_local_shape_and_global_offs
 from torch.distributed.tensor.placement_types import _StridedShard  # noqa: E402
 
 from verishard import ArrayType, Mesh, ShardingError  # noqa: E402
-from verishard import dtensor as vd  # noqa: E402
+from verishard.torch import dtensor as vd  # noqa: E402
 from verishard import notation  # noqa: E402
 from verishard.crosscheck.harness import all_types  # noqa: E402
 from verishard.runtime.layout import box  # noqa: E402

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from verishard import checkpoint, dtypes
-from verishard import checkpoint_format as F
+from verishard.checkpoint import format as F
 from verishard.errors import CheckpointError, DtypeError
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -231,7 +231,7 @@ def test_uneven_layout_agrees_with_xla():
     and padding it back compiles to no collective and gives every device its own block back."""
     from jax import lax
     import jax.numpy as jnp
-    from verishard.runtime.jax import padded_global_shape
+    from verishard.jax.backend import padded_global_shape
     for t in UNEVEN[::3]:
         jm = vj.jax_mesh(t.mesh)
         spec = vj.to_partition_spec(t)

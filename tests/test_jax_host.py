@@ -21,7 +21,7 @@ from verishard import Mesh  # noqa: E402
 from verishard.crosscheck.harness import all_types  # noqa: E402
 from verishard.runtime import distribute, simulate  # noqa: E402
 from verishard.runtime.backend import execute  # noqa: E402
-from verishard.runtime.jax import host_executor, host_runs  # noqa: E402
+from verishard.jax.backend import host_executor, host_runs  # noqa: E402
 from verishard.runtime.simulator import HostBackend, SimBackend  # noqa: E402
 
 MESH = Mesh.parse("x=2,y=2,z=2")

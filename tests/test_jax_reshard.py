@@ -644,7 +644,7 @@ def test_unreduced_errors_are_clear():
 from jax import lax  # noqa: E402
 
 from verishard.crosscheck.harness import all_types as every_type  # noqa: E402
-from verishard.runtime.jax import padded_global_shape  # noqa: E402
+from verishard.jax.backend import padded_global_shape  # noqa: E402
 from verishard.runtime.uneven import distribute_padded  # noqa: E402
 
 AUTO_222 = jax.make_mesh((2, 2, 2), ("x", "y", "z"), axis_types=(AxisType.Auto,) * 3)

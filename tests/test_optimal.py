@@ -565,8 +565,8 @@ def test_minimal_plans_run_on_jax():
     if len(jax.devices()) < 8:
         pytest.skip("needs 8 JAX devices")
     import numpy as np
-    from verishard.jax_sharding import jax_mesh, to_named_sharding
-    from verishard.runtime import jax as rj
+    from verishard.jax.sharding import jax_mesh, to_named_sharding
+    from verishard.jax import backend as rj
 
     cases = [("x=2,y=4", "[8, 2{y}8, 2]", "[2{y}8, 4{x}8, 2]"),
              ("x=2,y=2,z=2", "[12, 3{y}6]", "[3{y,x}12, 6]"),        # slice z, permute, gather z back

@@ -49,7 +49,7 @@ def jax_run(fn, xs):
     jax = _jax()
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    from verishard.jax_sharding import jax_mesh
+    from verishard.jax.sharding import jax_mesh
     jm = jax_mesh(XYZ)
     every = P(tuple(name for name, _ in XYZ.parts))  # leading axis over all parts: device r holds row r
     stacked = jax.device_put(np.stack(xs), NamedSharding(jm, every))
@@ -63,7 +63,7 @@ def jax_run(fn, xs):
 @pytest.mark.parametrize("op", OPS)
 def test_jax_partial_collectives(dtype, parts, op):
     _jax()
-    from verishard.runtime.jax import JaxBackend
+    from verishard.jax.backend import JaxBackend
     b = JaxBackend(XYZ)
     g = AxisGroup.of(XYZ, parts)
     xs = inputs(dtype, seed=zlib.crc32(repr((dtype, parts, op)).encode()))
@@ -81,7 +81,7 @@ def test_jax_partial_collectives(dtype, parts, op):
 def test_jax_to_partial_identities():
     """The units of max and min are the extreme values of the dtype (infinities for floats)."""
     _jax()
-    from verishard.runtime.jax import JaxBackend
+    from verishard.jax.backend import JaxBackend
     b = JaxBackend(XYZ)
     g = AxisGroup.of(XYZ, (1,))
     for dtype, lo, hi in (("float32", -np.inf, np.inf), ("int32", -2**31, 2**31 - 1)):

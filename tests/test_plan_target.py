@@ -1,5 +1,5 @@
 """Every plan handed to a user starts at the user's source and ends at the
-user's target: ``plan._from_report``, the one place a Plan is made from a
+user's target: ``plan.from_report``, the one place a Plan is made from a
 verified planner's report (``plan``, ``exchange=True``, and the front ends
 that call them: ``verishard.jax``, ``verishard.torch``), compares the
 report's first and last types with the requested ones over the report's
@@ -13,7 +13,7 @@ import pytest
 import verishard as vs
 from verishard import ArrayType, Mesh, core
 from verishard.errors import PlanError
-from verishard.plan import _from_report, _lifted
+from verishard.plan import from_report, _lifted
 
 PROBLEMS = [  # (mesh, src, dst, exchange): plain, split axis, partial sum and max, uneven, exchange
     ("x=2,y=4", "[2{x}4]", "[1{y}4]", False),
@@ -36,7 +36,7 @@ def report(mesh, src, dst, exchange):
 @pytest.mark.parametrize("problem", PROBLEMS, ids=[p[1] + "->" + p[2] for p in PROBLEMS])
 def test_a_planned_plan_ends_at_the_requested_target(problem):
     r, s, d = report(*problem)
-    p = _from_report(r, s, d)
+    p = from_report(r, s, d)
     assert p.dst == _lifted(d, p.mesh) and p.src == _lifted(s, p.mesh)
     assert vs.plan(problem[0], problem[1], problem[2], exchange=problem[3]).dst == p.dst
 
@@ -54,10 +54,10 @@ def test_a_doctored_report_is_refused(problem):
     assert doctored
     for bad in doctored:
         with pytest.raises(PlanError, match="fault in verishard"):
-            _from_report(bad, s, d)
+            from_report(bad, s, d)
     # ... or a target the report does not reach
     with pytest.raises(PlanError, match="ends at"):
-        _from_report(r, s, s if s != d else _lifted(d, r.mesh))
+        from_report(r, s, s if s != d else _lifted(d, r.mesh))
 
 
 def test_a_report_over_a_mesh_that_refines_no_other_is_refused():

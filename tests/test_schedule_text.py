@@ -12,9 +12,9 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 import verishard.torch as vt
-from verishard.dtensor import device_mesh, fake_process_group, layout_boxes
+from verishard.torch.dtensor import device_mesh, fake_process_group, layout_boxes
 from verishard.plan import MAX_SHOWN_PIECES, box_text
-from verishard.runtime.torch import BoxPlan
+from verishard.torch.backend import BoxPlan
 
 from test_cli import main, one_error_line
 

@@ -1,7 +1,7 @@
 """General DTensor layouts: a dimension split unevenly by several mesh
 dimensions (DTensor's nested ``torch.chunk``, uneven ``_StridedShard``),
 which our types cannot describe, as explicit per-rank boxes
-(``verishard.dtensor.layout_boxes``) moved by the verified box schedule
+(``verishard.torch.dtensor.layout_boxes``) moved by the verified box schedule
 (``core.bplan``: ``Boxes.bplan``/``brounds``, ``Boxesworldproof.brounds_correct``).
 
 The box conversion is checked here without a process group against
@@ -27,7 +27,7 @@ from torch.distributed.tensor import Replicate, Shard  # noqa: E402
 from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset  # noqa: E402
 from torch.distributed.tensor.placement_types import _StridedShard  # noqa: E402
 
-from verishard.dtensor import layout_boxes  # noqa: E402
+from verishard.torch.dtensor import layout_boxes  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -99,7 +99,7 @@ def test_box_schedule_receives_exactly_what_a_rank_lacks():
     tensor on a (2, 2) mesh: every target box is covered exactly once by its
     pieces, every piece lies in its sender's box, and a rank receives from
     others exactly its target size less what it holds (the lower bound)."""
-    from verishard.runtime.torch import BoxPlan
+    from verishard.torch.backend import BoxPlan
     S, R = Shard, Replicate
     layouts = [(S(0), S(0)), (S(2), S(2)), (S(0), S(2)), (R(), S(0)), (_StridedShard(0, split_factor=2), S(0)),
                (S(1), S(1)), (R(), R())]

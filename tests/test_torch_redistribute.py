@@ -380,7 +380,7 @@ def test_bad_input_is_refused_on_every_rank(job, label):
 def test_the_demo_matches_dtensor():
     """``make demo``'s PyTorch part (8 gloo processes)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "verishard.runtime.torch_demo"], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "verishard.torch.demo"], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     lines = proc.stdout.splitlines()

@@ -90,7 +90,7 @@ def test_every_rank_derives_the_same_rounds_from_its_own_cuts(world, budget):
     """Each rank numbers the rounds of its own cuts alone (``rank_rounds``):
     both sides of a cut put it in the same round at the same place; a rank
     meets one partner per round, within the budget (or one larger cut)."""
-    from verishard.torch_transfer import rank_rounds
+    from verishard.torch.crossmesh import rank_rounds
     n, cuts = world
     parts = {r: dict(zip(*rank_rounds([c for c in cuts if r in c[1:3]], n, budget))) for r in range(n)}
     size = {c[:4]: c[4] for c in cuts}
@@ -118,8 +118,8 @@ def test_a_repeated_sync_reuses_its_schedule(monkeypatch):
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
     import verishard.core
-    from verishard import torch_transfer as tt
-    from verishard.dtensor import fake_process_group
+    from verishard.torch import crossmesh as tt
+    from verishard.torch.dtensor import fake_process_group
 
     with fake_process_group(8):
         src = DeviceMesh("cpu", torch.arange(4).reshape(2, 2))
@@ -183,8 +183,8 @@ def test_each_rank_plans_exactly_its_part_of_the_world_view():
     import torch
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import Replicate, Shard
-    from verishard import torch_transfer as tt
-    from verishard.dtensor import fake_process_group
+    from verishard.torch import crossmesh as tt
+    from verishard.torch.dtensor import fake_process_group
 
     with fake_process_group(8):
         src = DeviceMesh("cpu", torch.arange(4).reshape(2, 2))
@@ -223,8 +223,8 @@ def test_a_rank_plans_its_part_at_real_sizes_without_a_cut_cap():
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import Replicate, Shard
     import verishard.core
-    from verishard import torch_transfer as tt
-    from verishard.dtensor import fake_process_group
+    from verishard.torch import crossmesh as tt
+    from verishard.torch.dtensor import fake_process_group
 
     with fake_process_group(192) as _:
         src = DeviceMesh("cpu", torch.arange(128))

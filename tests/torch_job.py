@@ -90,7 +90,7 @@ def fork_workers(worker, outdir, nprocs: int, *args) -> None:
     spawned torch imports take ~12 s on 2 cores)."""
     import torch.multiprocessing as mp
 
-    from verishard.runtime.torch import free_port
+    from verishard.torch.backend import free_port
     os.makedirs(outdir, exist_ok=True)
     mp.start_processes(worker, args=(free_port(), outdir, *args), nprocs=nprocs, join=True, start_method="fork")
 
@@ -104,6 +104,47 @@ def finish_worker(outdir, rank: int, record: dict) -> None:
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001 - already gone
         pass
+
+
+def run_cases(outdir, nprocs: int, cases: dict, only: str = "", quiet: bool = True, barrier: bool = False) -> None:
+    """The worker harness of the multi-process jobs: fork ``nprocs`` gloo
+    processes; each runs every case of ``cases`` (name -> ``fn(add, rank)``)
+    named in ``only`` (comma-separated; all when empty), in order, then
+    writes ``OUTDIR/rank<r>.json`` = ``{"rank", "records"}``: what the cases
+    passed to ``add`` (a dict, or keywords), and a ``crash`` record with the
+    traceback if one raised. ``quiet``: warnings ignored; ``barrier``: the
+    ranks meet before leaving the group. Every collective waits at most 60 s
+    (the group's timeout), so a lost rank fails the job instead of hanging it."""
+    fork_workers(_case_worker, outdir, nprocs, nprocs, cases, only, quiet, barrier)
+
+
+def _case_worker(rank: int, port: int, outdir, nprocs: int, cases: dict, only: str, quiet: bool,
+                 barrier: bool) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    if quiet:
+        import warnings
+        warnings.filterwarnings("ignore")
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    records = []
+
+    def add(rec: dict | None = None, **fields) -> None:
+        records.append(fields if rec is None else rec)
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=nprocs, timeout=timedelta(seconds=60))
+        for name, fn in cases.items():
+            if not only or name in only.split(","):
+                fn(add, rank)
+    except BaseException as e:  # noqa: BLE001 - reported through the file
+        add(case="crash", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+    finally:
+        if barrier:
+            try:
+                dist.barrier()
+            except Exception:  # noqa: BLE001 - a rank already gone: its crash record says why
+                pass
+        finish_worker(outdir, rank, {"rank": rank, "records": records})
 
 
 def global_tensor(shape, dtype, seed: int):
@@ -194,7 +235,7 @@ def flat_blocks_agree(dm, shape, placements) -> bool:
     ``distribute_tensor`` shard) is verishard's uneven type for them: blocks
     of ``ceil(g / n)`` over each dimension's mesh dimensions in DTensor's
     shard order (decoded by DTensor's own rule), built here from
-    ``ArrayType`` without ``verishard.dtensor``. Collective (one
+    ``ArrayType`` without ``verishard.torch.dtensor``. Collective (one
     ``all_gather_object``): the answer is every rank's."""
     import torch
     import torch.distributed as dist
@@ -500,7 +541,7 @@ def partial_uneven_cases(job: Job, dm) -> None:
     schedule, make pending)."""
     import torch
     from torch.distributed.tensor import DTensor
-    from verishard.dtensor import all_placements
+    from verishard.torch.dtensor import all_placements
     from verishard.torch import NotSupportedYet, redistribute
     lp = all_placements(dm, 2, partial="sum")
     pairs = random.Random(78).sample([(a, b) for a in lp for b in lp if any(p.is_partial() for p in a + b)], 40)
@@ -526,7 +567,7 @@ def exchange_cases(job: Job, dm) -> None:
     import torch
     from mpi_cases import all_types
     import verishard
-    from verishard.runtime.torch import mesh_groups, run_plan
+    from verishard.torch.backend import mesh_groups, run_plan
     from verishard.runtime.uneven import distribute_padded
     mesh = verishard.Mesh.parse("x=2,y=2,z=2")
     rank = dist_rank()
@@ -701,7 +742,7 @@ def error_cases(job: Job, dm, dm_other) -> None:
     job.add(case="submesh", ok=same(y.to_local(), want) and y.placements == (Replicate(), Replicate()))
     # one gather over both of its dimensions: a process group the sub-mesh does not have, made by
     # ranks 0-3 only (ranks 4-7 do not call)
-    from verishard.runtime import torch as runtime
+    from verishard.torch import backend as runtime
     t = DTensor.from_local(torch.full((2, 4), float(r)), small, [Shard(0), Shard(0)], run_check=False)
     y = redistribute(t, [Replicate(), Replicate()])
     want = torch.arange(4.0).repeat_interleave(2).reshape(8, 1).expand(8, 4) if r < 4 else torch.empty(0)
@@ -761,7 +802,7 @@ def worker(rank: int, port: int, outdir: str) -> None:
         m42 = init_device_mesh("cpu", (4, 2), mesh_dim_names=("a", "b"))
         rnd = random.Random(12)
         dtypes = [torch.float32, torch.int64, torch.float64, torch.bfloat16, torch.int32, torch.float16]
-        from verishard.dtensor import all_placements
+        from verishard.torch.dtensor import all_placements
         l24 = all_placements(m24, 2)
         l222 = all_placements(m222, 2)
         l222_3 = all_placements(m222, 3)
@@ -776,7 +817,7 @@ def worker(rank: int, port: int, outdir: str) -> None:
         sweep(job, "(2,2,2) x,y,z", m222, (8, 8), pairs222, dtypes)
         sweep(job, "(2,2,2) x,y,z", m222, (8, 8, 8), pairs222_3, dtypes)
         sweep(job, "(2,4) permuted ranks", mperm, (8, 16), pairs_perm[:SAMPLE_PERM], dtypes)
-        import verishard.runtime.torch as vrt
+        import verishard.torch.backend as vrt
         saved, vrt.ROUND_BYTES = vrt.ROUND_BYTES, 1  # every all-to-all and gather in up to 8 rounds
         try:
             sweep(job, "(2,4) x,y in rounds", m24, (16, 16), pairs_rounds, dtypes)
@@ -844,7 +885,7 @@ def fork_job(worker, outdir: str, nprocs: int) -> None:
     import torch._dynamo  # noqa: F401 - DTensor.from_local imports it on first use (~2 s per process)
     import verishard.torch  # noqa: F401
     os.makedirs(outdir, exist_ok=True)
-    from verishard.runtime.torch import free_port
+    from verishard.torch.backend import free_port
     mp.start_processes(worker, args=(free_port(), outdir), nprocs=nprocs, join=True, start_method="fork")
 
 

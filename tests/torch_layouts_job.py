@@ -5,7 +5,7 @@ OUTDIR`` forks 4 gloo processes; every rank runs every case and writes
 Cases: every pair of placements (Shard, Replicate, _StridedShard: DTensor's
 non-default orders) of rank-3 tensors with uneven dimensions on a (2, 2)
 DeviceMesh in which our types cannot describe the source or the target
-(``verishard.dtensor.from_spec`` raises ``UnsupportedLayout``: a dimension
+(``verishard.torch.dtensor.from_spec`` raises ``UnsupportedLayout``: a dimension
 split unevenly by both mesh dimensions, nested ``torch.chunk`` or
 ``_StridedShard``), run by ``verishard.torch.redistribute`` (the verified
 box schedule) against ``DTensor.redistribute`` and against
@@ -34,7 +34,7 @@ SHAPES = ((5, 3, 7), (3, 6, 5))
 def formerly_refused(dm, shape, placements) -> bool:
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
     import torch
-    from verishard.dtensor import UnsupportedLayout, from_spec
+    from verishard.torch.dtensor import UnsupportedLayout, from_spec
     from verishard.torch import planning_mesh
     spec = DTensorSpec(dm, tuple(placements), tensor_meta=TensorMeta(torch.Size(shape), (1,) * len(shape),
                                                                       torch.float32))
@@ -59,9 +59,9 @@ def worker(rank: int, port: int, outdir: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
-    from verishard.dtensor import all_placements
+    from verishard.torch.dtensor import all_placements
     from verishard.torch import plan_for, redistribute
-    from verishard.runtime.torch import BoxPlan
+    from verishard.torch.backend import BoxPlan
     from torch.distributed.tensor.placement_types import _StridedShard
     torch.set_num_threads(1)
     job = Job(rank)

@@ -33,7 +33,7 @@ def worker(rank: int, port: int, outdir: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from verishard.runtime.torch import mesh_groups, run_plan
+    from verishard.torch.backend import mesh_groups, run_plan
     torch.set_num_threads(1)
     rec: dict = {"rank": rank, "results": [], "error": None}
     try:
@@ -49,5 +49,5 @@ def worker(rank: int, port: int, outdir: str) -> None:
 
 
 if __name__ == "__main__":
-    import verishard.runtime.torch  # noqa: F401 - imported once, then forked
+    import verishard.torch.backend  # noqa: F401 - imported once, then forked
     fork_workers(worker, sys.argv[1], NPROCS)

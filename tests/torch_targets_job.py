@@ -16,11 +16,10 @@ reference's (every full tensor it uses).
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import traceback
-from datetime import timedelta
+
+from torch_job import error_record, run_cases, same
 
 NPROCS = 4
 TP = 4
@@ -31,16 +30,6 @@ VOCAB, PADDED = 50, 64
 FP8_SHAPES = {"w8": ((300, 200), "tp"), "w8_2d": ((260, 300), "2d")}
 SENTINEL = -7.0
 F_HEAD_DIM, F_HIDDEN, F_BLOCK = 12, 40, (16, 16)        # fused block-FP8 QKV: shards cut 16 x 16 blocks
-
-
-def error_record(e: BaseException) -> dict:
-    return {"type": type(e).__name__, "message": str(e)}
-
-
-def same(a, b) -> bool:
-    import torch
-    return (tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
-            and torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8)))
 
 
 def full(shape, seed):
@@ -218,38 +207,10 @@ def sub_mesh_refusal_case(add, rank) -> None:
     add(**rec)
 
 
-def worker(rank: int, port: int, outdir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-    import warnings
-    warnings.filterwarnings("ignore")
-    import torch
-    import torch.distributed as dist
-    torch.set_num_threads(1)
-    records = []
-
-    def add(**rec):
-        records.append(rec)
-    try:
-        dist.init_process_group("gloo", rank=rank, world_size=NPROCS, timeout=timedelta(seconds=60))
-        targets_case(add, rank)
-        sub_mesh_refusal_case(add, rank)
-    except BaseException as e:  # noqa: BLE001 - reported through the file
-        add(case="crash", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
-    finally:
-        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-            json.dump({"rank": rank, "records": records}, f)
-        try:
-            dist.destroy_process_group()
-        except Exception:  # noqa: BLE001
-            pass
-
-
 def main(outdir: str) -> None:
     import torch.distributed.tensor  # noqa: F401  (import once, then fork)
     import verishard.torch  # noqa: F401
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from torch_job import fork_workers
-    fork_workers(worker, outdir, NPROCS)
+    run_cases(outdir, NPROCS, {"targets": targets_case, "sub-mesh refusal": sub_mesh_refusal_case})
 
 
 if __name__ == "__main__":

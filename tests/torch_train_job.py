@@ -35,18 +35,11 @@ Cases:
 
 from __future__ import annotations
 
-import json
-import os
+import functools
 import sys
-import traceback
 import warnings
-from datetime import timedelta
 
-
-def same(a, b) -> bool:
-    import torch
-    return (tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
-            and torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8)))
+from torch_job import run_cases, same
 
 
 def train(mesh, fsdp: bool, enable: bool, steps: int = 2):
@@ -306,41 +299,12 @@ CASES = {"train": train_case, "submesh": submesh_case, "signature": signature_ca
          "compile-pairs": compile_pairs_case, "compile-enable": compile_enable_case}
 
 
-def worker(rank: int, port: int, outdir: str, nprocs: int, only: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-    import torch
-    import torch.distributed as dist
-    torch.set_num_threads(1)
-    records = []
-
-    def add(**rec):
-        records.append(rec)
-    try:
-        dist.init_process_group("gloo", rank=rank, world_size=nprocs, timeout=timedelta(seconds=60))
-        for name, fn in CASES.items():
-            if not only or name in only.split(","):
-                fn(add, rank, nprocs)
-    except BaseException as e:  # noqa: BLE001 - reported through the file
-        add(case="crash", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
-    finally:
-        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-            json.dump({"rank": rank, "records": records}, f)
-        try:
-            dist.barrier()
-            dist.destroy_process_group()
-        except Exception:  # noqa: BLE001
-            pass
-
-
 def main(outdir: str, nprocs: int, only: str = "") -> None:
-    import torch.multiprocessing as mp
     import torch.distributed.tensor  # noqa: F401  (import once, then fork)
     import torch._dynamo  # noqa: F401
     import verishard.torch  # noqa: F401
-    os.makedirs(outdir, exist_ok=True)
-    from verishard.runtime.torch import free_port
-    mp.start_processes(worker, args=(free_port(), outdir, nprocs, only), nprocs=nprocs, join=True,
-                       start_method="fork")
+    cases = {name: functools.partial(fn, nprocs=nprocs) for name, fn in CASES.items()}
+    run_cases(outdir, nprocs, cases, only, quiet=False, barrier=True)
 
 
 if __name__ == "__main__":

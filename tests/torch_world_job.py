@@ -24,25 +24,14 @@ Cases:
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 import traceback
-from datetime import timedelta
+
+from torch_job import error_record, run_cases, same
 
 NPROCS = 4
 DEADLINE_S = 3.0
-
-
-def error_record(e: BaseException) -> dict:
-    return {"type": type(e).__name__, "message": str(e), "mro": [c.__name__ for c in type(e).__mro__]}
-
-
-def same(a, b) -> bool:
-    import torch
-    return (tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
-            and torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8)))
 
 
 def global_tensor(shape, dtype, seed):
@@ -138,7 +127,7 @@ def transfer_case(add, rank) -> None:
     import torch
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-    from verishard.runtime.torch import counting_rounds
+    from verishard.torch.backend import counting_rounds
     from verishard.torch import plan_transfer, transfer
     S, R = Shard, Replicate
     train = DeviceMesh("cpu", torch.tensor([0, 1]), mesh_dim_names=("fsdp",))
@@ -280,42 +269,15 @@ def deadline_case(add, rank) -> None:
         time.sleep(2)
 
 
-def worker(rank: int, port: int, outdir: str, only: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-    import warnings
-    warnings.filterwarnings("ignore")
-    import torch
-    import torch.distributed as dist
-    torch.set_num_threads(1)
-    records = []
-
-    def add(**rec):
-        records.append(rec)
-    try:
-        dist.init_process_group("gloo", rank=rank, world_size=NPROCS, timeout=timedelta(seconds=60))
-        for name, fn in (("crossmesh", crossmesh_cases), ("transfer", transfer_case), ("enable", enable_case),
-                         ("overhead", overhead_case), ("deadline", deadline_case)):
-            if not only or name in only.split(","):
-                fn(add, rank)
-    except BaseException as e:  # noqa: BLE001 - reported through the file
-        add(case="crash", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
-    finally:
-        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-            json.dump({"rank": rank, "records": records}, f)
-        try:
-            dist.destroy_process_group()
-        except Exception:  # noqa: BLE001
-            pass
+CASES = {"crossmesh": crossmesh_cases, "transfer": transfer_case, "enable": enable_case, "overhead": overhead_case,
+         "deadline": deadline_case}
 
 
 def main(outdir: str, only: str = "") -> None:
-    import torch.multiprocessing as mp
     import torch.distributed.tensor  # noqa: F401  (import once, then fork)
     import torch._dynamo  # noqa: F401
     import verishard.torch  # noqa: F401
-    os.makedirs(outdir, exist_ok=True)
-    from verishard.runtime.torch import free_port
-    mp.start_processes(worker, args=(free_port(), outdir, only), nprocs=NPROCS, join=True, start_method="fork")
+    run_cases(outdir, NPROCS, CASES, only)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@
 
 __version__ = "0.1.0"   # the one place: pyproject.toml reads it (tool.setuptools.dynamic)
 
+from . import moved as _moved
+
+_moved.install()   # the old module paths (verishard.dtensor, ...) as aliases of the new ones, for one release
+
 from .collectives import AllGather, AllPermute, AllReduce, AllToAll, Collective, DynSlice, ReduceScatter, ToPartial
 from .errors import LimitError, MeshError, ParseError, PlanError, ShardingError, VerishardError
 from .mesh import Mesh

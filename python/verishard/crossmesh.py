@@ -44,7 +44,7 @@ from .errors import PlanError, ShardingError
 from .mesh import Mesh
 from .sharding import ArrayType
 
-__all__ = ["CrossMeshPlan", "crossmesh_plan", "RankPlan", "crossmesh_rank_plan", "as_type"]
+__all__ = ["CrossMeshPlan", "crossmesh_plan", "RankPlan", "crossmesh_rank_plan", "as_type", "checked_ranks"]
 
 
 def as_type(t: ArrayType | str, mesh: Mesh | str | None, what: str) -> ArrayType:
@@ -58,8 +58,8 @@ def as_type(t: ArrayType | str, mesh: Mesh | str | None, what: str) -> ArrayType
     return ArrayType.parse(t, Mesh.coerce(mesh))
 
 
-def _ranks(ranks: Sequence[int] | None, default_start: int, n: int, what: str,
-           world_size: int | None) -> tuple[int, ...]:
+def checked_ranks(ranks: Sequence[int] | None, default_start: int, n: int, what: str,
+                  world_size: int | None) -> tuple[int, ...]:
     if isinstance(ranks, tuple):   # the same long lists come again with every tensor of a transfer: checked once
         try:
             return _ranks_checked(ranks, default_start, n, what, world_size)
@@ -288,8 +288,8 @@ def _placements(src, dst, src_ranks, dst_ranks, src_mesh, dst_mesh, world_size, 
     if s.global_shape != d.global_shape:
         raise ShardingError(f"global shapes differ: source {s.global_shape}, target {d.global_shape}")
     n1, n2 = s.mesh.num_devices, d.mesh.num_devices
-    r1 = _ranks(src_ranks, 0, n1, "source", world_size)
-    r2 = _ranks(dst_ranks, n1 if src_ranks is None else max(r1) + 1, n2, "target", world_size)
+    r1 = checked_ranks(src_ranks, 0, n1, "source", world_size)
+    r2 = checked_ranks(dst_ranks, n1 if src_ranks is None else max(r1) + 1, n2, "target", world_size)
     if not allow_overlap and set(r1) & set(r2):
         raise ShardingError(f"rank {min(set(r1) & set(r2))} is both a source and a target")
     return s, d, r1, r2

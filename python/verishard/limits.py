@@ -34,7 +34,7 @@ below ``2**51``. The binding checks again, refusing any integer outside
 ``[0, 2**62)`` with a :class:`ValueError`.
 
 Every deadline and timeout (``deadline_s=``, ``VERISHARD_DEADLINE_S``,
-:func:`verishard.runtime.torch.set_deadline`, the MPI backends'
+:func:`verishard.torch.backend.set_deadline`, the MPI backends'
 ``timeout=``) is a number of seconds greater than 0 and at most
 :data:`MAX_SECONDS`, checked by :func:`check_seconds` when the call that
 waits is made (never at import).

@@ -475,7 +475,7 @@ def from_placements(mesh: Mesh | str, global_shape: Sequence[int], placements: I
     axis shards the dimension, but where several do, DTensor chunks each
     chunk again, which can differ (5 over two axes of 2: DTensor's lengths
     2, 1, 1, 1, our blocks 2, 2, 1, 0). This text notation cannot tell, so
-    the caller must: :func:`verishard.dtensor.from_placements` compares every
+    the caller must: :func:`verishard.torch.dtensor.from_placements` compares every
     shard with DTensor's own offsets and refuses the layouts that differ.
 
     >>> m = Mesh.parse("x=2,y=3")

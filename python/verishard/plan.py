@@ -445,20 +445,20 @@ def _minimal(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
         candidate, entries = found.better, found.entries
     r = core.mplan(mesh, src, dst, candidate, entries)
     # the pipeline's own plan keeps plan_spec's guarantees (Minimalproof.mplan_pipeline)
-    return _made(replace(_from_report(r, src, dst), guaranteed=True if candidate is None else None, minimal=True))
+    return _made(replace(from_report(r, src, dst), guaranteed=True if candidate is None else None, minimal=True))
 
 
 @lru_cache(maxsize=4096)
 def _eplanned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
-    return _from_report(core.eplan(mesh, src, dst), src, dst)
+    return from_report(core.eplan(mesh, src, dst), src, dst)
 
 
 @lru_cache(maxsize=4096)  # plans are immutable; a hit skips the core call and the decoding
 def _planned(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
-    return _from_report(core.plan_checked(mesh, src, dst), src, dst)   # (plan() checked the types are over mesh)
+    return from_report(core.plan_checked(mesh, src, dst), src, dst)   # (plan() checked the types are over mesh)
 
 
-def _from_report(r: core.PlanReport, src: ArrayType, dst: ArrayType) -> Plan:
+def from_report(r: core.PlanReport, src: ArrayType, dst: ArrayType) -> Plan:
     """The Plan of a verified planner's report for the user's problem ``src ->
     dst`` (well formed by construction: without the dataclass ``__init__``),
     once its first and last types are the user's ``src`` and ``dst`` over the
@@ -472,9 +472,9 @@ def _from_report(r: core.PlanReport, src: ArrayType, dst: ArrayType) -> Plan:
     >>> m = Mesh.parse("x=2,y=4")
     >>> src, dst = ArrayType.parse("[2{x}4]", m), ArrayType.parse("[1{y}4]", m)
     >>> r = core.plan_checked(m, src, dst)
-    >>> _from_report(r, src, dst).dst
+    >>> from_report(r, src, dst).dst
     [1{y}4]
-    >>> _from_report(r._replace(steps=r.steps[:1]), src, dst)     # a report cut short
+    >>> from_report(r._replace(steps=r.steps[:1]), src, dst)     # a report cut short
     Traceback (most recent call last):
     ...
     verishard.errors.PlanError: the verified planner's plan for [2{x}4] -> [1{y}4] on {x:2, y:4} ends at [1{x,y.0}4] over {x:2, y:2*2}, not at the target [1{y}4]; nothing was run: this is a fault in verishard (its core, bindings or decoding), please report it

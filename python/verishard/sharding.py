@@ -644,4 +644,25 @@ def _tokens(text: str) -> list[str]:
     return toks
 
 
-__all__ = ["DimType", "ArrayType", "REDUCE_OPS", "raw"]
+def as_type(t: ArrayType | str, mesh: Mesh | str | None = None) -> ArrayType:
+    """``t`` as an ArrayType over ``mesh`` (parsed when it is a string).
+
+    >>> t = as_type("[2{x}4]", "x=2")
+    >>> t, t.mesh, as_type(t) is t
+    ([2{x}4], {x:2}, True)
+    """
+    if isinstance(t, str):
+        if mesh is None:
+            raise ShardingError(f"type {t!r} given as text needs a mesh")
+        return ArrayType.parse(t, Mesh.coerce(mesh))
+    if not isinstance(t, ArrayType):
+        raise ShardingError(f"expected an ArrayType or its notation, not {type(t).__name__}")
+    if mesh is not None:
+        m = Mesh.coerce(mesh)
+        if t.mesh != m and (t.mesh.axis_names, t.mesh.axis_sizes) != (m.axis_names, m.axis_sizes):
+            # a type over a partial refinement of ``mesh`` (same axes, some split) is fine: same ranks
+            raise ShardingError(f"type {t} is over mesh {t.mesh}, not {m}")
+    return t
+
+
+__all__ = ["DimType", "ArrayType", "REDUCE_OPS", "raw", "as_type"]

@@ -7,7 +7,7 @@ the weights, by block, and nothing of them twice. Between the factors, the
 computation is local along a dimension no mesh axis shards
 (``Commuteproof.along_commutes``); every permutation that crosses devices is
 an array redistribution planned by :func:`verishard.plan.plan` and run by
-verishard's torch runtime (:func:`verishard.runtime.torch.run_plan`), so the
+verishard's torch runtime (:func:`verishard.torch.backend.run_plan`), so the
 sharded layer computes the layer (``Commuteproof.along_then_plan`` over the
 plans of collectives and ``along_then_exchange`` over the exchange: the two
 kinds of plan ``Exchangeproof.eplan_spec`` returns).
@@ -38,7 +38,7 @@ from torch import nn
 
 from ..mesh import Mesh
 from ..plan import Plan, plan
-from ..runtime.torch import mesh_groups, run_plan
+from ..torch.backend import mesh_groups, run_plan
 from ..torch import planning_mesh
 from . import forms
 from .forms import TORCH, LayerError

@@ -171,7 +171,8 @@ def _xla(case: Case, terms: list[np.ndarray], A: np.ndarray) -> PartialResult:
 
 
 def _dtensor(case: Case, terms: list[np.ndarray], A: np.ndarray, min_cost: bool) -> PartialResult:
-    from .torch_dtensor import _describe, dtensor_transforms, replay
+    from ..torch.dtensor import describe_transform
+    from .torch_dtensor import dtensor_transforms, replay
     name = "dtensor-mincost" if min_cost else "dtensor-greedy"
     if len(case.mesh.parts) != len(case.mesh.axes):
         return PartialResult(name, "unsupported", "DTensor mesh dimensions are whole axes; the mesh splits one")
@@ -186,12 +187,12 @@ def _dtensor(case: Case, terms: list[np.ndarray], A: np.ndarray, min_cost: bool)
         if step is None:
             continue
         kind, xs, rec = step
-        program.append(_describe(info))
+        program.append(describe_transform(info))
         if kind == "unsupported":
             a, b = info.src_dst_placements
-            why = (f"DTensor's redistribute refuses {_describe(info)} when it runs (Shard to Partial: "
+            why = (f"DTensor's redistribute refuses {describe_transform(info)} when it runs (Shard to Partial: "
                    f"'not supported yet')" if a.is_shard() and b.is_partial()
-                   else f"transform {_describe(info)} is not modelled")
+                   else f"transform {describe_transform(info)} is not modelled")
             return PartialResult(name, "unsupported", why, tuple(program))
         if kind not in ("local", "to-partial"):
             kinds[kind] = kinds.get(kind, 0) + 1

@@ -55,7 +55,7 @@ def dtensor_transforms(mesh: Mesh, src: ArrayType, dst: ArrayType, min_cost: boo
     from torch.distributed.tensor import _redistribute as R
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
-    from ..dtensor import planning_mesh, to_spec
+    from ..torch.dtensor import planning_mesh, to_spec
     dm = planning_mesh(mesh)
     s, d = to_spec(src, dm), to_spec(dst, dm)
     forced = not all(DTensorSpec.is_default_device_order(o) for o in (s.shard_order, d.shard_order))
@@ -69,12 +69,6 @@ def dtensor_transforms(mesh: Mesh, src: ArrayType, dst: ArrayType, min_cost: boo
     finally:
         log.setLevel(level)
     return optimized, (min_cost or forced)
-
-
-def _describe(info: Any) -> str:
-    a, b = info.src_dst_placements
-    dims = getattr(info, "original_mesh_dims", None) or (info.mesh_dim,)
-    return f"mesh dim{'s' if len(dims) > 1 else ''} {','.join(map(str, dims))}: {a} -> {b}"
 
 
 def chunk(x: np.ndarray, n: int, k: int, dim: int) -> np.ndarray:
@@ -155,6 +149,7 @@ def dtensor_plan(mesh: Mesh, src: ArrayType, dst: ArrayType, *, min_cost: bool =
     >>> dtensor_plan(Mesh.parse("x=2*2"), ArrayType.parse("[1{x}4]", "x=2*2"), ArrayType.parse("[4]", "x=2*2")).summary()
     'dtensor-greedy: unsupported (DTensor mesh dimensions are whole axes; the mesh splits one)'
     """
+    from ..torch.dtensor import describe_transform
     name = "dtensor-mincost" if min_cost else "dtensor-greedy"
     if len(mesh.parts) != len(mesh.axes):
         return PlannerResult(name, "unsupported", "DTensor mesh dimensions are whole axes; the mesh splits one")
@@ -162,7 +157,7 @@ def dtensor_plan(mesh: Mesh, src: ArrayType, dst: ArrayType, *, min_cost: bool =
         infos, graph = dtensor_transforms(mesh, src, dst, min_cost)
     except Exception as e:  # the planner refused
         return PlannerResult(name, "unsupported", f"DTensor's planner refused: {type(e).__name__}: {e}")
-    extra = {"graph_planner": graph, "transforms": [_describe(i) for i in infos]}
+    extra = {"graph_planner": graph, "transforms": [describe_transform(i) for i in infos]}
     if not min_cost and graph:
         extra["note"] = "non-default shard order: torch always plans it with the graph search"
     n = mesh.num_devices
@@ -177,39 +172,13 @@ def dtensor_plan(mesh: Mesh, src: ArrayType, dst: ArrayType, *, min_cost: bool =
             continue
         kind, new, received = step
         if kind == "unsupported":
-            return PlannerResult(name, "unsupported", f"transform {_describe(info)} is not modelled",
+            return PlannerResult(name, "unsupported", f"transform {describe_transform(info)} is not modelled",
                                  program=tuple(extra["transforms"]), extra=extra)
         if kind != "local":
             n_coll += 1
         received_total += int(received.max())
         xs = new
         peak = max(peak, max(x.size for x in xs))
-        events.append(Event(kind, held_sets(xs), None, _describe(info)))
+        events.append(Event(kind, held_sets(xs), None, describe_transform(info)))
     return judge(name, mesh, src, dst, events, xs, program=tuple(extra["transforms"]), n_collectives=n_coll,
                  peak_elements=peak, received_elements=received_total, extra=extra)
-
-
-def transform_costs(infos, device_mesh: Any, size: int) -> tuple[list, int, int]:
-    """Along DTensor's transforms from a local tensor of ``size`` elements:
-    the transforms that communicate or slice, the largest local size, and
-    the elements a rank receives (a gather multiplies the local size, a chunk
-    divides it, an all-to-all keeps it), as the cross-check models them."""
-    peak, recv, moving = size, 0, []
-    for info in infos:
-        a, b = info.src_dst_placements
-        dims = tuple(getattr(info, "original_mesh_dims", None) or (info.mesh_dim,))
-        n = 1
-        for d in dims:
-            n *= device_mesh.size(d)
-        if a == b or n == 1:
-            continue
-        moving.append(info)
-        if b.is_replicate():
-            recv += (n - 1) * size
-            size *= n
-        elif a.is_replicate():
-            size //= n
-        else:
-            recv += size - size // n
-        peak = max(peak, size)
-    return moving, peak, recv

@@ -27,7 +27,7 @@ only, against numpy (the valid part of every device's block):
   dimensions shard one uneven tensor dimension, DTensor chunks each chunk
   again, which is another layout than the type's (``5`` over ``2 x 2``:
   2, 1, 1, 1 against 2, 2, 1, 0); such a case is not the same problem, and
-  is reported ``unsupported`` with :mod:`verishard.dtensor`'s reason.
+  is reported ``unsupported`` with :mod:`verishard.torch.dtensor`'s reason.
 
 Both XLA programs take the source as the padded global array (every block
 padded to ``c``, an even array XLA accepts at a jit's boundary), cut it to
@@ -171,7 +171,7 @@ def _ours(case: Case, G: np.ndarray) -> UnevenResult:
 
 
 def _padded_global(G: np.ndarray, t: ArrayType) -> np.ndarray:
-    from ..runtime.jax import padded_global_shape
+    from ..jax.backend import padded_global_shape
     out = np.zeros(padded_global_shape(t), dtype=G.dtype)
     out[tuple(slice(0, g) for g in G.shape)] = G
     return out
@@ -187,7 +187,7 @@ def _program(case: Case, ours: bool):
     from jax.sharding import NamedSharding
 
     from .. import jax as vj
-    from ..runtime.jax import padded_global_shape
+    from ..jax.backend import padded_global_shape
     jm = vj.jax_mesh(case.mesh)  # Auto axes: JAX's only home for uneven shardings
     s, d = vj.to_partition_spec(case.src), vj.to_partition_spec(case.dst)
     shape = case.src.global_shape
@@ -292,9 +292,10 @@ def _dtensor_buffers(info: Any, kind: str, before: np.ndarray, after: np.ndarray
 
 
 def _dtensor(case: Case, G: np.ndarray, min_cost: bool) -> UnevenResult:
-    from ..dtensor import UnsupportedLayout
+    from ..torch.dtensor import UnsupportedLayout
     from ..runtime.uneven import distribute_chunked
-    from .torch_dtensor import _describe, dtensor_transforms, replay
+    from ..torch.dtensor import describe_transform
+    from .torch_dtensor import dtensor_transforms, replay
     name = "dtensor-mincost" if min_cost else "dtensor-greedy"
     try:
         infos, _ = dtensor_transforms(case.mesh, case.src, case.dst, min_cost)
@@ -310,9 +311,10 @@ def _dtensor(case: Case, G: np.ndarray, min_cost: bool) -> UnevenResult:
         if step is None:
             continue
         kind, new, _ = step
-        program.append(_describe(info))
+        program.append(describe_transform(info))
         if kind == "unsupported":
-            return UnevenResult(name, "unsupported", f"transform {_describe(info)} is not modelled", tuple(program))
+            return UnevenResult(name, "unsupported", f"transform {describe_transform(info)} is not modelled",
+                                tuple(program))
         dims = tuple(getattr(info, "original_mesh_dims", None) or (info.mesh_dim,))
         size = prod(case.mesh.axis_sizes[d] for d in dims)
         cost = [_dtensor_buffers(info, kind, x, y, size) for x, y in zip(xs, new)]

@@ -18,7 +18,7 @@ import statistics
 import tempfile
 import time
 
-from ..runtime.torch import free_port
+from ..torch.backend import free_port
 from .graph import PartitionError
 
 # Spawned, not forked: the caller may be a process that already holds a default

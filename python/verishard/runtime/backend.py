@@ -120,7 +120,7 @@ from ..collectives import (AllGather, AllPermute, AllReduce, AllToAll, Collectiv
 from ..errors import PlanError, VerishardError
 from ..mesh import Mesh
 from ..plan import Plan, Step, check, is_verified
-from ..sharding import ArrayType, DimType
+from ..sharding import ArrayType, DimType, as_type
 from ..core import block_starts, permute_sources, xplan
 
 
@@ -506,7 +506,6 @@ def naive_plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str) -> 
     >>> [str(c) for c in p.collectives], p.peak
     (['AllGather(0, x)', 'DynSlice(0, y)'], 6)
     """
-    from .layout import as_type
     mesh = Mesh.coerce(mesh)
     src, dst = as_type(src, mesh), as_type(dst, mesh)
     steps: list[Collective] = [AllGather(d, mesh.names(src.dim_parts(d)))

@@ -69,8 +69,8 @@ MIN_EXTRA = 1 << 20      # default: never aim for less than 1 MiB of extra memor
 LAZY_BYTES = 1 << 20     # outputs at least this large are anonymous mappings (pages resident when written)
 HUGE_PAGE = 2 << 20      # a transparent huge page (x86-64)
 
-__all__ = ["StepChunks", "ChunkReport", "chunk_geometry", "choose_k", "default_budget", "execute_chunked",
-           "ArrayOps", "ListOps", "MPIArrayOps", "lazy_empty", "release_rows", "MIN_EXTRA"]
+__all__ = ["StepChunks", "ChunkReport", "chunk_geometry", "refined_bound", "choose_k", "default_budget",
+           "execute_chunked", "ArrayOps", "ListOps", "MPIArrayOps", "lazy_empty", "release_rows", "MIN_EXTRA"]
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def chunk_geometry(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tup
     return R, in_shape[0] // R, out_shape[0] // R
 
 
-def _refined(in_b: int, out_b: int, k: int, packed: bool, owned: bool = True, direct: bool = False) -> int:
+def refined_bound(in_b: int, out_b: int, k: int, packed: bool, owned: bool = True, direct: bool = False) -> int:
     """The construction's bound for one step (bytes): with the input released
     piece by piece (``owned``) ``max(in, out) + (min(in, out) + out + [in]) / k``,
     else ``in + out + (out + [in]) / k``; ``in + out`` unchunked. ``direct``:
@@ -172,7 +172,7 @@ def choose_k(in_b: int, out_b: int, R: int, G_in: int, budget: int, fixed: int |
     if fixed is not None:
         return next((d for d in divisors if d >= fixed), R)
     for d in divisors:
-        if _refined(in_b, out_b, d, G_in > 1 and d > 1, direct=direct) <= budget:
+        if refined_bound(in_b, out_b, d, G_in > 1 and d > 1, direct=direct) <= budget:
             return d
     return R
 
@@ -496,7 +496,7 @@ def execute_chunked(plan: Plan, x: Any, backend: Backend, ops, budget_bytes: int
                         kept_in -= in_b // k
                 ops.traffic_end(acc)
                 info = StepChunks(i, name, k, R, in_b, out_b, False,
-                                  _refined(in_b, out_b, k, False, owned, direct=True), held)
+                                  refined_bound(in_b, out_b, k, False, owned, direct=True), held)
             elif k <= 1:
                 y = fn(x, *args)
                 info = StepChunks(i, name, 1, R, in_b, out_b, False, in_b + out_b, in_b + out_b)
@@ -524,7 +524,7 @@ def execute_chunked(plan: Plan, x: Any, backend: Backend, ops, budget_bytes: int
                             ops.free(x, G_in, R, a, b)
                         kept_in -= in_b // k
                 ops.traffic_end(acc)
-                refined = _refined(in_b, out_b, k, packed, owned)
+                refined = refined_bound(in_b, out_b, k, packed, owned)
                 info = StepChunks(i, name, k, R, in_b, out_b, packed, refined, held)
         if on_step is not None:
             on_step(i, step, t, y, info)
@@ -592,7 +592,7 @@ def _run_exchange(i: int, d: int | None, sched, x, backend: Backend, ops, in_b: 
             kept_in -= in_b // k
     ops.traffic_end(acc)
     return y, StepChunks(i, "exchange", k, R, in_b, out_b, False,
-                         _refined(in_b, out_b, k, False, releasable, direct=direct), held)
+                         refined_bound(in_b, out_b, k, False, releasable, direct=direct), held)
 
 
 # ---------------------------------------------------------------------------
@@ -619,7 +619,6 @@ class MPIArrayOps(ArrayOps):
     def _type(self, v: np.ndarray, extent: int | None = None):
         """A committed datatype for the elements of view ``v`` (relative to its first
         element), resized to ``extent`` bytes when given; cached."""
-        from .mpi import MPI, _unit
         it = v.dtype.itemsize
         dims = [(n, st) for n, st in zip(v.shape, v.strides) if n != 1]
         key = ("chunk-view", it, tuple(dims), extent)
@@ -630,7 +629,7 @@ class MPIArrayOps(ArrayOps):
                 run *= rest[-1][0]
                 rest.pop()
             made = []
-            t = _unit(it).Create_contiguous(run)
+            t = self.backend.unit(it).Create_contiguous(run)
             made.append(t)
             for n, st in reversed(rest):
                 t = t.Create_hvector(n, 1, st)

@@ -35,7 +35,7 @@ import numpy as np
 from ..core import block_starts
 from ..errors import ShardingError, VerishardError
 from ..mesh import Mesh
-from ..sharding import ArrayType
+from ..sharding import ArrayType, as_type
 from .backend import NUMPY_REDUCE, AxisGroup, reduction_identity
 
 
@@ -47,27 +47,6 @@ class LayoutError(VerishardError):
     ...
     verishard.runtime.layout.LayoutError: devices 0 and 1 hold the same block of [4] (starting at (0,)) but different data
     """
-
-
-def as_type(t: ArrayType | str, mesh: Mesh | str | None = None) -> ArrayType:
-    """``t`` as an ArrayType over ``mesh`` (parsed when it is a string).
-
-    >>> t = as_type("[2{x}4]", "x=2")
-    >>> t, t.mesh, as_type(t) is t
-    ([2{x}4], {x:2}, True)
-    """
-    if isinstance(t, str):
-        if mesh is None:
-            raise ShardingError(f"type {t!r} given as text needs a mesh")
-        return ArrayType.parse(t, Mesh.coerce(mesh))
-    if not isinstance(t, ArrayType):
-        raise ShardingError(f"expected an ArrayType or its notation, not {type(t).__name__}")
-    if mesh is not None:
-        m = Mesh.coerce(mesh)
-        if t.mesh != m and (t.mesh.axis_names, t.mesh.axis_sizes) != (m.axis_names, m.axis_sizes):
-            # a type over a partial refinement of ``mesh`` (same axes, some split) is fine: same ranks
-            raise ShardingError(f"type {t} is over mesh {t.mesh}, not {m}")
-    return t
 
 
 LAYOUTS = ("padded", "chunked")

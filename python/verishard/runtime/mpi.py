@@ -85,7 +85,8 @@ from ..plan import Plan, Step
 from ..sharding import ArrayType
 from .backend import (NUMPY_REDUCE, AxisGroup, Backend, Donated, RedistributionError, RuntimeCheckError, execute,
                       numpy_fit, reduction_identity, validate_plan)
-from .chunked import lazy_empty
+from .agreement import AGREED, agreement_verdict, rank_list  # noqa: F401  (AGREED: named in this module's docs)
+from .chunked import MPIArrayOps, execute_chunked, lazy_empty
 
 
 
@@ -336,6 +337,12 @@ class MPIBackend(Backend):
         """The buffer cut or zero-padded to ``n`` along ``dim`` (uneven types); nothing moves
         (the step's traffic counts stay the collective's)."""
         return numpy_fit(x, dim, n)
+
+    @staticmethod
+    def unit(itemsize: int) -> MPI.Datatype:
+        """The MPI datatype of one element of ``itemsize`` bytes (what the
+        chunked executor's :class:`~verishard.runtime.chunked.MPIArrayOps` builds its views of)."""
+        return _unit(itemsize)
 
     def all_gather(self, x, dim, group):
         """``MPI_Allgather`` over the group, concatenating along ``dim``.
@@ -597,50 +604,6 @@ def _decode_record(buf: np.ndarray) -> dict:
         return {"errors": ["sent an unreadable validation record"]}
 
 
-def _ranks(rs: list[int]) -> str:
-    out, i = [], 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ("rank " if len(rs) == 1 else "ranks ") + ",".join(out)
-
-
-# what the ranks must agree on: (record key, record key of its description, what it is called)
-AGREED = (("mesh_ranks", "mesh_ranks", "device mesh ranks"), ("src_ranks", "src_ranks", "source ranks (src_ranks)"),
-          ("check_agreement", "check_agreement", "check_agreement policy"),
-          ("plan", "desc", "plan"), ("dtype", "dtype_name", "dtype"),
-          ("chunking", "chunking", "chunking (budget_bytes, chunks)"), ("budget", "budget", "round budget"))
-
-
-def _verdict(records: list[dict]) -> str | None:
-    """One message naming every problem, identical on every rank, or None."""
-    errors: dict[str, list[int]] = {}
-    for r, rec in enumerate(records):
-        for e in rec.get("errors", []):
-            errors.setdefault(e, []).append(r)
-    lines = [f"{_ranks(rs)}: {e}" for e, rs in errors.items()]
-    named = False
-    for key, label, what in AGREED:
-        seen: dict[str, list[int]] = {}
-        for r, rec in enumerate(records):
-            if key in rec:
-                seen.setdefault(rec[key], []).append(r)
-        if (len(seen) > 1 and key == "plan" and named
-                and len({records[rs[0]].get(label) for rs in seen.values()}) == 1):
-            continue   # the plans differ only by a field named above (their descriptions are the same)
-        if len(seen) > 1:
-            named = True
-            parts = [f"{_ranks(rs)}: {records[rs[0]].get(label, v)}" + (f" [{v}]" if label != key else "")
-                     for v, rs in sorted(seen.items(), key=lambda kv: kv[1][0])]
-            lines.append(f"the ranks disagree on the {what}: " + "; ".join(parts))
-    if not lines:
-        return None
-    return "redistribution refused before any data moved:\n  " + "\n  ".join(lines)
-
-
 def _abort(comm: MPI.Comm, message: str, code: int = 1) -> None:
     rank = MPI.COMM_WORLD.Get_rank()
     sys.stdout.flush()
@@ -703,10 +666,10 @@ def agree(comm: MPI.Comm, rec: dict, timeout: float | None, what: str = "redistr
         if missing:
             for i in missing:
                 reqs[i - 1].Cancel()
-            message = f"verishard.mpi: {_ranks(missing)} {late}"
+            message = f"verishard.mpi: {rank_list(missing)} {late}"
             verdict = message
         else:
-            verdict = _verdict([_decode_record(records[r * RECORD:(r + 1) * RECORD]) for r in range(n)])
+            verdict = agreement_verdict([_decode_record(records[r * RECORD:(r + 1) * RECORD]) for r in range(n)])
         data = np.zeros(VERDICT, dtype=np.uint8)
         text = ("" if verdict is None else verdict).encode()[:VERDICT - 1]
         data[0] = 1 if missing else 0
@@ -909,7 +872,6 @@ def redistribute(plan: Plan, local: np.ndarray | Donated, comm: MPI.Comm | None 
 
         del x
         phase[0] = "moving data"
-        from .chunked import MPIArrayOps, execute_chunked
         x0 = prev["x"]
         owned = donated and _owns_memory(x0)
         del x0

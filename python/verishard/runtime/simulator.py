@@ -263,7 +263,7 @@ class SimBackend(Backend):
 class HostBackend(SimBackend):
     """The simulator's data movement over every device's array in one
     process, without the copies a runtime whose devices share the host's
-    memory does not need (JAX's CPU devices, :func:`verishard.runtime.jax.host_executor`).
+    memory does not need (JAX's CPU devices, :func:`verishard.jax.backend.host_executor`).
     Arrays are never written after a step makes them, so a step hands out
     blocks without copying them: the members of a gather group share the one
     concatenation, a slice is a view, a permute passes the array on; an

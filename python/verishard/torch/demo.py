@@ -1,4 +1,4 @@
-"""The PyTorch part of ``make demo``: ``python -m verishard.runtime.torch_demo``.
+"""The PyTorch part of ``make demo``: ``python -m verishard.torch.demo``.
 
 Starts 8 gloo processes (``torch.multiprocessing``, forked, MASTER_ADDR
 127.0.0.1 and a free port), redistributes a few DTensors on a (2, 4) and a
@@ -77,11 +77,11 @@ def dtensor_steps(x, dm, dst):
     all-to-all keeps it)."""
     from torch.distributed.tensor import _redistribute as R
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
-    from ..crosscheck.torch_dtensor import _describe, transform_costs
+    from .dtensor import describe_transform, transform_costs
     target = DTensorSpec(dm, dst, tensor_meta=x._spec.tensor_meta)
     infos = R._optimize_transform_infos(R._gen_transform_infos(x._spec, target), dm, x.placements, dst)
     moving, peak, recv = transform_costs(infos, dm, x.to_local().numel())
-    return [_describe(info) for info in moving], peak, recv
+    return [describe_transform(info) for info in moving], peak, recv
 
 
 def worker(rank: int, port: int) -> None:
@@ -180,7 +180,7 @@ def main() -> int:
     import verishard.torch  # noqa: F401
     sys.stdout.flush()
     try:
-        from .torch import free_port
+        from .backend import free_port
         mp.start_processes(worker, args=(free_port(),), nprocs=NPROCS, join=True, start_method="fork")
     except mp.ProcessExitedException as e:
         print(f"verishard.torch demo FAILED: {e}", file=sys.stderr)

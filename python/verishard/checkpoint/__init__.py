@@ -5,8 +5,8 @@ other meshes and layouts, each rank reading only what the verified
 cross-mesh schedule (``Crossmesh.xplan``, ``Crossmeshproof.xplan_correct``)
 assigns it, and checking exactly what it reads.
 
-The format and its defensive reading are :mod:`verishard.checkpoint_format`;
-PyTorch DCP directories are read by :mod:`verishard.checkpoint_dcp`.
+The format and its defensive reading are :mod:`verishard.checkpoint.format`;
+PyTorch DCP directories are read by :mod:`verishard.checkpoint.dcp`.
 
 >>> import numpy as np, tempfile
 >>> from verishard import checkpoint
@@ -28,7 +28,7 @@ of a save still running, whose writer holds a lock on its marker; and only
 files a save provably wrote: ``_sweep``). A crash at any point leaves the
 previous complete checkpoint or none; leftovers of killed writers are
 removed by the next save. Every file of the directory is opened as a
-regular file only (``checkpoint_format.open_regular``: a FIFO is refused,
+regular file only (``format.open_regular``: a FIFO is refused,
 never waited on). Loading opens every file first (a load racing a re-save
 reads the old or the new checkpoint, or says the checkpoint changed),
 checks the manifest's digest and schema (no two blocks sharing bytes),
@@ -52,14 +52,16 @@ from typing import Any
 
 import numpy as np
 
-from . import checkpoint_format as F
-from . import dtypes
-from .checkpoint_format import CheckpointError
-from .crossmesh import as_type, crossmesh_plan
-from .errors import DtypeError, ShardingError, VerishardError, refusing_raw_errors
-from .limits import MAX_ELEMENTS
-from .mesh import Mesh
-from .sharding import ArrayType
+from . import format as F
+from .. import dtypes
+from .format import CheckpointError
+from ..crossmesh import crossmesh_plan
+from ..errors import DtypeError, VerishardError
+from ..mesh import Mesh
+from ..sharding import ArrayType
+# TARGET_KINDS and nest are verishard.checkpoint's names too
+from .targets import (TARGET_KINDS, Boxes, box_pieces, finish_target, flatten, is_one_target,  # noqa: F401
+                      layout_type, leaf_kind, mesh_rank, nest, select, target_of)
 
 __all__ = ["save", "commit", "load", "verify", "reshard", "read_manifest", "DEFAULT_READ_BUFFER"]
 
@@ -425,32 +427,6 @@ def _commit_manifest(dirfd: int, man: dict) -> None:
 
 # --- what is saved ---------------------------------------------------------------
 
-def _flatten(state: Mapping, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    if len(prefix) >= F.MAX_DEPTH:
-        raise CheckpointError(f"state nested deeper than {F.MAX_DEPTH} levels at {'/'.join(prefix)!r}")
-    out = []
-    for k, v in state.items():
-        if not isinstance(k, str) or not 0 < len(k) <= F.MAX_NAME:
-            raise CheckpointError(f"state key {k!r} under {'/'.join(prefix) or 'the top'!r} is not a string of "
-                                  f"1 to {F.MAX_NAME} characters")
-        if isinstance(v, Mapping):
-            out.extend(_flatten(v, prefix + (k,)))
-        else:
-            out.append((prefix + (k,), v))
-    return out
-
-
-def _kind(obj: Any) -> str:
-    mod = type(obj).__module__
-    if mod.startswith("torch") and hasattr(obj, "to_local") and hasattr(obj, "device_mesh"):
-        return "dtensor"
-    if mod.startswith("torch") and hasattr(obj, "detach"):
-        return "torch"
-    if mod.startswith("jax") and hasattr(obj, "sharding"):
-        return "jax"
-    return "numpy" if isinstance(obj, np.ndarray) else "value"
-
-
 def _single_device(x: Any) -> bool:
     """A jax.Array wholly on one device (a SingleDeviceSharding, as ``jnp`` and
     ``jax.device_put`` without a sharding make): saved and loaded as a global array."""
@@ -465,53 +441,28 @@ def _torch_numpy(x) -> np.ndarray:
         raise CheckpointError(f"a torch tensor: {e}") from None
 
 
-def _layout(lay: Any, where: str) -> ArrayType:
-    """A layout for a global numpy array: (mesh, type) or an ArrayType."""
-    if isinstance(lay, ArrayType):
-        return lay
-    if isinstance(lay, tuple) and len(lay) == 2:
-        try:
-            return as_type(lay[1], Mesh.coerce(lay[0]), where)
-        except VerishardError as e:
-            raise CheckpointError(f"{where}: {e}") from None
-    raise CheckpointError(f"{where}: a layout is (mesh, type) in verishard's notation or an ArrayType, "
-                          f"not {type(lay).__name__}")
-
-
-def _mesh_rank(dm: Any) -> int:
-    """This process's index in a DeviceMesh."""
-    import torch.distributed as dist
-    if not (dist.is_available() and dist.is_initialized()):
-        raise CheckpointError("a DeviceMesh or DTensor without torch.distributed initialized: which rank is this "
-                              "process? init_process_group first, or pass rank=")
-    ranks, me = dm.mesh.flatten().tolist(), dist.get_rank()
-    if me not in ranks:
-        raise CheckpointError(f"process {me} is not in the DeviceMesh of ranks {ranks[:16]}")
-    return ranks.index(me)
-
-
 def _blocks(obj: Any, lay: Any, rank: int | None, where: str):
     """(type, {rank: local block}, like, scalar) of one array to save."""
-    kind = _kind(obj)
+    kind = leaf_kind(obj)
     if kind == "jax" and _single_device(obj):
         obj = np.asarray(obj)   # one device's array: a global array, like numpy's
     elif kind == "jax":
-        from .jax_sharding import from_named_sharding
+        from ..jax.sharding import from_named_sharding
         sh = obj.sharding
         t = from_named_sharding(sh, obj.shape)
         devices = list(sh.mesh.devices.flat)
         return t, {devices.index(s.device): np.asarray(s.data) for s in obj.addressable_shards}, "jax", False
     if kind == "dtensor":
         import torch.distributed as dist
-        from .dtensor import UnsupportedLayout, from_spec
-        from .torch import planning_mesh
+        from ..torch.dtensor import UnsupportedLayout, from_spec
+        from ..torch import planning_mesh
         dm = obj.device_mesh
         try:
             t = from_spec(planning_mesh(dm), obj._spec)
         except UnsupportedLayout as err:
             raise CheckpointError(f"{where}: {err}; a checkpoint stores blocks of verishard's types: save the "
                                   f"DTensor redistributed to such a layout (it loads back onto this one)") from None
-        r = _mesh_rank(dm)
+        r = mesh_rank(dm)
         return t, {r: _torch_numpy(obj.to_local())}, "dtensor", False
     a = _torch_numpy(obj) if kind == "torch" else np.asarray(obj)
     scalar = a.ndim == 0
@@ -520,7 +471,7 @@ def _blocks(obj: Any, lay: Any, rank: int | None, where: str):
     if lay is None:
         t = ArrayType.parse(f"[{', '.join(map(str, a.shape))}]", "one=1")
     else:
-        t = _layout(lay, where)
+        t = layout_type(lay, where)
     if rank is not None:
         return t, {int(rank): a}, kind, scalar
     if tuple(a.shape) != t.global_shape:
@@ -602,7 +553,7 @@ def save(state: Any, path: Any = None, layouts: Any = None, legacy_path: str | N
 
     ``save(array, mesh, type, path)`` saves one array as before."""
     if not isinstance(state, Mapping):   # the one-array call: save(array, mesh, type, path)
-        if _kind(state) in ("jax", "dtensor") and layouts is None and legacy_path is None:
+        if leaf_kind(state) in ("jax", "dtensor") and layouts is None and legacy_path is None:
             directory, lay = path, None
         else:
             if path is None or layouts is None:
@@ -616,9 +567,9 @@ def save(state: Any, path: Any = None, layouts: Any = None, legacy_path: str | N
         raise CheckpointError(f"save: layouts is a dict of the state's names, not {type(layouts).__name__}")
     layouts = dict(layouts or {})
     group = _Group(comm)
-    items = _flatten(state)
-    partial_save = rank is not None or any(_kind(v) == "dtensor" for _, v in items) or (
-        any(_kind(v) == "jax" and not v.is_fully_addressable for _, v in items))
+    items = flatten(state)
+    partial_save = rank is not None or any(leaf_kind(v) == "dtensor" for _, v in items) or (
+        any(leaf_kind(v) == "jax" and not v.is_fully_addressable for _, v in items))
     if save_id is None:
         if group.alone and partial_save:
             raise CheckpointError("ranks saving their own blocks without a communicator must agree on a save id: "
@@ -628,7 +579,7 @@ def save(state: Any, path: Any = None, layouts: Any = None, legacy_path: str | N
     if not isinstance(save_id, str) or not F.ID_RE.fullmatch(save_id):
         raise CheckpointError(f"save id {save_id!r}: 1 to 64 letters, digits, '_', '.', '-', not starting with "
                               f"'.', '_' or '-'")
-    flat_layouts = dict(_flatten(layouts)) if layouts else {}
+    flat_layouts = dict(flatten(layouts)) if layouts else {}
     with _directory(path, create=True) as dirfd:
         writer = None
         try:
@@ -637,7 +588,7 @@ def save(state: Any, path: Any = None, layouts: Any = None, legacy_path: str | N
                 writer = _Writer(dirfd, save_id, group.rank if not group.alone or rank is None else int(rank))
                 for key, obj in items:
                     where = "/".join(key)
-                    kind = _kind(obj)
+                    kind = leaf_kind(obj)
                     if kind == "value":
                         if group.rank == 0:
                             values.append({"path": list(key), **F.value_to_json(obj, where)})
@@ -872,88 +823,16 @@ def _read_box(ck: _Checkpoint, e: F.Entry, b: F.Block, sbox: tuple[slice, ...], 
             g = h
 
 
-Box = tuple[tuple[int, int], ...]
-
-
-class _Boxes:
-    """One rank's part of a target layout that our types cannot express
-    (DTensor's nested ``torch.chunk`` shards, uneven ``_StridedShard``), as
-    DTensor lays it out (:func:`verishard.dtensor.layout_boxes`): its global
-    boxes, each with where it starts in the local tensor, and the local
-    shape. Several boxes where ``_StridedShard`` interleaves; none where the
-    shard is empty."""
-
-    def __init__(self, global_shape: tuple[int, ...], holdings: list[tuple[Box, tuple[int, ...]]],
-                 local_shape: tuple[int, ...]):
-        self.global_shape, self.holdings, self.local_shape = tuple(global_shape), holdings, tuple(local_shape)
-
-    @classmethod
-    def of_dtensor(cls, global_shape: tuple[int, ...], dm: Any, placements: Any, r: int, where: str) -> "_Boxes":
-        """Mesh rank ``r``'s boxes of ``placements`` on the DeviceMesh ``dm``."""
-        from torch.distributed.tensor import Shard
-        from torch.distributed.tensor.placement_types import _StridedShard
-        from .dtensor import layout_boxes
-        k = len(global_shape)
-        for i, p in enumerate(placements):
-            shard = isinstance(p, (Shard, _StridedShard))
-            d = p.dim if shard else p[1] if isinstance(p, tuple) and p[:1] == ("shard",) else 0
-            factor = p.split_factor if isinstance(p, _StridedShard) else 1
-            if not (isinstance(d, int) and -k <= d < k and isinstance(factor, int) and factor >= 1):
-                raise CheckpointError(f"{where}: placement {p!r} on mesh dimension {i} does not shard a tensor of "
-                                      f"{k} dimensions (a dimension in [-{k}, {k}), a split factor of 1 or more)")
-        held, shapes = refusing_raw_errors(CheckpointError)(layout_boxes)(global_shape, tuple(dm.mesh.shape),
-                                                                         list(placements))
-        return cls(global_shape, [(box, at) for q, box, at in held if q == r], shapes[r])
-
-    @classmethod
-    def of_block(cls, t: ArrayType, j: int) -> "_Boxes":
-        """Device ``j``'s block of ``t`` as one box (none when empty)."""
-        shape = t.valid_shape(j)
-        box = tuple(zip(t.block_starts(j), shape))
-        return cls(t.global_shape, [(box, (0,) * len(shape))] if math.prod(shape) else [], shape)
-
-
-def _box_pieces(sources: list[Box], target: _Boxes) -> list[tuple[int, Box, tuple[slice, ...]]]:
-    """The verified box schedule (``core.bplan``: ``Boxes.bplan`` staged by
-    ``Boxes.brounds``) from the stored boxes ``sources`` (by index) to the
-    target rank's boxes, which no source is: every cut as (source index,
-    global box, where it goes in the local tensor). Theorem
-    ``Boxesworldproof.brounds_correct``: every index of a target box that
-    some source holds arrives in exactly one cut, inside the box of the
-    source it is read from. Run only where the stored blocks cover the
-    array and the target boxes lie in it (``core.bcovers``); then
-    ``Coverproof.brounds_complete``: every index of every target box arrives."""
-    from . import core
-    n = len(sources)
-    dst = [(n + k, box) for k, (box, _) in enumerate(target.holdings)]
-    if not dst:
-        return []
-    if not core.bcovers(target.global_shape, list(enumerate(sources)), dst):
-        raise CheckpointError(f"the stored blocks do not hold every element of the {tuple(target.global_shape)} "
-                              f"array, or a target box lies outside it (Cover.bcovers)")
-    budget = min(max(math.prod(s for _, s in box) for _, box in dst), MAX_ELEMENTS)   # one cut per piece
-    _, rounds = core.bplan(list(enumerate(sources)), dst, budget)
-    cuts: list[list] = [[] for _ in dst]
-    for rd in rounds:
-        for c in rd:
-            cuts[c.target].append(c)
-    out = []
-    for (box, at), cs in zip(target.holdings, cuts):
-        out += [(c.src, c.box, tuple(slice(s - g + a, s - g + a + m) for (s, m), (g, _), a in zip(c.box, box, at)))
-                for c in cs]
-    return out
-
-
-def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType | _Boxes, j: int, read_buffer: int,
+def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType | Boxes, j: int, read_buffer: int,
                 out: np.ndarray | None = None) -> np.ndarray:
     """Target device ``j``'s block of entry ``e`` under ``t``, read piece by
     piece along the verified schedule (the cross-mesh one between types, the
     box one onto a layout our types cannot express), into ``out`` (a view of
     a target's own memory, of the block's shape and the entry's dtype) or a
     new array."""
-    if isinstance(t, _Boxes):
+    if isinstance(t, Boxes):
         out = np.empty(t.local_shape, dtype=e.dtype) if out is None else out
-        pieces = _box_pieces([tuple(zip(b.start, b.shape)) for b in e.blocks], t)
+        pieces = box_pieces([tuple(zip(b.start, b.shape)) for b in e.blocks], t)
         ck.pieces += len(pieces)
         for i, box, dst in pieces:
             b = e.blocks[i]
@@ -968,338 +847,6 @@ def _load_block(ck: _Checkpoint, e: F.Entry, t: ArrayType | _Boxes, j: int, read
     for p in plan.pieces[j]:
         _read_box(ck, e, e.blocks[p.src], plan.src_local(p), out[plan.dst_local(j, p)], read_buffer)
     return out
-
-
-# What load accepts as a target (one leaf of ``targets``), named in its errors.
-TARGET_KINDS = (
-    "None (the whole array, as the type it was saved from)",
-    "a torch tensor or numpy array of the stored dtype and global shape (filled in place)",
-    "a DTensor (this rank's shard, filled in place)",
-    "(DeviceMesh, placements) (a new DTensor)",
-    "a jax.Array, a jax.ShapeDtypeStruct with a sharding, or a jax sharding (a new jax.Array with that sharding)",
-    "(mesh, type) in verishard's notation or an ArrayType (block rank= of it, numpy)",
-)
-
-
-def _target_kind(spec: Any) -> str | None:
-    """Which of :data:`TARGET_KINDS` ``spec`` is (None: not a target)."""
-    if spec is None:
-        return "none"
-    mod = type(spec).__module__
-    if mod.startswith("torch"):
-        return {"dtensor": "dtensor", "torch": "torch"}.get(_kind(spec))
-    if isinstance(spec, np.ndarray):
-        return "numpy"
-    if mod.startswith("jax"):
-        if hasattr(spec, "addressable_shards"):
-            return "jax"
-        if type(spec).__name__ == "ShapeDtypeStruct":
-            return "abstract"
-        if hasattr(spec, "device_set"):
-            return "sharding"
-        return None
-    if isinstance(spec, ArrayType):
-        return "layout"
-    if isinstance(spec, tuple) and len(spec) == 2:
-        if hasattr(spec[0], "mesh_dim_names"):
-            return "placements"
-        if isinstance(spec[0], (str, Mesh)):
-            return "layout"
-    return None
-
-
-def _refuse_target(spec: Any, where: str) -> CheckpointError:
-    return CheckpointError(f"{where}: a target {type(spec).__name__} is none of the kinds load takes: "
-                           f"{'; '.join(TARGET_KINDS)}")
-
-
-def _dtype_name(dtype: Any) -> str:
-    """A torch, JAX or numpy dtype's name (``float32``, ``bfloat16``), also of one verishard does not move."""
-    try:
-        return dtypes.name_of(dtype)
-    except DtypeError:
-        return str(dtype)
-
-
-def _check_leaf(e: Any, dtype: Any, shape: tuple[int, ...], where: str) -> None:
-    """A target leaf of its own dtype and global shape must match the stored
-    entry's (a scalar saved as one element fills a 0-d leaf): one error
-    naming both."""
-    stored = getattr(e, "dtype", None)
-    g = e.t.global_shape
-    shape = tuple(shape)
-    same_shape = shape == g or (shape == () and g == (1,) and getattr(e, "scalar", True))
-    if same_shape and (stored is None or _dtype_name(stored) == _dtype_name(dtype)):
-        return
-    raise CheckpointError(f"{where}: the checkpoint holds {_dtype_name(stored) if stored is not None else 'an array'} "
-                          f"of global shape {g}, the target is {_dtype_name(dtype)} of global shape {shape}: pass a "
-                          f"target of the stored dtype and shape, or None for the array as saved")
-
-
-def _memory_of(x: Any, dtype: np.dtype | None, shape: tuple[int, ...]) -> np.ndarray | None:
-    """The torch tensor ``x``'s own memory as a C-contiguous numpy array of
-    ``dtype`` and ``shape`` (what a block is read into, so that loading
-    makes no second copy), or None where it has none (not on the CPU, not
-    contiguous, another dtype): then the block is read apart and copied in."""
-    if dtype is None or x.device.type != "cpu" or not x.is_contiguous() or x.is_conj() or x.is_neg():
-        return None
-    try:
-        v = dtypes.torch_to_numpy(x)   # on the CPU, contiguous: a view (bfloat16, float8: of the same bytes)
-    except (DtypeError, TypeError, RuntimeError):
-        return None
-    if (v.dtype != dtype or v.size != math.prod(shape) or not v.flags.c_contiguous or not v.flags.writeable
-            or (v.size and v.__array_interface__["data"][0] != x.data_ptr())):
-        return None
-    return v.reshape(shape)
-
-
-def _fill(leaf: Any, local: Any, into: np.ndarray | None, where: str):
-    """finish for a target filled in place: the block was read straight into
-    ``into`` (the local tensor's memory) where there was one, else it is
-    copied into ``local``; gives back the leaf itself."""
-    def finish(blocks):
-        if _dtype_name(blocks[0].dtype) != _dtype_name(local.dtype):   # (a DCP entry's dtype is known only now)
-            raise CheckpointError(f"{where}: the checkpoint holds {_dtype_name(blocks[0].dtype)}, the target is "
-                                  f"{_dtype_name(local.dtype)}: pass a target of the stored dtype, or None for "
-                                  f"the array as saved")
-        if into is None or blocks[0] is not into:
-            if isinstance(local, np.ndarray):
-                local[...] = blocks[0].reshape(local.shape)
-            else:
-                import torch
-                with torch.no_grad():
-                    local.copy_(dtypes.numpy_to_torch(blocks[0]).reshape(local.shape))
-        return leaf
-    finish.into = [into] if into is not None else None
-    return finish
-
-
-def _saved_kind(e: Any, blocks: list[np.ndarray]) -> Any:
-    """The whole array as the kind it was saved from (the manifest's
-    ``like``): a torch tensor from torch tensors and DTensors, a jax.Array
-    from JAX where JAX holds the dtype as it is (64-bit ones need JAX's x64),
-    numpy otherwise (or where that package is not installed)."""
-    like = getattr(e, "like", "numpy")
-    a = blocks[0]
-    try:
-        if like in ("torch", "dtensor"):
-            return dtypes.numpy_to_torch(a)
-        if like == "jax":
-            import jax
-            if jax.dtypes.canonicalize_dtype(a.dtype) == a.dtype:   # 64-bit dtypes without x64: numpy, exact
-                return jax.device_put(a)
-    except ImportError:
-        pass
-    return a
-
-
-def _jax_target(sh: Any, e: Any, shape: tuple[int, ...], where: str):
-    """(type, our ranks to load, finish) of a jax sharding: the blocks of this
-    process's devices, made into one jax.Array of ``shape`` with that sharding."""
-    import jax
-    g = e.t.global_shape
-    if not isinstance(sh, jax.sharding.NamedSharding):
-        if len(sh.device_set) != 1:
-            raise CheckpointError(f"{where}: a {type(sh).__name__} over {len(sh.device_set)} devices; load takes a "
-                                  f"NamedSharding (or a sharding on one device)")
-        return (ArrayType.parse(f"[{', '.join(map(str, g))}]", "one=1"), [0],
-                lambda blocks: jax.device_put(blocks[0].reshape(shape), sh))
-    from .jax_sharding import from_named_sharding
-    t = from_named_sharding(sh, g)
-    devices = list(sh.mesh.devices.flat)
-    mine = [r for r, d in enumerate(devices) if d.process_index == jax.process_index()]
-
-    def finish(blocks):
-        if shape != g:   # a scalar saved as one element, replicated: each device's block is the value
-            blocks = [b.reshape(shape) for b in blocks]
-        arrays = [jax.device_put(blocks[k], devices[r]) for k, r in enumerate(mine)]
-        return jax.make_array_from_single_device_arrays(shape, sh, arrays)
-    return t, mine, finish
-
-
-def _dtensor_target(dm: Any, placements: Any, e: Any, rank: int | None, where: str):
-    """(type, or _Boxes where our types cannot express the layout; [our rank]) of a DTensor layout."""
-    from torch.distributed.tensor.placement_types import _StridedShard
-    from .dtensor import UnsupportedLayout, from_placements
-    from .torch import planning_mesh
-    g = e.t.global_shape
-    r = _mesh_rank(dm) if rank is None else int(rank)
-    try:
-        t = from_placements(planning_mesh(dm), g, placements)
-    except ShardingError as err:
-        # layouts our types cannot express (uneven nested torch.chunk shards, _StridedShard interleaving
-        # that has no shard order): DTensor's own split as boxes; no pending reductions there
-        boxes = isinstance(err, UnsupportedLayout) or any(isinstance(p, _StridedShard) for p in placements)
-        if not boxes or len(placements) != dm.ndim or any(p.is_partial() for p in placements):
-            raise
-        if not 0 <= r < dm.mesh.numel():
-            raise CheckpointError(f"{where}: rank {r} is not a rank of the DeviceMesh") from None
-        t = _Boxes.of_dtensor(g, dm, placements, r, where)   # DTensor's own split: read its boxes
-    return t, r
-
-
-def _target(spec: Any, e: F.Entry, rank: int | None, where: str):
-    """(type, or _Boxes where our types cannot express a DTensor layout; our ranks to load; finish: the
-    loaded blocks as the target's kind) for one load target. A finish whose ``into`` is set names, per
-    rank, the target's own memory to read that block into (filled in place)."""
-    g = e.t.global_shape
-    kind = _target_kind(spec)
-    whole = ArrayType.parse(f"[{', '.join(map(str, g))}]", "one=1")
-    if kind == "none":
-        return whole, [0], lambda blocks: _saved_kind(e, blocks)
-    if kind in ("torch", "numpy"):
-        _check_leaf(e, spec.dtype, spec.shape, where)
-        if kind == "numpy":
-            if not spec.flags.writeable:
-                raise CheckpointError(f"{where}: the target numpy array is read-only; pass a writable one")
-            into = spec.reshape(g) if spec.flags.c_contiguous else None
-        else:
-            into = _memory_of(spec, getattr(e, "dtype", None), g)
-        return whole, [0], _fill(spec, spec, into, where)
-    if kind in ("jax", "abstract", "sharding"):
-        sh = spec if kind == "sharding" else spec.sharding
-        if sh is None:
-            raise CheckpointError(f"{where}: a ShapeDtypeStruct without a sharding; give it one "
-                                  f"(sharding=NamedSharding(mesh, spec)) so load knows where each block goes")
-        shape = g
-        if kind != "sharding":
-            _check_leaf(e, spec.dtype, spec.shape, where)
-            shape = tuple(spec.shape)
-        return _jax_target(sh, e, shape, where)
-    if kind == "dtensor":
-        import torch
-        _check_leaf(e, spec.dtype, spec.shape, where)
-        if any(p.is_partial() for p in spec.placements):
-            raise CheckpointError(f"{where}: the target DTensor has placements {list(spec.placements)} with a "
-                                  f"pending reduction (Partial); load into a Shard/Replicate one")
-        t, r = _dtensor_target(spec.device_mesh, spec.placements, e, rank, where)
-        with torch.no_grad():
-            local = spec.to_local()
-        want = t.local_shape if isinstance(t, _Boxes) else t.valid_shape(r)
-        if tuple(local.shape) != tuple(want):
-            raise CheckpointError(f"{where}: the target DTensor's local tensor has shape {tuple(local.shape)}; its "
-                                  f"placements give rank {r} a block of shape {tuple(want)}")
-        return t, [r], _fill(spec, local, _memory_of(local, getattr(e, "dtype", None), tuple(want)), where)
-    if kind == "placements":
-        import torch
-        from torch.distributed.tensor import DTensor
-        dm, placements = spec
-        t, r = _dtensor_target(dm, placements, e, rank, where)
-        stride = tuple(math.prod(g[d + 1:]) for d in range(len(g)))
-
-        def finish(blocks):
-            return DTensor.from_local(dtypes.numpy_to_torch(blocks[0]), dm, list(placements), run_check=False,
-                                      shape=torch.Size(g), stride=stride)
-        return t, [r], finish
-    if kind != "layout":
-        raise _refuse_target(spec, where)
-    t = _layout(spec, where)
-    if rank is None:
-        raise CheckpointError(f"{where}: a target in verishard's notation needs rank= (which block to load)")
-    if not 0 <= int(rank) < t.mesh.num_devices:
-        raise CheckpointError(f"{where}: rank {rank} is not a device of {t.mesh}")
-    return t, [int(rank)], lambda blocks: blocks[0]
-
-
-def _finish(finish, blocks: list[np.ndarray], where: str) -> Any:
-    """The loaded blocks as the target's kind; what JAX or torch refuse (an
-    indivisible NamedSharding, a DeviceMesh this process is not in) is one error."""
-    try:
-        return finish(blocks)
-    except VerishardError:
-        raise
-    except (ValueError, TypeError, RuntimeError, IndexError) as err:
-        raise CheckpointError(f"{where}: the loaded blocks do not make the target ({type(err).__name__}: "
-                              f"{str(err)[:200]})") from None
-
-
-def nest(flat: dict[tuple[str, ...], Any]) -> dict:
-    """A nested dict from one keyed by tuples of names."""
-    out: dict = {}
-    for key, v in flat.items():
-        d = out
-        for k in key[:-1]:
-            d = d.setdefault(k, {})
-        d[key[-1]] = v
-    return out
-
-
-def _key_name(k: Any) -> str:
-    """One step of a JAX key path as a name (a dict key, an attribute, an index)."""
-    for field in ("key", "name", "idx"):
-        if hasattr(k, field):
-            return str(getattr(k, field))
-    return str(k)
-
-
-def _is_one_target(targets: Any, type_: Any) -> bool:
-    """Whether ``load`` was called the one-array way: ``load(path, mesh, type,
-    rank)`` or ``load(path, target)`` with one target of :data:`TARGET_KINDS`."""
-    if type_ is not None:
-        return True
-    return targets is not None and not isinstance(targets, (Mapping, str)) and _target_kind(targets) is not None
-
-
-def select(targets: Any, names: list[tuple[str, ...]], path: str, split: str | None = None):
-    """(name -> target of every entry to load; give_back: the loaded values
-    (name -> value) in the shape of ``targets``). ``targets``: None (every
-    entry, as saved), a name (``"model"`` or ``"model/layer"``: that subtree),
-    a nested dict of names to targets (None at a subtree's name loads all of
-    it as saved) or, with JAX, any pytree of targets. ``split``: a separator
-    inside the targets' keys that the names are split at (DCP's ``.``: a
-    flat ``model.state_dict()`` names nested entries), the result keeping
-    the targets' own keys."""
-    if targets is None:
-        return {k: None for k in names}, nest
-    if isinstance(targets, str):
-        parts = tuple(targets.split("/"))
-        if not all(parts):
-            raise CheckpointError(f"{path}: {targets!r} is not a name of the checkpoint (names are joined by '/')")
-        targets = nest({parts: None})
-    treedef = None
-    if isinstance(targets, Mapping):
-        flat = _flatten(targets)
-    else:
-        try:
-            import jax
-        except ImportError:
-            jax = None
-        if jax is None:
-            raise CheckpointError(f"{path}: targets are a dict of names to targets, a name, or None, not "
-                                  f"{type(targets).__name__} (a pytree of targets needs JAX)")
-        leaves, treedef = jax.tree_util.tree_flatten_with_path(
-            targets, is_leaf=lambda x: x is None or _target_kind(x) is not None)
-        flat = [(tuple(_key_name(k) for k in kp), v) for kp, v in leaves]
-        if any(not key for key, _ in flat):   # not a container JAX knows: one leaf, named nothing
-            raise CheckpointError(f"{path}: targets are None, a name, a dict of names to targets or a pytree of "
-                                  f"them, not {type(targets).__name__}; each target is one of: "
-                                  f"{'; '.join(TARGET_KINDS)}")
-    have = set(names)
-    wanted: dict = {}
-    own = [key for key, _ in flat]   # the targets' keys, for the result
-    if split is not None:
-        flat = [(tuple(p for k in key for p in k.split(split)), spec) for key, spec in flat]
-    for key, spec in flat:
-        if key in have:
-            wanted[key] = spec
-            continue
-        under = [k for k in names if k[:len(key)] == key]
-        if not under:
-            raise CheckpointError(f"{path}: no entry {'/'.join(key)!r} (it holds "
-                                  f"{', '.join('/'.join(k) for k in names[:8])}{', ...' if len(names) > 8 else ''})")
-        if spec is not None:
-            raise CheckpointError(f"{path}: {'/'.join(key)!r} names {len(under)} entries; its target is None (all "
-                                  f"of them as saved) or a dict of targets by name, not one "
-                                  f"{type(spec).__name__}")
-        wanted.update((k, None) for k in under)
-
-    def give_back(out: dict) -> Any:
-        values = [out[key] if key in out else nest({k[len(key):]: v for k, v in out.items() if k[:len(key)] == key})
-                  for key, _ in flat]
-        if treedef is None:
-            return nest(dict(zip(own, values)))
-        return jax.tree_util.tree_unflatten(treedef, values)
-    return wanted, give_back
 
 
 def load(path: str, targets: Any = None, type: Any = None, rank: int | None = None, *, dtype: Any = None,
@@ -1329,9 +876,9 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
     read_buffer = _count(read_buffer, "read_buffer", 1)
     rank = _count(rank, "rank", 0, none=True)
     if os.path.lexists(os.path.join(path, ".metadata")) and not os.path.lexists(os.path.join(path, F.MANIFEST)):
-        from . import checkpoint_dcp
-        return checkpoint_dcp.load(path, targets, type, rank, dtype=dtype, read_buffer=read_buffer, stats=stats)
-    legacy = _is_one_target(targets, type)
+        from . import dcp
+        return dcp.load(path, targets, type, rank, dtype=dtype, read_buffer=read_buffer, stats=stats)
+    legacy = is_one_target(targets, type)
     with _opened(path) as ck:
         names = list(ck.man.entries)
         if legacy:
@@ -1351,7 +898,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
             if dtype is not None and F.dtype_name(dtype, where) != F.dtype_name(e.dtype, where):
                 raise CheckpointError(f"{where}: the checkpoint holds {e.dtype}, not {F.dtype_name(dtype, where)}")
             try:
-                t, ranks, finish = _target(spec, e, rank, where)
+                t, ranks, finish = target_of(spec, e, rank, where)
                 if t.global_shape != e.t.global_shape:
                     raise CheckpointError(f"{where}: the checkpoint's global shape is {e.t.global_shape}, the "
                                           f"target's {t.global_shape}")
@@ -1364,7 +911,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
             needed += sum(x.nbytes for x in blocks)
             if e.scalar and spec is None:
                 blocks = [blocks[0].reshape(())]
-            out[key] = _finish(finish, blocks, where)
+            out[key] = finish_target(finish, blocks, where)
         if stats is not None:
             stats["bytes_read"] = stats.get("bytes_read", 0) + ck.bytes_read
             stats["bytes_needed"] = stats.get("bytes_needed", 0) + needed
@@ -1403,11 +950,11 @@ def _reshard_layout(lay: Any, shape: tuple[int, ...], where: str) -> ArrayType:
     ``{"mesh": M, "spec": "P('x', None)"}`` (a JAX PartitionSpec) or
     ``{"mesh": M, "placements": "Shard(0), Replicate()"}`` (DTensor's), the
     last two for any shape; or ``(mesh, type)``, ``[mesh, type]``, an ArrayType."""
-    from . import notation
+    from .. import notation
     if isinstance(lay, list) and len(lay) == 2:
         lay = tuple(lay)
     if not isinstance(lay, Mapping):
-        return _layout(lay, where)
+        return layout_type(lay, where)
     forms = [k for k in ("type", "spec", "placements") if k in lay]
     if "mesh" not in lay or len(forms) != 1 or set(lay) - {"mesh", forms[0]}:
         raise CheckpointError(f"{where}: a layout is {{'mesh': M}} with one of 'type' (verishard's notation, e.g. "
@@ -1415,7 +962,7 @@ def _reshard_layout(lay: Any, shape: tuple[int, ...], where: str) -> ArrayType:
                               f"(DTensor's, e.g. 'Shard(0), Replicate()'); not the keys {sorted(map(str, lay))}")
     text = lay[forms[0]]
     if forms[0] == "type":
-        return _layout((lay["mesh"], text), where)
+        return layout_type((lay["mesh"], text), where)
     try:
         mesh = Mesh.coerce(lay["mesh"])
         if forms[0] == "spec":

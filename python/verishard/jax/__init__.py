@@ -1,11 +1,11 @@
-"""JAX: conversions (:mod:`verishard.jax_sharding`), the JAX backend
-(:mod:`verishard.runtime.jax`), and :func:`reshard`, a drop-in for
+"""JAX: conversions (:mod:`verishard.jax.sharding`), the JAX backend
+(:mod:`verishard.jax.backend`), and :func:`reshard`, a drop-in for
 ``jax.device_put(x, sharding)`` / ``jax.sharding.reshard(x, sharding)``
 between ``NamedSharding``\\ s of one mesh by a verified plan, eagerly and
 under ``jax.jit``, ``jax.grad`` (and ``jvp``), and ``jax.vmap``.
 
 Eagerly on CPU devices it runs the plan's steps on the devices' blocks in
-host memory (:func:`verishard.runtime.jax.host_executor`, as
+host memory (:func:`verishard.jax.backend.host_executor`, as
 ``jax.device_put`` copies through the host there); elsewhere, the plan's
 compiled ``shard_map``.
 
@@ -48,17 +48,17 @@ from jax.interpreters import ad, batching, mlir
 from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
 from jax.sharding import Mesh as JaxMesh
 
-from .errors import ShardingError, VerishardError
-from .jax_sharding import (from_named_sharding, from_partition_spec, jax_mesh, mesh_from_jax, spec_entries,
-                           to_named_sharding, to_partition_spec)
-from .mesh import Mesh
-from .plan import Plan
-from .plan import plan as synthesize
-from .runtime.backend import step_call, validate_plan
-from .runtime.jax import (JaxBackend, compile_plan, execute, host_executor, host_runs, padded_global_shape, rewrap,
-                          run_bits)
-from .sharding import ArrayType
-from .notation import parse_partition_spec
+from ..errors import ShardingError, VerishardError
+from .sharding import (from_named_sharding, from_partition_spec, jax_mesh, mesh_from_jax, spec_entries,
+                       to_named_sharding, to_partition_spec)
+from ..mesh import Mesh
+from ..plan import Plan
+from ..plan import plan as synthesize
+from ..runtime.backend import step_call, validate_plan
+from .backend import (JaxBackend, compile_plan, execute, host_executor, host_runs, padded_global_shape, rewrap,
+                      run_bits)
+from ..sharding import ArrayType
+from ..notation import parse_partition_spec
 
 try:  # the concrete array class: the eager fast path tests ``type(x) is ArrayImpl``
     from jax._src.array import ArrayImpl
@@ -403,7 +403,7 @@ def _executor(r: _Redistribution, in_sh: NamedSharding | None, out_sh: NamedShar
 
 
 def _on_host(run_host: Callable, donate: bool) -> Callable:
-    """The eager executor on CPU devices (:func:`verishard.runtime.jax.host_executor`):
+    """The eager executor on CPU devices (:func:`verishard.jax.backend.host_executor`):
     no program; with ``donate`` the source is deleted when the call returns."""
     run = run_host
     if donate:

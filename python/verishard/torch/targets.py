@@ -9,7 +9,7 @@ per-group interleaved QKV, vocabulary-padded embeddings) and
 Both only describe where each element of each source tensor lands: as
 explicit boxes of the source tensor, each with the world rank that receives
 it and where the box starts in that rank's local buffer (the layout
-:class:`~verishard.runtime.torch.BoxPlan` takes). The verified box schedule
+:class:`~verishard.torch.backend.BoxPlan` takes). The verified box schedule
 moves them (``core.bplan``, ``Boxesworldproof.brounds_correct``: every target
 rank gets each element of its boxes once, from a rank holding it, receiving
 exactly what it does not hold), and the receiving rank writes each piece
@@ -34,7 +34,7 @@ from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
 from . import dtensor as _conv
-from .errors import ShardingError
+from ..errors import ShardingError
 
 __all__ = ["fused", "block_fp8", "Fused", "BlockFP8", "BlockFP8Shard", "quantize_block_fp8", "AMAX_FLOOR"]
 
@@ -160,7 +160,7 @@ def quantize_block_fp8(x: torch.Tensor, block: Sequence[int] = (128, 128),
 
 @dataclass(frozen=True, eq=False)
 class BoxTarget:
-    """The target of one source tensor for :func:`verishard.torch_transfer`:
+    """The target of one source tensor for :func:`verishard.torch.crossmesh`:
     ``key`` names the result, ``spec`` is the :class:`Fused` (this tensor its
     part ``index``) or the :class:`BlockFP8` conversion."""
 

@@ -55,15 +55,16 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry,
 from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
 from torch.distributed.tensor.placement_types import _StridedShard
 
-from . import notation
-from .errors import ShardingError, refusing_raw_errors, show
-from .mesh import Mesh
-from .sharding import REDUCE_OPS, ArrayType
+from .. import notation
+from ..errors import ShardingError, refusing_raw_errors, show
+from ..mesh import Mesh
+from ..sharding import REDUCE_OPS, ArrayType
 
 __all__ = ["all_placements", "placements_to_tuples", "tuples_to_placements", "shard_order_dict", "full_shard_order",
            "partial_of", "from_placements", "to_placements", "from_spec", "to_spec", "device_mesh",
            "fake_process_group", "planning_mesh", "UnsupportedReduction", "UnsupportedLayout", "layout_mismatches",
-           "dtensor_extent", "dtensor_indices", "layout_boxes", "uneven_text"]
+           "dtensor_extent", "dtensor_indices", "layout_boxes", "uneven_text", "describe_transform",
+           "transform_costs"]
 
 
 class UnsupportedReduction(ShardingError):
@@ -190,7 +191,7 @@ def partial_of(placements: Iterable[Any], names: Sequence[str] | None = None) ->
     >>> partial_of([Replicate(), Partial("avg")], ("x", "y"))
     Traceback (most recent call last):
     ...
-    verishard.dtensor.UnsupportedReduction: Partial(avg) on mesh dimension 1 ('y') is not supported: DTensor's average holds local values whose mean is the value, which is no sum, max or min of them; verishard's pending reductions are sum, max and min (reduce it first, or build the DTensor as Partial("sum") with the local values divided by the group size)
+    verishard.torch.dtensor.UnsupportedReduction: Partial(avg) on mesh dimension 1 ('y') is not supported: DTensor's average holds local values whose mean is the value, which is no sum, max or min of them; verishard's pending reductions are sum, max and min (reduce it first, or build the DTensor as Partial("sum") with the local values divided by the group size)
     >>> partial_of([Partial("sum"), Partial("max")], ("x", "y"))
     Traceback (most recent call last):
     ...
@@ -497,7 +498,7 @@ def to_placements(t: ArrayType) -> tuple[tuple[Any, ...], tuple[ShardOrderEntry,
     >>> to_placements(ArrayType.parse("[2{y,x}6]", "x=2,y=2"))
     Traceback (most recent call last):
     ...
-    verishard.dtensor.UnsupportedLayout: dim 0 of size 6 in 4 shards by 'y','x': DTensor's torch.chunk of each chunk [0:2] [2:3] [3:5] [5:6] are not verishard's blocks of ceil(6/4)=2; make it divisible by 4 or Replicate() on 'x'
+    verishard.torch.dtensor.UnsupportedLayout: dim 0 of size 6 in 4 shards by 'y','x': DTensor's torch.chunk of each chunk [0:2] [2:3] [3:5] [5:6] are not verishard's blocks of ceil(6/4)=2; make it divisible by 4 or Replicate() on 'x'
     """
     pl, order = notation.to_placements(t.plain if isinstance(t, ArrayType) else t)  # the pending axes below
     out = list(tuples_to_placements(pl))
@@ -669,3 +670,36 @@ def all_placements(device_mesh: Any, ndim: int, partial: str | None = None) -> l
             so = tuple(ShardOrderEntry(tensor_dim=d, mesh_dims=o) for d, o in zip(dims, orders))
             out.append(tuple(DTensorSpec._convert_shard_order_to_StridedShard(so, base, device_mesh)))
     return out
+
+
+def describe_transform(info: Any) -> str:
+    """One of DTensor's transform infos as text: its mesh dimensions and placements."""
+    a, b = info.src_dst_placements
+    dims = getattr(info, "original_mesh_dims", None) or (info.mesh_dim,)
+    return f"mesh dim{'s' if len(dims) > 1 else ''} {','.join(map(str, dims))}: {a} -> {b}"
+
+
+def transform_costs(infos, device_mesh: Any, size: int) -> tuple[list, int, int]:
+    """Along DTensor's transforms from a local tensor of ``size`` elements:
+    the transforms that communicate or slice, the largest local size, and
+    the elements a rank receives (a gather multiplies the local size, a chunk
+    divides it, an all-to-all keeps it), as the cross-check models them."""
+    peak, recv, moving = size, 0, []
+    for info in infos:
+        a, b = info.src_dst_placements
+        dims = tuple(getattr(info, "original_mesh_dims", None) or (info.mesh_dim,))
+        n = 1
+        for d in dims:
+            n *= device_mesh.size(d)
+        if a == b or n == 1:
+            continue
+        moving.append(info)
+        if b.is_replicate():
+            recv += (n - 1) * size
+            size *= n
+        elif a.is_replicate():
+            size //= n
+        else:
+            recv += size - size // n
+        peak = max(peak, size)
+    return moving, peak, recv

@@ -13,7 +13,7 @@ data moves by the plan ``verishard.plan`` returns for the two layouts
 (``Pipelineproof.plan_spec``: every rank ends with exactly its
 target block, and no rank holds more than ``max(size(src), size(dst))``
 elements of array data between steps), run with torch.distributed collectives
-by :mod:`verishard.runtime.torch`: gloo for CPU tensors, NCCL for CUDA
+by :mod:`verishard.torch.backend`: gloo for CPU tensors, NCCL for CUDA
 tensors, on the process groups of the DTensor's ``DeviceMesh``.
 
 What it takes:
@@ -44,14 +44,14 @@ What it takes:
   shard to the block size, runs the verified plan (``Upipelineproof``;
   ``Ucheckerproof.ucheck_correct_chunked``: no padding reaches a valid
   position) and keeps the valid part of its target block
-  (:func:`~verishard.runtime.torch.run_chunked`), which is the shard
+  (:func:`~verishard.torch.backend.run_chunked`), which is the shard
   ``DTensor.redistribute`` gives it. Every shard of the source and of the
   target is compared with DTensor's own offsets
-  (:func:`verishard.dtensor.layout_mismatches`, in :func:`_types`).
+  (:func:`verishard.torch.dtensor.layout_mismatches`, in :func:`_types`).
   Where they differ (a dimension several mesh dimensions shard: chunk by
   chunk, 5 over 2 x 2 is 2, 1, 1, 1 for DTensor, 2, 2, 1, 0 for us; or
   interleaved by ``_StridedShard``), both layouts become explicit boxes per
-  rank read off DTensor itself (:func:`verishard.dtensor.layout_boxes`) and
+  rank read off DTensor itself (:func:`verishard.torch.dtensor.layout_boxes`) and
   the verified box schedule runs point to point (:func:`_box_entry`,
   ``Boxesworldproof.brounds_correct``; Partial sources reduced first,
   Partial targets made pending after). The core takes that decision:
@@ -75,11 +75,11 @@ with the same layouts does no planning work (:func:`cache_info`).
 
 Before any data moves, every rank checks its input and plan and the ranks
 compare a fingerprint of the plan through the default group's store
-(:func:`verishard.runtime.torch.agree`); bad input or ranks that disagree
-raise the same :class:`~verishard.runtime.torch.RedistributionRefused` (a
+(:func:`verishard.torch.backend.agree`); bad input or ranks that disagree
+raise the same :class:`~verishard.torch.backend.RedistributionRefused` (a
 ``ValueError``) on every rank, naming every failing rank, and a rank that
 does not arrive within the deadline (60 s by default) fails the others with
-:class:`~verishard.runtime.torch.RanksMissing` naming it. By default the
+:class:`~verishard.torch.backend.RanksMissing` naming it. By default the
 ranks agree when a rank first uses a cached plan (``check_agreement=True``
 or ``"first"``); ``"always"`` agrees on every call, ``False`` never (a
 problem is then raised on the ranks that see it).
@@ -87,10 +87,10 @@ problem is then raised on the ranks that see it).
 DTensor's keywords ``forward_dtype``, ``backward_dtype`` and ``async_op``
 mean what they mean there (:func:`redistribute`). Under ``torch.compile``
 the plan is made while tracing and its collectives enter the graph as
-functional collectives (:class:`~verishard.runtime.torch.FuncolBackend`).
+functional collectives (:class:`~verishard.torch.backend.FuncolBackend`).
 
 Another ``device_mesh`` than the DTensor's runs the verified cross-mesh
-schedule point to point (:mod:`verishard.torch_transfer`, which also holds
+schedule point to point (:mod:`verishard.torch.crossmesh`, which also holds
 :func:`transfer`, a whole state dict in one schedule). :func:`enable` routes
 DTensor's own redistributions through verified plans.
 
@@ -108,57 +108,35 @@ import torch
 import torch._dynamo
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
-from torch.distributed.tensor.placement_types import Placement, _StridedShard
+from torch.distributed.tensor.placement_types import Placement
 
-from . import core
+from .. import core
 from . import dtensor as _conv
-from .errors import VerishardError
-from .limits import check_seconds
-from .mesh import Mesh
-from .plan import Plan
-from .plan import _from_report, plan as _verified_plan
-from .runtime.crossmesh_mpi import DEFAULT_BUDGET
-from .runtime.backend import AxisGroup
-from .runtime.torch import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, abandoned,
-                            agree, fingerprint, mesh_groups, real_tensors, reduction_problem, run_chunked, run_plan,
-                            tracing, world)
+from ..errors import VerishardError
+from ..mesh import Mesh
+from ..plan import Plan
+from ..plan import from_report as _from_report, plan as _verified_plan
+from ..runtime.crossmesh_mpi import DEFAULT_BUDGET
+from ..runtime.backend import AxisGroup
+from .backend import (BoxPlan, NotSupportedYet, RanksMissing, RedistributionRefused, TorchBackend, abandoned,
+                      agree, fingerprint, mesh_groups, real_tensors, reduction_problem, run_chunked, run_plan,
+                      tracing, world)
+from .specs import (CHECKS, INVALID, UNSUPPORTED, planning_mesh,  # noqa: F401  (CHECKS: this module's name too)
+                    agreement_policy as _policy, dim_label as _dim_label, holdings as _holdings,
+                    mesh_ranks as _mesh_ranks, normalise_placements as _normalise,
+                    require_initialized as _require_initialized, spec_types as _types)
 
 __all__ = ["redistribute", "transfer", "plan_transfer", "plan_transfer_world", "fused", "block_fp8", "BlockFP8Shard", "quantize_block_fp8",
            "enable", "disable", "enabled", "routing_info",
            "check_entry_point", "EntryPointMoved", "planning_mesh", "plan_for", "cache_info", "cache_clear",
            "RedistributionRefused", "NotSupportedYet", "RanksMissing"]
 
-INVALID, UNSUPPORTED = "invalid", "unsupported"
 
 
 # ---------------------------------------------------------------------------
 # meshes
-
-
-_MESHES: dict[Any, Mesh] = {}
-
-
-def planning_mesh(device_mesh: DeviceMesh) -> Mesh:
-    """Our mesh for a ``DeviceMesh``: its shape, with its ``mesh_dim_names``
-    (``dim0``, ``dim1``, ... when it has none). Cached per mesh.
-
-    >>> from verishard.dtensor import planning_mesh as fake_mesh
-    >>> planning_mesh(fake_mesh("x=2,y=2"))
-    {x:2, y:2}
-    """
-    m = _MESHES.get(device_mesh)
-    if m is None:
-        shape = tuple(int(s) for s in device_mesh.mesh.shape)
-        names = device_mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(len(shape)))
-        m = _MESHES[device_mesh] = Mesh(tuple(zip(names, shape)))
-    return m
-
-
-def _dim_label(device_mesh: DeviceMesh, i: int) -> str:
-    names = device_mesh.mesh_dim_names
-    return f"mesh dimension {i}" + (f" ({names[i]!r})" if names else "")
 
 
 def _agreement_ranks(device_mesh: DeviceMesh) -> tuple[int, ...] | None:
@@ -178,11 +156,11 @@ def _agreement_ranks(device_mesh: DeviceMesh) -> tuple[int, ...] | None:
 
 def _partial_problems(src: DTensorSpec, dst: DTensorSpec, device_mesh: DeviceMesh,
                       what: tuple[str, str] = ("source", "target")) -> list[tuple[str, str]]:
-    """Partial placements our types cannot hold (``verishard.dtensor.partial_of``:
+    """Partial placements our types cannot hold (``verishard.torch.dtensor.partial_of``:
     ``Partial("avg")``, other reductions, Partial subclasses: unsupported;
     two reductions in one tuple: invalid, DTensor refuses them too), a
     reduction the dtype or the mesh's process group cannot run
-    (:func:`verishard.runtime.torch.reduction_problem`: unsupported), and a
+    (:func:`verishard.torch.backend.reduction_problem`: unsupported), and a
     target pending another reduction than the source (unsupported: a plan
     keeps the reduction)."""
     names = tuple(device_mesh.mesh_dim_names) if device_mesh.mesh_dim_names else None
@@ -211,32 +189,6 @@ def _partial_problems(src: DTensorSpec, dst: DTensorSpec, device_mesh: DeviceMes
                                  f"(on {on(db)}): a verified plan keeps the pending reduction; reduce the "
                                  f"{what[0]} first (to Replicate() or Shard(d) on those mesh dimensions)"))
     return out
-
-
-def _types(mesh: Mesh | tuple[Mesh, Mesh], src: DTensorSpec, dst: DTensorSpec,
-           what: tuple[str, str] = ("source", "target")) -> tuple[Any, Any, list[tuple[str, str]]]:
-    """Our types for the two specs (on one mesh, or on the source's and the
-    target's), and the problems: layouts our types do
-    not describe (:class:`verishard.dtensor.UnsupportedLayout`: an uneven
-    dimension DTensor splits otherwise than our blocks, checked shard by
-    shard against DTensor's own offsets; Partial with an uneven dimension)
-    and a Partial type next to an uneven one (the verified core plans
-    pending reductions over even blocks only): unsupported; anything else
-    the conversion refuses: invalid (unsupported for ``_StridedShard``
-    placements DTensor cannot order)."""
-    types, out = [], []
-    meshes = mesh if isinstance(mesh, tuple) else (mesh, mesh)
-    for m, spec, w in zip(meshes, (src, dst), what):
-        try:
-            types.append(_conv.from_spec(m, spec))
-        except (_conv.UnsupportedLayout, _conv.UnsupportedReduction) as e:
-            out.append((UNSUPPORTED, f"the {w}: {e}"))
-        except VerishardError as e:
-            out.append((UNSUPPORTED if "_StridedShard" in str(e) else INVALID, f"the {w}: {e}"))
-    if out:
-        return None, None, out
-    s, d = types
-    return s, d, out
 
 
 # ---------------------------------------------------------------------------
@@ -311,24 +263,6 @@ def _desc(spec: DTensorSpec) -> str:
     return "(" + ", ".join(map(str, spec.placements)) + ")" + order
 
 
-def _mesh_ranks(device_mesh: DeviceMesh) -> str:
-    """A DeviceMesh's rank layout as the ranks compare it: its ``mesh``
-    tensor as a list (shortened, with its sha256, when long). Two meshes of
-    one shape whose ranks are laid out differently give different plans.
-
-    >>> import torch
-    >>> from types import SimpleNamespace
-    >>> _mesh_ranks(SimpleNamespace(mesh=torch.tensor([[0, 2], [1, 3]])))
-    '[[0, 2], [1, 3]]'
-    """
-    import hashlib
-    import json
-    text = json.dumps(device_mesh.mesh.tolist())
-    if len(text) <= 200:
-        return text
-    return f"{text[:120]}... (sha256 {hashlib.sha256(text.encode()).hexdigest()[:16]})"
-
-
 def _extra(src: DTensorSpec, dst: DTensorSpec) -> tuple[str, str, dict]:
     """What the ranks agree on besides the plan: the dtype, the global shape,
     both placements and the mesh's rank layout (:func:`_mesh_ranks`), as
@@ -357,14 +291,6 @@ def _make_entry(mesh: Mesh, p: Plan, src: DTensorSpec, dst: DTensorSpec, out_spe
     fp = fingerprint(p, extra)
     rec = {"errors": [], "plan": f"{fp:x}", "desc": f"{p.src} -> {p.dst} on {mesh}, {dtype}", **fields}
     return _Entry(p, out_spec, p.src.valid_shape(rank), fp, rec)
-
-
-def _holdings(spec: DTensorSpec, mesh_obj: DeviceMesh) -> tuple[tuple, tuple]:
-    """``spec``'s layout on ``mesh_obj`` as explicit boxes of world ranks, and
-    every mesh rank's local shape (:func:`verishard.dtensor.layout_boxes`)."""
-    order = None if spec.use_strided_shard_as_shard_order else spec.shard_order
-    return _conv.layout_boxes(spec.tensor_meta.shape, tuple(mesh_obj.mesh.shape), spec.placements, order,
-                              [int(r) for r in mesh_obj.mesh.flatten().tolist()])
 
 
 def _core_choice(mesh_obj: DeviceMesh, mesh: Mesh, src: DTensorSpec, dst: DTensorSpec, s: Any, d: Any,
@@ -428,7 +354,7 @@ def _box_entry(mesh_obj: DeviceMesh, src: DTensorSpec, dst: DTensorSpec, out_spe
     """Where our types cannot describe a layout (``problems`` from
     :func:`_types`: DTensor's nested ``torch.chunk`` shards, uneven
     ``_StridedShard``), the entry of the verified box schedule between the
-    two layouts as DTensor lays them out (:func:`verishard.dtensor.layout_boxes`;
+    two layouts as DTensor lays them out (:func:`verishard.torch.dtensor.layout_boxes`;
     ``Boxesworldproof.brounds_correct``), run point to point. A Partial
     source is reduced first (all-reduce over its pending mesh dimensions), a
     Partial target made pending after, as the plans of collectives do
@@ -482,10 +408,10 @@ def _move_local(entry: _Entry, local: torch.Tensor, mesh_obj: DeviceMesh) -> tor
 def plan_for(dtensor: DTensor, placements: Sequence[Placement], *,
              device_mesh: DeviceMesh | None = None) -> Plan | BoxPlan | None:
     """The verified plan :func:`redistribute` runs for these arguments (a
-    :class:`~verishard.runtime.torch.BoxPlan` where the collectives cannot
+    :class:`~verishard.torch.backend.BoxPlan` where the collectives cannot
     express the layouts; None when the local tensor is kept as it is);
     local, no communication. Raises
-    :class:`~verishard.runtime.torch.RedistributionRefused` naming the problem."""
+    :class:`~verishard.torch.backend.RedistributionRefused` naming the problem."""
     _require_initialized()
     key, entry, problems = _forward_entry(dtensor, device_mesh, placements)
     if problems:
@@ -495,36 +421,6 @@ def plan_for(dtensor: DTensor, placements: Sequence[Placement], *,
 
 # ---------------------------------------------------------------------------
 # checking the arguments (DTensor's rules, with errors that name the problem)
-
-
-def _normalise(placements: Any, x: DTensor, device_mesh: DeviceMesh) -> tuple[tuple | None, list]:
-    if placements is None:
-        return None, [(INVALID, "placements is needed for redistribute!")]
-    if isinstance(placements, (str, bytes)) or not isinstance(placements, Sequence):
-        return None, [(INVALID, f"placements must be a sequence of Placement objects, not "
-                                f"{type(placements).__name__}")]
-    bad = [p for p in placements if not isinstance(p, Placement)]
-    if bad:
-        return None, [(INVALID, f"placement {bad[0]!r} is not a Placement (Shard(d), Replicate(), _StridedShard, "
-                                f"Partial(op))")]
-    if len(placements) != device_mesh.ndim:
-        names = f" {tuple(device_mesh.mesh_dim_names)}" if device_mesh.mesh_dim_names else ""
-        return None, [(INVALID, f"placements {tuple(placements)} has {len(placements)} entries but the DeviceMesh "
-                                f"has {device_mesh.ndim} dimensions{names}; give one placement per mesh dimension")]
-    ndim, out, problems = x.ndim, [], []
-    for i, p in enumerate(placements):
-        if isinstance(p, (Shard, _StridedShard)):
-            if not -ndim <= p.dim < ndim:
-                problems.append((INVALID, f"{p} on {_dim_label(device_mesh, i)} names no dimension of a tensor of "
-                                          f"rank {ndim} (shape {tuple(x.shape)}); valid dims are "
-                                          f"{-ndim}..{ndim - 1}" if ndim else
-                                 f"{p} on {_dim_label(device_mesh, i)}: a tensor of rank 0 has no dimension"))
-                continue
-            if p.dim < 0:
-                p = (_StridedShard(p.dim + ndim, split_factor=p.split_factor) if isinstance(p, _StridedShard)
-                     else Shard(p.dim + ndim))
-        out.append(p)
-    return (tuple(out) if not problems else None), problems
 
 
 def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Entry | None, list]:
@@ -547,7 +443,7 @@ def _forward_entry(x: Any, device_mesh: Any, placements: Any) -> tuple[Any, _Ent
             return key, None, [(INVALID, f"device_mesh must be a DeviceMesh, not {type(device_mesh).__name__}")]
         if device_mesh != x.device_mesh:
             return key, None, [(UNSUPPORTED, f"device_mesh {device_mesh} is not the DTensor's mesh {x.device_mesh}: "
-                                             "redistribute runs it point to point (verishard.torch_transfer); its "
+                                             "redistribute runs it point to point (verishard.torch.crossmesh); its "
                                              "schedule is verishard.torch.plan_transfer's, not a plan of collectives")]
     src = x._spec
     pl, problems = _normalise(placements, x, mesh_obj)
@@ -606,34 +502,6 @@ def _local_error(problems: list) -> RedistributionRefused:
     cls = NotSupportedYet if all(k == UNSUPPORTED for k, _ in problems) else RedistributionRefused
     return cls("redistribution refused before any data moved:\n  "
                + "\n  ".join(f"rank {dist.get_rank() if dist.is_initialized() else 0}: {t}" for _, t in problems))
-
-
-def _require_initialized() -> None:
-    if not dist.is_initialized():
-        raise RuntimeError("verishard.torch.redistribute needs an initialized default process group "
-                           "(torch.distributed.init_process_group, or launch with torchrun)")
-
-
-CHECKS = ("first", "always", False)
-
-
-def _policy(check_agreement: Any, deadline_s: Any) -> tuple[str | bool, float | None]:
-    """``(mode, deadline)`` from :func:`redistribute`'s arguments: True is
-    "first"; ``deadline_s`` checked by ``verishard.limits.check_seconds``
-    (a number greater than 0, at most ``MAX_SECONDS``; None: the default,
-    :func:`verishard.runtime.torch.deadline`, checked when the agreement
-    waits)."""
-    mode = "first" if check_agreement is True else check_agreement
-    try:
-        ok = mode in CHECKS and not (isinstance(mode, int) and mode is not False)
-    except (TypeError, ValueError):   # unhashable, or an array
-        ok = False
-    if not ok:
-        raise RedistributionRefused(f"check_agreement must be True or 'first' (agree when a plan is first used), "
-                                    f"'always', or False, not {check_agreement!r}")
-    if deadline_s is not None:
-        deadline_s = check_seconds(deadline_s, "deadline_s", error=RedistributionRefused)
-    return mode, deadline_s
 
 
 def _agree_on(entry: _Entry | None, problems: list, policy: tuple, ranks: tuple[int, ...] | None = None) -> None:
@@ -810,8 +678,8 @@ def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] |
     call); False never (a problem is then raised on the ranks that see it).
     The ranks that agree are the mesh's (a sub-mesh agrees within itself).
     ``deadline_s``: how long the agreement waits for the other ranks
-    (default :data:`verishard.runtime.torch.DEADLINE_S`, 60 s) before it
-    fails with :class:`~verishard.runtime.torch.RanksMissing` naming those
+    (default :data:`verishard.torch.backend.DEADLINE_S`, 60 s) before it
+    fails with :class:`~verishard.torch.backend.RanksMissing` naming those
     that did not arrive.
 
     Under ``torch.compile`` (``fullgraph=True`` included) it is a
@@ -820,10 +688,10 @@ def redistribute(dtensor: DTensor, *args: Any, placements: Sequence[Placement] |
     (docs/torch.md, ``torch.compile``).
 
     Raises, on every rank and before any data moves,
-    :class:`~verishard.runtime.torch.RedistributionRefused` for bad input
+    :class:`~verishard.torch.backend.RedistributionRefused` for bad input
     (placements of the wrong length, a dimension out of range, another
     DeviceMesh, mixed Partial reductions, ranks that disagree) and
-    :class:`~verishard.runtime.torch.NotSupportedYet` for ``Partial("avg")``
+    :class:`~verishard.torch.backend.NotSupportedYet` for ``Partial("avg")``
     and DTensor's other reductions and a change of the pending reduction
     (module docstring).
     """
@@ -844,7 +712,7 @@ def _redistribute(dtensor: Any, args: tuple, placements: Any, device_mesh: Any, 
         return _Redistribute.apply(dtensor, device_mesh, placements, policy, (None, None, None))  # refused there
     input_dtype = dtensor._local_tensor.dtype
     if isinstance(device_mesh, DeviceMesh) and device_mesh != dtensor.device_mesh:
-        from .torch_transfer import crossmesh_redistribute
+        from .crossmesh import crossmesh_redistribute
         x = dtensor if forward_dtype is None else dtensor.to(forward_dtype)
         return crossmesh_redistribute(x, device_mesh, placements, policy)
     if not dtensor.device_mesh._is_current_rank_part_of_mesh():
@@ -863,8 +731,8 @@ def _outside_mesh(x: DTensor, placements: Any, dtype: torch.dtype) -> DTensor:
     return DTensor(local, spec, requires_grad=x.requires_grad)
 
 
-from .torch_transfer import plan_transfer, plan_transfer_world, transfer  # noqa: E402  (it uses this module's checks)
-from .torch_targets import BlockFP8Shard, block_fp8, fused, quantize_block_fp8  # noqa: E402,F401  (transfer's targets)
+from .crossmesh import plan_transfer, plan_transfer_world, transfer  # noqa: E402  (it uses this module's checks)
+from .targets import BlockFP8Shard, block_fp8, fused, quantize_block_fp8  # noqa: E402,F401  (transfer's targets)
 
 
 # ---------------------------------------------------------------------------

@@ -36,8 +36,8 @@ def _positive_float(text: str) -> float:
 
 
 def add_parser(sub, common) -> None:
-    from ..cli import int_option
-    from . import METHODS, OBJECTIVES
+    from .options import int_option
+    from ..partition import METHODS, OBJECTIVES
 
     p = sub.add_parser("partition", parents=[common], help="place a DNN's operators on a heterogeneous platform",
                        description="Partition a model's operators over a platform's devices (MILP, modularity "
@@ -59,8 +59,8 @@ def _ms(s: float) -> str:
 
 
 def run(args, out) -> int:
-    from . import partition
-    from .graph import PartitionError
+    from ..partition import partition
+    from ..partition.graph import PartitionError
 
     if args.picture and not args.picture.lower().endswith((".png", ".svg", ".pdf")):
         raise PartitionError(f"--picture must end in .png, .svg or .pdf, not {args.picture!r}")
@@ -98,7 +98,7 @@ def run(args, out) -> int:
         lines.append(f"  {r.method + extra:<22} latency {_ms(r.latency)}, period {_ms(r.period)}; "
                      f"{ratio:.2f}x the {args.objective == 'latency' and 'latency' or 'period'} of {best.method}")
     if args.picture:
-        from .draw import draw
+        from ..partition.draw import draw
 
         draw(pb, best.assign, args.picture, f"{pb.graph.name} on {pb.pf.name}, {args.objective} ({best.method})")
         lines.append(f"wrote {args.picture}")

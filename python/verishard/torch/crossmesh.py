@@ -23,7 +23,7 @@ schedule is exchanged. That numbering is a local rule in Python whose
 properties (same round and place on both sides, one partner and at most
 the budget per rank and round) the tests check, not a theorem. Each round
 runs as one ``batch_isend_irecv`` over the default process group
-(:func:`verishard.runtime.torch.run_rounds`), gloo or NCCL.
+(:func:`verishard.torch.backend.run_rounds`), gloo or NCCL.
 
 The tensors of one shape and layouts (and rotation of the deal) share one
 rank plan, and a repeated sync of the same layouts, dtypes and budget
@@ -32,12 +32,12 @@ tensors).
 
 A rank holds its source blocks, its target blocks (allocated once, written in
 place) and at most two consecutive rounds' send and receive buffers (round
-k+1 is posted before round k is waited for, :func:`~verishard.runtime.torch.run_rounds`);
+k+1 is posted before round k is waited for, :func:`~verishard.torch.backend.run_rounds`);
 no tensor is ever gathered or staged whole anywhere. Before any data moves every rank of the
 default group agrees on a fingerprint of every tensor's types, rank lists,
 dtype and the budget, and on the fields it names where they differ
 (``src_ranks``, every mesh's rank layout, the ``check_agreement`` policy),
-under the agreement deadline (:func:`verishard.runtime.torch.agree`).
+under the agreement deadline (:func:`verishard.torch.backend.agree`).
 
 Sources are DTensors (Shard, Replicate, _StridedShard, Partial; on any DeviceMesh of
 the world, sub-meshes included: every rank of the world holds the DTensor
@@ -48,7 +48,7 @@ DeviceMesh and placements per name. A layout our types cannot describe (a
 dimension split unevenly by several mesh dimensions: DTensor's nested
 ``torch.chunk``, uneven ``_StridedShard``), on either side, moves as explicit
 boxes of world ranks by the verified box schedule
-(:class:`~verishard.runtime.torch.BoxPlan`, ``Boxesworldproof.brounds_correct``:
+(:class:`~verishard.torch.backend.BoxPlan`, ``Boxesworldproof.brounds_correct``:
 every target rank gets each element of its box once, from a rank holding
 it, receiving exactly what it does not hold), whose rounds are packed with
 the others. A Partial source (sum, max or min) is first reduced on its own mesh,
@@ -56,9 +56,9 @@ after the agreement: the partial types' ``AllReduce`` step over each pending
 mesh dimension, which keeps the local shape; the schedule moves the reduced
 blocks, planned as the same placements with Replicate for Partial. Partial
 targets are refused. Targets laid out as inference engines hold them
-(:func:`verishard.torch_targets.fused`, and ``(mesh, placements,
+(:func:`verishard.torch.targets.fused`, and ``(mesh, placements,
 block_fp8())``) are explicit target boxes too, moved by the same box
-schedule (:class:`~verishard.torch_targets.BoxTarget`).
+schedule (:class:`~verishard.torch.targets.BoxTarget`).
 
 Importing this module imports torch; see ``docs/torch.md``.
 """
@@ -79,19 +79,21 @@ from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
 from . import dtensor as _conv
-from .crossmesh import RankPlan, crossmesh_rank_plan
-from .crossmesh import _ranks as _check_ranks
-from .errors import VerishardError
-from .mesh import Mesh
-from .plan import MAX_SHOWN_PIECES, pieces_table, ranks_text
-from .runtime.torch import (_REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree,
-                            reduction_problem, run_rounds)
-from .torch_targets import BoxTarget, Fused, finish as _finish_targets, per_source
+from ..crossmesh import RankPlan, crossmesh_rank_plan
+from ..crossmesh import checked_ranks as _check_ranks
+from ..errors import VerishardError
+from ..mesh import Mesh
+from ..plan import MAX_SHOWN_PIECES, pieces_table, ranks_text
+from .backend import (_REDUCE_OPS, BoxPlan, NotSupportedYet, RedistributionRefused, _device_of, agree,
+                      reduction_problem, run_rounds)
+from .specs import (INVALID, UNSUPPORTED, planning_mesh, agreement_policy as _policy, holdings as _holdings,
+                    mesh_ranks as _mesh_ranks, normalise_placements as _normalise,
+                    require_initialized as _require_initialized, spec_types as _types)
+from .targets import BoxTarget, Fused, finish as _finish_targets, per_source
 
 __all__ = ["transfer", "plan_transfer", "plan_transfer_world", "TransferSchedule", "rank_rounds", "DEFAULT_BUDGET"]
 
 DEFAULT_BUDGET = 64 << 20
-INVALID, UNSUPPORTED = "invalid", "unsupported"
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ class _Move:
     ranks: tuple[int, ...] = ()    # both sides' world ranks
     out_shape: tuple[int, ...] | None = None   # with a BoxPlan: this rank's target local shape (None: not a target)
     pending: Any = None            # a Partial source DTensor, reduced on its own mesh before the schedule runs
-    into: BoxTarget | None = None  # a fused or block_fp8 target (torch_targets): its boxes, buffer and result
+    into: BoxTarget | None = None  # a fused or block_fp8 target (torch/targets.py): its boxes, buffer and result
 
 
 @dataclass(frozen=True)
@@ -404,7 +406,6 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
     so that tensors whose blocks have more holders than moved pieces load
     different replicas. ``holds``: whether this process holds ``me``'s
     source blocks (false when planning another rank's part)."""
-    from .torch import _normalise, _types, planning_mesh
     into = target if isinstance(target, BoxTarget) else None
     if into is not None:
         target = (into.mesh, into.placements)
@@ -446,7 +447,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
         # planned as the reduced layout; the reduction itself runs after the agreement (transfer)
         pending, spec = x, DTensorSpec(src_mesh, tuple(Replicate() if p.is_partial() else p for p in spec.placements),
                                        tensor_meta=meta)
-    if into is not None:   # explicit target boxes (torch_targets): the verified box schedule
+    if into is not None:   # explicit target boxes (torch/targets.py): the verified box schedule
         m, p = _box_move(name, spec if src_mesh is not None else None, r1, meta, dst_spec, local, world, me,
                          budget_bytes, into)
         return (replace(m, pending=pending) if m is not None else None), p
@@ -486,7 +487,6 @@ def _types_once(src_mesh: DeviceMesh, spec: DTensorSpec, dst_spec: DTensorSpec) 
     once per meshes, placements, shape and stride: the tensors of one
     layout (a model's layers, an MoE's experts) share the answer (for at most
     4096 layouts at a time)."""
-    from .torch import _types, planning_mesh
     meta = spec.tensor_meta
     key = (_mesh_key(src_mesh), tuple(spec.placements), _mesh_key(dst_spec.mesh), tuple(dst_spec.placements),
            tuple(meta.shape), tuple(meta.stride))
@@ -505,7 +505,6 @@ def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta
     uneven chunks, on either side) as explicit boxes of world ranks, by the
     verified box schedule (``Boxesworldproof.brounds_correct``); a plain
     tensor source is the whole box on every rank of ``r1``."""
-    from .torch import _holdings
     dst_mesh = dst_spec.mesh
     r2 = _ranks_of(dst_mesh)
     try:
@@ -553,7 +552,7 @@ def plan_transfer(tensors: Mapping[str, Any], targets: Mapping[str, Any], *, src
     communication): this rank's own part, planned from the layouts alone
     (no other rank's pieces are built); ``rank``: plan another world rank's
     part instead (its source blocks are not read). Raises
-    :class:`~verishard.runtime.torch.RedistributionRefused` naming every problem."""
+    :class:`~verishard.torch.backend.RedistributionRefused` naming every problem."""
     sched, problems = _plan(tensors, targets, src_ranks, budget_bytes, rank)
     if problems:
         raise _error(problems)
@@ -732,7 +731,7 @@ def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh,
     every target mesh). A target may also be ``fused(...)`` (its parts are
     source names; the result is the rank's fused local tensor) or ``(mesh,
     placements, block_fp8(...))`` (the result a ``BlockFP8Shard``):
-    :mod:`verishard.torch_targets`.
+    :mod:`verishard.torch.targets`.
 
     Collective over every rank of the default group: they agree first (a
     rank whose arguments name other ranks, a ``src_ranks`` or a mesh laid
@@ -747,7 +746,6 @@ def transfer(tensors: Mapping[str, Any], targets: Mapping[str, tuple[DeviceMesh,
     ``"first"`` means the same here; a field that differs is named), False
     skips it. ``deadline_s``: as :func:`verishard.torch.redistribute`'s.
     """
-    from .torch import _policy, _require_initialized
     _require_initialized()
     mode, deadline = _policy(check_agreement, deadline_s)
     sched, problems = _plan(tensors, targets, src_ranks, budget_bytes)
@@ -777,7 +775,6 @@ def _agreed_fields(tensors: Any, targets: Any, src_ranks: Any, mode: Any) -> dic
     ranks differ on it): ``src_ranks``, every mesh's rank layout (sources'
     and targets', :func:`verishard.torch._mesh_ranks`, in the order of the
     names) and the agreement policy."""
-    from .torch import _mesh_ranks
     try:
         src = "None" if src_ranks is None else json.dumps([int(r) for r in src_ranks])
     except (TypeError, ValueError):
@@ -870,6 +867,5 @@ def crossmesh_redistribute(x: DTensor, device_mesh: DeviceMesh, placements: Any,
 
 
 def _placements_or_empty(placements: Any, x: DTensor, device_mesh: DeviceMesh) -> tuple[tuple, list]:
-    from .torch import _normalise
     pl, problems = _normalise(placements, x, device_mesh)
     return (pl if pl is not None else tuple(Replicate() for _ in range(device_mesh.ndim))), problems

@@ -5,13 +5,13 @@ Between steps the array is held as its list of ``k`` pieces when the next
 step cuts it the same way (same chunk range and ``k``), so a piece's buffer
 is dead, and XLA may reuse it, as soon as the next step has consumed it;
 otherwise the pieces are concatenated and cut again. Every piece runs the
-step's own collective (:class:`verishard.runtime.jax.JaxBackend`), so the
+step's own collective (:class:`verishard.jax.backend.JaxBackend`), so the
 result is the unchunked plan's (``Chunkproof.chunk_decompose``); the memory
 XLA really uses is what its buffer assignment makes of this program
 (``compiled.memory_analysis()``; see ``bench/jax_memory.py``).
 
 >>> from verishard import plan
->>> from verishard.jax_sharding import jax_mesh, to_named_sharding
+>>> from verishard.jax.sharding import jax_mesh, to_named_sharding
 >>> p = plan("x=2", "[8{x}16, 4]", "[16, 2{x}4]")
 >>> x = jax.device_put(jnp.arange(64.0).reshape(16, 4), to_named_sharding(p.src, jax_mesh(p.mesh)))
 >>> y, rep = execute(p, x, chunks=4)
@@ -30,11 +30,11 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import NamedSharding
 
-from ..jax_sharding import to_partition_spec
+from .sharding import to_partition_spec
 from ..plan import Plan
-from .backend import step_call, validate_plan
-from .chunked import ChunkReport, StepChunks, _refined, choose_k, chunk_geometry, default_budget
-from .jax import JaxBackend, compile_plan, rewrap
+from ..runtime.backend import step_call, validate_plan
+from ..runtime.chunked import ChunkReport, StepChunks, choose_k, chunk_geometry, default_budget, refined_bound
+from .backend import JaxBackend, compile_plan, rewrap
 
 __all__ = ["schedule", "compile_chunked", "execute"]
 
@@ -59,7 +59,7 @@ def schedule(plan: Plan, itemsize: int, budget_bytes: int | None = None, chunks:
         else:
             R, G_in, _ = chunk_geometry(t.local_shape, step.type.local_shape)
             k = 1 if call[0] in _WHOLE else choose_k(in_b, out_b, R, G_in, budget, chunks)
-            ref = _refined(in_b, out_b, k, G_in > 1 and k > 1)
+            ref = refined_bound(in_b, out_b, k, G_in > 1 and k > 1)
             out.append(StepChunks(i, call[0], k, R, in_b, out_b, G_in > 1 and k > 1, ref, ref))
         t = step.type
     return ChunkReport(bound, budget, tuple(out))

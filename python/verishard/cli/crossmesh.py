@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import argparse
 
-from .errors import CheckpointError, ShardingError, show
-from .limits import MAX_DEVICES, MAX_INDEX, check_count, check_int, check_text, parse_int
-from .mesh import Mesh
+from ..errors import CheckpointError, ShardingError, show
+from ..limits import MAX_DEVICES, MAX_INDEX, check_count, check_int, check_text, parse_int
+from ..mesh import Mesh
 
 
 def _ranks(text: str | None, option: str):
@@ -48,7 +48,7 @@ def _ranks(text: str | None, option: str):
 
 
 def add_parsers(sub, common) -> None:
-    from .cli import int_option
+    from .options import int_option
 
     c = sub.add_parser("crossmesh", parents=[common], help="print the verified cross-mesh schedule",
                        description="Plan moving an array from one mesh and type (on some world ranks) to "
@@ -83,7 +83,7 @@ def add_parsers(sub, common) -> None:
 
 def run(args, out) -> int:
     if args.command == "crossmesh":
-        from .crossmesh import crossmesh_plan
+        from ..crossmesh import crossmesh_plan
         p = crossmesh_plan(args.src, args.dst, _ranks(args.src_ranks, "--src-ranks"),
                            _ranks(args.dst_ranks, "--dst-ranks"),
                            src_mesh=Mesh.parse(args.src_mesh), dst_mesh=Mesh.parse(args.dst_mesh),
@@ -98,7 +98,7 @@ def run(args, out) -> int:
         else:
             print(p.describe(), file=out)
         return 0
-    from . import checkpoint
+    from .. import checkpoint
     stats: dict = {}
     if args.layouts is not None:
         if args.mesh is not None or args.type is not None:

@@ -31,10 +31,10 @@ from jax.sharding import AbstractMesh, AxisType
 from jax.sharding import Mesh as JaxMesh
 from jax.sharding import NamedSharding, PartitionSpec
 
-from . import notation
-from .errors import ShardingError, refusing_raw_errors
-from .mesh import Mesh
-from .sharding import ArrayType
+from .. import notation
+from ..errors import ShardingError, refusing_raw_errors
+from ..mesh import Mesh
+from ..sharding import ArrayType
 
 __all__ = ["mesh_from_jax", "jax_mesh", "spec_entries", "from_partition_spec", "to_partition_spec",
            "from_named_sharding", "to_named_sharding"]

@@ -56,10 +56,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ParseError, PlanError, ShardingError, VerishardError, show
-from .limits import DEMO_RANKS_PER_CPU, MAX_DEVICES, MAX_DIMS, check_count, check_int, check_text, parse_int
-from .mesh import Mesh
-from .sharding import ArrayType
+from ..errors import ParseError, PlanError, ShardingError, VerishardError, show
+from ..limits import DEMO_RANKS_PER_CPU, MAX_DEVICES, MAX_DIMS, check_count, check_text, parse_int
+from ..mesh import Mesh
+from ..sharding import ArrayType
+from .options import int_option
 
 __all__ = ["main", "SCHEMA", "dumps", "plan_document", "guarantees", "check_document", "load_plan_file", "DEMO_CASES",
            "int_option", "OPTIONAL_PACKAGES", "OutputLost", "demo_rank_cap"]
@@ -106,7 +107,7 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
     >>> [name for name, _ in guarantees(check("x=2", "[2{x}4]", "[4]", [AllGather(0, "x")]))]
     ['Checker.check_ok_iff', 'Rules.step_wf', 'Semantics.movement_correct', None, 'Trafficproof.accepted_traffic_lower_bound']
     """
-    from .collectives import AllPermute, Exchange
+    from ..collectives import AllPermute, Exchange
 
     if plan.partial and plan.uneven:
         return _puneven_guarantees(plan)
@@ -434,7 +435,7 @@ def check_document(doc: dict[str, Any]):
     ...
     verishard.errors.PlanError: field 'peak' says 2 but the verified checker computes 4
     """
-    from .plan import Plan
+    from ..plan import Plan
 
     if not isinstance(doc, dict):
         raise ParseError(f"a plan must be a JSON object, not {type(doc).__name__}")
@@ -505,7 +506,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
 
 def _problem(args) -> tuple[Mesh, ArrayType, ArrayType, str | None]:
     """Mesh, source and target types from ``--mesh --src --dst [--shape] [--jax|--dtensor]``."""
-    from . import notation
+    from .. import notation
 
     for opt in ("mesh", "src", "dst"):
         if getattr(args, opt) is None:
@@ -561,16 +562,16 @@ class DTensorLayout:
 
 def _dtensor_type(mesh: Mesh, shape: tuple[int, ...], placements: tuple) -> "ArrayType | DTensorLayout":
     """The type of DTensor placements as the Python API reads them
-    (:func:`verishard.dtensor.from_placements`): even shapes through the
+    (:func:`verishard.torch.dtensor.from_placements`): even shapes through the
     notation (numpy only), uneven ones our blocks where DTensor's shards are
     those blocks (read with torch, which says where DTensor puts each shard),
     else a :class:`DTensorLayout`."""
-    from . import notation
+    from .. import notation
 
     t = notation.from_placements(mesh, shape, placements, uneven=True)
     if not t.uneven:
         return t
-    from . import dtensor   # needs torch: DTensor's own shard offsets decide
+    from ..torch import dtensor   # needs torch: DTensor's own shard offsets decide
 
     try:
         return dtensor.from_placements(mesh, shape, dtensor.tuples_to_placements(placements))
@@ -581,13 +582,13 @@ def _dtensor_type(mesh: Mesh, shape: tuple[int, ...], placements: tuple) -> "Arr
 def _box_schedule(mesh: Mesh, shape: tuple[int, ...], placements: tuple[tuple, tuple], dtype_name: str):
     """The verified box schedule between two DTensor layouts (notation
     tuples), what :func:`verishard.torch.redistribute` runs where the types
-    cannot describe one of them (:func:`verishard.dtensor.layout_boxes`,
+    cannot describe one of them (:func:`verishard.torch.dtensor.layout_boxes`,
     ``BoxPlan.build``), for elements of ``dtype_name``; and the placements as objects."""
     import torch
 
-    from . import dtensor
-    from .runtime.crossmesh_mpi import DEFAULT_BUDGET
-    from .runtime.torch import BoxPlan
+    from ..torch import dtensor
+    from ..runtime.crossmesh_mpi import DEFAULT_BUDGET
+    from ..torch.backend import BoxPlan
 
     name = dtype_name.removeprefix("torch.")
     dtype = getattr(torch, name, None) if name.isidentifier() else None
@@ -646,7 +647,7 @@ def _notation_hint(text: str, kind: str | None) -> str:
 
 
 def _notation_lines(plan, kind: str | None) -> str:
-    from . import notation
+    from .. import notation
 
     if kind is None:
         return ""
@@ -664,7 +665,7 @@ def _notation_lines(plan, kind: str | None) -> str:
 
 
 def _plan_from_args(args):
-    from .plan import plan as synthesize
+    from ..plan import plan as synthesize
 
     if getattr(args, "file", None) is not None:
         if any(getattr(args, o) is not None for o in ("mesh", "src", "dst", "shape")) or args.jax or args.dtensor:
@@ -672,7 +673,7 @@ def _plan_from_args(args):
         return check_document(load_plan_file(args.file)), None
     mesh, src, dst, kind = _problem(args)
     if isinstance(src, DTensorLayout) or isinstance(dst, DTensorLayout):
-        from . import notation
+        from .. import notation
 
         placements = (notation.parse_placements(args.src), notation.parse_placements(args.dst))
         shape = src.shape if isinstance(src, DTensorLayout) else src.global_shape
@@ -692,7 +693,7 @@ class BoxSchedule:
         self.boxes, self.placements, self.objects, self.dtype = boxes, placements, objects, dtype
 
     def _placements_text(self) -> tuple[str, str]:
-        from . import notation
+        from .. import notation
 
         return tuple(notation.format_placements(pl) for pl in self.placements)
 
@@ -798,7 +799,7 @@ def cmd_show(args, out) -> int:
       A 0..3  A 0..3
     0
     """
-    from . import picture
+    from .. import picture
 
     p, kind = _plan_from_args(args)
     if isinstance(p, BoxSchedule):
@@ -852,7 +853,7 @@ DEMO_MINIMAL = ("certified least traffic (--minimal)", "x=2,y=3", "[9, 2{y}6, 2]
 def _run_demo_case(i: int, title: str, mesh: str, src: str, dst: str, what: str, out,
                    minimal: bool = False) -> bool:
     import verishard
-    from . import picture
+    from .. import picture
 
     out.write(f"\n== {i}. {title}: {Mesh.parse(mesh)}  {src} -> {dst}\n   {what}\n")
     try:
@@ -934,15 +935,15 @@ def _run_mpi_demo(nranks: int, out) -> bool:
 
 
 def cmd_partition(args, out) -> int:
-    """``verishard partition``: the logic is :func:`verishard.partition.cli.run`."""
-    from .partition.cli import run
+    """``verishard partition``: the logic is :func:`verishard.cli.partition.run`."""
+    from .partition import run
 
     return run(args, out)
 
 
 def cmd_crossmesh(args, out) -> int:
-    """``verishard crossmesh`` and ``reshard-checkpoint``: the logic is :func:`verishard.crossmesh_cli.run`."""
-    from .crossmesh_cli import run
+    """``verishard crossmesh`` and ``reshard-checkpoint``: the logic is :func:`verishard.cli.crossmesh.run`."""
+    from .crossmesh import run
 
     return run(args, out)
 
@@ -1012,32 +1013,6 @@ _PLAN_EXAMPLES = """examples:
 notations: docs/types.md, docs/jax.md, docs/dtensor.md; reading the output: docs/reading-a-plan.md"""
 
 
-def int_option(option: str, low: int, high: int):
-    """An argparse ``type`` reading ``option`` as a decimal integer in
-    ``[low, high]`` (ASCII digits only, at most ``MAX_DIGITS`` of them),
-    else one usage error naming the option.
-
-    >>> nranks = int_option("--nranks", 1, MAX_DEVICES)
-    >>> nranks("8")
-    8
-    >>> nranks(str(2**70))
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: --nranks 1180591620717411303424 is too large (at most 2**20)
-    >>> nranks("²")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: --nranks '²' is not an integer
-    """
-    def read(text: str) -> int:
-        try:
-            return check_int(parse_int(text, option, UsageError), option, low=low, high=high, error=UsageError)
-        except VerishardError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    read.__name__ = option.lstrip("-").replace("-", "_")  # argparse names the type in some messages
-    return read
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (its ``error`` raises :class:`UsageError`).
 
@@ -1049,7 +1024,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print a traceback on errors")
     parser = _Parser(prog="verishard", description="Verified array redistribution for SPMD programs.",
                      parents=[common])
-    from . import __version__
+    from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"verishard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="{plan,check,show,demo,partition,crossmesh,reshard-checkpoint}", parser_class=_Parser)
@@ -1084,10 +1059,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--nranks", type=int_option("--nranks", 1, MAX_DEVICES), default=DEMO_RANKS,
                    help=f"MPI ranks for the runtime demo (default {DEMO_RANKS}; at most {DEMO_RANKS_PER_CPU} per "
                         f"core, and at least {DEMO_RANKS} allowed)")
-    from .partition.cli import add_parser as _add_partition_parser  # verishard.partition owns its options
+    from .partition import add_parser as _add_partition_parser  # verishard.partition owns its options
 
     _add_partition_parser(sub, common)
-    from .crossmesh_cli import add_parsers as _add_crossmesh_parsers  # verishard.crossmesh_cli owns its options
+    from .crossmesh import add_parsers as _add_crossmesh_parsers  # verishard.cli.crossmesh owns its options
 
     _add_crossmesh_parsers(sub, common)
     return parser
@@ -1238,6 +1213,3 @@ def _fail(e: BaseException, code: int, debug: bool, internal: bool = False) -> i
     _say_error(msg)
     return code
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -25,12 +25,12 @@ from jax.sharding import AxisType
 
 from .. import dtypes
 from ..errors import ShardingError
-from ..jax_sharding import (devices_of, cached_jax_mesh, from_named_sharding, jax_mesh, mesh_from_jax,
-                            part_axis_types, to_named_sharding, to_partition_spec)
+from .sharding import (devices_of, cached_jax_mesh, from_named_sharding, jax_mesh, mesh_from_jax,
+                       part_axis_types, to_named_sharding, to_partition_spec)
 from ..mesh import Mesh
 from ..plan import Plan
-from .backend import AxisGroup, Backend, reduction_identity, validate_plan
-from .backend import execute as run_steps
+from ..runtime.backend import AxisGroup, Backend, reduction_identity, validate_plan
+from ..runtime.backend import execute as run_steps
 
 _REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
@@ -337,8 +337,8 @@ def host_executor(plan: Plan, in_sharding: NamedSharding, out_sharding: NamedSha
     """
     from jax._src import core as jax_core
     from jax._src.interpreters import pxla
-    from .backend import run_step, step_call
-    from .simulator import HostBackend
+    from ..runtime.backend import run_step, step_call
+    from ..runtime.simulator import HostBackend
 
     devices = list(in_sharding.mesh.devices.flat)      # plan rank r is the mesh's r-th device (row-major)
     if list(out_sharding.mesh.devices.flat) != devices:

@@ -94,8 +94,8 @@ from ..collectives import AllPermute, Exchange
 from ..errors import VerishardError
 from ..limits import check_seconds
 from ..plan import Plan, box_text, pieces_table, ranks_text
-from .backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
-from .mpi import _ranks, _verdict
+from ..runtime.backend import AxisGroup, Backend, RedistributionError, RuntimeCheckError, execute, validate_plan
+from ..runtime.agreement import agreement_verdict as _verdict, rank_list as _ranks
 
 __all__ = ["free_port", "TorchBackend", "FuncolBackend", "tracing", "real_tensors", "MeshGroups", "mesh_groups",
            "run_plan", "run_chunked", "fit_to", "agree",
@@ -890,7 +890,7 @@ def _missing(store, keys: list[str], members: tuple[int, ...], me: int, timeout:
                        f"{timeout:g} s (rank {me} waited; {n - len(missing)} of {n} ranks arrived). A rank that "
                        "fails before redistribute, does not call it, or runs a plan it cached while the others "
                        "agree on theirs (cache_clear(), enable() or check_agreement on some ranks only) stops "
-                       "every rank here; the deadline is verishard.runtime.torch.set_deadline (or "
+                       "every rank here; the deadline is verishard.torch.backend.set_deadline (or "
                        "VERISHARD_DEADLINE_S)"}
 
 
@@ -1187,7 +1187,7 @@ def _inside(small, big) -> bool:
 @dataclass(frozen=True)
 class BoxPlan:
     """A redistribution between two layouts given as explicit boxes
-    (:func:`verishard.dtensor.layout_boxes`: ``(world rank, global box,
+    (:func:`verishard.torch.dtensor.layout_boxes`: ``(world rank, global box,
     local start)`` per holding), planned by the verified core
     (``core.bplan``: ``Boxes.bplan`` and ``Boxes.brounds``, theorem
     ``Boxesworldproof.brounds_correct``). ``pieces[j]`` are target holding

@@ -82,11 +82,11 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes
-from .checkpoint_format import MAX_MANIFEST_BYTES, dtype_name, open_regular
-from .errors import CheckpointError, DtypeError, VerishardError, show
-from .limits import CORE_INT_LIMIT, MAX_DIMS, show_int
-from .sharding import ArrayType
+from .. import dtypes
+from .format import MAX_MANIFEST_BYTES, dtype_name, open_regular
+from ..errors import CheckpointError, DtypeError, VerishardError, show
+from ..limits import CORE_INT_LIMIT, MAX_DIMS, show_int
+from ..sharding import ArrayType
 
 __all__ = ["DCPCheckpoint", "load"]
 
@@ -500,7 +500,7 @@ class DCPCheckpoint:
 
     def _open(self, name: str) -> int:
         """The file ``name`` of the directory, opened by
-        :func:`checkpoint_format.open_regular` (a regular file only, checked
+        :func:`verishard.checkpoint.format.open_regular` (a regular file only, checked
         before any read: a FIFO does not block)."""
         if not isinstance(name, str) or "/" in name or "\0" in name or name in ("", ".", "..") or len(name) > 255:
             raise CheckpointError(f"{self.path}: DCP file name {show(name)} is not a file of the directory")
@@ -670,7 +670,7 @@ def _grid_type(shape: tuple[int, ...], chunks: list[_Chunk]) -> tuple[ArrayType,
     if math.prod(len(s) for s in starts) != len(chunks):
         return None
     try:
-        from .mesh import Mesh
+        from ..mesh import Mesh
         mesh = Mesh.parse(",".join(f"{a}={n}" for a, n in axes) or "one=1")
         t = ArrayType.parse(f"[{', '.join(dims)}]", mesh)
     except VerishardError:
@@ -713,8 +713,8 @@ def _read_into(chunk: _Chunk, box: tuple[tuple[int, int], ...], out: np.ndarray,
 def _load_tensor(ck: DCPCheckpoint, fqn: str, t: Any, j: int) -> np.ndarray:
     """Target device ``j``'s block under ``t`` (our type, or the target
     rank's boxes of a layout our types cannot express), piece by piece."""
-    from .checkpoint import _box_pieces, _Boxes
-    from .crossmesh import crossmesh_plan
+    from .targets import Boxes, box_pieces
+    from ..crossmesh import crossmesh_plan
     shape, dtype, chunks = ck.tensor(fqn)
     if t.global_shape != shape:
         raise CheckpointError(f"{ck.path}: {fqn!r} has global shape {shape}, the target {t.global_shape}")
@@ -726,10 +726,10 @@ def _load_tensor(ck: DCPCheckpoint, fqn: str, t: Any, j: int) -> np.ndarray:
         plan = crossmesh_plan(st, t, range(n1), range(n1, n1 + t.mesh.num_devices))
         pieces = [(chunks[order[p.src]], p.box, plan.dst_local(j, p)) for p in plan.pieces[j]]
     else:   # chunks of no grid, or a target of no type: the verified box schedule
-        boxes = t if isinstance(t, _Boxes) else _Boxes.of_block(t, j)
+        boxes = t if isinstance(t, Boxes) else Boxes.of_block(t, j)
         out = np.empty(boxes.local_shape, dtype=dtype)
         pieces = [(chunks[i], box, dst) for i, box, dst in
-                  _box_pieces([tuple(zip(c.offsets, c.sizes)) for c in chunks], boxes)]
+                  box_pieces([tuple(zip(c.offsets, c.sizes)) for c in chunks], boxes)]
     for c, box, dst in pieces:
         piece = np.empty(tuple(n for _, n in box), dtype=dtype)
         _read_into(c, box, piece, dtype, ck.counter)
@@ -741,10 +741,10 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
          read_buffer: int = 0, stats: dict | None = None) -> Any:
     """:func:`verishard.checkpoint.load` on a DCP directory (same targets and
     results; names are DCP's flattened names, nested at ``.``)."""
-    from .checkpoint import _finish, _is_one_target, _target, select
+    from .targets import finish_target, is_one_target, select, target_of
     ck = DCPCheckpoint(path)
     try:
-        legacy = _is_one_target(targets, type)
+        legacy = is_one_target(targets, type)
         if legacy:
             tensors = [n for n in ck.names() if not _is_bytes(ck, n)]
             if len(tensors) != 1:
@@ -769,7 +769,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
                 out[key] = np.empty(shape, dtype=dt)
                 continue
             try:
-                t, ranks, finish = _target(spec, _Shape(shape), rank, f"{path}: {fqn!r}")
+                t, ranks, finish = target_of(spec, _Shape(shape), rank, f"{path}: {fqn!r}")
                 blocks = [_load_tensor(ck, fqn, t, j) for j in ranks]
             except CheckpointError:
                 raise
@@ -778,7 +778,7 @@ def load(path: str, targets: Any = None, type: Any = None, rank: int | None = No
             needed += sum(b.nbytes for b in blocks)
             if spec is None and not ck.md.state_dict_metadata[fqn].size:   # a 0-d tensor
                 blocks = [blocks[0].reshape(())]
-            out[key] = _finish(finish, blocks, f"{path}: {fqn!r}")
+            out[key] = finish_target(finish, blocks, f"{path}: {fqn!r}")
         if stats is not None:
             stats["bytes_read"] = stats.get("bytes_read", 0) + ck.counter[0]
             stats["bytes_needed"] = stats.get("bytes_needed", 0) + needed
@@ -795,7 +795,7 @@ def _is_bytes(ck: DCPCheckpoint, fqn: str) -> bool:
 
 
 class _Shape:
-    """What :func:`verishard.checkpoint._target` needs of an entry: its type's global shape."""
+    """What :func:`verishard.checkpoint.targets.target_of` needs of an entry: its type's global shape."""
 
     def __init__(self, shape):
         self.t = ArrayType.parse(f"[{', '.join(map(str, shape))}]", "one=1")

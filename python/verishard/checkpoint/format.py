@@ -59,11 +59,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import dtypes
-from .errors import CheckpointError, DtypeError, VerishardError, show
-from .limits import MAX_ELEMENTS
-from .mesh import Mesh
-from .sharding import ArrayType
+from .. import dtypes
+from ..errors import CheckpointError, DtypeError, VerishardError, show
+from ..limits import MAX_ELEMENTS
+from ..mesh import Mesh
+from ..sharding import ArrayType
 
 __all__ = ["FORMAT", "VERSION", "MANIFEST", "digest", "data_name", "tiles", "table_entries", "as_rows",
            "tile_hash", "tile_sum", "table_of", "span", "parse_json", "canonical", "manifest_digest", "need",

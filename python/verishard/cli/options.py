@@ -1,0 +1,38 @@
+"""Option parsing shared by every command group's parser (``verishard.cli``,
+``verishard.cli.crossmesh``, ``verishard.cli.partition``): each imports it
+from here, below all of them."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import ParseError, VerishardError
+from ..limits import check_int, parse_int
+
+__all__ = ["int_option"]
+
+
+def int_option(option: str, low: int, high: int):
+    """An argparse ``type`` reading ``option`` as a decimal integer in
+    ``[low, high]`` (ASCII digits only, at most ``MAX_DIGITS`` of them),
+    else one usage error naming the option.
+
+    >>> nranks = int_option("--nranks", 1, 2**20)
+    >>> nranks("8")
+    8
+    >>> nranks(str(2**70))
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: --nranks 1180591620717411303424 is too large (at most 2**20)
+    >>> nranks("²")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: --nranks '²' is not an integer
+    """
+    def read(text: str) -> int:
+        try:
+            return check_int(parse_int(text, option, ParseError), option, low=low, high=high, error=ParseError)
+        except VerishardError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    read.__name__ = option.lstrip("-").replace("-", "_")  # argparse names the type in some messages
+    return read
