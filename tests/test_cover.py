@@ -117,10 +117,10 @@ def test_box_plan_refuses_a_source_that_does_not_cover():
 
 
 def test_checkpoint_box_schedule_refuses_blocks_that_do_not_cover():
-    from verishard.checkpoint import _box_pieces, _Boxes
-    target = _Boxes((4, 4), [(((0, 4), (0, 4)), (0, 0))], (4, 4))
+    from verishard.checkpoint.targets import Boxes, box_pieces
+    target = Boxes((4, 4), [(((0, 4), (0, 4)), (0, 0))], (4, 4))
     blocks = [((0, 2), (0, 4)), ((2, 2), (0, 2))]          # rows 2-3, columns 2-3 stored nowhere
     with pytest.raises(CheckpointError, match="do not hold every element of the \\(4, 4\\) array"):
-        _box_pieces(blocks, target)
-    pieces = _box_pieces(blocks + [((2, 2), (2, 2))], target)
+        box_pieces(blocks, target)
+    pieces = box_pieces(blocks + [((2, 2), (2, 2))], target)
     assert sorted(i for i, _, _ in pieces) == [0, 1, 2]
