@@ -339,12 +339,20 @@ def _plant_emptied_definition(coq: Path) -> None:
     qed = text.index("Qed.", proof)
     v.write_text(text[:start] + "Definition boxes_ok (budget : nat) (ls lt : layout) (rds : list (list cut)) : Prop :=\n"
                  "  True.\n\n" + text[end:proof] + "Proof. intros; exact I. Qed." + text[qed + 4:])
+    # Coverproof.brounds_complete reads boxes_ok's parts: the planter gives it a statement that
+    # still builds (a change the check reports too), so the copy's other holes are still asked.
+    c = coq / "theories" / "Coverproof.v"
+    text = c.read_text()
+    start = text.index("Theorem brounds_complete")
+    qed = text.index("Qed.", start)
+    c.write_text(text[:start] + "Theorem brounds_complete : True.\nProof. exact I." + text[qed - 1:])
 
 
 def test_emptied_definition(planted):
     fails = _failures(planted, "VS.Boxesworldproof.boxes_ok: its definition is not the one pinned",
                       "VS.Boxesworldproof.brounds_correct: its meaning differs")
     assert "brounds_correct: its statement differs" not in fails  # the printed statement is the same
+    assert "VS.Coverproof.brounds_complete: its statement differs" in fails
 
 
 @shared("queries")
