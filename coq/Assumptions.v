@@ -200,6 +200,9 @@ Print Assumptions VS.Boxesproof.bsched_correct.
 From VS Require Import Minimal Minimalproof.
 Print Assumptions VS.Minimalproof.mplan_spec.
 Print Assumptions VS.Minimalproof.mplan_pipeline.
+From VS Require Import Eminimal Eminimalproof.
+Print Assumptions VS.Eminimalproof.emplan_spec.
+Print Assumptions VS.Eminimalproof.emplan_least.
 
 From VS Require Import Puchecker Pucheckerproof.
 Print Assumptions VS.Pucheckerproof.pucheck_correct.
