@@ -192,6 +192,8 @@ Print Assumptions VS.Commuteproof.along_commutes.
 Print Assumptions VS.Commuteproof.along_then_step.
 Print Assumptions VS.Commuteproof.along_then_plan.
 Print Assumptions VS.Commuteproof.along_then_exchange.
+Print Assumptions VS.Commuteproof.along_then_pipeline.
+Print Assumptions VS.Commuteproof.along_then_eplan.
 
 From VS Require Import Boxes Boxesproof.
 Print Assumptions VS.Boxesproof.bsub_hits.
