@@ -65,6 +65,7 @@ def test_plan_table():
     assert re.search(r"^peak \d+ elements/device; bound max\(3, 2\) = 3", out, re.M)
     assert re.search(r"^traffic \d+ elements/device; lower bound 2 ", out, re.M)
     assert "guarantees:" in out and "Checker.check_ok_iff" in out and "Semantics.movement_correct" in out
+    assert "Exec.check_exec" in out    # the whole plan, not one step
 
 
 @pytest.mark.parametrize("mesh,src,dst", [

@@ -37,6 +37,7 @@ guarantees:
   Checker.check_ok_iff                       each step is well typed, the plan ends at the target, ...
   Rules.step_wf                              every intermediate type is well formed
   Semantics.movement_correct                 each step's data movement yields exactly the distribution ...
+  Exec.check_exec                            the whole plan moves the source distribution of any global ...
   (no theorem)                               memory: peak 4 meets the bound max(size(src), size(dst)) = 4 ...
   Trafficproof.accepted_traffic_lower_bound  traffic 2 = the lower bound 2: traffic-minimal, ...
 OK: the verified checker accepts .../plan.json
@@ -105,7 +106,7 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
 
     >>> from verishard import check, AllGather
     >>> [name for name, _ in guarantees(check("x=2", "[2{x}4]", "[4]", [AllGather(0, "x")]))]
-    ['Checker.check_ok_iff', 'Rules.step_wf', 'Semantics.movement_correct', None, 'Trafficproof.accepted_traffic_lower_bound']
+    ['Checker.check_ok_iff', 'Rules.step_wf', 'Semantics.movement_correct', 'Exec.check_exec', None, 'Trafficproof.accepted_traffic_lower_bound']
     """
     from ..collectives import AllPermute, Exchange
 
@@ -123,6 +124,8 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
         ("Rules.step_wf", "every intermediate type is well formed"),
         ("Semantics.movement_correct", "each step's data movement yields exactly the distribution "
                                        "its type names, for any global array"),
+        ("Exec.check_exec", "the whole plan moves the source distribution of any global array to its "
+                            "target distribution"),
     ]
     if any(isinstance(c, AllPermute) for c in plan.collectives):
         out.append(("Permute.permute_table_perm", "each AllPermute is a bijection of devices"))
@@ -153,14 +156,20 @@ def guarantees(plan) -> list[tuple[str | None, str]]:
             out.append((None, f"traffic / lower bound {plan.traffic_ratio:.2f}: measured, not proved minimal "
                               f"(the synthesizer keeps the cheapest of the plans it builds and searches; "
                               f"--minimal certifies the least)"))
-    if plan.minimal and plan.traffic > plan.lower_bound:
-        out.append(("Minimalproof.mplan_spec",
-                    f"traffic {plan.traffic} is the least of any plan of collectives the checker accepts (the exchange "
-                    f"is not among them) over the mesh given, "
-                    f"this plan's mesh or the prime sub-axes {plan.src.mesh.prime_parts()[0]}, with every type "
-                    f"within the bound {plan.bound} (a certificate from an untrusted search, accepted at this "
-                    f"plan's own traffic in the one verified call Minimal.mplan_problem)"))
+    if plan.minimal:
+        out.append(_least_of_both(plan))
     return out
+
+
+def _least_of_both(plan) -> tuple[str, str]:
+    """The claim of ``plan(..., minimal=True)``: ``Eminimalproof.emplan_least``."""
+    why = ("the exchange receives the lower bound" if plan.exchange else
+           "a certificate from an untrusted search, accepted at the plan's own traffic")
+    return ("Eminimalproof.emplan_least",
+            f"traffic {plan.traffic} is the least of any plan within the bound {plan.bound}: of any plan of "
+            f"collectives the checker accepts over the mesh given or its prime sub-axes "
+            f"{plan.src.mesh.prime_parts()[0]}, and of the exchange where a free dimension lets it run in pieces "
+            f"({why}; the one verified call Eminimal.emplan_problem)")
 
 
 def _puneven_guarantees(plan) -> list[tuple[str | None, str]]:
@@ -237,6 +246,11 @@ def _exchange_guarantees(plan) -> list[tuple[str | None, str]]:
                                                  f"or that plan exceeds the padded bound"))
         out.append(("Exchangeproof.ueplan_peak", f"peak {plan.peak} = the padded bound max(padded size(src), "
                                                  f"padded size(dst)), which no plan goes below"))
+    elif plan.guaranteed and plan.minimal:
+        out.append(("Eminimalproof.emplan_spec", f"taken by the verified call Eminimal.emplan_problem only because "
+                                                 f"it receives strictly less than the plan of collectives checked "
+                                                 f"there; peak {plan.peak} = max(size(src), size(dst))"))
+        out.append(_least_of_both(plan))
     elif plan.guaranteed:
         out.append(("Exchangeproof.eplan_spec", f"taken by the verified planner only because it receives "
                                                 f"strictly less than the collective plan; peak {plan.peak} = "
