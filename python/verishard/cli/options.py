@@ -9,7 +9,7 @@ import argparse
 from ..errors import ParseError, VerishardError
 from ..limits import check_int, parse_int
 
-__all__ = ["int_option"]
+__all__ = ["int_option", "UsageError", "EXIT_OK", "EXIT_REJECTED", "EXIT_USAGE", "EXIT_INTERNAL"]
 
 
 def int_option(option: str, low: int, high: int):
@@ -36,3 +36,24 @@ def int_option(option: str, low: int, high: int):
             raise argparse.ArgumentTypeError(str(e)) from None
     read.__name__ = option.lstrip("-").replace("-", "_")  # argparse names the type in some messages
     return read
+
+
+EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class UsageError(VerishardError):
+    """A command-line argument is missing or malformed.
+
+    >>> from verishard.cli import build_parser
+    >>> build_parser().parse_args(["check"])
+    Traceback (most recent call last):
+    ...
+    verishard.cli.options.UsageError: the following arguments are required: file (see 'verishard check --help')
+    """
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (exit code 2)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{message} (see '{self.prog} --help')")
