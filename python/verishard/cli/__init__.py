@@ -21,6 +21,17 @@ prints the version.
 Everything the CLI prints about a plan comes from :mod:`verishard.plan`,
 that is from the verified checker's report.
 
+One module per command group registers its parser and the function that
+runs it (``add_parser``): :mod:`~verishard.cli.plan`, :mod:`~verishard.cli.check`,
+:mod:`~verishard.cli.show`, :mod:`~verishard.cli.demo`,
+:mod:`~verishard.cli.partition`, :mod:`~verishard.cli.crossmesh` (crossmesh,
+reshard-checkpoint). Below them: :mod:`~verishard.cli.problem` (the
+``--mesh --src --dst`` problem plan and show read), :mod:`~verishard.cli.document`
+(the plan JSON document and its guarantees), :mod:`~verishard.cli.output`
+(the output stream and the one error line), :mod:`~verishard.cli.options`
+(exit codes, the usage error, the parser class, ``int_option``). This module
+assembles the parser and runs :func:`main`.
+
 >>> import json, os, tempfile
 >>> path = os.path.join(tempfile.mkdtemp(), "plan.json")
 >>> with open(path, "w") as f:
@@ -49,86 +60,40 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..errors import PlanError, VerishardError, show
-from ..limits import DEMO_RANKS_PER_CPU, MAX_DEVICES
-from .check import cmd_check
-from .demo import DEMO_CASES, DEMO_RANKS, cmd_demo, demo_rank_cap
+from .. import errors
+from ..errors import PlanError, VerishardError
+from . import check, crossmesh, demo, partition, plan, show   # the command groups, one module each
+from .demo import DEMO_CASES, demo_rank_cap
 from .document import SCHEMA, check_document, dumps, guarantees, load_plan_file, plan_document
-from .options import EXIT_INTERNAL, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, UsageError, _Parser, int_option
-from .output import OPTIONAL_PACKAGES, OutputLost, _fail, _missing_package, _Out, _output_lost, _silence_stdout
-from .plan import _PLAN_EXAMPLES, cmd_plan
-from .problem import _problem_options
-from .show import cmd_show
+from .options import EXIT_INTERNAL, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, Parser, UsageError, int_option
+from .output import (OPTIONAL_PACKAGES, Output, OutputLost, missing_package, output_lost, report_failure,
+                     silence_stdout)
 
 __all__ = ["main", "SCHEMA", "dumps", "plan_document", "guarantees", "check_document", "load_plan_file", "DEMO_CASES",
            "int_option", "OPTIONAL_PACKAGES", "OutputLost", "demo_rank_cap"]
 
-def cmd_partition(args, out) -> int:
-    """``verishard partition``: the logic is :func:`verishard.cli.partition.run`."""
-    from .partition import run
-
-    return run(args, out)
-
-
-def cmd_crossmesh(args, out) -> int:
-    """``verishard crossmesh`` and ``reshard-checkpoint``: the logic is :func:`verishard.cli.crossmesh.run`."""
-    from .crossmesh import run
-
-    return run(args, out)
-
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (its ``error`` raises :class:`UsageError`).
+    """The argument parser (its ``error`` raises :class:`UsageError`): the
+    options every command takes, then each command group's parser, registered
+    by its module (each sets ``handler``, the function that runs it).
 
     >>> build_parser().parse_args(["check", "p.json"]).command
     'check'
     """
-    common = _Parser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="print a traceback on errors")
-    parser = _Parser(prog="verishard", description="Verified array redistribution for SPMD programs.",
-                     parents=[common])
+    parser = Parser(prog="verishard", description="Verified array redistribution for SPMD programs.",
+                    parents=[common])
     from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"verishard {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{plan,check,show,demo,partition,crossmesh,reshard-checkpoint}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{plan,check,show,demo,partition,crossmesh,reshard-checkpoint}", parser_class=Parser)
     sub.required = True
-
-    p = sub.add_parser("plan", parents=[common], help="synthesize a plan and print it",
-                       description="Synthesize a redistribution with the verified core and print it.",
-                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_PLAN_EXAMPLES)
-    _problem_options(p)
-    p.add_argument("--format", choices=("table", "json"), default="table", help="output format")
-    p.add_argument("--exchange", action="store_true",
-                   help="allow one exchange step (Alltoallv of exactly what each device needs; simulator and "
-                        "MPI backends) where it receives less than the collectives")
-    p.add_argument("--minimal", action="store_true",
-                   help="certify the least traffic within the memory bound (branch-and-bound; a cheaper plan "
-                        "where one exists; Minimalproof.mplan_spec)")
-
-    c = sub.add_parser("check", parents=[common], help="validate a plan JSON file with the verified checker",
-                       description="Validate a plan file (schema verishard.plan/1) with the verified checker.")
-    c.add_argument("file", help="plan JSON file, or - for stdin")
-    c.add_argument("--format", choices=("table", "json"), default="table", help="output format")
-
-    s = sub.add_parser("show", parents=[common], help="draw a plan (text, or PNG/SVG with --picture)",
-                       description="Draw a plan given as a file or as --mesh/--src/--dst.")
-    s.add_argument("file", nargs="?", help="plan JSON file (instead of --mesh/--src/--dst)")
-    _problem_options(s)
-    s.add_argument("--picture", metavar="FILE", help="also write a picture: FILE.png or FILE.svg")
-
-    d = sub.add_parser("demo", parents=[common], help="plan and check a dozen redistributions (make demo)",
-                       description="Plan and check a dozen instructive redistributions, then run the MPI demo.")
-    d.add_argument("--no-mpi", action="store_true", help="skip the MPI runtime demo")
-    d.add_argument("--nranks", type=int_option("--nranks", 1, MAX_DEVICES), default=DEMO_RANKS,
-                   help=f"MPI ranks for the runtime demo (default {DEMO_RANKS}; at most {DEMO_RANKS_PER_CPU} per "
-                        f"core, and at least {DEMO_RANKS} allowed)")
-    from .partition import add_parser as _add_partition_parser  # verishard.partition owns its options
-
-    _add_partition_parser(sub, common)
-    from .crossmesh import add_parsers as _add_crossmesh_parsers  # verishard.cli.crossmesh owns its options
-
-    _add_crossmesh_parsers(sub, common)
+    for group in (plan, check, show, demo, partition):
+        group.add_parser(sub, common)
+    crossmesh.add_parsers(sub, common)
     return parser
 
 
@@ -144,40 +109,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     if sys.stdout is None:   # started with stdout closed (verishard plan ... >&-): no result can be written
-        return _output_lost("standard output is closed")
-    out = _Out(sys.stdout)
+        return output_lost("standard output is closed")
+    out = Output(sys.stdout)
     command = None
     try:
         args = build_parser().parse_args(argv)
         command = args.command
-        handler = {"plan": cmd_plan, "check": cmd_check, "show": cmd_show, "demo": cmd_demo,
-                   "partition": cmd_partition, "crossmesh": cmd_crossmesh,
-                   "reshard-checkpoint": cmd_crossmesh}[args.command]
-        code = handler(args, out)
+        code = args.handler(args, out)
         out.flush()
         return code
     except OutputLost as e:
-        return _output_lost(str(e))
+        return output_lost(str(e))
     except PlanError as e:
-        return _fail(e, EXIT_REJECTED if (e.step is not None or e.reason is not None) else EXIT_USAGE, debug)
+        return report_failure(e, EXIT_REJECTED if (e.step is not None or e.reason is not None) else EXIT_USAGE, debug)
     except VerishardError as e:
-        return _fail(e, EXIT_USAGE, debug)
+        return report_failure(e, EXIT_USAGE, debug)
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else EXIT_OK
     except BrokenPipeError:  # the reader left (verishard demo | head): what it read is all it wanted
-        _silence_stdout()
+        silence_stdout()
         return EXIT_OK
     except ModuleNotFoundError as e:
-        missing = _missing_package(e, command)
+        missing = missing_package(e, command)
         if missing is None:
-            return _fail(e, EXIT_INTERNAL, debug, internal=True)
-        return _fail(missing, EXIT_USAGE, debug)
+            return report_failure(e, EXIT_INTERNAL, debug, internal=True)
+        return report_failure(missing, EXIT_USAGE, debug)
     except OSError as e:  # a path named on the command line: missing, unreadable, a directory, existing, ...
-        where = f" {show(e.filename, 200)}" if e.filename is not None else ""
-        return _fail(UsageError(f"cannot use{where}: {e.strerror or e}"), EXIT_USAGE, debug)
+        where = f" {errors.show(e.filename, 200)}" if e.filename is not None else ""
+        return report_failure(UsageError(f"cannot use{where}: {e.strerror or e}"), EXIT_USAGE, debug)
     except MemoryError:
-        return _fail(UsageError("out of memory: the input is too large for this machine"), EXIT_USAGE, debug)
+        return report_failure(UsageError("out of memory: the input is too large for this machine"), EXIT_USAGE, debug)
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # noqa: BLE001 - a bug: still one line unless --debug
-        return _fail(e, EXIT_INTERNAL, debug, internal=True)
+        return report_failure(e, EXIT_INTERNAL, debug, internal=True)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from ..errors import PlanError, VerishardError
-from .document import _format_guarantees, check_document, dumps, load_plan_file, plan_document
+from .document import check_document, dumps, format_guarantees, load_plan_file, plan_document
 from .options import EXIT_OK
-from .output import _emit
+from .output import emit
 
-__all__ = ["cmd_check"]
+__all__ = ["cmd_check", "add_parser"]
 
 def cmd_check(args, out) -> int:
     """``verishard check FILE``: re-check a plan file with the verified checker.
@@ -40,7 +40,16 @@ def cmd_check(args, out) -> int:
     except VerishardError as e:
         raise type(e)(f"{args.file}: {e}") from None
     if args.format == "json":
-        _emit(dumps(plan_document(p)), out)
+        emit(dumps(plan_document(p)), out)
     else:
-        _emit(str(p) + "\n" + _format_guarantees(p) + f"\nOK: the verified checker accepts {args.file}", out)
+        emit(str(p) + "\n" + format_guarantees(p) + f"\nOK: the verified checker accepts {args.file}", out)
     return EXIT_OK
+
+
+def add_parser(sub, common) -> None:
+    """Register ``verishard check`` on the subparsers ``sub``."""
+    c = sub.add_parser("check", parents=[common], help="validate a plan JSON file with the verified checker",
+                       description="Validate a plan file (schema verishard.plan/1) with the verified checker.")
+    c.add_argument("file", help="plan JSON file, or - for stdin")
+    c.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    c.set_defaults(handler=cmd_check)

@@ -9,12 +9,12 @@ import os
 import shutil
 
 from ..errors import PlanError, VerishardError
-from ..limits import DEMO_RANKS_PER_CPU
+from ..limits import DEMO_RANKS_PER_CPU, MAX_DEVICES
 from ..mesh import Mesh
 from .document import check_document, plan_document
-from .options import EXIT_OK, EXIT_REJECTED, UsageError
+from .options import EXIT_OK, EXIT_REJECTED, UsageError, int_option
 
-__all__ = ["DEMO_CASES", "DEMO_RANKS", "demo_rank_cap", "cmd_demo"]
+__all__ = ["DEMO_CASES", "DEMO_RANKS", "demo_rank_cap", "cmd_demo", "add_parser"]
 
 DEMO_RANKS = 8  # the MPI demo's own rank count (verishard.runtime.demo_job.NRANKS), never capped below
 
@@ -175,3 +175,14 @@ def cmd_demo(args, out) -> int:
     mpi_ok = True if args.no_mpi else _run_mpi_demo(args.nranks, out)
     out.flush()
     return EXIT_OK if not failed and mpi_ok else EXIT_REJECTED
+
+
+def add_parser(sub, common) -> None:
+    """Register ``verishard demo`` on the subparsers ``sub``."""
+    d = sub.add_parser("demo", parents=[common], help="plan and check a dozen redistributions (make demo)",
+                       description="Plan and check a dozen instructive redistributions, then run the MPI demo.")
+    d.add_argument("--no-mpi", action="store_true", help="skip the MPI runtime demo")
+    d.add_argument("--nranks", type=int_option("--nranks", 1, MAX_DEVICES), default=DEMO_RANKS,
+                   help=f"MPI ranks for the runtime demo (default {DEMO_RANKS}; at most {DEMO_RANKS_PER_CPU} per "
+                        f"core, and at least {DEMO_RANKS} allowed)")
+    d.set_defaults(handler=cmd_demo)

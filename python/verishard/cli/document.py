@@ -9,7 +9,8 @@ from typing import Any
 
 from ..errors import ParseError, PlanError, VerishardError, show
 
-__all__ = ["SCHEMA", "dumps", "plan_document", "guarantees", "check_document", "load_plan_file", "parse_plan_text"]
+__all__ = ["SCHEMA", "dumps", "plan_document", "guarantees", "format_guarantees", "check_document", "load_plan_file",
+           "parse_plan_text"]
 
 SCHEMA = "verishard.plan/1"
 MAX_PLAN_FILE = 16 * 2**20
@@ -226,7 +227,7 @@ def _uneven_guarantees(plan) -> list[tuple[str | None, str]]:
     return out
 
 
-def _format_guarantees(plan) -> str:
+def format_guarantees(plan) -> str:
     rows = [(n or "(no theorem)", c) for n, c in guarantees(plan)]
     w = max(len(n) for n, _ in rows)
     return "guarantees:\n" + "\n".join(f"  {n.ljust(w)}  {c}" for n, c in rows)

@@ -1,6 +1,7 @@
-"""Option parsing shared by every command group's parser (``verishard.cli``,
-``verishard.cli.crossmesh``, ``verishard.cli.partition``): each imports it
-from here, below all of them."""
+"""Option parsing shared by every command group's parser (the modules of
+``verishard.cli``, one per command group): the exit codes, the usage error
+and the argparse parser that raises it, and the integer option reader. Each
+group imports them from here, below all of them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import argparse
 from ..errors import ParseError, VerishardError
 from ..limits import check_int, parse_int
 
-__all__ = ["int_option", "UsageError", "EXIT_OK", "EXIT_REJECTED", "EXIT_USAGE", "EXIT_INTERNAL"]
+__all__ = ["int_option", "UsageError", "Parser", "EXIT_OK", "EXIT_REJECTED", "EXIT_USAGE", "EXIT_INTERNAL"]
 
 
 def int_option(option: str, low: int, high: int):
@@ -52,7 +53,7 @@ class UsageError(VerishardError):
     """
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line (exit code 2)."""
 
     def error(self, message: str):  # type: ignore[override]

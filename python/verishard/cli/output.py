@@ -10,7 +10,8 @@ import traceback
 from ..errors import VerishardError
 from .options import EXIT_REJECTED, UsageError
 
-__all__ = ["OPTIONAL_PACKAGES", "OutputLost"]
+__all__ = ["OPTIONAL_PACKAGES", "OutputLost", "Output", "emit", "missing_package", "output_lost", "report_failure",
+           "silence_stdout"]
 
 # The optional packages a command may need, and the extra of pyproject.toml that installs each
 # (``verishard partition`` needs the whole ``partition`` extra, whichever of them is missing).
@@ -22,13 +23,13 @@ class OutputLost(VerishardError):
     """Standard output cannot be written (closed, a full disk): exit 1, one line on stderr."""
 
 
-def _missing_package(e: ModuleNotFoundError, command: str | None) -> UsageError | None:
+def missing_package(e: ModuleNotFoundError, command: str | None) -> UsageError | None:
     """The usage error for an optional package that is not installed (None:
     ``e`` is about another module, a bug).
 
-    >>> print(_missing_package(ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"), "show"))
+    >>> print(missing_package(ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"), "show"))
     verishard show needs matplotlib, which is not installed: pip install 'verishard[picture]'
-    >>> _missing_package(ModuleNotFoundError("No module named 'verishard._core'", name="verishard._core"), "plan")
+    >>> missing_package(ModuleNotFoundError("No module named 'verishard._core'", name="verishard._core"), "plan")
     """
     top = (e.name or "").split(".")[0]
     if top not in OPTIONAL_PACKAGES:
@@ -38,7 +39,7 @@ def _missing_package(e: ModuleNotFoundError, command: str | None) -> UsageError 
                       f"pip install 'verishard[{extra}]'")
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
     """Point file descriptor 1 at /dev/null, so that the interpreter's last
     flush of what is still buffered does not fail again at exit."""
     try:
@@ -49,9 +50,9 @@ def _silence_stdout() -> None:
         pass
 
 
-def _output_lost(why: str) -> int:
+def output_lost(why: str) -> int:
     if sys.stdout is not None:
-        _silence_stdout()
+        silence_stdout()
     _say_error(f"{why}; nothing was written")
     return EXIT_REJECTED
 
@@ -60,12 +61,12 @@ def _say_error(msg: str) -> None:
     """The one error line on stderr, if there is a stderr that can still take it."""
     if sys.stderr is not None:
         try:
-            print(f"verishard: error: {msg}", file=_Out(sys.stderr))
+            print(f"verishard: error: {msg}", file=Output(sys.stderr))
         except (OSError, VerishardError):
             pass
 
 
-class _Out:
+class Output:
     """A text stream whose ``write`` escapes what the stream cannot encode
     (a lone surrogate from a command-line argument echoed back) instead of
     raising ``UnicodeEncodeError``, and reports a stream that cannot be
@@ -99,7 +100,7 @@ class _Out:
         return getattr(self.stream, name)
 
 
-def _fail(e: BaseException, code: int, debug: bool, internal: bool = False) -> int:
+def report_failure(e: BaseException, code: int, debug: bool, internal: bool = False) -> int:
     if debug:
         traceback.print_exc()
     msg = " ".join(str(e).split()) or type(e).__name__
@@ -113,5 +114,5 @@ def _fail(e: BaseException, code: int, debug: bool, internal: bool = False) -> i
     return code
 
 
-def _emit(text: str, out) -> None:
+def emit(text: str, out) -> None:
     out.write(text if text.endswith("\n") else text + "\n")

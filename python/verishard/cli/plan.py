@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from .document import _format_guarantees, dumps, plan_document
-from .options import EXIT_OK
-from .output import _emit
-from .problem import BoxSchedule, _notation_lines, _plan_from_args
+import argparse
 
-__all__ = ["cmd_plan"]
+from .document import dumps, format_guarantees, plan_document
+from .options import EXIT_OK
+from .output import emit
+from .problem import BoxSchedule, add_problem_options, notation_lines, plan_from_args
+
+__all__ = ["cmd_plan", "add_parser"]
 
 def cmd_plan(args, out) -> int:
     """``verishard plan``: synthesize a plan and write it (table or JSON) to ``out``.
@@ -27,13 +29,13 @@ def cmd_plan(args, out) -> int:
       Pipelineproof.plan_traffic_optimal  traffic 2 = the lower bound 2: traffic-minimal, ...
     0
     """
-    p, kind = _plan_from_args(args)
+    p, kind = plan_from_args(args)
     if isinstance(p, BoxSchedule):
-        _emit(dumps(p.document()) if args.format == "json" else p.text(), out)
+        emit(dumps(p.document()) if args.format == "json" else p.text(), out)
     elif args.format == "json":
-        _emit(dumps(plan_document(p)), out)
+        emit(dumps(plan_document(p)), out)
     else:
-        _emit(_notation_lines(p, kind) + str(p) + "\n" + _format_guarantees(p), out)
+        emit(notation_lines(p, kind) + str(p) + "\n" + format_guarantees(p), out)
     return EXIT_OK
 
 
@@ -45,3 +47,19 @@ _PLAN_EXAMPLES = """examples:
   verishard plan --mesh x=2,y=2 --shape 16,16 --dtensor --src "Shard(0),Replicate()" --dst "Replicate(),Shard(1)"
 
 notations: docs/types.md, docs/jax.md, docs/dtensor.md; reading the output: docs/reading-a-plan.md"""
+
+
+def add_parser(sub, common) -> None:
+    """Register ``verishard plan`` on the subparsers ``sub``."""
+    p = sub.add_parser("plan", parents=[common], help="synthesize a plan and print it",
+                       description="Synthesize a redistribution with the verified core and print it.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_PLAN_EXAMPLES)
+    add_problem_options(p)
+    p.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    p.add_argument("--exchange", action="store_true",
+                   help="allow one exchange step (Alltoallv of exactly what each device needs; simulator and "
+                        "MPI backends) where it receives less than the collectives")
+    p.add_argument("--minimal", action="store_true",
+                   help="certify the least traffic within the memory bound (branch-and-bound; a cheaper plan "
+                        "where one exists; Minimalproof.mplan_spec)")
+    p.set_defaults(handler=cmd_plan)

@@ -15,7 +15,7 @@ from ..sharding import ArrayType
 from .document import check_document, load_plan_file
 from .options import UsageError
 
-__all__ = ["parse_shape", "DTensorLayout", "BoxSchedule"]
+__all__ = ["add_problem_options", "parse_shape", "plan_from_args", "notation_lines", "DTensorLayout", "BoxSchedule"]
 
 BOX_SCHEMA = "verishard.boxes/1"  # a box schedule printed with --format json (not read back by `check`)
 
@@ -204,7 +204,7 @@ def _notation_hint(text: str, kind: str | None) -> str:
     return ""
 
 
-def _notation_lines(plan, kind: str | None) -> str:
+def notation_lines(plan, kind: str | None) -> str:
     from .. import notation
 
     if kind is None:
@@ -222,7 +222,7 @@ def _notation_lines(plan, kind: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plan_from_args(args):
+def plan_from_args(args):
     from ..plan import plan as synthesize
 
     if getattr(args, "file", None) is not None:
@@ -270,7 +270,7 @@ class BoxSchedule:
                 "dtype": self.dtype} | self.boxes.to_json()
 
 
-def _problem_options(p: argparse.ArgumentParser) -> None:
+def add_problem_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mesh", help="the mesh: x=2,y=3 or {x:2, y:3} (split axes: y=2*2)")
     p.add_argument("--src", help="the source sharding (our type notation unless --jax/--dtensor)")
     p.add_argument("--dst", help="the target sharding")

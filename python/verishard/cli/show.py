@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from .options import EXIT_OK, UsageError
-from .output import _emit
-from .problem import BoxSchedule, _notation_lines, _plan_from_args
+from .output import emit
+from .problem import BoxSchedule, add_problem_options, notation_lines, plan_from_args
 
-__all__ = ["cmd_show"]
+__all__ = ["cmd_show", "add_parser"]
 
 def cmd_show(args, out) -> int:
     """``verishard show``: the plan, then which block every device holds after each step.
@@ -29,16 +29,26 @@ def cmd_show(args, out) -> int:
     """
     from .. import picture
 
-    p, kind = _plan_from_args(args)
+    p, kind = plan_from_args(args)
     if isinstance(p, BoxSchedule):
         if args.picture:
             raise UsageError("--picture draws plans of types; this DTensor layout is a box schedule, printed "
                              "without --picture")
-        _emit(p.text(), out)
+        emit(p.text(), out)
         return EXIT_OK
-    text = _notation_lines(p, kind) + str(p) + "\n\n" + picture.text_picture(p)
+    text = notation_lines(p, kind) + str(p) + "\n\n" + picture.text_picture(p)
     if args.picture:
         n = picture.draw(p, args.picture)
         text += f"\nwrote {args.picture} ({n} panels)"
-    _emit(text, out)
+    emit(text, out)
     return EXIT_OK
+
+
+def add_parser(sub, common) -> None:
+    """Register ``verishard show`` on the subparsers ``sub``."""
+    s = sub.add_parser("show", parents=[common], help="draw a plan (text, or PNG/SVG with --picture)",
+                       description="Draw a plan given as a file or as --mesh/--src/--dst.")
+    s.add_argument("file", nargs="?", help="plan JSON file (instead of --mesh/--src/--dst)")
+    add_problem_options(s)
+    s.add_argument("--picture", metavar="FILE", help="also write a picture: FILE.png or FILE.svg")
+    s.set_defaults(handler=cmd_show)
