@@ -331,21 +331,28 @@ let puplan_checked_fn a =
    | Err e -> put_puerror buf e);
   finish buf
 
-(* [Minimal.mplan_problem], [plan(..., minimal=True)] in one call. Input:
-   mesh; src; dst; 0 (the pipeline's plan) or 1 and a plan over the prime
-   sub-axes of size 2 or more; n; n certificate entries (figure, type over
-   those sub-axes). Answer: as [plan_fn] when it accepts; [1; step; reason;
-   detail] when the checker refuses the plan; [2; peak] when a type along it
-   is above the bound; [3; traffic] when the certificate does not prove its
-   traffic least within the bound. *)
+(* The exchange's free dimension on the wire: [d + 1], or 0 for none. *)
+let opt_dim = function Some d -> d + 1 | None -> 0
+
+(* [Eminimal.emplan_problem], [plan(..., minimal=True)] in one call
+   ([Minimal.mplan_problem], then the exchange where it receives less).
+   Input: mesh; src; dst; 0 (the pipeline's plan) or 1 and a plan over the
+   prime sub-axes of size 2 or more; n; n certificate entries (figure, type
+   over those sub-axes). Answer: as [plan_fn] when it keeps the plan of
+   collectives; [4; ch; peak; received] when it takes the exchange (as
+   [put_eplanned]'s [2; ...]); [1; step; reason; detail] when the checker
+   refuses the plan; [2; peak] when a type along it is above the bound;
+   [3; traffic] when the certificate does not prove its traffic least
+   within the bound (and the exchange does not receive less). *)
 let mplan_fn a =
   let next = reader a in
   let m = read_mesh next in let src = read_type next in let dst = read_type next in
   let cand = match next () with 0 -> None | 1 -> Some (read_plan next) | _ -> raise (Bad_input "unknown candidate tag") in
   let cert = list_of (fun () -> let d = next () in let u = read_type next in (u, d)) (next ()) in
   let buf = Buffer.create () in
-  (match mplan_problem m src dst cand cert with
-   | Ok ((fs, p), r) -> put_planned buf put_coll put_type fs r.peak p r.types r.received
+  (match emplan_problem m src dst cand cert with
+   | Ok (Collectives (fs, p, r)) -> put_planned buf put_coll put_type fs r.peak p r.types r.received
+   | Ok (Exchanged (ch, rx)) -> List.iter (Buffer.add_int buf) [4; opt_dim ch; bound m src dst; rx]
    | Err (MRefused (i, e)) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]
    | Err (MAboveCap pk) -> List.iter (Buffer.add_int buf) [2; pk]
    | Err (MNotLeast t) -> List.iter (Buffer.add_int buf) [3; t]);
@@ -544,9 +551,6 @@ let echeck_with checker (peak, types, received) a =
    | Ok r -> put_report buf put_type (peak r) (List.length p) (types r) (received r)
    | Err (i, e) -> let (c, x) = error_code e in List.iter (Buffer.add_int buf) [1; i; c; x]);
   finish buf
-
-(* The exchange's free dimension on the wire: [d + 1], or 0 for none. *)
-let opt_dim = function Some d -> d + 1 | None -> 0
 
 (* The one planning call with exchanges allowed, [Exchange.eplan_problem]
    (uneven types: [ueplan_problem]). Answer: as [plan_fn] when it keeps the

@@ -197,6 +197,8 @@ Print Assumptions VS.Commuteproof.along_commutes.
 Print Assumptions VS.Commuteproof.along_then_step.
 Print Assumptions VS.Commuteproof.along_then_plan.
 Print Assumptions VS.Commuteproof.along_then_exchange.
+Print Assumptions VS.Commuteproof.along_then_pipeline.
+Print Assumptions VS.Commuteproof.along_then_eplan.
 
 From VS Require Import Boxes Boxesproof.
 Print Assumptions VS.Boxesproof.bsub_hits.
@@ -206,6 +208,9 @@ Print Assumptions VS.Boxesproof.bsched_in_correct.
 From VS Require Import Minimal Minimalproof.
 Print Assumptions VS.Minimalproof.mplan_spec.
 Print Assumptions VS.Minimalproof.mplan_pipeline.
+From VS Require Import Eminimal Eminimalproof.
+Print Assumptions VS.Eminimalproof.emplan_spec.
+Print Assumptions VS.Eminimalproof.emplan_least.
 
 From VS Require Import Puchecker Pucheckerproof.
 Print Assumptions VS.Pucheckerproof.pucheck_correct.

@@ -65,6 +65,7 @@ def test_plan_table():
     assert re.search(r"^peak \d+ elements/device; bound max\(3, 2\) = 3", out, re.M)
     assert re.search(r"^traffic \d+ elements/device; lower bound 2 ", out, re.M)
     assert "guarantees:" in out and "Checker.check_ok_iff" in out and "Semantics.movement_correct" in out
+    assert "Exec.check_exec" in out    # the whole plan, not one step
 
 
 @pytest.mark.parametrize("mesh,src,dst", [
@@ -340,7 +341,7 @@ def test_debug_shows_traceback():
 
 
 def test_internal_errors_are_one_line(monkeypatch):
-    monkeypatch.setattr(cli, "cmd_plan", lambda args, out: 1 / 0)
+    monkeypatch.setattr(cli.plan, "cmd_plan", lambda args, out: 1 / 0)
     code, _, err = main("plan", "--mesh", "x=2", "--src", "[4]", "--dst", "[4]")
     assert code == 3 and "internal error: ZeroDivisionError" in one_error_line(err)
 
@@ -384,7 +385,7 @@ def fake_runtime(monkeypatch):
 
         mod.run_mpi_demo = run_mpi_demo
         monkeypatch.setitem(sys.modules, "verishard.runtime", mod)
-        monkeypatch.setattr(cli, "_mpi_missing", lambda: None)   # as if mpi4py and mpirun were installed
+        monkeypatch.setattr(cli.demo, "_mpi_missing", lambda: None)   # as if mpi4py and mpirun were installed
         return calls
 
     return install
@@ -412,7 +413,7 @@ def test_demo_reports_mpi_exception(fake_runtime):
 
 
 def test_demo_fails_when_a_case_fails(monkeypatch):
-    monkeypatch.setattr(cli, "DEMO_CASES", cli.DEMO_CASES[:1] + (("broken", "x=2", "[2{x}4]", "[3]", "bad"),))
+    monkeypatch.setattr(cli.demo, "DEMO_CASES", cli.DEMO_CASES[:1] + (("broken", "x=2", "[2{x}4]", "[3]", "bad"),))
     code, out, _ = main("demo", "--no-mpi")
     assert code == 1 and "FAILED: global shapes differ" in out and "1 FAILED" in out
 
@@ -465,7 +466,7 @@ def test_missing_package_in_process(monkeypatch, tmp_path):
 def test_a_missing_module_of_verishard_itself_is_still_internal(monkeypatch):
     def broken(args, out):
         raise ModuleNotFoundError("No module named 'verishard.nothing'", name="verishard.nothing")
-    monkeypatch.setattr(cli, "cmd_plan", broken)
+    monkeypatch.setattr(cli.plan, "cmd_plan", broken)
     code, _, err = main("plan", "--mesh", "x=2", "--src", "[2{x}4]", "--dst", "[4]")
     assert code == 3 and "internal error" in one_error_line(err)
 
@@ -479,7 +480,7 @@ def test_demo_runs_what_is_installed_and_says_what_it_skipped(tmp_path):
 
 
 def test_demo_without_mpirun_skips_it(monkeypatch):
-    monkeypatch.setattr(cli.shutil, "which", lambda name: None)
+    monkeypatch.setattr(cli.demo.shutil, "which", lambda name: None)
     code, out, _ = main("demo")
     assert code == 0 and "MPI demo: skipped: mpirun is not on PATH" in out
 
@@ -558,7 +559,7 @@ JSON_VALUES = st.recursive(
 def test_fuzz_plan_documents(steps, extra):
     doc = {"mesh": "x=2,y=3", "src": "[3{x}6]", "dst": "[2{y}6]", "steps": steps} | extra
     try:
-        cli.check_document(cli.parse_plan_text(json.dumps(doc)))
+        cli.check_document(cli.document.parse_plan_text(json.dumps(doc)))
     except cli.VerishardError as e:
         assert "\n" not in str(e)
 
@@ -569,7 +570,7 @@ def test_fuzz_plan_documents(steps, extra):
 
 def test_documented_keys_are_the_accepted_keys():
     page = (ROOT / "docs" / "plan.md").read_text()
-    assert set(re.findall(r"^\| `(\w+)` \|", page, re.M)) == cli._KEYS
+    assert set(re.findall(r"^\| `(\w+)` \|", page, re.M)) == cli.document._KEYS
 
 
 @pytest.mark.parametrize("page", ["types.md", "jax.md", "dtensor.md", "plan.md"])

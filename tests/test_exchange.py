@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, os.path.dirname(__file__))
 from mpi_cases import all_types  # noqa: E402
+from problems import draw_problem  # noqa: E402
 
 from verishard import AllGather, ArrayType, Mesh, Plan, check, core, plan  # noqa: E402
 from verishard.collectives import Collective, Exchange  # noqa: E402
@@ -83,30 +84,8 @@ def test_random_problems_on_up_to_four_axes(data):
     """Random meshes of 1-4 axes and random types: the planner always answers;
     an exchange is taken only below the collective plan's traffic, with a
     free dimension, at the lower bound; the simulator agrees with numpy."""
-    sizes = data.draw(st.lists(st.sampled_from([2, 3]), min_size=1, max_size=4))
-    names = "xyzw"[:len(sizes)]
-    mesh = Mesh.parse(",".join(f"{n}={s}" for n, s in zip(names, sizes)))
-    rank = data.draw(st.integers(2, 3))
-    axes = list(range(len(sizes)))
-
-    def draw_type():
-        order = data.draw(st.permutations(axes))
-        cut = sorted(data.draw(st.lists(st.integers(0, len(axes)), min_size=rank - 1, max_size=rank - 1)))
-        bounds = [0] + cut + [len(axes)]
-        used = [order[bounds[i]:bounds[i + 1]] for i in range(rank)]
-        keep = [[a for a in u if data.draw(st.booleans())] for u in used]
-        return keep
-
-    shape = []
-    s_axes, d_axes = draw_type(), draw_type()
-    for d in range(rank):
-        n1 = int(np.prod([sizes[a] for a in s_axes[d]]))
-        n2 = int(np.prod([sizes[a] for a in d_axes[d]]))
-        shape.append(int(np.lcm(n1, n2)) * data.draw(st.sampled_from([1, 2])))
-    fmt = lambda ax: ", ".join(
-        f"{g // int(np.prod([sizes[a] for a in u]))}{{{','.join(names[a] for a in u)}}}{g}" if u else f"{g}"
-        for u, g in zip(ax, shape))
-    a, b = ArrayType.parse(f"[{fmt(s_axes)}]", mesh), ArrayType.parse(f"[{fmt(d_axes)}]", mesh)
+    mesh, a, b = draw_problem(data)
+    shape = a.global_shape
     p, q = plan(mesh, a, b), plan(mesh, a, b, exchange=True)
     if not q.exchange:
         assert q.collectives == p.collectives

@@ -223,6 +223,41 @@ def test_planted_imports_are_caught():
     assert not private_problems([("verishard.torch.crossmesh", "verishard.torch.backend", "_device_of", 1)])
 
 
+# Inside verishard.cli: the command groups (one module each) stand side by side above the modules they
+# share, which stand one above the other (lowest first); __init__ assembles the groups, __main__ runs it.
+CLI_GROUPS = {"plan", "check", "show", "demo", "partition", "crossmesh"}
+CLI_SHARED = ["options", "output", "document", "problem"]
+
+
+def cli_problems(edges) -> list[str]:
+    bad = []
+    for m, t, _, line in edges:
+        if not m.startswith("verishard.cli.") or not (t == "verishard.cli" or t.startswith("verishard.cli.")):
+            continue
+        ms, ts = m.split(".")[2], (t.split(".")[2] if t != "verishard.cli" else "__init__")
+        if ms == "__main__":
+            continue
+        if ts == "__init__":
+            bad.append(f"{m}:{line} imports verishard.cli, which imports every command group")
+        elif ms in CLI_GROUPS and ts in CLI_GROUPS and ms != ts:
+            bad.append(f"{m}:{line} imports {t}: the command groups stand side by side")
+        elif ms in CLI_SHARED and (ts in CLI_GROUPS or CLI_SHARED.index(ts) > CLI_SHARED.index(ms)):
+            bad.append(f"{m}:{line} imports {t}, above it")
+    return bad
+
+
+def test_cli_groups_import_only_the_shared_modules_below_them():
+    cli = {m.split(".")[2] for m in MODULES if m.startswith("verishard.cli.")}
+    assert cli == CLI_GROUPS | set(CLI_SHARED) | {"__main__"}, "a new module of verishard.cli: place it in the lists"
+    bad = cli_problems(EDGES)
+    assert not bad, "\n".join(bad)
+    assert cli_problems([("verishard.cli.show", "verishard.cli.plan", None, 1)])          # across
+    assert cli_problems([("verishard.cli.options", "verishard.cli.problem", None, 1)])    # up
+    assert cli_problems([("verishard.cli.demo", "verishard.cli", "build_parser", 1)])    # the assembly
+    assert not cli_problems([("verishard.cli.show", "verishard.cli.problem", None, 1),
+                             ("verishard.cli", "verishard.cli.show", None, 1)])
+
+
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_old_paths_are_the_new_modules(old):
     pytest.importorskip("torch" if ".torch" in MOVED[old] or "dtensor" in old else "numpy")

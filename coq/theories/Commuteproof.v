@@ -3,7 +3,7 @@
     around it ([Semantics.movement_correct], [Exec.check_exec]). *)
 From Coq Require Import List Arith Lia.
 From VS Require Import Prelude Mesh Types Rules Checker Semantics Exec Commute Uneven Unevenproof Crossmesh
-  Exchange Exchangeproof.
+  Refine Pipeline Pipelineproof Exchange Exchangeproof.
 Import ListNotations.
 
 Lemma gidx_unsharded : forall m D c k, axes D = [] -> gidx m D c k = k.
@@ -60,7 +60,8 @@ Qed.
 
 (** Composed with a whole plan ([check_exec]): for every plan the checker
     accepts from the output type [src] of the local step to [dst] (every plan
-    [verishard.plan] returns is one, [Pipelineproof.plan_spec]), running it
+    [verishard.plan] returns is one over its split of the mesh,
+    [Pipelineproof.plan_spec]; [along_then_pipeline] states it there), running it
     on what the devices computed locally gives every device its [dst] block
     of [f] applied to the global array. *)
 Theorem along_then_plan : forall V W (f : list nat -> list V -> nat -> W) (A : list nat -> V) m t src dst p r d,
@@ -81,9 +82,9 @@ Qed.
     every device assembling its exchange schedule from what the devices
     computed locally gets its [dst] block of [f] applied to the global
     array. With [along_then_plan] this covers every plan
-    [verishard.plan(..., exchange=True)] returns on types without pending
-    axes ([Exchangeproof.eplan_spec]: a plan the checker accepts, or the
-    exchange). *)
+    [verishard.plan(..., exchange=True)] returns on even types without
+    pending axes ([Exchangeproof.eplan_spec]: a plan the checker accepts
+    over a split of the mesh, or the exchange): [along_then_eplan]. *)
 Theorem along_then_exchange : forall V W (f : list nat -> list V -> nat -> W) (A : list nat -> V) m t src dst pss d,
   along_ok t src d -> valid_problem m src dst -> exchange m src dst = Some pss ->
   forall j i, j < ndevices m -> in_range m dst i ->
@@ -104,3 +105,82 @@ Proof.
   - apply (uvalid_pos_even m dst (coords_of_rank m j) i Hd (coords_of_rank_valid m j Hm)). exact Hi.
 Qed.
 
+
+(** A step along an unsharded dimension stays one over a split of the mesh. *)
+Lemma along_ok_refine : forall fs t t' d, along_ok t t' d -> along_ok (rtype fs t) (rtype fs t') d.
+Proof.
+  intros fs t t' d [Hlen [Hd [Ht [Ht' Hj]]]].
+  assert (Hn : forall u j, nth j (rtype fs u) dflt = rdim fs (nth j u dflt)).
+  { intros u j. unfold rtype. change dflt with (rdim fs dflt) at 1. apply map_nth. }
+  assert (Hl : forall u, length (rtype fs u) = length u) by (intros; apply map_length).
+  split; [rewrite !Hl; auto|]. split; [rewrite Hl; auto|].
+  rewrite !Hn. unfold rdim at 1 2. cbn [axes]. rewrite Ht, Ht'.
+  split; [reflexivity|]. split; [reflexivity|]. intros j Hjd. rewrite !Hn, Hj by auto. reflexivity.
+Qed.
+
+(** **End to end, the pipeline's plan** ([verishard.plan] between even
+    types, [Pipeline.plan_problem]; what the sharded Monarch layer of
+    [verishard.butterfly] runs): for every valid problem from the output
+    type [src] of a function applied along an unsharded dimension [d] to
+    [dst], the pipeline answers with a plan over a split [fs] of [m];
+    each device's local output read over the split holds the same elements
+    the device computed over [m], and running the plan on it gives every
+    device its [dst] block of [f] applied to the global array. *)
+Theorem along_then_pipeline : forall V W (f : list nat -> list V -> nat -> W) (A : list nat -> V) m t src dst d,
+  along_ok t src d -> valid_problem m src dst ->
+  exists fs p r, plan_problem m src dst = Ok (fs, p, r) /\
+  (forall n i, n < ndevices m -> in_range m src i ->
+     along_local f d (rmesh fs) (rtype fs t) (rtype fs src) (coords_of_rank (rmesh fs) n)
+       (local A (rmesh fs) (rtype fs t) (coords_of_rank (rmesh fs) n)) i
+     = along_local f d m t src (coords_of_rank m n) (local A m t (coords_of_rank m n)) i) /\
+  (forall n i, n < ndevices m -> in_range m dst i ->
+     exec (rmesh fs) (rtype fs src) p
+       (fun c => along_local f d (rmesh fs) (rtype fs t) (rtype fs src) c (local A (rmesh fs) (rtype fs t) c))
+       (coords_of_rank (rmesh fs) n) i
+     = local (along f d (gsize (nth d t dflt)) A) m dst (coords_of_rank m n) i).
+Proof.
+  intros V W f A m t src dst d Hok Hv.
+  pose proof Hv as [Hsrc [Hdst _]]. assert (Hm : wf_mesh m) by apply Hsrc.
+  destruct (plan_spec m src dst Hv) as [fs [p [r [Hpp [Hs [Hnd [Hc _]]]]]]].
+  exists fs, p, r. split; [exact Hpp|].
+  pose proof (along_ok_refine fs t src d Hok) as Hok'.
+  assert (Hg : gsize (nth d (rtype fs t) dflt) = gsize (nth d t dflt)).
+  { unfold rtype. change dflt with (rdim fs dflt) at 1. rewrite map_nth. reflexivity. }
+  assert (Hvalid : forall n, valid (rmesh fs) (coords_of_rank (rmesh fs) n))
+    by (intros; apply coords_of_rank_valid, (wf_rmesh m); auto).
+  split.
+  - intros n i Hn Hi.
+    rewrite (along_commutes V W f A (rmesh fs)) by (auto; apply refine_in_range with m; auto).
+    rewrite along_commutes by auto. rewrite Hg. apply refine_local; auto.
+  - intros n i Hn Hi.
+    rewrite (along_then_plan V W f A (rmesh fs) (rtype fs t) (rtype fs src) (rtype fs dst) p r d Hok' Hc)
+      by (auto; apply refine_in_range with m; auto).
+    rewrite Hg. apply refine_local; auto.
+Qed.
+
+(** **End to end, as [verishard.plan(..., exchange=True)] returns it**
+    (what the sharded butterfly layer of [verishard.butterfly] runs): on
+    every such problem the planner answers ([Exchangeproof.eplan_spec]);
+    its plan of collectives is the pipeline's, of which
+    [along_then_pipeline] holds; where it returns the exchange, every device
+    assembling its schedule from what the devices computed gets its [dst]
+    block of [f] applied to the global array. *)
+Theorem along_then_eplan : forall V W (f : list nat -> list V -> nat -> W) (A : list nat -> V) m t src dst d,
+  along_ok t src d -> valid_problem m src dst ->
+  exists out, eplan_problem m src dst = Ok out /\
+  match out with
+  | Collectives fs p r => plan_problem m src dst = Ok (fs, p, r)
+  | Exchanged _ _ =>
+      exists pss, exchange m src dst = Some pss /\
+      forall j i, j < ndevices m -> in_range m dst i ->
+      assemble (fun r => along_local f d m t src (coords_of_rank m r) (local A m t (coords_of_rank m r)))
+        (sdims m src) (tbox m dst (coords_of_rank m j)) (nth j pss []) i
+      = Some (local (along f d (gsize (nth d t dflt)) A) m dst (coords_of_rank m j) i)
+  end.
+Proof.
+  intros V W f A m t src dst d Hok Hv.
+  destruct (eplan_spec m src dst Hv) as [out [He Hcase]]. exists out. split; [exact He|].
+  destruct out as [fs p r|och rx]; [exact Hcase|].
+  destruct Hcase as [ch [fs [p [r [pss [_ [_ [Hx _]]]]]]]].
+  exists pss. split; [exact Hx|]. intros j i Hj Hi. apply along_then_exchange; auto.
+Qed.

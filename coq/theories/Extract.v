@@ -13,6 +13,7 @@
 From Coq Require Import Arith Extraction ExtrOcamlBasic ExtrOcamlNatInt.
 From VS Require Import Prelude Mesh Types Rules Checker Permute Semantics Validate Synth Search Traffic Pipeline Partial Pchecker Ppipeline Uchecker Upipeline Crossmesh Rounds Exchange Utraffic Puexchange Certify.
 From VS Require Import Minimal.
+From VS Require Import Eminimal.
 From VS Require Import Puchecker.
 From VS Require Import Boxes.
 From VS Require Import Layoutchoice.
@@ -80,7 +81,7 @@ Extraction "verishard_core.ml"
   VS.Semantics.movement VS.Uchecker.ucheck VS.Upipeline.uplan_problem VS.Uchecker.umovement
   VS.Crossmesh.xplan VS.Rounds.xrounds VS.Exchange.eplan_problem VS.Exchange.echeck
   VS.Exchange.ueplan_problem VS.Exchange.uecheck VS.Utraffic.ulower_bound VS.Puexchange.puplan_problem
-  VS.Uchecker.ubound VS.Validate.bound VS.Certify.certify_split VS.Minimal.mplan_problem
+  VS.Uchecker.ubound VS.Validate.bound VS.Certify.certify_split VS.Eminimal.emplan_problem
   VS.Puchecker.pucheck VS.Puchecker.puplan_checked VS.Boxes.bplan VS.Boxes.brounds
   VS.Layoutchoice.lplan VS.Balance.xplan_bal VS.Perrank.wplan VS.Perrank.rank_recv VS.Perrank.rank_send
   VS.Rounds.cut_box VS.Cover.bcovers.

@@ -403,10 +403,15 @@ def eplan(mesh: Mesh, src: ArrayType, dst: ArrayType) -> PlanReport:
     out = _call(_core.ueplan if uneven else _core.eplan, mesh.encode() + src.encode() + dst.encode())
     if out[0] == 1:
         _raise_rejection(mesh, out, [])
-    if out[0] == 2:   # [2, free dimension + 1 (0: none), peak, received]
-        dim = out[1] - 1 if out[1] else None
-        return PlanReport(mesh, src, (Step(Exchange(dst, dim), dst, out[3]),), out[2])
+    if out[0] == 2:
+        return _exchanged(src, dst, out)
     return _planned(mesh, out, _DECODE)
+
+
+def _exchanged(src: ArrayType, dst: ArrayType, out: Sequence[int]) -> PlanReport:
+    """The one-step exchange a planner took (``put_eplanned`` in bindings/glue.ml):
+    ``[tag, free dimension + 1 (0: none), peak, received]``."""
+    return PlanReport(src.mesh, src, (Step(Exchange(dst, out[1] - 1 if out[1] else None), dst, out[3]),), out[2])
 
 
 # --- uneven types (Uchecker.v, Upipeline.v) ---------------------------------
@@ -712,28 +717,41 @@ def certify(src: ArrayType, dst: ArrayType, cap: int, entries: Sequence[tuple[Ar
 
 def mplan(mesh: Mesh, src: ArrayType, dst: ArrayType, candidate: Sequence[Collective] | None,
           entries: Sequence[tuple[ArrayType, int]]) -> PlanReport:
-    """``Minimal.mplan_problem``, ``plan(..., minimal=True)`` in one call
-    (``Minimalproof.mplan_spec``): the core carries ``candidate`` (a plan over
-    ``mesh.prime_parts()``, e.g. ``optimal.search``'s; None: the pipeline's
-    own plan) to a refinement of ``mesh``, checks it there, compares its peak
-    with ``max(size(src), size(dst))`` and accepts the certificate
-    ``entries`` (types over ``mesh.prime_parts()`` with potentials) at the
-    traffic the checker reports for the plan. Raises :class:`PlanError`
-    when the checker refuses the candidate, a type along it is above the
-    bound, or the certificate does not prove its traffic least.
+    """``Eminimal.emplan_problem``, ``plan(..., minimal=True)`` in one call
+    (``Eminimalproof.emplan_spec``, ``emplan_least``): the core carries
+    ``candidate`` (a plan over ``mesh.prime_parts()``, e.g.
+    ``optimal.search``'s; None: the pipeline's own plan) to a refinement of
+    ``mesh``, checks it there, compares its peak with ``max(size(src),
+    size(dst))`` and accepts the certificate ``entries`` (types over
+    ``mesh.prime_parts()`` with potentials) at the traffic the checker
+    reports for the plan (``Minimal.mplan_problem``,
+    ``Minimalproof.mplan_spec``); it returns the one-step exchange instead
+    where that receives less than the plan and a free dimension lets it run
+    in pieces (the exchange receives the lower bound: no certificate is
+    needed for it). Raises :class:`PlanError` when the checker refuses the
+    candidate, a type along it is above the bound, or (the exchange not
+    receiving less) the certificate does not prove its traffic least.
 
     >>> from verishard import Mesh, ArrayType, DynSlice, AllToAll
     >>> m = Mesh.parse("x=2,y=3")
-    >>> s, d = ArrayType.parse("[9, 2{y}6, 2]", m), ArrayType.parse("[3{y}9, 3{x}6, 2]", m)
-    >>> entries = [(s, 21), (ArrayType.parse("[9, 1{y,x}6, 2]", m), 21), (ArrayType.parse("[9, 2{y}6, 1{x}2]", m), 21)]
-    >>> cand = [DynSlice(2, "x"), AllToAll(1, 0, "y"), AllToAll(2, 1, "x")]
-    >>> r = mplan(m, s, d, cand, entries)
+    >>> s, d = ArrayType.parse("[9, 2{y}6]", m), ArrayType.parse("[3{y}9, 3{x}6]", m)
+    >>> entries = [(s, 12), (ArrayType.parse("[9, 1{y,x}6]", m), 12)]
+    >>> r = mplan(m, s, d, [AllToAll(1, 0, "y"), DynSlice(1, "x")], entries)
     >>> r.received, r.peak
-    ((0, 12, 9), 36)
+    ((12, 0), 18)
     >>> mplan(m, s, d, None, entries)
     Traceback (most recent call last):
     ...
-    verishard.errors.PlanError: the certificate does not prove traffic 30 least within the bound (Minimal.mplan_problem)
+    verishard.errors.PlanError: the certificate does not prove traffic 15 least within the bound (Minimal.mplan_problem)
+
+    With a free dimension (the last) the exchange receives the lower bound,
+    18, less than the pipeline's plan (30) or the least plan of collectives
+    (21), and is returned with no certificate:
+
+    >>> s, d = ArrayType.parse("[9, 2{y}6, 2]", m), ArrayType.parse("[3{y}9, 3{x}6, 2]", m)
+    >>> r = mplan(m, s, d, None, [])
+    >>> r.collectives, r.received, r.peak
+    ((Exchange(target=[3{y}9, 3{x}6, 2], dim=2),), (18,), 36)
     """
     _same_mesh(mesh, src, dst)
     fine = mesh.prime_parts()[0]
@@ -765,6 +783,8 @@ def mplan(mesh: Mesh, src: ArrayType, dst: ArrayType, candidate: Sequence[Collec
     if out[0] == 3:
         raise PlanError(f"the certificate does not prove traffic {out[1]} least within the bound "
                         f"(Minimal.mplan_problem)", reason="not_least")
+    if out[0] == 4:
+        return _exchanged(src, dst, out)
     return _planned(mesh, out, _DECODE)
 
 

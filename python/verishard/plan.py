@@ -61,8 +61,9 @@ class Plan:
     axis split into sub-axes only where the plan needs one.
     ``guaranteed`` is the synthesizer's flag (memory bound and normal form
     proved for this plan), or None for a plan the user wrote.
-    ``minimal``: the verified checker accepted a certificate that no plan of
-    collectives within the memory bound receives less (``plan(..., minimal=True)``).
+    ``minimal``: the plan of ``plan(..., minimal=True)``: no plan within the
+    memory bound receives less, of collectives or the exchange where a free
+    dimension lets it run in pieces (``Eminimalproof.emplan_least``).
 
     >>> p = plan("x=2", "[2{x}4]", "[4]")
     >>> print(p)
@@ -234,6 +235,7 @@ class Plan:
                     " every type within the peak by pucheck_peak)")
         elif self.guaranteed and self.exchange:
             note = (" (padded buffers; guaranteed by Exchangeproof.ueplan_spec)" if self.uneven
+                    else " (guaranteed by Eminimalproof.emplan_spec)" if self.minimal
                     else " (guaranteed by Exchangeproof.eplan_spec)")
         else:
             note = _guarantee_note(self.guaranteed, self.partial, self.uneven, self.within_bound)
@@ -252,8 +254,8 @@ class Plan:
         else:
             lines.append(f"traffic {self.traffic} elements/device; lower bound {self.lower_bound}"
                          f" (ratio {self.traffic_ratio:.2f})"
-                         + ("; least of any plan of collectives within the bound (Minimalproof.mplan_spec)"
-                            if self.minimal and self.traffic > self.lower_bound else ""))
+                         + ("; least of any plan within the bound: of collectives, or the exchange where a free"
+                            " dimension lets it run in pieces (Eminimalproof.emplan_least)" if self.minimal else ""))
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -387,65 +389,85 @@ def plan(mesh: Mesh | str, src: ArrayType | str, dst: ArrayType | str, *, exchan
     >>> [str(c) for c in plan(q.mesh, q.src, q.dst).collectives], plan(q.mesh, q.src, q.dst).traffic
     (['AllToAll(0->1, y)', 'AllToAll(0->1, x)'], 8)
 
-    With ``minimal=True`` (nothing pending, even types) the plan's traffic is
-    certified the least of any plan of collectives the checker accepts (the
-    exchange is not among them: ``exchange=True`` may receive less), over the mesh or
-    its refinement into prime parts, with every type within ``max(size(src),
-    size(dst))``: a branch-and-bound (``optimal.search``, untrusted) either
-    certifies the pipeline's plan or finds a cheaper one, and one core call
-    (``Minimal.mplan_problem``) carries that plan to the prime refinement,
-    checks it, checks its peak against the bound and the certificate at the
-    plan's own traffic (``Minimalproof.mplan_spec``). A cheaper plan is over
-    the prime refinement and carries the checker's guarantees, not the
-    pipeline's normal form. A plan at the lower bound needs no certificate
-    entries (``Pipelineproof.plan_traffic_optimal``). Raises
+    With ``minimal=True`` (nothing pending, even types; ``exchange=True`` adds
+    nothing: the exchange is compared) the plan's traffic is the least of any
+    plan within ``max(size(src), size(dst))``: of any plan of collectives the
+    checker accepts, over the mesh or its refinement into prime parts, and of
+    the one-step exchange where a free dimension lets it run in pieces
+    (``Eminimalproof.emplan_least``). One core call
+    (``Eminimal.emplan_problem``) returns the exchange where it receives
+    less than the pipeline's plan (it receives the lower bound) and the
+    pipeline's plan where that is at the lower bound; otherwise a
+    branch-and-bound (``optimal.search``, untrusted) either certifies the
+    pipeline's plan or finds a cheaper one, and a second call carries that
+    plan to the prime refinement, checks it, checks its peak against the
+    bound and the certificate at the plan's own traffic
+    (``Minimalproof.mplan_spec``), the exchange still compared. A cheaper
+    plan of collectives is over the prime refinement and carries the
+    checker's guarantees, not the pipeline's normal form. Raises
     :class:`PlanError` when the search gives up (its budget of states or
     time) or the core refuses.
 
-    >>> p = plan("x=2,y=3", "[9, 2{y}6, 2]", "[3{y}9, 3{x}6, 2]")
-    >>> m = plan("x=2,y=3", "[9, 2{y}6, 2]", "[3{y}9, 3{x}6, 2]", minimal=True)
+    >>> p = plan("x=2,y=3", "[9, 2{y}6]", "[3{y}9, 3{x}6]")
+    >>> m = plan("x=2,y=3", "[9, 2{y}6]", "[3{y}9, 3{x}6]", minimal=True)
     >>> (p.traffic, p.minimal), (m.traffic, m.minimal, m.peak <= m.bound)
-    ((30, False), (21, True, True))
+    ((15, False), (12, True, True))
     >>> [str(c) for c in m.collectives]
-    ['DynSlice(2, x)', 'AllToAll(1->0, y)', 'AllToAll(2->1, x)']
+    ['AllToAll(1->0, y)', 'DynSlice(1, x)']
+
+    Where the least plan of collectives receives 21 and a free dimension
+    (the last) lets the exchange run in pieces, the exchange receives 18,
+    at the same peak:
+
+    >>> m = plan("x=2,y=3", "[9, 2{y}6, 2]", "[3{y}9, 3{x}6, 2]", minimal=True)
+    >>> [str(c) for c in m.collectives], m.traffic, m.peak == m.bound
+    (['Exchange([3{y}9, 3{x}6, 2], dim=2)'], 18, True)
     """
     if not (type(mesh) is Mesh and type(src) is ArrayType and type(dst) is ArrayType and src.mesh is mesh
             and dst.mesh is mesh and src.global_shape == dst.global_shape):
         mesh, src, dst = _problem(mesh, src, dst)   # (the same checks, and the error when one fails)
-    if exchange:
-        if minimal:
-            raise ShardingError("minimal=True certifies plans of the four collectives; not with exchange=True")
-        return _eplanned(mesh, src, dst)
-    return _minimal(mesh, src, dst) if minimal else _planned(mesh, src, dst)
+    if minimal:
+        return _minimal(mesh, src, dst)
+    return _eplanned(mesh, src, dst) if exchange else _planned(mesh, src, dst)
 
 
 @lru_cache(maxsize=256)
 def _minimal(mesh: Mesh, src: ArrayType, dst: ArrayType) -> Plan:
-    """The pipeline's plan, or a cheaper one, with its traffic certified least
-    within the bound (see :func:`plan`). Python only proposes: the search
-    (untrusted) offers a candidate plan and a certificate, and one core call,
-    ``Minimal.mplan_problem``, carries the candidate to the refinement,
-    checks it, checks its peak against the bound and the certificate at its
-    own traffic (``Minimalproof.mplan_spec``)."""
+    """The least-traffic plan within the bound, the exchange among the plans
+    (see :func:`plan`). Python only proposes: one core call,
+    ``Eminimal.emplan_problem``, checks the pipeline's plan at the lower
+    bound (no certificate needed) or returns the exchange where that
+    receives less and can run in pieces; only where it refuses for want of
+    a certificate does the search (untrusted) offer a candidate plan and a
+    certificate, which a second call carries to the refinement, checks,
+    checks its peak against the bound and the certificate at its own
+    traffic, the exchange still compared (``Eminimalproof.emplan_spec``,
+    ``emplan_least``)."""
     from . import optimal
 
     if src.partial or dst.partial or src.uneven or dst.uneven:
         raise ShardingError(f"minimal=True certifies plans between even types with nothing pending, "
                             f"not {src} -> {dst}")
-    p = _planned(mesh, src, dst)
-    candidate, entries = None, ()
-    # at the lower bound the pipeline's plan needs no certificate entries (its potential is the bound)
-    if p.traffic > p.lower_bound:
+    candidate = None
+    try:
+        r = core.mplan(mesh, src, dst, None, ())
+    except PlanError as e:
+        if e.reason != "not_least":
+            raise
+        p = _planned(mesh, src, dst)
         fine, groups = mesh.prime_parts()
         found = optimal.search(fine, optimal.onto(src, fine, groups), optimal.onto(dst, fine, groups),
                                p.traffic, p.bound)
         if found.gave_up is not None:
             raise PlanError(f"cannot certify the least traffic of {src} -> {dst}: {found.gave_up} "
-                            f"(plan() without minimal=True gives the verified plan, traffic {p.traffic})")
-        candidate, entries = found.better, found.entries
-    r = core.mplan(mesh, src, dst, candidate, entries)
-    # the pipeline's own plan keeps plan_spec's guarantees (Minimalproof.mplan_pipeline)
-    return _made(replace(from_report(r, src, dst), guaranteed=True if candidate is None else None, minimal=True))
+                            f"(plan() without minimal=True gives the verified plan, traffic {p.traffic})") from None
+        candidate = found.better
+        r = core.mplan(mesh, src, dst, candidate, found.entries)
+    # the pipeline's own plan keeps plan_spec's guarantees (Minimalproof.mplan_pipeline), the exchange
+    # eplan_spec's (Eminimalproof.emplan_spec); a cheaper plan of collectives the checker's
+    exchanged = any(isinstance(s.collective, Exchange) for s in r.steps)
+    made = from_report(r, src, dst)
+    return _made(replace(made, guaranteed=True if candidate is None or exchanged else None, minimal=True))
 
 
 @lru_cache(maxsize=4096)

@@ -8,9 +8,11 @@ computation is local along a dimension no mesh axis shards
 (``Commuteproof.along_commutes``); every permutation that crosses devices is
 an array redistribution planned by :func:`verishard.plan.plan` and run by
 verishard's torch runtime (:func:`verishard.torch.backend.run_plan`), so the
-sharded layer computes the layer (``Commuteproof.along_then_plan`` over the
-plans of collectives and ``along_then_exchange`` over the exchange: the two
-kinds of plan ``Exchangeproof.eplan_spec`` returns).
+sharded layer computes the layer (``Commuteproof.along_then_pipeline`` for
+the plans :func:`~verishard.plan.plan` returns between even types, which
+:class:`ShardedMonarch` runs; ``along_then_eplan`` for those of
+``plan(..., exchange=True)``, the pipeline's plan or the exchange, which
+:class:`ShardedButterfly` runs).
 Backward runs the reverse plan on the gradient.
 
 * :class:`ShardedMonarch`: ``R`` on each device's blocks, then the middle

@@ -79,6 +79,8 @@ def add_parsers(sub, common) -> None:
     r.add_argument("--type", help="target type of every array (with --mesh)")
     r.add_argument("--read-buffer", type=int_option("--read-buffer", 1, 2**32), default=8 << 20,
                    help="read buffer in bytes (default 8 MiB)")
+    for p in (c, r):
+        p.set_defaults(handler=run)
 
 
 def run(args, out) -> int:

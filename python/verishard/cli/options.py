@@ -1,6 +1,7 @@
-"""Option parsing shared by every command group's parser (``verishard.cli``,
-``verishard.cli.crossmesh``, ``verishard.cli.partition``): each imports it
-from here, below all of them."""
+"""Option parsing shared by every command group's parser (the modules of
+``verishard.cli``, one per command group): the exit codes, the usage error
+and the argparse parser that raises it, and the integer option reader. Each
+group imports them from here, below all of them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import argparse
 from ..errors import ParseError, VerishardError
 from ..limits import check_int, parse_int
 
-__all__ = ["int_option"]
+__all__ = ["int_option", "UsageError", "Parser", "EXIT_OK", "EXIT_REJECTED", "EXIT_USAGE", "EXIT_INTERNAL"]
 
 
 def int_option(option: str, low: int, high: int):
@@ -36,3 +37,24 @@ def int_option(option: str, low: int, high: int):
             raise argparse.ArgumentTypeError(str(e)) from None
     read.__name__ = option.lstrip("-").replace("-", "_")  # argparse names the type in some messages
     return read
+
+
+EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class UsageError(VerishardError):
+    """A command-line argument is missing or malformed.
+
+    >>> from verishard.cli import build_parser
+    >>> build_parser().parse_args(["check"])
+    Traceback (most recent call last):
+    ...
+    verishard.cli.options.UsageError: the following arguments are required: file (see 'verishard check --help')
+    """
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (exit code 2)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{message} (see '{self.prog} --help')")

@@ -52,6 +52,7 @@ def add_parser(sub, common) -> None:
     p.add_argument("--time-limit", type=_positive_float, default=60.0, help="MILP time limit, seconds (default 60)")
     p.add_argument("--no-sharding", action="store_true", help="single-device options only")
     p.add_argument("--picture", metavar="FILE", help="draw the graph coloured by device (.png, .svg, .pdf)")
+    p.set_defaults(handler=run)
 
 
 def _ms(s: float) -> str:
