@@ -9,8 +9,8 @@
     [n] the size of its pending group ([rfrom_others_eq]); a reduce-scatter
     gives every device at most the checker's figure, and the device of
     rank 0 exactly that figure ([pucheck_reduce_recv],
-    [pucheck_reduce_worst_device]); an all-reduce does so for pending
-    groups of at most two devices only: its figure,
+    [pucheck_reduce_worst_device]); an all-reduce is proved to do so for
+    pending groups of at most two devices: its figure,
     [2 * (s - s / n)], counts a ring all-reduce, which receives partial
     sums, not the [(n - 1) * s] elements the sum combines. *)
 From Coq Require Import List Arith Lia Bool.
@@ -153,7 +153,8 @@ Qed.
     position of the padded block the reduction leaves; for a reduce-scatter
     that is exactly the checker's figure, so the figure is the most any
     device receives (with [pucheck_reduce_recv]); for an all-reduce it is
-    [(n - 1) * s], above the figure [2 * (s - s / n)] once [n >= 3] and [s > 0]. *)
+    [(n - 1) * s], above the figure [2 * (s - s / n)] when [n >= 4] and
+    [s > 0], or [n = 3] and [s >= 3]. *)
 Theorem pucheck_reduce_worst_device : forall m src dst p r st rest,
   pucheck m src dst p = Ok r -> pu_reduction m src p = Some (st, rest) ->
   valid m (coords_of_rank m 0) /\
