@@ -154,12 +154,15 @@ Qed.
     that is exactly the checker's figure, so the figure is the most any
     device receives (with [pucheck_reduce_recv]); for an all-reduce it is
     [(n - 1) * s], above the figure [2 * (s - s / n)] when [n >= 4] and
-    [s > 0], or [n = 3] and [s >= 3]. *)
+    [s > 0], or [n = 3] and [s >= 3] (the last conjunct). *)
 Theorem pucheck_reduce_worst_device : forall m src dst p r st rest,
   pucheck m src dst p = Ok r -> pu_reduction m src p = Some (st, rest) ->
   valid m (coords_of_rank m 0) /\
   rfrom_others m src st (coords_of_rank m 0) = (nprod m (paxes src) - 1) * usize_padded m (pu_mid src st) /\
-  forall d t1, st = PUScatter d t1 -> rfrom_others m src st (coords_of_rank m 0) = fold_right plus 0 (pu_red_received m src st).
+  (forall d t1, st = PUScatter d t1 -> rfrom_others m src st (coords_of_rank m 0) = fold_right plus 0 (pu_red_received m src st)) /\
+  (st = PUAllReduce ->
+   (4 <= nprod m (paxes src) /\ 0 < usize_padded m (ptyp src)) \/ (nprod m (paxes src) = 3 /\ 3 <= usize_padded m (ptyp src)) ->
+   fold_right plus 0 (pu_red_received m src st) < rfrom_others m src st (coords_of_rank m 0)).
 Proof.
   intros m src dst p r st rest H Hr.
   destruct (pucheck_reduction_facts m src dst p r st rest H Hr) as [Hws [Hnd [HP [_ Hsc]]]].
@@ -174,8 +177,17 @@ Proof.
       destruct (usource_sound m (ptyp src) (DynSlice d (paxes src)) t1 (coords_of_rank m 0) i Hws (Hsc d t1 eq_refl) Hc0 Hi)
         as [c' [i' [-> _]]].
       reflexivity. }
-  split; [exact Hc0|]. split; [exact E|].
-  intros d t1 ->. rewrite E. cbn [pu_mid pu_red_received fold_right]. lia.
+  split; [exact Hc0|]. split; [exact E|]. split.
+  - intros d t1 ->. rewrite E. cbn [pu_mid pu_red_received fold_right]. lia.
+  - intros -> Hn. rewrite E. cbn [pu_mid pu_red_received].
+    set (s := usize_padded m (ptyp src)) in *.
+    destruct (paxes src) as [|a P] eqn:EP; [replace (nprod m []) with 1 in Hn by reflexivity; lia|].
+    cbn [fold_right]. set (n := nprod m (a :: P)) in *. rewrite Nat.add_0_r.
+    destruct Hn as [[Hn Hs]|[Hn Hs]].
+    + pose proof (Nat.div_le_upper_bound s n s ltac:(lia) ltac:(nia)).
+      assert (3 * s <= (n - 1) * s) by (apply Nat.mul_le_mono_r; lia). lia.
+    + rewrite Hn. pose proof (Nat.div_le_lower_bound s 3 1 ltac:(lia) ltac:(lia)).
+      pose proof (Nat.div_le_upper_bound s 3 s ltac:(lia) ltac:(lia)). lia.
 Qed.
 
 (** The group sum [pu_reduced] takes for a position it reads [i'] at is
