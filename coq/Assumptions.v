@@ -235,6 +235,12 @@ Print Assumptions VS.Pucheckerlinkproof.pucheck_device_memory.
 Print Assumptions VS.Pucheckerlinkproof.pucheck_colls_recv.
 Print Assumptions VS.Pucheckerlinkproof.pucheck_exch_recv.
 
+From VS Require Import Pucheckerreduceproof.
+Print Assumptions VS.Pucheckerreduceproof.rfrom_others_eq.
+Print Assumptions VS.Pucheckerreduceproof.pu_reduced_reads.
+Print Assumptions VS.Pucheckerreduceproof.pucheck_reduce_recv.
+Print Assumptions VS.Pucheckerreduceproof.pucheck_reduce_worst_device.
+
 From VS Require Import Tablesproof.
 Print Assumptions VS.Tablesproof.block_starts_spec.
 Print Assumptions VS.Tablesproof.movement_spec.

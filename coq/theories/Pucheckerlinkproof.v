@@ -7,9 +7,8 @@
     ([pucheck_colls_recv]; [Utrafficproof.ufrom_others_le_urecv] per step);
     where it is the exchange, the exchange gives every device at most its
     reported figure of valid positions read from other devices, counted on
-    the pieces [Crossmesh.assemble] reads ([pucheck_exch_recv]). Not
-    linked: the reduction's figure ([Puexchange.pu_reduced] is a sum over
-    the pending group, for which no per-device count is defined). *)
+    the pieces [Crossmesh.assemble] reads ([pucheck_exch_recv]). The
+    reduction's figure: [Pucheckerreduceproof.v]. *)
 From Coq Require Import List Arith Lia Bool.
 From VS Require Import Prelude Mesh Types Rules Semantics Trafficproof Uneven Unevenproof Uchecker Ucheckerproof Monoid Partial
   Crossmesh Crossmeshproof Exchange Exchangeproof Utraffic Utrafficproof Puexchange Puexchangeproof Puchecker Pucheckerproof.
