@@ -1,6 +1,7 @@
-"""Random even redistribution problems for hypothesis tests (test_exchange,
-test_optimal): a mesh of axes of the given sizes and two types of the same
-global shape, each dimension sharded by some of the axes, in any order."""
+"""Random redistribution problems for hypothesis tests: even problems on one
+mesh (test_exchange, test_optimal: each dimension sharded by some of the
+axes, in any order) and placements for cross-mesh problems (test_perrank,
+test_weight_sync_plan: each dimension sharded by at most one axis)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,19 @@ def draw_problem(data, sizes_from=(2, 3), max_axes=4, ranks=(2, 3)) -> tuple[Mes
         f"{g // int(np.prod([sizes[a] for a in u]))}{{{','.join(names[a] for a in u)}}}{g}" if u else f"{g}"
         for u, g in zip(ax, shape))
     return mesh, ArrayType.parse(f"[{fmt(s_axes)}]", mesh), ArrayType.parse(f"[{fmt(d_axes)}]", mesh)
+
+
+def draw_placement(draw, sizes: dict, names, extent, uneven: bool = False) -> str:
+    """A random type (as text) of an array of shape ``extent`` on a mesh of
+    axes ``names`` with ``sizes``: each dimension split by at most one axis,
+    the rest replicated; an axis splits a dimension it divides, or with
+    ``uneven`` any dimension at least its size (the last block short)."""
+    axes, dims = list(names), []
+    for n in extent:
+        ax = draw(st.sampled_from([None] + axes))
+        if ax is not None and (sizes[ax] <= n if uneven else n % sizes[ax] == 0):
+            dims.append(f"{-(-n // sizes[ax])}{{{ax}}}{n}")
+            axes.remove(ax)
+        else:
+            dims.append(str(n))
+    return "[" + ", ".join(dims) + "]"

@@ -12,22 +12,11 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from problems import draw_placement
 from verishard import ArrayType, Mesh, core
 from verishard.crossmesh import crossmesh_rank_plan
 
 
-def _placement(draw, sizes, names, extent):
-    """A random type of an array on a mesh: each dimension split by at most
-    one axis (unevenly where it does not divide the extent), or replicated."""
-    axes, dims = list(names), []
-    for n in extent:
-        ax = draw(st.sampled_from([None] + axes))
-        if ax is not None and sizes[ax] <= n:
-            dims.append(f"{-(-n // sizes[ax])}{{{ax}}}{n}")
-            axes.remove(ax)
-        else:
-            dims.append(str(n))
-    return "[" + ", ".join(dims) + "]"
 
 
 @st.composite
@@ -35,8 +24,10 @@ def _problem(draw):
     extent = tuple(draw(st.sampled_from([5, 6, 8, 12])) for _ in range(draw(st.integers(1, 2))))
     s_sizes = {"a": draw(st.integers(1, 4)), "b": draw(st.integers(1, 3))}
     d_sizes = {"u": draw(st.integers(1, 4)), "v": draw(st.integers(1, 3))}
-    src = ArrayType.parse(_placement(draw, s_sizes, "ab", extent), Mesh.parse(f"a={s_sizes['a']},b={s_sizes['b']}"))
-    dst = ArrayType.parse(_placement(draw, d_sizes, "uv", extent), Mesh.parse(f"u={d_sizes['u']},v={d_sizes['v']}"))
+    src = ArrayType.parse(draw_placement(draw, s_sizes, "ab", extent, uneven=True),
+                          Mesh.parse(f"a={s_sizes['a']},b={s_sizes['b']}"))
+    dst = ArrayType.parse(draw_placement(draw, d_sizes, "uv", extent, uneven=True),
+                          Mesh.parse(f"u={d_sizes['u']},v={d_sizes['v']}"))
     n1, n2 = src.mesh.num_devices, dst.mesh.num_devices
     r1 = draw(st.permutations(range(n1)))
     overlap = draw(st.integers(0, min(n1, n2)))    # targets that are also sources

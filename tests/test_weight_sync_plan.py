@@ -10,23 +10,11 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from problems import draw_placement
 from verishard import ArrayType, Mesh
 from verishard.crossmesh import crossmesh_plan
 
 
-def _placement(draw, mesh_sizes, names, extent):
-    """A random even type of a 2-d array on a mesh: each dimension sharded by
-    at most one axis that divides it, the rest replicated."""
-    axes = list(names)
-    dims = []
-    for n in extent:
-        ax = draw(st.sampled_from([None] + axes))
-        if ax is not None and n % mesh_sizes[ax] == 0:
-            dims.append(f"{n // mesh_sizes[ax]}{{{ax}}}{n}")
-            axes.remove(ax)
-        else:
-            dims.append(str(n))
-    return "[" + ", ".join(dims) + "]"
 
 
 @st.composite
@@ -34,8 +22,8 @@ def _problem(draw):
     extent = (draw(st.sampled_from([8, 12, 16])), draw(st.sampled_from([4, 6, 8])))
     s_sizes = {"a": draw(st.integers(1, 4)), "b": draw(st.integers(1, 4))}
     d_sizes = {"u": draw(st.integers(1, 4)), "v": draw(st.integers(1, 3))}
-    src = ArrayType.parse(_placement(draw, s_sizes, "ab", extent), Mesh.parse(f"a={s_sizes['a']},b={s_sizes['b']}"))
-    dst = ArrayType.parse(_placement(draw, d_sizes, "uv", extent), Mesh.parse(f"u={d_sizes['u']},v={d_sizes['v']}"))
+    src = ArrayType.parse(draw_placement(draw, s_sizes, "ab", extent), Mesh.parse(f"a={s_sizes['a']},b={s_sizes['b']}"))
+    dst = ArrayType.parse(draw_placement(draw, d_sizes, "uv", extent), Mesh.parse(f"u={d_sizes['u']},v={d_sizes['v']}"))
     n1, n2 = src.mesh.num_devices, dst.mesh.num_devices
     overlap = draw(st.integers(0, min(n1, n2)))       # targets that are also sources
     r2 = list(range(n1 - overlap, n1 - overlap + n2))
