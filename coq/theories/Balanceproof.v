@@ -186,24 +186,9 @@ Qed.
     its block size less what it already holds. *)
 Theorem xplan_bal_correct : forall m1 r1 t1 m2 r2 t2 start pss,
   xplan_bal m1 r1 t1 m2 r2 t2 start = Some pss ->
-  length pss = ndevices m2 /\
-  forall j, j < ndevices m2 ->
-  exists ps, nth_error pss j = Some ps /\
-    (forall V (A : list nat -> V) (L : nat -> list nat -> V),
-       (forall i, i < ndevices m1 -> forall k, L (nth i r1 0) k = A (ugindex m1 t1 (coords_of_rank m1 i) k)) ->
-       forall i, uvalid_pos m2 t2 (coords_of_rank m2 j) i ->
-       assemble L (sdims m1 t1) (tbox m2 t2 (coords_of_rank m2 j)) ps i
-         = Some (A (ugindex m2 t2 (coords_of_rank m2 j) i))) /\
-    (forall p, in_boxb p (tbox m2 t2 (coords_of_rank m2 j)) = true ->
-       lsum (fun q => if in_boxb p (pbox q) then 1 else 0) ps = 1) /\
-    (forall q, In q ps -> In (psrc q, pcell q) (srcs m1 r1 t1) /\
-       forall p, in_boxb p (pbox q) = true ->
-         in_boxb p (tbox m2 t2 (coords_of_rank m2 j)) = true /\
-         in_boxb p (cellbox (sdims m1 t1) (pcell q)) = true) /\
-    lsum (fun q => vol (pbox q)) ps = vol (tbox m2 t2 (coords_of_rank m2 j)) /\
-    traffic (nth j r2 0) ps = vol (tbox m2 t2 (coords_of_rank m2 j))
-      - held (sdims m1 t1) (srcs m1 r1 t1) (nth j r2 0) (tbox m2 t2 (coords_of_rank m2 j)).
+  xschedule_ok m1 r1 t1 m2 r2 t2 pss.
 Proof.
+  unfold xschedule_ok.
   intros m1 r1 t1 m2 r2 t2 start pss' H. unfold xplan_bal in H.
   destruct (xplan m1 r1 t1 m2 r2 t2) as [pss|] eqn:Ex; [|discriminate]. injection H as <-.
   destruct (xplan_correct _ _ _ _ _ _ _ Ex) as [Hl Hn].

@@ -652,16 +652,15 @@ Proof.
   apply in_seq in H. exists i. split; auto. lia.
 Qed.
 
-(** **End to end**: when [xplan] returns a schedule, it has one entry per
-    target device; and for every global array, every target device
-    assembling what its schedule sends it, from source devices holding their
-    blocks of that array, gets at every valid position of its block the
-    array's element at that position's global index. Every element of its
-    block arrives in exactly one piece, each piece from a source rank whose
-    block holds it, the pieces add up to its block, and the elements taken
-    from other ranks are its block less what it already holds. *)
-Theorem xplan_correct : forall m1 r1 t1 m2 r2 t2 pss,
-  xplan m1 r1 t1 m2 r2 t2 = Some pss ->
+(** What a cross-mesh schedule [pss] guarantees (the conclusion of
+    [xplan_correct], [Balanceproof.xplan_bal_correct] and
+    [Perrankproof.wplan_correct]): one entry per target device; every
+    target assembles exactly its block of any global array; every element
+    of its block arrives in exactly one piece, from a source rank whose
+    block holds it; the pieces add up to its block; it receives from other
+    ranks its block less what it already holds. *)
+Definition xschedule_ok (m1 : mesh) (r1 : list nat) (t1 : atype) (m2 : mesh) (r2 : list nat) (t2 : atype)
+    (pss : list (list piece)) : Prop :=
   length pss = ndevices m2 /\
   forall j, j < ndevices m2 ->
   exists ps, nth_error pss j = Some ps /\
@@ -679,7 +678,20 @@ Theorem xplan_correct : forall m1 r1 t1 m2 r2 t2 pss,
     lsum (fun q => vol (pbox q)) ps = vol (tbox m2 t2 (coords_of_rank m2 j)) /\
     traffic (nth j r2 0) ps = vol (tbox m2 t2 (coords_of_rank m2 j))
       - held (sdims m1 t1) (srcs m1 r1 t1) (nth j r2 0) (tbox m2 t2 (coords_of_rank m2 j)).
+
+(** **End to end**: when [xplan] returns a schedule, it has one entry per
+    target device; and for every global array, every target device
+    assembling what its schedule sends it, from source devices holding their
+    blocks of that array, gets at every valid position of its block the
+    array's element at that position's global index. Every element of its
+    block arrives in exactly one piece, each piece from a source rank whose
+    block holds it, the pieces add up to its block, and the elements taken
+    from other ranks are its block less what it already holds. *)
+Theorem xplan_correct : forall m1 r1 t1 m2 r2 t2 pss,
+  xplan m1 r1 t1 m2 r2 t2 = Some pss ->
+  xschedule_ok m1 r1 t1 m2 r2 t2 pss.
 Proof.
+  unfold xschedule_ok.
   intros m1 r1 t1 m2 r2 t2 pss H. unfold xplan in H.
   match type of H with (if ?b then _ else _) = _ => destruct b; [|discriminate] end.
   destruct (xsched_correct _ _ _ _ H) as [Hl Hn].
