@@ -87,6 +87,7 @@ def _tp(kind: str):
 def one_case(case: str, budget_mib: float, role: str) -> dict:
     """Plan one case in this process as rank 0 (``role`` "source") or rank
     T ("target"); the figures as a dict."""
+    import gc
     import inspect
     import resource
 
@@ -120,6 +121,7 @@ def one_case(case: str, budget_mib: float, role: str) -> dict:
                                            run_check=False, shape=torch.Size(shape),
                                            stride=torch.empty(shape, device="meta").stride())
         targets[name] = (dst_mesh, (Replicate(), _tp(kind)))
+    gc.collect()   # each timed call starts from a collected heap: it pays for the collections its own objects cause
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.process_time()
     error = None
@@ -132,6 +134,7 @@ def one_case(case: str, budget_mib: float, role: str) -> dict:
     out = {"case": case, "rank": rank if per_rank else "all", "tensors": len(tensors), "seconds": seconds,
            "peak_mib": peak, "error": error}
     if sched is not None:   # the next sync: the same layouts, dtypes and budget
+        gc.collect()
         t0 = time.process_time()
         plan_transfer(tensors, targets, budget_bytes=int(budget_mib * MiB))
         out["again_seconds"] = time.process_time() - t0

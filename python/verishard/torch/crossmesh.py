@@ -69,7 +69,7 @@ import itertools
 import json
 import math
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import FrozenInstanceError, dataclass, replace
 from typing import Any
 
@@ -373,24 +373,25 @@ def rank_rounds(cuts: Sequence[tuple[Any, int, int, tuple, int]], world_size: in
     return ids, [rounds[t] for t in ids]
 
 
-def _own_cuts(moves: Sequence[_Move], me: int) -> list[tuple[Any, int, int, tuple, int]]:
+def _own_cuts(moves: Sequence[_Move], me: int) -> Iterator[tuple[Any, int, int, tuple, int]]:
     """The cuts rank ``me`` sends or receives, in the order of the moves
     and, within a move, in an order both sides of a cut read alike: a
     plan's pieces (at most one per sender and receiver), each cut as
-    ``Rounds.cut_box`` cuts it; a box schedule's rounds."""
-    out: list = []
+    ``Rounds.cut_box`` cuts it; a box schedule's rounds. Generated one at a
+    time (:func:`rank_rounds` reads them once): a state dict's cuts are not
+    held twice."""
     shared: dict[int, tuple] = {}   # per plan object (the tensors of one layout share theirs)
     for m in moves:
-        size = m.dtype.itemsize
-        if isinstance(m.plan, BoxPlan):
-            out += [((m.name, key), a, b, box, size * _volume(box)) for rd in m.plan.rounds for key, a, b, box in rd
-                    if a != b and me in (a, b)]
+        plan, size = m.plan, m.dtype.itemsize
+        if isinstance(plan, BoxPlan):
+            yield from (((m.name, key), a, b, box, size * _volume(box)) for rd in plan.rounds
+                        for key, a, b, box in rd if a != b and me in (a, b))
             continue
-        cuts = shared.get(id(m.plan))
+        cuts = shared.get(id(plan))
         if cuts is None:
-            cuts = shared[id(m.plan)] = _plan_cuts(m.plan)
-        out += [(m.name, a, b, box, size * n) for a, b, box, n in cuts]
-    return out
+            cuts = shared[id(plan)] = _plan_cuts(plan)
+        for a, b, box, n in cuts:
+            yield m.name, a, b, box, size * n
 
 
 def _plan_cuts(plan: RankPlan) -> tuple[tuple[int, int, tuple, int], ...]:
