@@ -24,6 +24,9 @@ over source ranks (per rank: from the verified world schedule of each
 tensor layout, ``core.wplan``, whose restriction each rank plans). Seconds
 are CPU seconds of the planning process (``time.process_time``): the cores
 here are shared with other jobs, which makes wall time vary several-fold.
+Each timed call starts after ``gc.collect()``: otherwise whichever call
+happens to trip the full collection of the 47k DTensors built for the case
+pays for it (0.4-0.6 s for the MoE).
 """
 
 from __future__ import annotations
@@ -208,7 +211,8 @@ def report(rows, args, command) -> str:
              "'before': the package at --before (another checkout) in the same run; where it plans every rank's "
              "schedule at once (rank 'all'), that is its cost per rank too. "
              f"Budget {args.budget_mib:g} MiB per round; bf16. Seconds: CPU seconds of the planning process "
-             "(the cores are shared; wall time varies with the load). Peak: the process's RSS high-water mark above "
+             "(the cores are shared; wall time varies with the load), each timed call after a full garbage "
+             "collection (it pays for the collections its own objects cause, not the setup's). Peak: the process's RSS high-water mark above "
              "what it held before planning. Cuts and rounds: the rank's own (all ranks' for 'all'). Busiest sender / "
              "mean: the bytes the busiest source rank sends over the mean over all source ranks (per rank: from "
              "the verified world schedule of each tensor layout, which every rank's part restricts). Again s: "

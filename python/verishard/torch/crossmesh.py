@@ -425,9 +425,10 @@ def _mesh_entry(mesh: DeviceMesh) -> tuple[DeviceMesh, tuple, int]:
     per mesh object: ``DeviceMesh.mesh`` rebuilds its rank tensor at every
     access, and a state dict asks for it with every tensor. Kept by identity
     with the mesh itself (so the id is not reused), for at most 256 meshes.
-    Equal keys get one number and a number never stands for another key
-    (numbers are not reused after the table is cleared), so layout keys
-    compare a mesh by its number, not its rank list."""
+    A number never stands for another key (numbers are not reused after
+    the table is cleared; equal keys get one number until then, after it at
+    worst a plan is not shared), so layout keys compare a mesh by its
+    number, not its rank list."""
     hit = _MESH_KEYS.get(id(mesh))
     if hit is not None and hit[0] is mesh:
         return hit
