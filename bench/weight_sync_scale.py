@@ -24,6 +24,9 @@ over source ranks (per rank: from the verified world schedule of each
 tensor layout, ``core.wplan``, whose restriction each rank plans). Seconds
 are CPU seconds of the planning process (``time.process_time``): the cores
 here are shared with other jobs, which makes wall time vary several-fold.
+Each timed call starts after ``gc.collect()``: otherwise whichever call
+happens to trip the full collection of the 47k DTensors built for the case
+pays for it (0.4-0.6 s for the MoE).
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ def _tp(kind: str):
 def one_case(case: str, budget_mib: float, role: str) -> dict:
     """Plan one case in this process as rank 0 (``role`` "source") or rank
     T ("target"); the figures as a dict."""
+    import gc
     import inspect
     import resource
 
@@ -120,6 +124,7 @@ def one_case(case: str, budget_mib: float, role: str) -> dict:
                                            run_check=False, shape=torch.Size(shape),
                                            stride=torch.empty(shape, device="meta").stride())
         targets[name] = (dst_mesh, (Replicate(), _tp(kind)))
+    gc.collect()   # each timed call starts from a collected heap: it pays for the collections its own objects cause
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.process_time()
     error = None
@@ -132,6 +137,7 @@ def one_case(case: str, budget_mib: float, role: str) -> dict:
     out = {"case": case, "rank": rank if per_rank else "all", "tensors": len(tensors), "seconds": seconds,
            "peak_mib": peak, "error": error}
     if sched is not None:   # the next sync: the same layouts, dtypes and budget
+        gc.collect()
         t0 = time.process_time()
         plan_transfer(tensors, targets, budget_bytes=int(budget_mib * MiB))
         out["again_seconds"] = time.process_time() - t0
@@ -205,7 +211,8 @@ def report(rows, args, command) -> str:
              "'before': the package at --before (another checkout) in the same run; where it plans every rank's "
              "schedule at once (rank 'all'), that is its cost per rank too. "
              f"Budget {args.budget_mib:g} MiB per round; bf16. Seconds: CPU seconds of the planning process "
-             "(the cores are shared; wall time varies with the load). Peak: the process's RSS high-water mark above "
+             "(the cores are shared; wall time varies with the load), each timed call after a full garbage "
+             "collection (it pays for the collections its own objects cause, not the setup's). Peak: the process's RSS high-water mark above "
              "what it held before planning. Cuts and rounds: the rank's own (all ranks' for 'all'). Busiest sender / "
              "mean: the bytes the busiest source rank sends over the mean over all source ranks (per rank: from "
              "the verified world schedule of each tensor layout, which every rank's part restricts). Again s: "

@@ -127,6 +127,14 @@ def test_a_repeated_sync_reuses_its_schedule(monkeypatch):
         first = tt.plan_transfer(state(0), targets, budget_bytes=1 << 20)
         # three tensors of one layout, held by 2 replicas: planned once per rotation of the deal
         assert calls["_move"] == 2 and calls["rank_rounds"] == 1
+        # the tensors of one layout and rotation share its part by reference (w0 and w2: rotation 0)
+        w = {m.name: m for m in first.moves}
+        assert w["w0"].layout is w["w2"].layout and w["w0"].layout is not w["w1"].layout
+        assert w["w0"].local is not w["w2"].local and w["w2"].name == "w2"
+        # the kept schedule holds the shared parts and no tensor of this call
+        (kept,) = tt._SCHEDULES.values()
+        assert kept[0].moves == () and kept[1] == tuple(m.layout for m in first.moves)
+        assert not any(isinstance(v, torch.Tensor) for v in vars(kept[1][0]).values())
         calls.clear()
         again = state(10)
         second = tt.plan_transfer(again, targets, budget_bytes=1 << 20)

@@ -65,11 +65,12 @@ Importing this module imports torch; see ``docs/torch.md``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import FrozenInstanceError, dataclass, replace
 from typing import Any
 
 import torch
@@ -97,21 +98,56 @@ DEFAULT_BUDGET = 64 << 20
 
 
 @dataclass(frozen=True)
-class _Move:
-    """One tensor of a transfer: its verified cross-mesh plan and what the
-    front end needs around it."""
+class _Layout:
+    """What a tensor's move shares with every tensor of the same layouts
+    (and rotation of the deal): its verified cross-mesh plan and what the
+    front end needs around it. One object per layout, referenced by each
+    such tensor's :class:`_Move` (a state dict's tens of thousands of
+    experts have a handful)."""
 
-    name: str
     plan: RankPlan | BoxPlan   # a BoxPlan where our types cannot describe a layout (DTensor's nested chunks)
     dtype: torch.dtype
     meta: TensorMeta
-    dst_mesh: DeviceMesh
     dst_placements: tuple
-    local: torch.Tensor | None     # this rank's source block (None: not a source)
     ranks: tuple[int, ...] = ()    # both sides' world ranks
     out_shape: tuple[int, ...] | None = None   # with a BoxPlan: this rank's target local shape (None: not a target)
-    pending: Any = None            # a Partial source DTensor, reduced on its own mesh before the schedule runs
     into: BoxTarget | None = None  # a fused or block_fp8 target (torch/targets.py): its boxes, buffer and result
+
+
+class _Move:
+    """One tensor of a transfer: its name, its layout's shared part
+    (:class:`_Layout`, whose fields it reads through) and its own objects.
+    Immutable; :func:`_with` makes a changed copy."""
+
+    __slots__ = ("name", "layout", "local", "pending", "dst_mesh")
+    name: str
+    layout: _Layout
+    local: torch.Tensor | None     # this rank's source block (None: not a source)
+    pending: Any                   # a Partial source DTensor, reduced on its own mesh before the schedule runs
+    dst_mesh: DeviceMesh
+
+    def __init__(self, name: str, layout: _Layout, local: torch.Tensor | None, pending: Any,
+                 dst_mesh: DeviceMesh) -> None:
+        put = object.__setattr__
+        put(self, "name", name)
+        put(self, "layout", layout)
+        put(self, "local", local)
+        put(self, "pending", pending)
+        put(self, "dst_mesh", dst_mesh)
+
+    def __setattr__(self, field: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {field!r}")
+
+    plan = property(lambda self: self.layout.plan)
+    dtype = property(lambda self: self.layout.dtype)
+    meta = property(lambda self: self.layout.meta)
+    dst_placements = property(lambda self: self.layout.dst_placements)
+    ranks = property(lambda self: self.layout.ranks)
+    out_shape = property(lambda self: self.layout.out_shape)
+    into = property(lambda self: self.layout.into)
+
+    def __repr__(self) -> str:
+        return f"<_Move {self.name}: {self.layout.plan!r}>"
 
 
 @dataclass(frozen=True)
@@ -337,24 +373,25 @@ def rank_rounds(cuts: Sequence[tuple[Any, int, int, tuple, int]], world_size: in
     return ids, [rounds[t] for t in ids]
 
 
-def _own_cuts(moves: Sequence[_Move], me: int) -> list[tuple[Any, int, int, tuple, int]]:
+def _own_cuts(moves: Sequence[_Move], me: int) -> Iterator[tuple[Any, int, int, tuple, int]]:
     """The cuts rank ``me`` sends or receives, in the order of the moves
     and, within a move, in an order both sides of a cut read alike: a
     plan's pieces (at most one per sender and receiver), each cut as
-    ``Rounds.cut_box`` cuts it; a box schedule's rounds."""
-    out: list = []
+    ``Rounds.cut_box`` cuts it; a box schedule's rounds. Generated one at a
+    time (:func:`rank_rounds` reads them once): a state dict's cuts are not
+    held twice."""
     shared: dict[int, tuple] = {}   # per plan object (the tensors of one layout share theirs)
     for m in moves:
-        size = m.dtype.itemsize
-        if isinstance(m.plan, BoxPlan):
-            out += [((m.name, key), a, b, box, size * _volume(box)) for rd in m.plan.rounds for key, a, b, box in rd
-                    if a != b and me in (a, b)]
+        plan, size = m.plan, m.dtype.itemsize
+        if isinstance(plan, BoxPlan):
+            yield from (((m.name, key), a, b, box, size * _volume(box)) for rd in plan.rounds
+                        for key, a, b, box in rd if a != b and me in (a, b))
             continue
-        cuts = shared.get(id(m.plan))
+        cuts = shared.get(id(plan))
         if cuts is None:
-            cuts = shared[id(m.plan)] = _plan_cuts(m.plan)
-        out += [(m.name, a, b, box, size * n) for a, b, box, n in cuts]
-    return out
+            cuts = shared[id(plan)] = _plan_cuts(plan)
+        for a, b, box, n in cuts:
+            yield m.name, a, b, box, size * n
 
 
 def _plan_cuts(plan: RankPlan) -> tuple[tuple[int, int, tuple, int], ...]:
@@ -377,24 +414,40 @@ def _ranks_of(mesh: DeviceMesh) -> tuple[int, ...]:
     return _mesh_key(mesh)[1]
 
 
-_MESH_KEYS: dict[int, tuple[DeviceMesh, tuple]] = {}
+_MESH_KEYS: dict[int, tuple[DeviceMesh, tuple, int]] = {}   # id(mesh): (mesh, key, number)
+_MESH_NUMBERS: dict[tuple, int] = {}                           # key: number
+_NEXT_MESH_NUMBER = itertools.count()
 
 
-def _mesh_key(mesh: DeviceMesh) -> tuple:
+def _mesh_entry(mesh: DeviceMesh) -> tuple[DeviceMesh, tuple, int]:
     """What planning reads of a DeviceMesh (device type, world ranks
-    row-major, shape, dimension names), read once per mesh object:
-    ``DeviceMesh.mesh`` rebuilds its rank tensor at every access, and a
-    state dict asks for it with every tensor. Kept by identity with the
-    mesh itself (so the id is not reused), for at most 256 meshes."""
+    row-major, shape, dimension names) and a number for that key, read once
+    per mesh object: ``DeviceMesh.mesh`` rebuilds its rank tensor at every
+    access, and a state dict asks for it with every tensor. Kept by identity
+    with the mesh itself (so the id is not reused), for at most 256 meshes.
+    A number never stands for another key (numbers are not reused after
+    the table is cleared; equal keys get one number until then, after it at
+    worst a plan is not shared), so layout keys compare a mesh by its
+    number, not its rank list."""
     hit = _MESH_KEYS.get(id(mesh))
     if hit is not None and hit[0] is mesh:
-        return hit[1]
+        return hit
     ranks = mesh.mesh
     key = (mesh.device_type, tuple(int(r) for r in ranks.flatten().tolist()), tuple(ranks.shape), mesh.mesh_dim_names)
     if len(_MESH_KEYS) >= 256:
         _MESH_KEYS.clear()
-    _MESH_KEYS[id(mesh)] = (mesh, key)
-    return key
+    if len(_MESH_NUMBERS) >= 4096:
+        _MESH_NUMBERS.clear()
+    number = _MESH_NUMBERS.get(key)
+    if number is None:
+        number = _MESH_NUMBERS[key] = next(_NEXT_MESH_NUMBER)
+    out = _MESH_KEYS[id(mesh)] = (mesh, key, number)
+    return out
+
+
+def _mesh_key(mesh: DeviceMesh) -> tuple:
+    """What planning reads of a DeviceMesh (:func:`_mesh_entry`)."""
+    return _mesh_entry(mesh)[1]
 
 
 def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world: int,
@@ -450,7 +503,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
     if into is not None:   # explicit target boxes (torch/targets.py): the verified box schedule
         m, p = _box_move(name, spec if src_mesh is not None else None, r1, meta, dst_spec, local, world, me,
                          budget_bytes, into)
-        return (replace(m, pending=pending) if m is not None else None), p
+        return (_with(m, pending=pending) if m is not None else None), p
     if src_mesh is not None:
         s, d, problems = _types_once(src_mesh, spec, dst_spec)
     else:
@@ -462,7 +515,7 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
     if problems and all(k == UNSUPPORTED for k, _ in problems):
         m, p = _box_move(name, spec if src_mesh is not None else None, r1, meta, dst_spec, local, world, me,
                          budget_bytes)
-        return (replace(m, pending=pending) if m is not None else None), p
+        return (_with(m, pending=pending) if m is not None else None), p
     if problems:
         return None, [(k, f"{name}: {t}") for k, t in problems]
     try:
@@ -475,8 +528,8 @@ def _move(name: str, x: Any, target: Any, src_ranks: Sequence[int] | None, world
         if tuple(local.shape) != tuple(want):
             return None, [(INVALID, f"{name}: rank {me}'s source block has shape {tuple(local.shape)}, its layout "
                                     f"gives {tuple(want)}")]
-    return _Move(name, plan, meta.dtype, meta, dst_mesh, pl, local, plan.src_ranks + plan.dst_ranks,
-                 pending=pending), []
+    return _Move(name, _Layout(plan, meta.dtype, meta, pl, plan.src_ranks + plan.dst_ranks), local, pending,
+                 dst_mesh), []
 
 
 _TYPES: dict[tuple, tuple] = {}
@@ -521,8 +574,8 @@ def _box_move(name: str, src_spec: DTensorSpec | None, r1: tuple[int, ...], meta
     if local is not None and tuple(local.shape) != src_shapes[r1.index(me)]:
         return None, [(INVALID, f"{name}: rank {me}'s source block has shape {tuple(local.shape)}, its layout "
                                 f"gives {src_shapes[r1.index(me)]}")]
-    return _Move(name, plan, meta.dtype, meta, dst_mesh, tuple(dst_spec.placements), local, r1 + r2,
-                 dst_shapes[r2.index(me)] if me in r2 else None, into=into), []
+    return _Move(name, _Layout(plan, meta.dtype, meta, tuple(dst_spec.placements), r1 + r2,
+                               dst_shapes[r2.index(me)] if me in r2 else None, into), local, None, dst_mesh), []
 
 
 def _per_cut(budget_bytes: int, itemsize: int) -> int:
@@ -607,7 +660,7 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any,
     key = _schedule_key(names, layouts, tuple(index), src_ranks, world, me, budget_bytes)
     if key is not None and me == own and key in _SCHEDULES:
         _SCHEDULES.move_to_end(key)
-        return _with_tensors(*_SCHEDULES[key], tensors, targets), []
+        return _with_tensors(_SCHEDULES[key], names, tensors, targets), []
     moves, problems = [], []
     shared: dict[tuple[int, int], _Move] = {}   # (layouts, rotation): the first such tensor's move
     period: dict[int, int] = {}                 # layouts: the rotation's period (the blocks' holders)
@@ -629,9 +682,7 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any,
     ids, rounds = rank_rounds(_own_cuts(moves, me), world, budget_bytes)
     sched = TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in rounds), budget_bytes, me, tuple(ids))
     if key is not None and me == own:   # kept without the tensors: a later sync of the same layouts brings its own
-        held = tuple((m.local is not None, m.pending is not None) for m in moves)
-        _SCHEDULES[key] = (replace(sched, moves=tuple(m if m.local is None and m.pending is None else
-                                                      _with(m, local=None, pending=None) for m in moves)), held)
+        _SCHEDULES[key] = _kept(sched)
         while len(_SCHEDULES) > MAX_CACHED_SCHEDULES:
             _SCHEDULES.popitem(last=False)
     return sched, []
@@ -643,23 +694,25 @@ _SCHEDULES: OrderedDict = OrderedDict()
 
 def _layout_key(x: Any, target: Any) -> tuple | None:
     """What a tensor's move depends on besides its name, rank and position:
-    the source's layout (mesh ranks and shape, placements, global shape and
-    stride, dtype; a plain tensor's shape, dtype and whether it is on
-    ``meta``) and the target (mesh, placements). None where the arguments
-    are not ones a plan is shared for (the planning then names any problem)."""
+    the source's layout (mesh, placements, global shape and stride, dtype;
+    a plain tensor's shape, dtype and whether it is on ``meta``) and the
+    target (mesh, placements); a mesh as its number (:func:`_mesh_entry`:
+    one per rank layout), so that the key hashes in a few steps. None where
+    the arguments are not ones a plan is shared for (the planning then
+    names any problem)."""
     try:
         if not (isinstance(target, (tuple, list)) and len(target) == 2 and isinstance(target[0], DeviceMesh)):
             return None
-        placements = tuple(target[1]) if isinstance(target[1], (tuple, list)) else target[1]
+        dst_mesh, placements = target
+        placements = tuple(placements) if isinstance(placements, (tuple, list)) else placements
         if isinstance(x, DTensor):
-            meta = x._spec.tensor_meta
-            src = (_mesh_key(x.device_mesh), tuple(x._spec.placements), tuple(meta.shape), tuple(meta.stride),
-                   meta.dtype)
-        elif isinstance(x, torch.Tensor):
-            src = (tuple(x.shape), x.dtype, x.is_meta)
-        else:
-            return None
-        return (src, _mesh_key(target[0]), placements)
+            spec = x._spec
+            meta = spec.tensor_meta
+            return (_mesh_entry(spec.mesh)[2], spec.placements, meta.shape, meta.stride, meta.dtype,
+                    _mesh_entry(dst_mesh)[2], placements)
+        if isinstance(x, torch.Tensor):
+            return (x.shape, x.dtype, x.is_meta, _mesh_entry(dst_mesh)[2], placements)
+        return None
     except (TypeError, ValueError):  # odd placements: planned (and refused) afresh
         return None
 
@@ -690,35 +743,46 @@ def _schedule_key(names: Sequence[Any], layouts: Sequence[int | None], distinct:
 
 
 def _with(m: _Move, **fields: Any) -> _Move:
-    """``m`` with ``fields`` changed (``dataclasses.replace`` without its
-    per-field checks: a state dict has tens of thousands of moves)."""
-    out = object.__new__(_Move)
-    object.__setattr__(out, "__dict__", {**m.__dict__, **fields})
-    return out
+    """``m`` with ``fields`` (of ``name``, ``layout``, ``local``, ``pending``, ``dst_mesh``) changed."""
+    return _Move(fields.get("name", m.name), fields.get("layout", m.layout), fields.get("local", m.local),
+                 fields.get("pending", m.pending), fields.get("dst_mesh", m.dst_mesh))
 
 
 def _like(template: _Move, name: str, x: Any, dst_mesh: DeviceMesh) -> _Move | None:
     """The move of tensor ``x`` (named ``name``) whose layouts and rotation
-    are ``template``'s: its plan, with this tensor's source block; None
-    where that block is not the layout's (planned in full, which names the
-    problem)."""
+    are ``template``'s: its layout's shared part, with this tensor's source
+    block; None where that block is not the layout's (planned in full,
+    which names the problem)."""
     local = None
     if template.local is not None:   # this rank holds a source block of the layout
         local = x._local_tensor if isinstance(x, DTensor) else x
-        if tuple(local.shape) != tuple(template.local.shape) or (local.is_meta and not isinstance(x, DTensor)):
+        if local.shape != template.local.shape or (local.is_meta and not isinstance(x, DTensor)):
             return None
-    return _with(template, name=name, local=local, pending=x if template.pending is not None else None,
-                 dst_mesh=dst_mesh)
+    return _Move(name, template.layout, local, x if template.pending is not None else None, dst_mesh)
 
 
-def _with_tensors(sched: TransferSchedule, held: tuple, tensors: Mapping, targets: Mapping) -> TransferSchedule:
-    """A kept schedule with this call's tensors and target meshes in its moves."""
-    by_name = {str(n): n for n in targets}
+_HOLDS_LOCAL, _HOLDS_PENDING = 1, 2   # what a kept schedule's move took from its tensor (bits)
+
+
+def _kept(sched: TransferSchedule) -> tuple:
+    """What :data:`_SCHEDULES` keeps of a schedule: the schedule without
+    its moves, each move's shared layout part (referenced, not copied) and
+    which of its tensor's objects it held; no tensor."""
+    return (replace(sched, moves=()), tuple(m.layout for m in sched.moves),
+            tuple((_HOLDS_LOCAL if m.local is not None else 0) | (_HOLDS_PENDING if m.pending is not None else 0)
+                  for m in sched.moves))
+
+
+def _with_tensors(kept: tuple, names: Sequence[Any], tensors: Mapping, targets: Mapping) -> TransferSchedule:
+    """A kept schedule (:func:`_kept`) with this call's tensors and target
+    meshes in its moves (one per name, in the order of ``names``)."""
+    sched, layouts, held = kept
     moves = []
-    for m, (local, pending) in zip(sched.moves, held):
-        x, dst_mesh = tensors[by_name[m.name]], targets[by_name[m.name]][0]
-        moves.append(_with(m, local=(x._local_tensor if isinstance(x, DTensor) else x) if local else None,
-                           pending=x if pending else None, dst_mesh=dst_mesh))
+    for name, layout, h in zip(names, layouts, held):
+        x = tensors[name]
+        moves.append(_Move(str(name), layout,
+                           (x._local_tensor if isinstance(x, DTensor) else x) if h & _HOLDS_LOCAL else None,
+                           x if h & _HOLDS_PENDING else None, targets[name][0]))
     return replace(sched, moves=tuple(moves))
 
 
@@ -812,7 +876,7 @@ def _reduce_pending(sched: TransferSchedule) -> TransferSchedule:
             for i, p in enumerate(m.pending.placements):
                 if p.is_partial():
                     dist.all_reduce(local, op=_REDUCE_OPS[p.reduce_op], group=mesh.get_group(i))
-            m = replace(m, local=local, pending=None)
+            m = _with(m, local=local, pending=None)
         moves.append(m)
     return replace(sched, moves=tuple(moves))
 

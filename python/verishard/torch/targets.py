@@ -254,6 +254,8 @@ def per_source(targets: Mapping[str, Any], tensors: Mapping[str, Any]) -> tuple[
     placements, block_fp8(...))`` by one :class:`BoxTarget`; other targets as
     they are. Also the problems (a source named by two targets, parts that do
     not fit together)."""
+    if not any(isinstance(t, Fused) or (isinstance(t, (tuple, list)) and len(t) == 3) for t in targets.values()):
+        return dict(targets), []   # no target to replace (a state dict's usual case: one pass, no sorting)
     out: dict[str, Any] = {}
     problems: list[str] = []
 
