@@ -316,25 +316,9 @@ def rank_rounds(cuts: Sequence[tuple[Any, int, int, tuple, int]], world_size: in
     >>> [(t, [(k, a, b) for k, a, b, _ in rd]) for t, rd in zip(ids, rounds)]
     [(2, [('w', 0, 1)]), (5, [('w', 2, 0)]), (10, [('v', 0, 1)])]
     """
-    width = 2
-    while width < world_size:
-        width *= 2
-    pairs: dict[tuple[int, int], list] = {}
-    for key, a, b, box, nbytes in cuts:
-        if a != b:
-            pairs.setdefault((a, b), []).append((key, box, nbytes))
-    rounds: dict[int, list] = {}
-    for (a, b), pair in pairs.items():
-        shift = (b - a) % width
-        colour = (a >> ((shift & -shift).bit_length() - 1)) & 1
-        k = load = 0
-        for key, box, nbytes in pair:
-            if load and load + nbytes > budget_bytes:
-                k, load = k + 1, 0
-            load += nbytes
-            rounds.setdefault(((k * width + shift) << 1) | colour, []).append((key, a, b, box))
-    ids = sorted(rounds)
-    return ids, [rounds[t] for t in ids]
+    from .. import core   # the numbering is the verified core's (Rankrounds.rank_rounds); here only conversion
+    numbered = core.rank_rounds([(a, b, nbytes) for _, a, b, _, nbytes in cuts], world_size, budget_bytes)
+    return [t for t, _ in numbered], [[cuts[i][:4] for i in rd] for _, rd in numbered]
 
 
 def _own_cuts(moves: Sequence[_Move], me: int) -> list[tuple[Any, int, int, tuple, int]]:
