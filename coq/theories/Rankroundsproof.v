@@ -206,4 +206,166 @@ Proof.
     rewrite !K, N. reflexivity.
 Qed.
 
+Lemma filter_all : forall (f : cut -> bool) l, (forall x, In x l -> f x = true) -> filter f l = l.
+Proof.
+  intros f l. induction l as [|x l IH]; intros H; simpl; auto.
+  rewrite H by (left; reflexivity). f_equal. apply IH. intros; apply H; right; assumption.
+Qed.
+
+(** The budget. *)
+Definition wsum (l : list cut) : nat := fold_right (fun x acc => cbytes x + acc) 0 l.
+
+(** A pair's cuts with their chunks, from chunk state [st]. *)
+Fixpoint chunkseq (budget : nat) (st : nat * nat) (l : list cut) : list (nat * cut) :=
+  match l with
+  | [] => []
+  | x :: l' => let st' := step budget st (cbytes x) in (fst st', x) :: chunkseq budget st' l'
+  end.
+
+Lemma cspec_one_pair : forall budget a b (l pre : list cut),
+  (forall x, In x (pre ++ l) -> onpair a b x = true) ->
+  cspec budget pre l = chunkseq budget (runs budget pre) l.
+Proof.
+  intros budget a b l. induction l as [|x l IH]; intros pre H; simpl; [reflexivity|].
+  assert (Hx : onpair a b x = true) by (apply H; apply in_or_app; right; left; reflexivity).
+  assert (F : filter (onpair (csrc x) (cdst x)) (pre ++ [x]) = pre ++ [x]).
+  { unfold onpair in Hx. apply andb_prop in Hx as [E1 E2]. apply Nat.eqb_eq in E1, E2. rewrite E1, E2.
+    apply filter_all. intros y Hy. apply H.
+    apply in_app_or in Hy as [Hy|Hy]; apply in_or_app; [left; exact Hy|right; destruct Hy as [<-|[]]; left; reflexivity]. }
+  rewrite F, runs_snoc. f_equal. rewrite <- runs_snoc. apply IH. rewrite <- app_assoc. exact H.
+Qed.
+
+Lemma chunkseq_mono : forall budget (l : list cut) st p, In p (chunkseq budget st l) -> fst st <= fst p.
+Proof.
+  intros budget l. induction l as [|x l IH]; intros st p H; simpl in H; [contradiction|].
+  assert (S : fst st <= fst (step budget st (cbytes x))).
+  { unfold step. destruct (_ && _); simpl; lia. }
+  destruct H as [<-|H]; [exact S|]. specialize (IH _ _ H). lia.
+Qed.
+
+Definition ofchunk (k : nat) (L : list (nat * cut)) : list cut := map snd (filter (fun p => fst p =? k) L).
+
+Lemma chunkseq_budget : forall budget (l : list cut) st k,
+  let S := ofchunk k (chunkseq budget st l) in
+  (k = fst st -> snd st + wsum S <= budget \/ S = [] \/ exists y, In y S /\ snd st + wsum S = cbytes y) /\
+  (k <> fst st -> wsum S <= budget \/ exists y, In y S /\ wsum S = cbytes y).
+Proof.
+  intros budget l. induction l as [|x l IH]; intros [k0 ld] k; simpl.
+  - split; intros; [right; left; reflexivity|left; lia].
+  - unfold ofchunk in *. cbv beta iota zeta delta [step]. simpl.
+    destruct ((0 <? ld) && (budget <? ld + cbytes x)) eqn:C; simpl.
+    + (* x opens chunk k0 + 1 *)
+      destruct (IH (S k0, cbytes x) k) as [I1 I2]. simpl in I1, I2. split.
+      * intros ->. right; left.
+        assert (E : filter (fun p => fst p =? k0) (chunkseq budget (S k0, cbytes x) l) = []).
+        { assert (Hm := chunkseq_mono budget l (S k0, cbytes x)). simpl in Hm. revert Hm.
+          generalize (chunkseq budget (S k0, cbytes x) l) as L.
+          intros L. induction L as [|p L IHL]; intros Hm; simpl; [reflexivity|].
+          assert (Hp := Hm p (or_introl eq_refl)).
+          replace (fst p =? k0) with false by (symmetry; apply Nat.eqb_neq; lia).
+          apply IHL. intros q Hq. apply Hm. right. exact Hq. }
+        assert (N : (S k0 =? k0) = false) by (apply Nat.eqb_neq; lia). simpl in N.
+        rewrite ?E, ?N; simpl; rewrite ?E; reflexivity.
+      * intros Hk. destruct (Nat.eqb_spec (S k0) k) as [<-|Ne].
+        -- rewrite Nat.eqb_refl. simpl. destruct (I1 eq_refl) as [L|[L|[y [Hy L]]]].
+           ++ left. lia.
+           ++ right. exists x. rewrite L. split; [left; reflexivity|simpl; lia].
+           ++ right. exists y. split; [right; exact Hy|lia].
+        -- assert (N : (S k0 =? k) = false) by (apply Nat.eqb_neq; exact Ne). simpl in N. rewrite N. apply I2. intros E; apply Ne; symmetry; exact E.
+    + (* x joins chunk k0 *)
+      destruct (IH (k0, ld + cbytes x) k) as [I1 I2]. simpl in I1, I2. split.
+      * intros ->. rewrite Nat.eqb_refl. simpl.
+        destruct (I1 eq_refl) as [L|[L|[y [Hy L]]]].
+        -- left. lia.
+        -- rewrite L. simpl. destruct (Nat.eqb_spec ld 0) as [Z|Z].
+           ++ right; right. exists x. split; [left; reflexivity|lia].
+           ++ left. apply andb_false_iff in C as [C|C]; apply Nat.ltb_ge in C; lia.
+        -- right; right. exists y. split; [right; exact Hy|lia].
+      * intros Hk. destruct (Nat.eqb_spec k0 k) as [E|_]; [subst; contradiction|]. apply I2. exact Hk.
+Qed.
+
+Lemma widen_ge : forall fuel p n, p <= widen fuel p n.
+Proof.
+  intros fuel. induction fuel as [|f IH]; intros p n; [simpl; lia|].
+  cbn [widen]. destruct (p <? n); [specialize (IH (2 * p) n); lia|lia].
+Qed.
+
+Lemma width_pos : forall n, 0 < width n.
+Proof. intros n. unfold width. assert (H := widen_ge n 2 n). lia. Qed.
+
+(** The chunk of a round number, for a pair. *)
+Lemma rid_k : forall w k a b, 0 < w -> k = rid w k a b / 2 / w.
+Proof.
+  intros w k a b Hw. unfold rid.
+  assert (Hc : colour w a b < 2) by (unfold colour; apply Nat.mod_upper_bound; lia).
+  assert (Hs : shift w a b < w) by (unfold shift; apply Nat.mod_upper_bound; lia).
+  rewrite (Nat.add_comm _ (colour w a b)), Nat.div_add by lia.
+  rewrite (Nat.div_small (colour w a b)) by lia. simpl.
+  rewrite (Nat.add_comm (k * w)), Nat.div_add by lia. rewrite Nat.div_small by lia. reflexivity.
+Qed.
+
+Lemma chunkseq_snd : forall budget (l : list cut) st, map snd (chunkseq budget st l) = l.
+Proof. intros budget l. induction l; intros; simpl; f_equal; auto. Qed.
+
+Lemma filter_rid : forall w a b t (C : list (nat * cut)), 0 < w ->
+  (forall p, In p C -> onpair a b (snd p) = true) ->
+  map snd (filter (fun p => fst p =? t) (map (fun kx => (rid w (fst kx) (csrc (snd kx)) (cdst (snd kx)), snd kx)) C))
+  = if rid w (t / 2 / w) a b =? t then ofchunk (t / 2 / w) C else [].
+Proof.
+  intros w a b t C Hw. unfold ofchunk.
+  assert (K : forall k, rid w k a b = t -> k = t / 2 / w) by (intros k R; rewrite <- R; apply rid_k; exact Hw).
+  set (k0 := t / 2 / w) in *. clearbody k0.
+  induction C as [|[k x] C IH]; intros HC; cbn [map filter].
+  - destruct (_ =? t); reflexivity.
+  - assert (Hx := HC (k, x) (or_introl eq_refl)). simpl in Hx.
+    unfold onpair in Hx. apply andb_prop in Hx as [E1 E2]. apply Nat.eqb_eq in E1, E2. cbn [fst snd].
+    rewrite E1, E2.
+    assert (IH' := IH (fun p Hp => HC p (or_intror Hp))).
+    destruct (Nat.eqb_spec (rid w k a b) t) as [R|R]; cbn [map]; rewrite IH';
+      destruct (Nat.eqb_spec (rid w k0 a b) t) as [E|E]; try reflexivity.
+    + rewrite (K k R), Nat.eqb_refl. reflexivity.
+    + exfalso. apply E. rewrite <- (K k R). exact R.
+    + destruct (Nat.eqb_spec k k0) as [Q|Q]; [|reflexivity]. exfalso. apply R. rewrite Q. exact E.
+Qed.
+
+(** A rank's round holds, of each pair, the cuts of one chunk of the pair's cuts. *)
+Lemma round_pair : forall world budget (l : list cut) a b t xs,
+  In (t, xs) (rank_rounds world budget l) ->
+  exists k, filter (onpair a b) xs = ofchunk k (chunkseq budget (0, 0) (moving (filter (onpair a b) l))) \/
+            filter (onpair a b) xs = [].
+Proof.
+  intros world budget l a b t xs H. rewrite (rank_rounds_round _ _ _ _ _ H).
+  assert (K : forall l : list (nat * cut), filter (onpair a b) (map snd (filter (fun p => fst p =? t) l))
+             = map snd (filter (fun p => fst p =? t) (filter (fun p => onpair a b (snd p)) l))).
+  { intros L. induction L as [|[t' x] L IH]; simpl; auto.
+    destruct (t' =? t) eqn:T; destruct (onpair a b x) eqn:P; simpl; rewrite ?T, ?P, ?IH; reflexivity. }
+  rewrite K, numbered_spec. unfold nspec. rewrite filter_map_swap. simpl.
+  rewrite cspec_pair. simpl. unfold moving. rewrite filter_comm. fold (moving (filter (onpair a b) l)).
+  set (P := moving (filter (onpair a b) l)).
+  assert (HP : forall x, In x P -> onpair a b x = true).
+  { intros x Hx. unfold P, moving in Hx. apply filter_In in Hx as [Hx _]. apply filter_In in Hx as [_ Hx]. exact Hx. }
+  rewrite (cspec_one_pair budget a b P []) by exact HP. change (runs budget []) with (0, 0).
+  set (C := chunkseq budget (0, 0) P).
+  assert (HC : forall p, In p C -> onpair a b (snd p) = true).
+  { intros p Hp. apply HP. rewrite <- (chunkseq_snd budget P (0, 0)). apply in_map. exact Hp. }
+  exists (t / 2 / width world). rewrite (filter_rid (width world) a b t C (width_pos world) HC).
+  destruct (_ =? t); [left|right]; reflexivity.
+Qed.
+
+(** The budget: of each pair, the cuts a rank's round holds weigh at most
+    [budget] bytes, or exactly what one of them weighs (a cut larger than
+    the budget travels alone, with nothing but empty cuts beside it). *)
+Theorem rank_rounds_budget : forall world budget (l : list cut) a b t xs,
+  In (t, xs) (rank_rounds world budget l) ->
+  wsum (filter (onpair a b) xs) <= budget \/
+  exists y, In y (filter (onpair a b) xs) /\ wsum (filter (onpair a b) xs) = cbytes y.
+Proof.
+  intros world budget l a b t xs H. destruct (round_pair _ _ _ a b _ _ H) as [k [E|E]]; rewrite E.
+  - destruct (chunkseq_budget budget (moving (filter (onpair a b) l)) (0, 0) k) as [I1 I2]. simpl in I1, I2.
+    destruct (Nat.eq_dec k 0) as [->|Nk].
+    + destruct (I1 eq_refl) as [L|[L|L]]; [left; exact L|rewrite L; left; simpl; lia|right; exact L].
+    + apply I2. exact Nk.
+  - left. simpl. lia.
+Qed.
+
 End Proofs.
