@@ -368,4 +368,186 @@ Proof.
   - left. simpl. lia.
 Qed.
 
+(** One partner per round: the number theory of the shift and the colour. *)
+Lemma widen_pow : forall fuel e n, exists e', widen fuel (2 ^ S e) n = 2 ^ S e'.
+Proof.
+  intros fuel. induction fuel as [|f IH]; intros e n; [exists e; reflexivity|].
+  cbn [widen]. destruct (2 ^ S e <? n).
+  - destruct (IH (S e) n) as [e' E]. exists e'. rewrite <- E. f_equal.
+  - exists e. reflexivity.
+Qed.
+
+Lemma width_pow : forall n, exists e, width n = 2 ^ S e.
+Proof. intros n. unfold width. apply (widen_pow n 0 n). Qed.
+
+Lemma lowp_spec : forall fuel s, 0 < s <= fuel -> exists i j, lowp fuel s = 2 ^ i /\ s = 2 ^ i * (2 * j + 1).
+Proof.
+  intros fuel. induction fuel as [|f IH]; intros s Hs; [lia|]. cbn [lowp].
+  destruct (Nat.odd s) eqn:O.
+  - apply Nat.odd_spec in O as [j Hj]. exists 0, j. simpl. lia.
+  - assert (Ev : Nat.even s = true) by (rewrite <- Nat.negb_odd, O; reflexivity).
+    apply Nat.even_spec in Ev as [m Hm]. subst s. rewrite (Nat.mul_comm 2 m), Nat.div_mul by lia.
+    destruct (IH m ltac:(lia)) as [i [j [E1 E2]]]. exists (S i), j. rewrite E1. simpl. lia.
+Qed.
+
+Lemma shift_val : forall w a b, a < w -> b < w -> shift w a b = if a <=? b then b - a else b + w - a.
+Proof.
+  intros w a b Ha Hb. unfold shift. rewrite (Nat.mod_small a) by lia.
+  destruct (Nat.leb_spec a b).
+  - replace (b + w - a) with ((b - a) + 1 * w) by lia. rewrite Nat.mod_add by lia. apply Nat.mod_small. lia.
+  - apply Nat.mod_small. lia.
+Qed.
+
+Lemma rid_parts : forall w k a b, 0 < w ->
+  colour w a b = rid w k a b mod 2 /\ shift w a b = (rid w k a b / 2) mod w.
+Proof.
+  intros w k a b Hw. unfold rid.
+  assert (Hc : colour w a b < 2) by (unfold colour; apply Nat.mod_upper_bound; lia).
+  assert (Hs : shift w a b < w) by (unfold shift; apply Nat.mod_upper_bound; lia).
+  split.
+  - rewrite (Nat.add_comm _ (colour w a b)), Nat.mod_add by lia. symmetry; apply Nat.mod_small; exact Hc.
+  - rewrite (Nat.add_comm _ (colour w a b)), Nat.div_add by lia.
+    rewrite (Nat.div_small (colour w a b)) by lia. simpl.
+    rewrite (Nat.add_comm (k * w)), Nat.mod_add by lia. symmetry; apply Nat.mod_small; exact Hs.
+Qed.
+
+(** A rank's sending and receiving partners of one shift get different colours. *)
+Lemma colour_differs : forall n r b a', let w := width n in
+  r < w -> b < w -> a' < w -> r <> b -> a' <> r ->
+  shift w r b = shift w a' r -> colour w r b <> colour w a' r.
+Proof.
+  intros n r b a' w Hr Hb Ha Nrb Nar E. unfold colour. rewrite <- E.
+  destruct (width_pow n) as [e We]. fold w in We.
+  set (s := shift w r b) in *.
+  assert (Vs1 := shift_val w r b Hr Hb). assert (Vs2 := shift_val w a' r Ha Hr). fold s in Vs1. rewrite <- E in Vs2. fold s in Vs2.
+  assert (Sp : 0 < s < w) by (destruct (Nat.leb_spec r b); destruct (Nat.leb_spec a' r); lia).
+  destruct (lowp_spec s s ltac:(lia)) as [i [j [Lp Sd]]]. rewrite Lp.
+  assert (Pi : 0 < 2 ^ i) by (apply Nat.neq_0_lt_0; apply Nat.pow_nonzero; lia).
+  assert (Ii : i < S e).
+  { destruct (Nat.lt_ge_cases i (S e)) as [L|L]; [exact L|].
+    assert (Hle := Nat.pow_le_mono_r 2 _ _ ltac:(lia) L). nia. }
+  assert (Wd : w = 2 ^ i * (2 * 2 ^ (e - i))).
+  { rewrite We. rewrite <- Nat.pow_succ_r', <- Nat.pow_add_r. f_equal. lia. }
+  set (q := 2 ^ (e - i)) in *. set (p := 2 ^ i) in *.
+  (* a' + s is r or r + w *)
+  assert (D : a' + s = r \/ a' + s = r + w) by (destruct (Nat.leb_spec r b); destruct (Nat.leb_spec a' r); lia).
+  assert (U : (a' + s) / p = a' / p + (2 * j + 1)) by (rewrite Sd, Nat.mul_comm, Nat.div_add; lia).
+  intros C.
+  assert (M1 := Nat.div_mod (a' / p) 2 ltac:(lia)). assert (M2 := Nat.div_mod (r / p) 2 ltac:(lia)).
+  assert (B1 := Nat.mod_upper_bound (a' / p) 2 ltac:(lia)). assert (B2 := Nat.mod_upper_bound (r / p) 2 ltac:(lia)).
+  destruct D as [D|D].
+  - rewrite D in U. lia.
+  - rewrite D, Wd in U. replace (r + p * (2 * q)) with (r + (2 * q) * p) in U by lia.
+    rewrite Nat.div_add in U by lia. lia.
+Qed.
+
+Lemma pair_unique : forall n r k a b k' a' b', let w := width n in
+  a < w -> b < w -> a' < w -> b' < w -> a <> b -> a' <> b' ->
+  (r = a \/ r = b) -> (r = a' \/ r = b') ->
+  rid w k a b = rid w k' a' b' -> a = a' /\ b = b'.
+Proof.
+  intros n r k a b k' a' b' w Ha Hb Ha' Hb' N N' R R' E.
+  assert (Wp : 0 < w) by apply width_pos.
+  destruct (rid_parts w k a b Wp) as [C1 S1]. destruct (rid_parts w k' a' b' Wp) as [C2 S2].
+  rewrite E in C1, S1. rewrite <- C2 in C1. rewrite <- S2 in S1. clear C2 S2 E.
+  destruct R as [Ra|Rb]; destruct R' as [Ra'|Rb'].
+  - rewrite (shift_val w a b), (shift_val w a' b') in S1 by assumption.
+    destruct (Nat.leb_spec a b); destruct (Nat.leb_spec a' b'); split; lia.
+  - exfalso. replace b' with a in * by lia. apply (colour_differs n a b a'); auto; lia.
+  - exfalso. replace a' with b in * by lia. apply (colour_differs n b b' a); auto; try lia; symmetry; assumption.
+  - rewrite (shift_val w a b), (shift_val w a' b') in S1 by assumption.
+    destruct (Nat.leb_spec a b); destruct (Nat.leb_spec a' b'); split; lia.
+Qed.
+
+Lemma numbered_rid : forall world budget (l : list cut) t x,
+  In (t, x) (numbered world budget l) ->
+  In x (moving l) /\ exists k, t = rid (width world) k (csrc x) (cdst x).
+Proof.
+  intros world budget l t x H. split.
+  - rewrite <- (numbered_snd world budget l). apply in_map_iff. exists (t, x). split; [reflexivity|exact H].
+  - rewrite numbered_spec in H. unfold nspec in H. apply in_map_iff in H as [[k x'] [E _]].
+    simpl in E. injection E as E1 E2. subst x'. exists k. symmetry; exact E1.
+Qed.
+
+(** One partner per round: when every cut of the list is sent or received
+    by rank [r] and its ranks are below [W] (the world size rounded up to a
+    power of two), the cuts of any one round are all between the same
+    sender and receiver: a rank meets each round number with one partner,
+    in one direction. *)
+Theorem rank_rounds_partner : forall world budget (l : list cut) r t xs x y,
+  (forall z, In z l -> (csrc z = r \/ cdst z = r) /\ csrc z < width world /\ cdst z < width world) ->
+  In (t, xs) (rank_rounds world budget l) -> In x xs -> In y xs ->
+  csrc x = csrc y /\ cdst x = cdst y.
+Proof.
+  intros world budget l r t xs x y Hl H Hx Hy.
+  destruct (numbered_rid _ _ _ _ _ (in_rounds_numbered _ _ _ _ _ _ H Hx)) as [Mx [kx Ex]].
+  destruct (numbered_rid _ _ _ _ _ (in_rounds_numbered _ _ _ _ _ _ H Hy)) as [My [ky Ey]].
+  unfold moving in Mx, My. apply filter_In in Mx as [Mx Nx]. apply filter_In in My as [My Ny].
+  apply negb_true_iff, Nat.eqb_neq in Nx, Ny.
+  destruct (Hl x Mx) as [Rx [Sx Dx]]. destruct (Hl y My) as [Ry [Sy Dy]].
+  apply (pair_unique world r kx _ _ ky); auto.
+  - destruct Rx; auto.
+  - destruct Ry; auto.
+  - rewrite <- Ex. exact Ey.
+Qed.
+
+(** Every cut once. *)
+Lemma filter_filter_comm_local : forall (f g : nat * cut -> bool) l,
+  (forall p, f p = true -> g p = true) -> filter f (filter g l) = filter f l.
+Proof.
+  intros f g l H. induction l as [|x l IH]; simpl; auto.
+  destruct (g x) eqn:G; simpl; rewrite ?IH; auto.
+  destruct (f x) eqn:F; auto. rewrite H in G by exact F. discriminate.
+Qed.
+
+Lemma perm_split : forall {B} (f : B -> bool) (l : list B),
+  Permutation l (filter f l ++ filter (fun x => negb (f x)) l).
+Proof.
+  intros B f l. induction l as [|x l IH]; simpl; [constructor|].
+  destruct (f x); simpl; [constructor; exact IH|apply Permutation_cons_app; exact IH].
+Qed.
+
+Lemma perm_buckets : forall (K : list nat) (N : list (nat * cut)),
+  NoDup K -> (forall p, In p N -> In (fst p) K) ->
+  Permutation (map snd N) (concat (map (fun t => map snd (filter (fun p => fst p =? t) N)) K)).
+Proof.
+  intros K. induction K as [|t0 K IH]; intros N D C; simpl.
+  - destruct N as [|p N]; [constructor|]. exfalso. exact (C p (or_introl eq_refl)).
+  - inversion D as [|? ? Nt D']; subst.
+    set (N' := filter (fun p => negb (fst p =? t0)) N).
+    assert (E : map (fun t => map snd (filter (fun p => fst p =? t) N)) K
+              = map (fun t => map snd (filter (fun p => fst p =? t) N')) K).
+    { apply map_ext_in. intros t Ht. f_equal. unfold N'. rewrite filter_filter_comm_local.
+      - reflexivity.
+      - intros p Hp. apply Nat.eqb_eq in Hp. apply negb_true_iff, Nat.eqb_neq. intros Q.
+        apply Nt. rewrite <- Q, Hp. exact Ht. }
+    rewrite E. rewrite (perm_split (fun p => fst p =? t0) N) at 1. rewrite map_app.
+    apply Permutation_app_head. apply IH; [exact D'|].
+    intros p Hp. unfold N' in Hp. apply filter_In in Hp as [Hp Np]. apply negb_true_iff, Nat.eqb_neq in Np.
+    destruct (C p Hp) as [H|H]; [subst; contradiction|exact H].
+Qed.
+
+Lemma nodup_keys : forall (E : list (nat * list cut)), NoDupA (@NatMap.eq_key _) E -> NoDup (map fst E).
+Proof.
+  intros E D. induction D as [|p E Np D IH]; simpl; constructor; [|exact IH].
+  intros H. apply Np. apply in_map_iff in H as [q [Eq Hq]]. apply InA_alt. exists q. split; [|exact Hq].
+  symmetry; exact Eq.
+Qed.
+
+(** Every moving cut of the rank (sender and receiver differ) is in
+    exactly one of its rounds, once: the rounds' cuts are a permutation of
+    the moving cuts. *)
+Theorem rank_rounds_perm : forall world budget (l : list cut),
+  Permutation (concat (map snd (rank_rounds world budget l))) (moving l).
+Proof.
+  intros world budget l. set (N := numbered world budget l).
+  set (g := fun t => map snd (filter (fun p => fst p =? t) N)).
+  assert (E : map snd (rank_rounds world budget l) = map g (map fst (rank_rounds world budget l))).
+  { rewrite map_map. apply map_ext_in. intros [t xs] H. simpl. apply rank_rounds_round. exact H. }
+  rewrite E, <- (numbered_snd world budget l). fold N. symmetry. apply perm_buckets.
+  - unfold rank_rounds. rewrite map_map. simpl. apply nodup_keys. apply NatMap.elements_3w.
+  - intros [t x] H. destruct (rank_rounds_cover world budget l t x H) as [xs [Hr _]].
+    apply in_map_iff. exists (t, xs). split; [reflexivity|exact Hr].
+Qed.
+
 End Proofs.
