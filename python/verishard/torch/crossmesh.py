@@ -18,10 +18,11 @@ into slices within the byte budget (``Rounds.cut_box``, the same on both
 sides of a piece). The rank then numbers the rounds of its own cuts by a
 rule every rank evaluates alike (:func:`rank_rounds`: per sender and
 receiver, chunks within the budget in a shift pattern over the ranks; one
-partner per round): both sides of a cut place it in the same round, so no
-schedule is exchanged. That numbering is a local rule in Python whose
-properties (same round and place on both sides, one partner and at most
-the budget per rank and round) the tests check, not a theorem. Each round
+partner per round; ``Rankrounds.rank_rounds`` in the core): both sides of
+a cut place it in the same round, so no schedule is exchanged
+(``Rankroundsproof.rank_rounds_agree``; one partner per round:
+``rank_rounds_partner``; at most the budget per pair and round, or one
+cut: ``rank_rounds_budget``; every cut once: ``rank_rounds_perm``). Each round
 runs as one ``batch_isend_irecv`` over the default process group
 (:func:`verishard.torch.backend.run_rounds`), gloo or NCCL.
 
@@ -309,7 +310,10 @@ def rank_rounds(cuts: Sequence[tuple[Any, int, int, tuple, int]], world_size: in
     (or one cut larger than it). Returns the round numbers and the rounds,
     in increasing order: ranks run them in that order, each waiting only on
     the one partner of its round (the least unfinished round number always
-    has both its ranks at it).
+    has both its ranks at it). The verified core computes it
+    (``Rankrounds.rank_rounds``; theorems ``Rankroundsproof.rank_rounds_agree``,
+    ``rank_rounds_partner``, ``rank_rounds_budget``, ``rank_rounds_perm``);
+    this function only converts.
 
     >>> ids, rounds = rank_rounds([("w", 0, 1, ((0, 4),), 16), ("v", 0, 1, ((0, 4),), 16),
     ...                            ("w", 2, 0, ((4, 4),), 16)], 4, 16)
