@@ -56,9 +56,10 @@ Fixpoint widen (fuel p n : nat) : nat :=
 
 Definition width (n : nat) : nat := widen n 2 n.
 
-(** The largest power of two dividing [s] (for [s > 0]). *)
+(** The largest power of two dividing [s] (for [s > 0]); parity by [mod]
+    (machine arithmetic once extracted, where [Nat.odd] walks [s]). *)
 Fixpoint lowp (fuel s : nat) : nat :=
-  match fuel with 0 => 1 | S f => if Nat.odd s then 1 else 2 * lowp f (s / 2) end.
+  match fuel with 0 => 1 | S f => if s mod 2 =? 1 then 1 else 2 * lowp f (s / 2) end.
 
 (** The shift [s = (b - a) mod W] of the pair [a -> b]. *)
 Definition shift (w a b : nat) : nat := (b + w - a mod w) mod w.

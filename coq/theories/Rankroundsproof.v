@@ -383,10 +383,11 @@ Proof. intros n. unfold width. apply (widen_pow n 0 n). Qed.
 Lemma lowp_spec : forall fuel s, 0 < s <= fuel -> exists i j, lowp fuel s = 2 ^ i /\ s = 2 ^ i * (2 * j + 1).
 Proof.
   intros fuel. induction fuel as [|f IH]; intros s Hs; [lia|]. cbn [lowp].
-  destruct (Nat.odd s) eqn:O.
-  - apply Nat.odd_spec in O as [j Hj]. exists 0, j. simpl. lia.
-  - assert (Ev : Nat.even s = true) by (rewrite <- Nat.negb_odd, O; reflexivity).
-    apply Nat.even_spec in Ev as [m Hm]. subst s. rewrite (Nat.mul_comm 2 m), Nat.div_mul by lia.
+  assert (Dm := Nat.div_mod s 2 ltac:(lia)). assert (Bm := Nat.mod_upper_bound s 2 ltac:(lia)).
+  destruct (Nat.eqb_spec (s mod 2) 1) as [O|O].
+  - exists 0, (s / 2). rewrite Nat.pow_0_r. split; [reflexivity|lia].
+  - set (m := s / 2) in *. assert (Hm : s = 2 * m) by lia. clearbody m. subst s.
+
     destruct (IH m ltac:(lia)) as [i [j [E1 E2]]]. exists (S i), j. rewrite E1. simpl. lia.
 Qed.
 
