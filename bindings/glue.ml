@@ -471,6 +471,33 @@ let xrank_fn a =
    | _ -> Buffer.add_int buf 1);
   finish buf
 
+(* [Rankrounds.rank_rounds]: the rounds of one rank's cuts. Input: world
+   size, budget (bytes), n; n times: sender rank, receiver rank, bytes.
+   Answer: [number of rounds; each: round number, number of cuts, each
+   cut's index in the input]. *)
+let rank_rounds_fn a =
+  let next = reader a in
+  let world = next () in
+  if world > max_devices then raise (Bad_input "a world of more than 2^20 ranks");
+  let budget = next () in
+  if budget > max_elements then raise (Bad_input "a budget of more than 2^50 bytes");
+  let n = next () in
+  if n > Array.length a then raise (Bad_input "input ends early");
+  let rec read i acc =
+    if i = n then List.rev acc else begin
+      let s = next () in let r = next () in let b = next () in
+      if s >= max_devices || r >= max_devices then raise (Bad_input "a rank past 2^20");
+      if b > max_elements then raise (Bad_input "a cut of more than 2^50 bytes");
+      read (i + 1) ((((i, s), r), b) :: acc) end in
+  let cuts = read 0 [] in
+  let rounds = rank_rounds world budget cuts in
+  let buf = Buffer.create () in
+  Buffer.add_int buf (List.length rounds);
+  List.iter (fun (t, cs) ->
+    Buffer.add_int buf t; Buffer.add_int buf (List.length cs);
+    List.iter (fun (((i, _), _), _) -> Buffer.add_int buf i) cs) rounds;
+  finish buf
+
 (* [Boxes.bplan] and [Boxes.brounds]: two layouts as explicit boxes per
    rank over one world. Input: budget (elements per rank and round); k
    dimensions; the source layout, then the target layout, each: n; n times:
@@ -719,6 +746,7 @@ let () =
   Callback.register "vs_xrounds" (guard xrounds_fn);
   Callback.register "vs_wplan" (guard wplan_fn);
   Callback.register "vs_xrank" (guard xrank_fn);
+  Callback.register "vs_rank_rounds" (guard rank_rounds_fn);
   Callback.register "vs_bplan" (guard bplan_fn);
   Callback.register "vs_bcovers" (guard bcovers_fn);
   Callback.register "vs_lplan" (guard lplan_fn);

@@ -98,6 +98,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("xrounds", [](py::object a) { return forward("vs_xrounds", a); });
   m.def("wplan", [](py::object a) { return forward("vs_wplan", a); });
   m.def("xrank", [](py::object a) { return forward("vs_xrank", a); });
+  m.def("rank_rounds", [](py::object a) { return forward("vs_rank_rounds", a); });
   m.def("bplan", [](py::object a) { return forward("vs_bplan", a); });
   m.def("bcovers", [](py::object a) { return forward("vs_bcovers", a); });
   m.def("lplan", [](py::object a) { return forward("vs_lplan", a); });

@@ -245,3 +245,8 @@ From VS Require Import Tablesproof.
 Print Assumptions VS.Tablesproof.block_starts_spec.
 Print Assumptions VS.Tablesproof.movement_spec.
 Print Assumptions VS.Tablesproof.umovement_spec.
+From VS Require Import Rankrounds Rankroundsproof.
+Print Assumptions VS.Rankroundsproof.rank_rounds_agree.
+Print Assumptions VS.Rankroundsproof.rank_rounds_partner.
+Print Assumptions VS.Rankroundsproof.rank_rounds_budget.
+Print Assumptions VS.Rankroundsproof.rank_rounds_perm.

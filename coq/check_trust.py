@@ -751,7 +751,7 @@ def sign(secret: bytes, key: str) -> str:
 TOKEN_RE = re.compile(r"(?<![\w'.])([A-Za-z][\w']*(?:\.[A-Za-z_][\w']*)*)")
 KEYWORDS = set("fun match with end forall fix cofix struct let in if then else return as for exists "
                "Type Prop Set SProp Inductive CoInductive Variant Record Structure Arguments Fixpoint "
-               "Definition".split())
+               "Definition where".split())   # where: a printed notation or mutual block, never a term
 LOCATED = re.compile(r"(Constant|Inductive|Constructor)\s+(\S+)")
 
 

@@ -329,6 +329,19 @@ def _xrank(v):
     assert sum(c[0][1] for c in part.send[0][3]) == h
 
 
+@case("rank_rounds")
+def _rank_rounds(v):
+    # Rankrounds.rank_rounds: cuts of v bytes, ranks at the device cap; round numbers (k W + s) 2 + c, W = 2^20
+    w = CAP_DEVICES
+    v = min(v, CAP_ELEMENTS)
+    assert core.rank_rounds([(0, 1, v), (0, 1, v), (w - 1, 0, v)], w, v) == [(2, (0,)), (3, (2,)), (2 * w + 2, (1,))]
+    assert core.rank_rounds([(0, 1, v), (0, 1, v)], w, min(2 * v, CAP_ELEMENTS)) == (
+        [(2, (0, 1))] if 2 * v <= CAP_ELEMENTS else [(2, (0,)), (2 * w + 2, (1,))])
+    for bad in ([(w, 0, 1)], [(0, 1, CAP_ELEMENTS + 1)]):
+        with pytest.raises(LimitError):
+            core.rank_rounds(bad, w, v)
+
+
 @case("bcovers")
 def _bcovers(v):
     h = _half(v)
@@ -421,7 +434,7 @@ RAW = {
     "bplan": None, "stack_reserved": None, "stack_peak": None,
     "wplan": lambda m, t, t2: _xplan_input(m, t, t2),
     "xrank": lambda m, t, t2: [4] + _xplan_input(m, t, t2) + [1, 0],
-    "bcovers": None,
+    "bcovers": None, "rank_rounds": None,
 }
 CORE_ENTRIES = sorted(e for e in RAW if not e.startswith("stack_"))
 

@@ -20,6 +20,7 @@ From VS Require Import Layoutchoice.
 From VS Require Import Balance.
 From VS Require Import Cover.
 From VS Require Import Perrank.
+From VS Require Import Rankrounds.
 
 (** [Nat] of the prelude (what [+], [*], ... denote) *)
 Extract Inlined Constant Coq.Init.Nat.add => "(+)".
@@ -84,4 +85,4 @@ Extraction "verishard_core.ml"
   VS.Uchecker.ubound VS.Validate.bound VS.Certify.certify_split VS.Eminimal.emplan_problem
   VS.Puchecker.pucheck VS.Puchecker.puplan_checked VS.Boxes.bplan VS.Boxes.brounds
   VS.Layoutchoice.lplan VS.Balance.xplan_bal VS.Perrank.wplan VS.Perrank.rank_recv VS.Perrank.rank_send
-  VS.Rounds.cut_box VS.Cover.bcovers.
+  VS.Rounds.cut_box VS.Cover.bcovers VS.Rankrounds.rank_rounds.

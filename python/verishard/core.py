@@ -1086,6 +1086,35 @@ def xrank(src: ArrayType, src_ranks: Sequence[int], dst: ArrayType, dst_ranks: S
     return RankPart(None if target is None else tuple(recv), tuple(send))
 
 
+def rank_rounds(cuts: Sequence[tuple[int, int, int]], world_size: int,
+                budget_bytes: int) -> list[tuple[int, tuple[int, ...]]]:
+    """The rounds of one rank's cuts ``(sender, receiver, bytes)``, by the
+    rule every rank evaluates alike from its own cuts
+    (``Rankrounds.rank_rounds``): per (sender, receiver) pair, in the order
+    given, chunks of at most ``budget_bytes`` (a larger cut alone); chunk
+    ``k`` of ``a -> b`` is round ``(k W + s) 2 + c`` (``W`` the least power
+    of two of at least ``world_size`` and 2, ``s = (b - a) mod W``, ``c`` the
+    bit of ``a`` at the lowest set bit of ``s``); cuts with ``a = b`` are
+    dropped. Returns ``(round number, indices of its cuts in the input)`` in
+    increasing round number. Theorems (``Rankroundsproof``):
+    ``rank_rounds_agree``, ``rank_rounds_partner``, ``rank_rounds_budget``,
+    ``rank_rounds_perm``.
+
+    >>> rank_rounds([(0, 1, 16), (0, 1, 16), (2, 0, 16)], 4, 16)
+    [(2, (0,)), (5, (2,)), (10, (1,))]
+    """
+    ints = [int(world_size), int(budget_bytes), len(cuts)]
+    for a, b, n in cuts:
+        ints += (int(a), int(b), int(n))
+    out = _call(_core.rank_rounds, ints)
+    rounds, pos = [], 1
+    for _ in range(out[0]):
+        t, n = out[pos], out[pos + 1]
+        rounds.append((t, tuple(out[pos + 2:pos + 2 + n])))
+        pos += 2 + n
+    return rounds
+
+
 Box = tuple[tuple[int, int], ...]
 Layout = Sequence[tuple[int, Box]]
 
@@ -1219,4 +1248,4 @@ def lplan(mesh: Mesh, src: Layout, dst: Layout, budget: int,
 
 __all__ = ["PARTIAL_COLLECTIVES", "REASONS", "CheckOk", "reduction", "check", "Step", "PlanReport", "plan",
            "plan_checked", "eplan", "umovement", "lower_bound", "certify_steps", "certify", "mplan", "ulower_bound", "synthesize",
-           "movement", "Piece", "xplan", "Cut", "xrounds", "wplan", "RankPart", "xrank", "bplan", "bcovers", "type_layout", "lplan"]
+           "movement", "Piece", "xplan", "Cut", "xrounds", "wplan", "RankPart", "xrank", "rank_rounds", "bplan", "bcovers", "type_layout", "lplan"]

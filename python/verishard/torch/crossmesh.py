@@ -18,10 +18,11 @@ into slices within the byte budget (``Rounds.cut_box``, the same on both
 sides of a piece). The rank then numbers the rounds of its own cuts by a
 rule every rank evaluates alike (:func:`rank_rounds`: per sender and
 receiver, chunks within the budget in a shift pattern over the ranks; one
-partner per round): both sides of a cut place it in the same round, so no
-schedule is exchanged. That numbering is a local rule in Python whose
-properties (same round and place on both sides, one partner and at most
-the budget per rank and round) the tests check, not a theorem. Each round
+partner per round; ``Rankrounds.rank_rounds`` in the core): both sides of
+a cut place it in the same round, so no schedule is exchanged
+(``Rankroundsproof.rank_rounds_agree``; one partner per round:
+``rank_rounds_partner``; at most the budget per pair and round, or one
+cut: ``rank_rounds_budget``; every cut once: ``rank_rounds_perm``). Each round
 runs as one ``batch_isend_irecv`` over the default process group
 (:func:`verishard.torch.backend.run_rounds`), gloo or NCCL.
 
@@ -345,32 +346,19 @@ def rank_rounds(cuts: Sequence[tuple[Any, int, int, tuple, int]], world_size: in
     (or one cut larger than it). Returns the round numbers and the rounds,
     in increasing order: ranks run them in that order, each waiting only on
     the one partner of its round (the least unfinished round number always
-    has both its ranks at it).
+    has both its ranks at it). The verified core computes it
+    (``Rankrounds.rank_rounds``; theorems ``Rankroundsproof.rank_rounds_agree``,
+    ``rank_rounds_partner``, ``rank_rounds_budget``, ``rank_rounds_perm``);
+    this function only converts.
 
     >>> ids, rounds = rank_rounds([("w", 0, 1, ((0, 4),), 16), ("v", 0, 1, ((0, 4),), 16),
     ...                            ("w", 2, 0, ((4, 4),), 16)], 4, 16)
     >>> [(t, [(k, a, b) for k, a, b, _ in rd]) for t, rd in zip(ids, rounds)]
     [(2, [('w', 0, 1)]), (5, [('w', 2, 0)]), (10, [('v', 0, 1)])]
     """
-    width = 2
-    while width < world_size:
-        width *= 2
-    pairs: dict[tuple[int, int], list] = {}
-    for key, a, b, box, nbytes in cuts:
-        if a != b:
-            pairs.setdefault((a, b), []).append((key, box, nbytes))
-    rounds: dict[int, list] = {}
-    for (a, b), pair in pairs.items():
-        shift = (b - a) % width
-        colour = (a >> ((shift & -shift).bit_length() - 1)) & 1
-        k = load = 0
-        for key, box, nbytes in pair:
-            if load and load + nbytes > budget_bytes:
-                k, load = k + 1, 0
-            load += nbytes
-            rounds.setdefault(((k * width + shift) << 1) | colour, []).append((key, a, b, box))
-    ids = sorted(rounds)
-    return ids, [rounds[t] for t in ids]
+    from .. import core   # the numbering is the verified core's (Rankrounds.rank_rounds); here only conversion
+    numbered = core.rank_rounds([(a, b, nbytes) for _, a, b, _, nbytes in cuts], world_size, budget_bytes)
+    return [t for t, _ in numbered], [[cuts[i][:4] for i in rd] for _, rd in numbered]
 
 
 def _own_cuts(moves: Sequence[_Move], me: int) -> Iterator[tuple[Any, int, int, tuple, int]]:
