@@ -365,9 +365,7 @@ def _own_cuts(moves: Sequence[_Move], me: int) -> Iterator[tuple[Any, int, int, 
     """The cuts rank ``me`` sends or receives, in the order of the moves
     and, within a move, in an order both sides of a cut read alike: a
     plan's pieces (at most one per sender and receiver), each cut as
-    ``Rounds.cut_box`` cuts it; a box schedule's rounds. Generated one at a
-    time (:func:`rank_rounds` reads them once): a state dict's cuts are not
-    held twice."""
+    ``Rounds.cut_box`` cuts it; a box schedule's rounds."""
     shared: dict[int, tuple] = {}   # per plan object (the tensors of one layout share theirs)
     for m in moves:
         plan, size = m.plan, m.dtype.itemsize
@@ -667,7 +665,7 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any,
             moves.append(m)
     if problems:
         return None, problems
-    ids, rounds = rank_rounds(_own_cuts(moves, me), world, budget_bytes)
+    ids, rounds = rank_rounds(list(_own_cuts(moves, me)), world, budget_bytes)
     sched = TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in rounds), budget_bytes, me, tuple(ids))
     if key is not None and me == own:   # kept without the tensors: a later sync of the same layouts brings its own
         _SCHEDULES[key] = _kept(sched)
