@@ -77,16 +77,13 @@ def test_each_sender_sends_at_most_its_share_of_its_block_rounded_up(problem):
         for p in ps:
             if p.src != r2[j]:
                 readers[p.cell] += 1
-    holders = Counter(_block(src, i) for i in range(len(r1)))
+    holders = Counter(src.blocks(i) for i in range(len(r1)))
     for i, rank in enumerate(r1):
-        cell = _block(src, i)
+        cell = src.blocks(i)
         part = crossmesh_rank_plan(src, dst, rank, r1, r2, start=start)
         assert len(part.send) <= -(-readers[cell] // holders[cell])
         assert all(p.cell == cell and p.src == rank for _, _, p, _ in part.send)
 
-
-def _block(t: ArrayType, i: int) -> tuple[int, ...]:
-    return tuple(s // n for s, n in zip(t.block_starts(i), t.local_shape))
 
 
 def _vol(box) -> int:

@@ -39,7 +39,7 @@ def test_dealt_senders_send_at_most_their_share_rounded_up(problem):
     # the same pieces (blocks and boxes), each sent by a rank holding its block
     for ps, qs in zip(plain.pieces, dealt.pieces):
         assert [(p.cell, p.box) for p in ps] == [(q.cell, q.box) for q in qs]
-        assert all(_block(src, r1.index(q.src)) == q.cell for q in qs)
+        assert all(src.blocks(r1.index(q.src)) == q.cell for q in qs)
     moved: Counter = Counter()
     sent: Counter = Counter()
     for j, qs in enumerate(dealt.pieces):
@@ -47,17 +47,13 @@ def test_dealt_senders_send_at_most_their_share_rounded_up(problem):
             if q.src != r2[j]:
                 moved[q.cell] += 1
                 sent[q.src] += 1
-    holders = Counter(_block(src, i) for i in range(len(r1)))
+    holders = Counter(src.blocks(i) for i in range(len(r1)))
     for i, r in enumerate(r1):
-        cell = _block(src, i)
+        cell = src.blocks(i)
         assert sent[r] <= -(-moved[cell] // holders[cell]), (r, cell, sent[r], moved[cell], holders[cell])
     # the same pieces move: the same traffic per target
     assert [plain.received(j) for j in range(len(r2))] == [dealt.received(j) for j in range(len(r2))]
 
-
-def _block(t: ArrayType, i: int) -> tuple[int, ...]:
-    """The block (block number per dimension) source device ``i`` of type ``t`` holds."""
-    return tuple(s // n for s, n in zip(t.block_starts(i), t.local_shape))
 
 
 @st.composite
