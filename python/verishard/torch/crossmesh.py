@@ -70,7 +70,7 @@ import itertools
 import json
 import math
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import FrozenInstanceError, dataclass, replace
 from typing import Any
 
@@ -361,23 +361,24 @@ def rank_rounds(cuts: Sequence[tuple[Any, int, int, tuple, int]], world_size: in
     return [t for t, _ in numbered], [[cuts[i][:4] for i in rd] for _, rd in numbered]
 
 
-def _own_cuts(moves: Sequence[_Move], me: int) -> Iterator[tuple[Any, int, int, tuple, int]]:
+def _own_cuts(moves: Sequence[_Move], me: int) -> list[tuple[Any, int, int, tuple, int]]:
     """The cuts rank ``me`` sends or receives, in the order of the moves
     and, within a move, in an order both sides of a cut read alike: a
     plan's pieces (at most one per sender and receiver), each cut as
     ``Rounds.cut_box`` cuts it; a box schedule's rounds."""
     shared: dict[int, tuple] = {}   # per plan object (the tensors of one layout share theirs)
+    out: list[tuple[Any, int, int, tuple, int]] = []
     for m in moves:
         plan, size = m.plan, m.dtype.itemsize
         if isinstance(plan, BoxPlan):
-            yield from (((m.name, key), a, b, box, size * _volume(box)) for rd in plan.rounds
-                        for key, a, b, box in rd if a != b and me in (a, b))
+            out += [((m.name, key), a, b, box, size * _volume(box)) for rd in plan.rounds
+                    for key, a, b, box in rd if a != b and me in (a, b)]
             continue
         cuts = shared.get(id(plan))
         if cuts is None:
             cuts = shared[id(plan)] = _plan_cuts(plan)
-        for a, b, box, n in cuts:
-            yield m.name, a, b, box, size * n
+        out += [(m.name, a, b, box, size * n) for a, b, box, n in cuts]
+    return out
 
 
 def _plan_cuts(plan: RankPlan) -> tuple[tuple[int, int, tuple, int], ...]:
@@ -665,7 +666,7 @@ def _plan(tensors: Any, targets: Any, src_ranks: Any, budget_bytes: Any,
             moves.append(m)
     if problems:
         return None, problems
-    ids, rounds = rank_rounds(list(_own_cuts(moves, me)), world, budget_bytes)
+    ids, rounds = rank_rounds(_own_cuts(moves, me), world, budget_bytes)
     sched = TransferSchedule(tuple(moves), tuple(tuple(rd) for rd in rounds), budget_bytes, me, tuple(ids))
     if key is not None and me == own:   # kept without the tensors: a later sync of the same layouts brings its own
         _SCHEDULES[key] = _kept(sched)
